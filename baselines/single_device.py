@@ -1,0 +1,34 @@
+"""All ops on one device: the single-CPU and single-GPU rows of every placement paper's table.
+
+No search: one placement, no evaluations. The device is the fastest of its kind (by effective peak FLOP/s).
+If the model does not fit, the evaluator reports OOM; ops that forbid the device kind make it invalid.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from suite.methodology import Budget
+from suite.placer import BasePlacer, PlacementResult, Problem
+
+
+class _SingleDevice(BasePlacer):
+    kind = "cpu"
+
+    def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
+        started = time.perf_counter()
+        device = problem.cluster.fastest(self.kind)
+        placement = np.full(problem.workload.num_ops, device, dtype=np.int64)
+        return PlacementResult.from_search(placement, problem, started, device=problem.cluster.devices[device].name)
+
+
+class SingleCPU(_SingleDevice):
+    name = "single_cpu"
+    kind = "cpu"
+
+
+class SingleGPU(_SingleDevice):
+    name = "single_gpu"
+    kind = "gpu"

@@ -1,0 +1,1 @@
+"""Learned placers and their shared machinery (features, grouping, trainers)."""

@@ -1,0 +1,250 @@
+"""Clusters: devices and the links between them, loaded from TOML files.
+
+A cluster file (see `suite/clusters/*.toml`) lists devices and links; every number should carry its
+source in the `source` table beside it. A link with more than two devices in `between` connects every
+pair of them (a switch such as NVSwitch or a PCIe root complex seen as a crossbar).
+
+Communication between two devices follows the route with the fewest links: its latency is the sum of the
+links' latencies and its bandwidth the smallest of theirs. The simulator treats each ordered device pair as
+one channel that carries one transfer at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections import deque
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.errors import ClusterError
+from suite.graph import DEVICE_KINDS
+
+SCHEMA_VERSION = 1
+PRESET_DIR = Path(__file__).parent / "clusters"
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    kind: str  # "cpu" or "gpu"
+    peak_flops: float  # FLOP/s at the precision the workloads use (fp32)
+    mem_bandwidth: float  # bytes/s
+    memory_bytes: int  # capacity available to the workload
+    op_overhead_s: float  # fixed cost per op (kernel launch, framework dispatch)
+    compute_efficiency: float = 1.0  # fraction of peak FLOP/s that real kernels reach
+    memory_efficiency: float = 1.0  # fraction of peak bandwidth that real kernels reach
+    model: str = ""  # e.g. "NVIDIA Tesla K80 (one GK210)"
+    source: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Link:
+    between: tuple[str, ...]
+    bandwidth: float  # bytes/s per direction
+    latency_s: float
+    name: str = ""
+    source: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Cluster:
+    name: str
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...]
+    description: str = ""
+    source: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _validate(self, where=f"cluster {self.name!r}")
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {d.name: i for i, d in enumerate(self.devices)}
+
+    def device_indices(self, kind: str) -> list[int]:
+        return [i for i, d in enumerate(self.devices) if d.kind == kind]
+
+    @cached_property
+    def routes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(latency_s [D, D], bandwidth [D, D]) of the fewest-link route between every pair.
+
+        The diagonal has latency 0 and infinite bandwidth (no transfer within a device).
+        """
+        n = self.num_devices
+        direct: dict[tuple[int, int], Link] = {}  # best link per pair: highest bandwidth, then lowest latency
+        for link in self.links:
+            ids = [self.index[d] for d in link.between]
+            for a in ids:
+                for b in ids:
+                    old = direct.get((a, b))
+                    if a != b and (old is None or (link.bandwidth, -link.latency_s) > (old.bandwidth, -old.latency_s)):
+                        direct[(a, b)] = link
+        adj: dict[int, list[tuple[int, Link]]] = {i: [] for i in range(n)}
+        for (a, b), link in sorted(direct.items()):
+            adj[a].append((b, link))
+        lat = np.zeros((n, n))
+        bw = np.full((n, n), np.inf)
+        for s in range(n):
+            best: dict[int, tuple[float, float]] = {s: (0.0, math.inf)}
+            queue = deque([s])
+            while queue:  # BFS: first visit is a fewest-link route; neighbours in file order
+                v = queue.popleft()
+                for w, link in adj[v]:
+                    if w not in best:
+                        lv, bv = best[v]
+                        best[w] = (lv + link.latency_s, min(bv, link.bandwidth))
+                        queue.append(w)
+            for t in range(n):
+                if t not in best:
+                    raise ClusterError(
+                        f"cluster {self.name!r}: no link route from {self.devices[s].name!r} to {self.devices[t].name!r}"
+                    )
+                lat[s, t], bw[s, t] = best[t]
+        lat.setflags(write=False)
+        bw.setflags(write=False)
+        return lat, bw
+
+    def transfer_time_s(self, src: int, dst: int, nbytes: float) -> float:
+        if src == dst:
+            return 0.0
+        lat, bw = self.routes
+        return float(lat[src, dst] + nbytes / bw[src, dst])
+
+    def fastest(self, kind: str) -> int:
+        """Index of the device of this kind with the highest effective peak FLOP/s (first on ties)."""
+        ids = self.device_indices(kind)
+        if not ids:
+            raise ClusterError(f"cluster {self.name!r} has no device of kind {kind!r}")
+        return max(ids, key=lambda i: (self.devices[i].peak_flops * self.devices[i].compute_efficiency, -i))
+
+    @cached_property
+    def content_hash(self) -> str:
+        import hashlib
+        import json
+
+        body = {
+            "name": self.name,
+            "devices": [{k: v for k, v in d.__dict__.items() if k != "source"} for d in self.devices],
+            "links": [{k: v for k, v in lk.__dict__.items() if k != "source"} for lk in self.links],
+        }
+        return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, default=list).encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.name!r}, devices={[d.name for d in self.devices]})"
+
+
+def _positive(where: str, key: str, value: Any, *, allow_zero: bool = False, at_most_one: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ClusterError(f"{where}.{key}: expected a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero) or math.isinf(value):
+        need = "non-negative" if allow_zero else "positive"
+        raise ClusterError(f"{where}.{key}: {value!r} must be a finite {need} number")
+    if at_most_one and value > 1:
+        raise ClusterError(f"{where}.{key}: {value!r} must be at most 1")
+
+
+def _validate(c: Cluster, where: str) -> None:
+    if not c.devices:
+        raise ClusterError(f"{where}: no devices")
+    names: set[str] = set()
+    for i, d in enumerate(c.devices):
+        w = f"{where}: devices[{i}]"
+        if not isinstance(d.name, str) or not d.name:
+            raise ClusterError(f"{w}.name: expected a non-empty string, got {d.name!r}")
+        if d.name in names:
+            raise ClusterError(f"{w}.name: duplicate device name {d.name!r}")
+        names.add(d.name)
+        if d.kind not in DEVICE_KINDS:
+            raise ClusterError(f"{w} {d.name!r}.kind: {d.kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+        _positive(f"{w} {d.name!r}", "peak_flops", d.peak_flops)
+        _positive(f"{w} {d.name!r}", "mem_bandwidth", d.mem_bandwidth)
+        _positive(f"{w} {d.name!r}", "memory_bytes", d.memory_bytes)
+        _positive(f"{w} {d.name!r}", "op_overhead_s", d.op_overhead_s, allow_zero=True)
+        _positive(f"{w} {d.name!r}", "compute_efficiency", d.compute_efficiency, at_most_one=True)
+        _positive(f"{w} {d.name!r}", "memory_efficiency", d.memory_efficiency, at_most_one=True)
+    for j, lk in enumerate(c.links):
+        w = f"{where}: links[{j}]"
+        if len(lk.between) < 2:
+            raise ClusterError(f"{w}.between: a link joins at least two devices, got {list(lk.between)!r}")
+        for name in lk.between:
+            if name not in names:
+                raise ClusterError(f"{w}.between: unknown device {name!r}")
+        _positive(w, "bandwidth", lk.bandwidth)
+        _positive(w, "latency_s", lk.latency_s, allow_zero=True)
+    if len(c.devices) > 1:
+        c.routes  # noqa: B018 - raises on a disconnected cluster
+
+
+_DEVICE_KEYS = {f for f in Device.__dataclass_fields__}
+_LINK_KEYS = {f for f in Link.__dataclass_fields__}
+
+
+def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
+    where = source
+    if not isinstance(data, dict):
+        raise ClusterError(f"{where}: expected a table")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise ClusterError(f"{where}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise ClusterError(f"{where}: field 'name' is missing or empty")
+    devices = []
+    raw_devices = data.get("devices")
+    if not isinstance(raw_devices, list) or not raw_devices:
+        raise ClusterError(f"{where}: field 'devices' must be a non-empty array of tables ([[devices]])")
+    for i, raw in enumerate(raw_devices):
+        unknown = set(raw) - _DEVICE_KEYS
+        if unknown:
+            raise ClusterError(f"{where}: devices[{i}] has unknown field(s) {sorted(unknown)}")
+        for key in ("name", "kind", "peak_flops", "mem_bandwidth", "memory_bytes", "op_overhead_s"):
+            if key not in raw:
+                raise ClusterError(f"{where}: devices[{i}] has no field {key!r}")
+        devices.append(Device(**raw))
+    links = []
+    for j, raw in enumerate(data.get("links", [])):
+        unknown = set(raw) - _LINK_KEYS
+        if unknown:
+            raise ClusterError(f"{where}: links[{j}] has unknown field(s) {sorted(unknown)}")
+        for key in ("between", "bandwidth", "latency_s"):
+            if key not in raw:
+                raise ClusterError(f"{where}: links[{j}] has no field {key!r}")
+        if not isinstance(raw["between"], list):
+            raise ClusterError(f"{where}: links[{j}].between must be an array of device names")
+        links.append(Link(**{**raw, "between": tuple(raw["between"])}))
+    try:
+        return Cluster(
+            name=name,
+            devices=tuple(devices),
+            links=tuple(links),
+            description=str(data.get("description", "")),
+            source=dict(data.get("source", {})),
+        )
+    except ClusterError as exc:
+        raise ClusterError(f"{where}: {exc}") from None
+
+
+def load(path: str | Path) -> Cluster:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ClusterError(f"{path}: no such cluster file") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ClusterError(f"{path}: not valid TOML: {exc}") from None
+    return from_dict(data, source=str(path))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))

@@ -1,0 +1,128 @@
+"""Cost model: how long an op takes on a device, and a tensor on a link.
+
+Analytic mode (a roofline): on device d, op i takes
+
+    t[i, d] = op_overhead_s[d] + max(flops[i] / (peak_flops[d] * compute_efficiency[d]),
+                                      bytes_accessed[i] / (mem_bandwidth[d] * memory_efficiency[d]))
+
+Profile mode: a `Profile` holds measured per-op times for one device (by device name, or for every
+device of a kind or model); where it has a time for an op, that time replaces the estimate.
+
+A transfer of b bytes from device a to device c takes latency[a, c] + b / bandwidth[a, c] along the
+fewest-link route (see `Cluster.routes`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.cluster import Cluster, Device
+from suite.errors import ProfileError
+from suite.graph import OpGraph
+
+PROFILE_FORMAT = "placebench.profile"
+PROFILE_SCHEMA_VERSION = 1
+
+
+def roofline_time_s(flops: np.ndarray, bytes_accessed: np.ndarray, device: Device) -> np.ndarray:
+    compute = flops / (device.peak_flops * device.compute_efficiency)
+    memory = bytes_accessed / (device.mem_bandwidth * device.memory_efficiency)
+    return device.op_overhead_s + np.maximum(compute, memory)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Measured per-op times on one device. `applies_to` matches a device name, kind or model."""
+
+    workload: str
+    applies_to: str
+    op_times_s: Mapping[str, float]
+    workload_hash: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def matches(self, device: Device) -> bool:
+        return self.applies_to in (device.name, device.kind, device.model)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PROFILE_FORMAT,
+            "schema_version": PROFILE_SCHEMA_VERSION,
+            "workload": self.workload,
+            "workload_hash": self.workload_hash,
+            "applies_to": self.applies_to,
+            "metadata": dict(self.metadata),
+            "op_times_s": dict(self.op_times_s),
+        }
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False))
+        tmp.replace(path)
+        return path
+
+
+def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
+    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+        raise ProfileError(f"{source}: not a placebench profile (field 'format' must be {PROFILE_FORMAT!r})")
+    if data.get("schema_version") != PROFILE_SCHEMA_VERSION:
+        raise ProfileError(f"{source}: schema_version {data.get('schema_version')!r} is not supported")
+    for key in ("workload", "applies_to"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise ProfileError(f"{source}: field {key!r} is missing or empty")
+    times = data.get("op_times_s")
+    if not isinstance(times, dict):
+        raise ProfileError(f"{source}: field 'op_times_s' must be an object of op name -> seconds")
+    for name, t in times.items():
+        if isinstance(t, bool) or not isinstance(t, int | float) or math.isnan(t) or math.isinf(t) or t < 0:
+            raise ProfileError(f"{source}: op_times_s[{name!r}] = {t!r} is not a finite non-negative number")
+    return Profile(
+        workload=data["workload"],
+        applies_to=data["applies_to"],
+        op_times_s={k: float(v) for k, v in times.items()},
+        workload_hash=str(data.get("workload_hash", "")),
+        metadata=dict(data.get("metadata", {})),
+    )
+
+
+def load_profile(path: str | Path) -> Profile:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such profile file") from None
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}: not valid JSON: {exc}") from None
+    return profile_from_dict(data, source=str(path))
+
+
+def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> np.ndarray:
+    """Time in seconds of every op on every device, float64 [num_ops, num_devices] (read-only)."""
+    a = graph.arrays
+    out = np.empty((graph.num_ops, cluster.num_devices), dtype=np.float64)
+    for d, dev in enumerate(cluster.devices):
+        out[:, d] = roofline_time_s(a.flops, a.bytes_accessed.astype(np.float64), dev)
+    for prof in profiles:
+        if prof.workload_hash and prof.workload_hash != graph.content_hash:
+            raise ProfileError(
+                f"profile for {prof.workload!r} was measured on graph {prof.workload_hash}, "
+                f"not on {graph.name!r} ({graph.content_hash})"
+            )
+        cols = [d for d, dev in enumerate(cluster.devices) if prof.matches(dev)]
+        if not cols:
+            continue
+        for name, t in prof.op_times_s.items():
+            i = graph.index.get(name)
+            if i is None:
+                raise ProfileError(f"profile for {prof.workload!r}: op {name!r} is not in graph {graph.name!r}")
+            out[i, cols] = t
+    out.setflags(write=False)
+    return out

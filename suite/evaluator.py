@@ -1,0 +1,256 @@
+"""The evaluator: the only way a placer learns how good a placement is, with its budget counted.
+
+A placer is handed an `Evaluator` in its `Problem`. Each call of `evaluate` (or each placement of
+`evaluate_batch`) costs one evaluation of the methodology's budget; past the budget the evaluator raises
+`BudgetExhausted`. The evaluator records the learning curve (best and mean step time against evaluations)
+so that every placer reports it the same way.
+
+`measure` is the harness's call for the final re-measurement: it does not count against the budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from suite.cluster import Cluster
+from suite.costmodel import Profile
+from suite.errors import BudgetExhausted, PlacementError
+from suite.graph import OpGraph
+from suite.methodology import Budget, Methodology
+from suite.placement import validate
+
+STATUSES = ("ok", "oom", "invalid", "timeout", "error", "skipped")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What an evaluation of one placement gives, for every backend."""
+
+    status: str  # "ok", "oom" or "invalid"
+    step_time_s: float | None  # statistic of the samples (median by default); None when invalid
+    samples_s: tuple[float, ...] = ()
+    peak_memory_bytes: dict[str, int] = field(default_factory=dict)
+    oom_devices: tuple[str, ...] = ()
+    message: str = ""
+    bytes_transferred: int = 0
+    busy_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def spread_s(self) -> tuple[float, float] | None:
+        """(25th, 75th) percentile of the samples."""
+        if not self.samples_s:
+            return None
+        q = np.percentile(self.samples_s, [25, 75])
+        return float(q[0]), float(q[1])
+
+
+class Backend(Protocol):
+    """Measures placements: the simulator, or real execution on PyTorch / ONNX Runtime."""
+
+    name: str
+
+    def measure(self, placement: np.ndarray) -> Measurement: ...
+
+    def measure_batch(self, placements: np.ndarray) -> list[Measurement]: ...
+
+
+class SimulatorBackend:
+    """The built-in simulator as a backend (deterministic: one sample per measurement)."""
+
+    name = "simulator"
+
+    def __init__(self, workload: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()):
+        self.workload = workload
+        self.cluster = cluster
+        self.profiles = tuple(profiles)
+
+    def _to_measurement(self, r) -> Measurement:
+        names = r.device_names
+        msg = ""
+        if r.status == "oom":
+            over = [
+                f"{n} needs {int(p) / 2**30:.2f} GiB of {int(c) / 2**30:.2f} GiB"
+                for n, p, c in zip(names, r.peak_memory_bytes, r.capacity_bytes, strict=True)
+                if p > c
+            ]
+            msg = "out of memory: " + "; ".join(over)
+        return Measurement(
+            status=r.status,
+            step_time_s=r.step_time_s,
+            samples_s=(r.step_time_s,),
+            peak_memory_bytes={n: int(p) for n, p in zip(names, r.peak_memory_bytes, strict=True)},
+            oom_devices=r.oom_devices,
+            message=msg,
+            bytes_transferred=int(r.link_bytes.sum()),
+            busy_s={n: float(b) for n, b in zip(names, r.busy_s, strict=True)},
+        )
+
+    def measure(self, placement: np.ndarray) -> Measurement:
+        from suite.simulator import simulate
+
+        return self._to_measurement(simulate(self.workload, self.cluster, placement, profiles=self.profiles))
+
+    def measure_batch(self, placements: np.ndarray) -> list[Measurement]:
+        from suite.simulator import simulate_batch
+
+        rs = simulate_batch(self.workload, self.cluster, placements, profiles=self.profiles, validate_each=False)
+        return [self._to_measurement(r) for r in rs]
+
+
+def serial_bound_s(workload: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> float:
+    """Sum over ops of their slowest device time: an upper bound of any single-device step."""
+    from suite.simulator import inputs_for
+
+    return float(inputs_for(workload, cluster, profiles).cost.max(axis=1).sum())
+
+
+@dataclass
+class CurvePoint:
+    evaluations: int
+    wall_time_s: float
+    best_score_s: float
+    mean_score_s: float  # mean score of the evaluations so far
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+class Evaluator:
+    """Budgeted access to a backend for one placer run."""
+
+    def __init__(
+        self,
+        workload: OpGraph,
+        cluster: Cluster,
+        budget: Budget | None = None,
+        *,
+        methodology: Methodology | None = None,
+        backend: Backend | None = None,
+        profiles: Iterable[Profile] = (),
+    ):
+        from suite import methodology as _m
+
+        self.workload = workload
+        self.cluster = cluster
+        self.methodology = methodology or _m.load()
+        self.budget = budget or self.methodology.budget
+        self.backend = backend or SimulatorBackend(workload, cluster, profiles)
+        self.failure_score_s = self.methodology.failure_multiple * serial_bound_s(workload, cluster, profiles)
+        self.evaluations_used = 0
+        self.started = time.perf_counter()
+        self.curve: list[CurvePoint] = []
+        self.best_score_s = math.inf
+        self.best_placement: np.ndarray | None = None
+        self._score_sum = 0.0
+
+    # -- budget ------------------------------------------------------------------------------------
+    @property
+    def remaining(self) -> int:
+        return max(0, self.budget.max_evaluations - self.evaluations_used)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def time_left_s(self) -> float:
+        return max(0.0, self.budget.max_seconds - self.elapsed_s)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining == 0 or self.time_left_s == 0.0
+
+    def _charge(self, k: int) -> None:
+        if k > self.remaining:
+            raise BudgetExhausted(
+                f"{k} evaluation(s) asked, {self.remaining} left of {self.budget.max_evaluations}"
+            )
+        if self.time_left_s == 0.0:
+            raise BudgetExhausted(f"search time budget of {self.budget.max_seconds} s is spent")
+        self.evaluations_used += k
+
+    # -- scoring -----------------------------------------------------------------------------------
+    def score(self, m: Measurement) -> float:
+        """Seconds to minimise during search; failures get the methodology's penalty."""
+        if m.status == "ok":
+            return float(m.step_time_s)
+        if m.status == "oom":
+            return self.failure_score_s + float(m.step_time_s or 0.0)
+        return 2.0 * self.failure_score_s
+
+    def _record(self, placement: np.ndarray, m: Measurement) -> float:
+        s = self.score(m)
+        self._score_sum += s
+        if s < self.best_score_s:
+            self.best_score_s = s
+            self.best_placement = np.array(placement, dtype=np.int64)
+        self.curve.append(
+            CurvePoint(self.evaluations_used, self.elapsed_s, self.best_score_s, self._score_sum / self.evaluations_used)
+        )
+        return s
+
+    # -- evaluation --------------------------------------------------------------------------------
+    def _validated(self, placement: Any) -> tuple[np.ndarray | None, Measurement | None]:
+        try:
+            return validate(placement, self.workload, self.cluster), None
+        except PlacementError as exc:
+            return None, Measurement(status="invalid", step_time_s=None, message=str(exc))
+
+    def evaluate(self, placement: Any) -> Measurement:
+        """Measure one placement; costs one evaluation. An invalid placement gives status 'invalid'."""
+        self._charge(1)
+        arr, bad = self._validated(placement)
+        m = bad if bad is not None else self.backend.measure(arr)
+        self._record(arr if arr is not None else np.asarray(placement), m)
+        return m
+
+    def evaluate_batch(self, placements: Sequence[Any] | np.ndarray) -> list[Measurement]:
+        """Measure many placements; costs one evaluation each."""
+        placements = list(placements)
+        self._charge(len(placements))
+        checked = [self._validated(p) for p in placements]
+        good = [i for i, (a, _) in enumerate(checked) if a is not None]
+        out: list[Measurement | None] = [bad for _, bad in checked]
+        if good:
+            ms = self.backend.measure_batch(np.stack([checked[i][0] for i in good]))
+            for i, m in zip(good, ms, strict=True):
+                out[i] = m
+        self.evaluations_used -= len(placements)  # re-count one by one for the curve
+        for p, m in zip(placements, out, strict=True):
+            self.evaluations_used += 1
+            self._record(np.asarray(p), m)
+        return out  # type: ignore[return-value]
+
+    def evaluate_score(self, placement: Any) -> float:
+        return self.score(self.evaluate(placement))
+
+    def measure(self, placement: Any, repetitions: int | None = None) -> Measurement:
+        """Re-measure a final placement outside the budget (the harness's call, not a placer's)."""
+        arr, bad = self._validated(placement)
+        if bad is not None:
+            return bad
+        reps = repetitions or self.methodology.repetitions
+        ms = [self.backend.measure(arr) for _ in range(reps)]
+        if reps == 1:
+            return ms[0]
+        samples = tuple(s for m in ms for s in m.samples_s)
+        status = "oom" if any(m.status == "oom" for m in ms) else ms[0].status
+        return Measurement(
+            status=status,
+            step_time_s=float(np.median(samples)) if samples else None,
+            samples_s=samples,
+            peak_memory_bytes={k: max(m.peak_memory_bytes.get(k, 0) for m in ms) for k in ms[0].peak_memory_bytes},
+            oom_devices=ms[0].oom_devices,
+            message=ms[0].message,
+            bytes_transferred=ms[0].bytes_transferred,
+            busy_s=ms[0].busy_s,
+        )

@@ -1,0 +1,360 @@
+"""The graph IR: an immutable DAG of operations with costs, and its validation and statistics.
+
+An `OpGraph` always stores its ops in a topological order (the canonical order: Kahn's algorithm taking
+the smallest original index first). Op indices are positions in that order; placements, cost matrices and
+the simulator's priority among ready ops all use them.
+
+Every op produces one output tensor of `output_bytes`; an edge `src -> dst` says that `dst` reads `src`'s
+output and carries `bytes` (normally equal to the producer's `output_bytes`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from suite.errors import GraphError
+
+PHASES = ("forward", "backward", "update")
+DEVICE_KINDS = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation. FLOPs are floating-point operations (a multiply-add counts 2)."""
+
+    name: str
+    kind: str
+    flops: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    output_bytes: int = 0
+    param_bytes: int = 0  # resident for the whole step on the op's device (weights, optimizer state)
+    phase: str = "forward"
+    group: str | None = None  # colocation group: all ops of a group go to one device
+    allowed_kinds: tuple[str, ...] = ()  # empty: any device kind
+    output_shape: tuple[int, ...] = ()
+    scope: str = ""  # dotted module path in the model ("encoder.layers.1"), for expert rules and grouping
+
+    @property
+    def bytes_accessed(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: int
+    dst: int
+    bytes: int
+
+
+def _check_number(where: str, field_name: str, value: Any, *, integer: bool) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise GraphError(f"{where}.{field_name}: expected a number, got {value!r}")
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        raise GraphError(f"{where}.{field_name}: {value!r} is not a finite number")
+    if value < 0:
+        raise GraphError(f"{where}.{field_name}: {value!r} is negative")
+    if integer:
+        if isinstance(value, float) and not value.is_integer():
+            raise GraphError(f"{where}.{field_name}: {value!r} is not a whole number of bytes")
+        return int(value)
+    return float(value)
+
+
+def _checked_op(op: Op, index: int) -> Op:
+    where = f"ops[{index}] {op.name!r}"
+    if not isinstance(op.name, str) or not op.name:
+        raise GraphError(f"ops[{index}].name: expected a non-empty string, got {op.name!r}")
+    if not isinstance(op.kind, str) or not op.kind:
+        raise GraphError(f"{where}.kind: expected a non-empty string, got {op.kind!r}")
+    if op.phase not in PHASES:
+        raise GraphError(f"{where}.phase: {op.phase!r} is not one of {', '.join(PHASES)}")
+    for kind in op.allowed_kinds:
+        if kind not in DEVICE_KINDS:
+            raise GraphError(f"{where}.allowed_kinds: {kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+    if op.group is not None and (not isinstance(op.group, str) or not op.group):
+        raise GraphError(f"{where}.group: expected a non-empty string or null, got {op.group!r}")
+    for d in op.output_shape:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise GraphError(f"{where}.output_shape: {op.output_shape!r} is not a tuple of sizes")
+    return Op(
+        name=op.name,
+        kind=op.kind,
+        flops=_check_number(where, "flops", op.flops, integer=False),
+        bytes_read=_check_number(where, "bytes_read", op.bytes_read, integer=True),
+        bytes_written=_check_number(where, "bytes_written", op.bytes_written, integer=True),
+        output_bytes=_check_number(where, "output_bytes", op.output_bytes, integer=True),
+        param_bytes=_check_number(where, "param_bytes", op.param_bytes, integer=True),
+        phase=op.phase,
+        group=op.group,
+        allowed_kinds=tuple(op.allowed_kinds),
+        output_shape=tuple(op.output_shape),
+        scope=op.scope if isinstance(op.scope, str) else _bad_scope(where, op.scope),
+    )
+
+
+def _bad_scope(where: str, value: Any) -> str:
+    raise GraphError(f"{where}.scope: expected a string, got {value!r}")
+
+
+def find_cycle(n: int, edges: Sequence[tuple[int, int]]) -> list[int] | None:
+    """Return the op indices of one directed cycle (in order), or None if the graph is acyclic."""
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for s, d in edges:
+        succ[s].append(d)
+    color = [0] * n  # 0 new, 1 on stack, 2 done
+    parent = [-1] * n
+    for root in range(n):
+        if color[root]:
+            continue
+        stack = [(root, 0)]
+        color[root] = 1
+        while stack:
+            v, i = stack[-1]
+            if i < len(succ[v]):
+                stack[-1] = (v, i + 1)
+                w = succ[v][i]
+                if color[w] == 0:
+                    color[w] = 1
+                    parent[w] = v
+                    stack.append((w, 0))
+                elif color[w] == 1:
+                    cycle = [v]
+                    while cycle[-1] != w:
+                        cycle.append(parent[cycle[-1]])
+                    return cycle[::-1]
+            else:
+                color[v] = 2
+                stack.pop()
+    return None
+
+
+def canonical_order(n: int, edges: Sequence[tuple[int, int]]) -> list[int]:
+    """Kahn's algorithm taking the smallest index first; assumes the graph is acyclic."""
+    indeg = [0] * n
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for s, d in edges:
+        succ[s].append(d)
+        indeg[d] += 1
+    heap = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        v = heapq.heappop(heap)
+        order.append(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, w)
+    return order
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    num_ops: int
+    num_edges: int
+    average_degree: float  # 2|E| / |V|
+    total_flops: float
+    param_bytes: int
+    critical_path_ops: int  # ops on the longest path
+    critical_path_flops: float  # FLOPs on the path with the most FLOPs
+    ops_by_phase: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True, eq=False)
+class OpGraph:
+    """An immutable, validated DAG of ops in canonical topological order.
+
+    Build one with `OpGraph.build(name, ops, edges)`, which validates and orders; the plain constructor is
+    for internal use on already-canonical data.
+    """
+
+    name: str
+    ops: tuple[Op, ...]
+    edges: tuple[Edge, ...]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    # -- construction --------------------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        ops: Iterable[Op],
+        edges: Iterable[tuple[str, str, int] | tuple[str, str]],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> OpGraph:
+        """Validate ops and named edges `(src, dst[, bytes])` and return the canonical graph.
+
+        An edge without bytes carries the producer's `output_bytes`. Duplicate edges are an error.
+        """
+        ops = [_checked_op(op, i) for i, op in enumerate(ops)]
+        index: dict[str, int] = {}
+        for i, op in enumerate(ops):
+            if op.name in index:
+                raise GraphError(f"ops[{i}].name: duplicate op name {op.name!r} (also ops[{index[op.name]}])")
+            index[op.name] = i
+        raw: list[tuple[int, int, int]] = []
+        seen: set[tuple[int, int]] = set()
+        for j, e in enumerate(edges):
+            if len(e) not in (2, 3):
+                raise GraphError(f"edges[{j}]: expected (src, dst[, bytes]), got {e!r}")
+            src, dst = e[0], e[1]
+            for end, label in ((src, "src"), (dst, "dst")):
+                if end not in index:
+                    raise GraphError(f"edges[{j}].{label}: unknown op {end!r}")
+            s, d = index[src], index[dst]
+            if s == d:
+                raise GraphError(f"edges[{j}]: self-loop on op {src!r} (a cycle)")
+            if (s, d) in seen:
+                raise GraphError(f"edges[{j}]: duplicate edge {src!r} -> {dst!r}")
+            seen.add((s, d))
+            nbytes = ops[s].output_bytes if len(e) == 2 else _check_number(f"edges[{j}]", "bytes", e[2], integer=True)
+            raw.append((s, d, int(nbytes)))
+        pairs = [(s, d) for s, d, _ in raw]
+        cycle = find_cycle(len(ops), pairs)
+        if cycle is not None:
+            names = " -> ".join(ops[i].name for i in cycle + cycle[:1])
+            raise GraphError(f"graph {name!r} has a cycle: {names}")
+        order = canonical_order(len(ops), pairs)
+        pos = {old: new for new, old in enumerate(order)}
+        new_ops = tuple(ops[i] for i in order)
+        new_edges = tuple(sorted((Edge(pos[s], pos[d], b) for s, d, b in raw), key=lambda e: (e.src, e.dst)))
+        graph = cls(name=name, ops=new_ops, edges=new_edges, metadata=dict(metadata or {}))
+        graph._check_groups()
+        return graph
+
+    def _check_groups(self) -> None:
+        """Ops of one colocation group must allow at least one common device kind."""
+        allowed: dict[str, set[str]] = {}
+        for op in self.ops:
+            if op.group is None or not op.allowed_kinds:
+                continue
+            kinds = allowed.setdefault(op.group, set(DEVICE_KINDS))
+            kinds &= set(op.allowed_kinds)
+            if not kinds:
+                raise GraphError(
+                    f"group {op.group!r}: op {op.name!r} narrows the allowed device kinds to none"
+                )
+
+    # -- derived arrays (cached; the graph is immutable) ----------------------------------------------
+    @property
+    def num_ops(self) -> int:
+        return len(self.ops)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.edges)
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {op.name: i for i, op in enumerate(self.ops)}
+
+    @cached_property
+    def arrays(self) -> GraphArrays:
+        return GraphArrays.from_graph(self)
+
+    def predecessors(self, i: int) -> list[int]:
+        a = self.arrays
+        return a.pred_idx[a.pred_ptr[i] : a.pred_ptr[i + 1]].tolist()
+
+    def successors(self, i: int) -> list[int]:
+        a = self.arrays
+        return a.succ_idx[a.succ_ptr[i] : a.succ_ptr[i + 1]].tolist()
+
+    @cached_property
+    def groups(self) -> dict[str, list[int]]:
+        """Colocation groups: group name -> op indices."""
+        out: dict[str, list[int]] = {}
+        for i, op in enumerate(self.ops):
+            if op.group is not None:
+                out.setdefault(op.group, []).append(i)
+        return out
+
+    @cached_property
+    def stats(self) -> GraphStats:
+        a = self.arrays
+        n = self.num_ops
+        longest_ops = np.ones(n, dtype=np.int64)
+        longest_flops = a.flops.copy()
+        # dynamic programming over the topological order
+        for v in range(n):
+            preds = a.pred_idx[a.pred_ptr[v] : a.pred_ptr[v + 1]]
+            if len(preds):
+                longest_ops[v] = 1 + longest_ops[preds].max()
+                longest_flops[v] = a.flops[v] + longest_flops[preds].max()
+        phases = {p: 0 for p in PHASES}
+        for op in self.ops:
+            phases[op.phase] += 1
+        return GraphStats(
+            num_ops=n,
+            num_edges=self.num_edges,
+            average_degree=(2.0 * self.num_edges / n) if n else 0.0,
+            total_flops=float(a.flops.sum()),
+            param_bytes=int(a.param_bytes.sum()),
+            critical_path_ops=int(longest_ops.max()) if n else 0,
+            critical_path_flops=float(longest_flops.max()) if n else 0.0,
+            ops_by_phase=phases,
+        )
+
+    @cached_property
+    def content_hash(self) -> str:
+        from suite.graph_io import content_hash
+
+        return content_hash(self)
+
+    def __repr__(self) -> str:
+        return f"OpGraph({self.name!r}, ops={self.num_ops}, edges={self.num_edges})"
+
+
+@dataclass(frozen=True, eq=False)
+class GraphArrays:
+    """Numpy views of a graph for the cost model and simulators (CSR adjacency in both directions)."""
+
+    flops: np.ndarray  # float64 [n]
+    bytes_accessed: np.ndarray  # int64 [n]
+    output_bytes: np.ndarray  # int64 [n]
+    param_bytes: np.ndarray  # int64 [n]
+    succ_ptr: np.ndarray  # int64 [n+1]
+    succ_idx: np.ndarray  # int64 [E], sorted by (src, dst)
+    succ_bytes: np.ndarray  # int64 [E]
+    pred_ptr: np.ndarray  # int64 [n+1]
+    pred_idx: np.ndarray  # int64 [E], sorted by (dst, src)
+    pred_bytes: np.ndarray  # int64 [E]
+
+    @classmethod
+    def from_graph(cls, g: OpGraph) -> GraphArrays:
+        n = g.num_ops
+        src = np.fromiter((e.src for e in g.edges), dtype=np.int64, count=len(g.edges))
+        dst = np.fromiter((e.dst for e in g.edges), dtype=np.int64, count=len(g.edges))
+        nbytes = np.fromiter((e.bytes for e in g.edges), dtype=np.int64, count=len(g.edges))
+        order_s = np.lexsort((dst, src))
+        order_d = np.lexsort((src, dst))
+        succ_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=n), out=succ_ptr[1:])
+        pred_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=n), out=pred_ptr[1:])
+        arrays = cls(
+            flops=np.array([op.flops for op in g.ops], dtype=np.float64),
+            bytes_accessed=np.array([op.bytes_accessed for op in g.ops], dtype=np.int64),
+            output_bytes=np.array([op.output_bytes for op in g.ops], dtype=np.int64),
+            param_bytes=np.array([op.param_bytes for op in g.ops], dtype=np.int64),
+            succ_ptr=succ_ptr,
+            succ_idx=dst[order_s],
+            succ_bytes=nbytes[order_s],
+            pred_ptr=pred_ptr,
+            pred_idx=src[order_d],
+            pred_bytes=nbytes[order_d],
+        )
+        for a in arrays.__dict__.values():
+            a.setflags(write=False)
+        return arrays

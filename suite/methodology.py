@@ -1,0 +1,110 @@
+"""The methodology: one versioned set of rules (budget, seeds, re-measurement, timing, scoring, timeouts).
+
+Rules are data (`suite/methodology/*.toml`); this module only loads and validates them.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SpecError
+
+METHODOLOGY_DIR = Path(__file__).parent / "methodology"
+DEFAULT = "v1"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Search budget of one placer run: evaluator calls and wall-clock seconds."""
+
+    max_evaluations: int = 1000
+    max_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    warmup_steps: int = 3
+    measured_steps: int = 10
+    statistic: str = "median"
+    synchronize: bool = True
+
+
+@dataclass(frozen=True)
+class Methodology:
+    version: str
+    budget: Budget = field(default_factory=Budget)
+    seeds: tuple[int, ...] = (0,)
+    repetitions: int = 1
+    timing: Timing = field(default_factory=Timing)
+    failure_multiple: float = 10.0
+    cell_timeout_s: float = 900.0
+
+    def with_budget(self, **kw: Any) -> Methodology:
+        return replace(self, budget=replace(self.budget, **kw))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "budget": dict(self.budget.__dict__),
+            "seeds": list(self.seeds),
+            "repetitions": self.repetitions,
+            "timing": dict(self.timing.__dict__),
+            "failure_multiple": self.failure_multiple,
+            "cell_timeout_s": self.cell_timeout_s,
+        }
+
+
+def _num(where: str, value: Any, *, integer: bool = False, minimum: float = 0.0) -> Any:
+    ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok or (not integer and (math.isnan(value) or math.isinf(value))):
+        raise SpecError(f"{where}: expected a {'whole' if integer else 'finite'} number, got {value!r}")
+    if value < minimum:
+        raise SpecError(f"{where}: {value!r} is below the minimum {minimum}")
+    return value
+
+
+def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Methodology:
+    if not isinstance(data.get("version"), str) or not data["version"]:
+        raise SpecError(f"{source}: field 'version' is missing")
+    b = data.get("budget", {})
+    t = data.get("timing", {})
+    seeds = data.get("seeds", {}).get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise SpecError(f"{source}: seeds.seeds must be a non-empty list of integers, got {seeds!r}")
+    statistic = t.get("statistic", "median")
+    if statistic not in ("median", "mean"):
+        raise SpecError(f"{source}: timing.statistic {statistic!r} is not 'median' or 'mean'")
+    return Methodology(
+        version=data["version"],
+        budget=Budget(
+            max_evaluations=_num(f"{source}: budget.max_evaluations", b.get("max_evaluations", 1000), integer=True, minimum=1),
+            max_seconds=float(_num(f"{source}: budget.max_seconds", b.get("max_seconds", 300.0), minimum=0.001)),
+        ),
+        seeds=tuple(seeds),
+        repetitions=_num(f"{source}: remeasure.repetitions", data.get("remeasure", {}).get("repetitions", 1), integer=True, minimum=1),
+        timing=Timing(
+            warmup_steps=_num(f"{source}: timing.warmup_steps", t.get("warmup_steps", 3), integer=True),
+            measured_steps=_num(f"{source}: timing.measured_steps", t.get("measured_steps", 10), integer=True, minimum=1),
+            statistic=statistic,
+            synchronize=bool(t.get("synchronize", True)),
+        ),
+        failure_multiple=float(_num(f"{source}: scoring.failure_multiple", data.get("scoring", {}).get("failure_multiple", 10.0), minimum=1.0)),
+        cell_timeout_s=float(_num(f"{source}: timeout.cell_timeout_s", data.get("timeout", {}).get("cell_timeout_s", 900.0), minimum=0.001)),
+    )
+
+
+def load(name_or_path: str = DEFAULT) -> Methodology:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = METHODOLOGY_DIR / f"{name_or_path}.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such methodology file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    return from_dict(data, source=str(path))

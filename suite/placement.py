@@ -1,0 +1,132 @@
+"""Placements: one device index per op, validated against a workload and a cluster.
+
+A placement is valid when it has one entry per op, every entry names a device of the cluster, every op is
+on a device kind it allows, and all ops of a colocation group share one device. Validation never repairs:
+the first problem found is raised as a `PlacementError` that names the op, the device and the rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.cluster import Cluster
+from suite.errors import PlacementError
+from suite.graph import OpGraph
+
+
+def as_placement(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+    """Convert ints, device names or an {op name: device} mapping to an int64 array; check the form only.
+
+    Raises `PlacementError` for a wrong length, an unknown device or op name, or a non-integer entry.
+    """
+    n, d = graph.num_ops, cluster.num_devices
+    if isinstance(placement, Mapping):
+        missing = [op.name for op in graph.ops if op.name not in placement]
+        unknown = [k for k in placement if k not in graph.index]
+        if unknown:
+            raise PlacementError(f"placement names op {unknown[0]!r}, which is not in workload {graph.name!r}")
+        if missing:
+            raise PlacementError(
+                f"placement has no device for {len(missing)} op(s) of {graph.name!r}, e.g. {missing[0]!r}"
+            )
+        placement = [placement[op.name] for op in graph.ops]
+    if isinstance(placement, np.ndarray) and placement.ndim != 1:
+        raise PlacementError(f"placement must be one-dimensional, got shape {placement.shape}")
+    if not isinstance(placement, np.ndarray | Sequence):
+        raise PlacementError(f"placement must be a sequence of device indices or names, got {type(placement).__name__}")
+    if len(placement) != n:
+        raise PlacementError(f"placement has {len(placement)} entries, but workload {graph.name!r} has {n} ops")
+    out = np.empty(n, dtype=np.int64)
+    for i, v in enumerate(placement):
+        if isinstance(v, str):
+            if v not in cluster.index:
+                raise PlacementError(
+                    f"placement[{i}] (op {graph.ops[i].name!r}): unknown device {v!r}; "
+                    f"cluster {cluster.name!r} has {', '.join(cluster.index)}"
+                )
+            out[i] = cluster.index[v]
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            if isinstance(v, float | np.floating) and float(v).is_integer():
+                v = int(v)
+            else:
+                raise PlacementError(f"placement[{i}] (op {graph.ops[i].name!r}): {v!r} is not a device index")
+        if not 0 <= int(v) < d:
+            raise PlacementError(
+                f"placement[{i}] (op {graph.ops[i].name!r}): device {int(v)} does not exist; "
+                f"cluster {cluster.name!r} has devices 0..{d - 1}"
+            )
+        out[i] = int(v)
+    return out
+
+
+def check_placement(placement: np.ndarray, graph: OpGraph, cluster: Cluster) -> None:
+    """Check device-kind constraints and colocation groups; raise `PlacementError` on the first violation."""
+    kinds = [dev.kind for dev in cluster.devices]
+    for i, op in enumerate(graph.ops):
+        if op.allowed_kinds and kinds[placement[i]] not in op.allowed_kinds:
+            dev = cluster.devices[placement[i]]
+            raise PlacementError(
+                f"op {op.name!r} is placed on {dev.name} ({dev.kind}), but allows only {', '.join(op.allowed_kinds)}"
+            )
+    for group, members in graph.groups.items():
+        devs = placement[members]
+        if (devs != devs[0]).any():
+            j = members[int(np.argmax(devs != devs[0]))]
+            raise PlacementError(
+                f"colocation group {group!r} is split: op {graph.ops[members[0]].name!r} on "
+                f"{cluster.devices[devs[0]].name}, op {graph.ops[j].name!r} on {cluster.devices[placement[j]].name}"
+            )
+
+
+def validate(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+    """`as_placement` then `check_placement`; returns the read-only int64 placement array."""
+    arr = as_placement(placement, graph, cluster)
+    check_placement(arr, graph, cluster)
+    arr.setflags(write=False)
+    return arr
+
+
+def placement_hash(placement: np.ndarray) -> str:
+    return "sha256:" + hashlib.sha256(np.ascontiguousarray(placement, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+def save_placement(placement: np.ndarray, graph: OpGraph, cluster: Cluster, path: str | Path) -> Path:
+    """Write {op name: device name} as JSON, with the workload and cluster it belongs to."""
+    path = Path(path)
+    data = {
+        "format": "placebench.placement",
+        "schema_version": 1,
+        "workload": graph.name,
+        "workload_hash": graph.content_hash,
+        "cluster": cluster.name,
+        "placement": {op.name: cluster.devices[int(d)].name for op, d in zip(graph.ops, placement, strict=True)},
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def load_placement(path: str | Path, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+    """Read a placement file (an object with a 'placement' field: a list or an {op: device} object)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlacementError(f"{path}: no such placement file") from None
+    except json.JSONDecodeError as exc:
+        raise PlacementError(f"{path}: not valid JSON: {exc}") from None
+    raw = data.get("placement") if isinstance(data, dict) else data
+    if raw is None:
+        raise PlacementError(f"{path}: no field 'placement'")
+    try:
+        return validate(raw, graph, cluster)
+    except PlacementError as exc:
+        raise PlacementError(f"{path}: {exc}") from None

@@ -1,0 +1,140 @@
+"""The placer interface and registry.
+
+A placer is a class with a `name`, keyword parameters, and `place(problem, budget, seed)`. In-tree and
+third-party placers are found through the entry-point group `placebench.placers` (loaded lazily, so a
+broken plugin is reported and does not stop the others); tests and notebooks can also register a class
+with the `register_placer` decorator. `suite/` never imports a placer module by name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from suite.cluster import Cluster
+from suite.errors import PlacebenchError, UnknownNameError
+from suite.evaluator import CurvePoint, Evaluator
+from suite.graph import OpGraph
+from suite.methodology import Budget
+
+ENTRY_POINT_GROUP = "placebench.placers"
+
+
+@dataclass
+class Problem:
+    """What a placer sees: the workload, the cluster, and the budgeted evaluator."""
+
+    workload: OpGraph
+    cluster: Cluster
+    evaluator: Evaluator
+
+    @classmethod
+    def make(cls, workload: OpGraph, cluster: Cluster, budget: Budget | None = None, **kw: Any) -> Problem:
+        return cls(workload, cluster, Evaluator(workload, cluster, budget, **kw))
+
+
+@dataclass
+class PlacementResult:
+    """A placer's answer: the placement and what the search cost."""
+
+    placement: np.ndarray
+    evaluations: int = 0
+    wall_time_s: float = 0.0
+    curve: list[CurvePoint] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_search(cls, placement: Any, problem: Problem, started: float, **info: Any) -> PlacementResult:
+        """Fill the statistics from the evaluator the placer was handed."""
+        ev = problem.evaluator
+        return cls(
+            placement=np.asarray(placement, dtype=np.int64),
+            evaluations=ev.evaluations_used,
+            wall_time_s=time.perf_counter() - started,
+            curve=list(ev.curve),
+            info=info,
+        )
+
+
+@runtime_checkable
+class Placer(Protocol):
+    name: ClassVar[str]
+    params: dict[str, Any]
+
+    def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult: ...
+
+
+_REGISTERED: dict[str, Callable[..., Placer]] = {}
+
+
+def register_placer(name: str) -> Callable[[type], type]:
+    """Class decorator: make a placer available under `name` in this process."""
+
+    def deco(cls: type) -> type:
+        cls.name = name
+        _REGISTERED[name] = cls
+        return cls
+
+    return deco
+
+
+def unregister_placer(name: str) -> None:
+    _REGISTERED.pop(name, None)
+
+
+def _entry_points() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def placer_names() -> list[str]:
+    """Every available placer name (entry points and decorator registrations), sorted."""
+    return sorted(set(_entry_points()) | set(_REGISTERED))
+
+
+class PluginError(PlacebenchError):
+    """A placer plugin that could not be loaded."""
+
+
+def placer_class(name: str) -> Callable[..., Placer]:
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    eps = _entry_points()
+    if name not in eps:
+        raise UnknownNameError(f"unknown placer {name!r}; available: {', '.join(placer_names())}")
+    try:
+        cls = eps[name].load()
+    except Exception as exc:  # a broken plugin is reported, not fatal
+        raise PluginError(f"placer {name!r} ({eps[name].value}) failed to load: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(cls, "name") or cls.name != name:
+        cls.name = name
+    return cls
+
+
+def make_placer(name: str, **params: Any) -> Placer:
+    """Instantiate a placer by name with keyword parameters."""
+    cls = placer_class(name)
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise PlacebenchError(f"placer {name!r}: bad parameters {params}: {exc}") from None
+
+
+class BasePlacer:
+    """Convenience base: stores keyword parameters (merged over `defaults`) in `self.params`."""
+
+    name: ClassVar[str] = "base"
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **params: Any):
+        unknown = set(params) - set(self.defaults)
+        if unknown:
+            raise TypeError(f"unknown parameter(s) {sorted(unknown)}; known: {sorted(self.defaults)}")
+        self.params = {**self.defaults, **params}
+
+    def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:  # pragma: no cover
+        raise NotImplementedError

@@ -1,0 +1,42 @@
+"""Name lookup for workloads and clusters: presets by name, user files by path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from suite import cluster as _cluster
+from suite import graph_io
+from suite.cluster import Cluster
+from suite.errors import UnknownNameError
+from suite.graph import OpGraph
+
+
+def _looks_like_path(s: str) -> bool:
+    return "/" in s or s.endswith((".toml", ".json", ".gz"))
+
+
+def cluster_names() -> list[str]:
+    return _cluster.preset_names()
+
+
+def load_cluster(name_or_path: str) -> Cluster:
+    if _looks_like_path(name_or_path):
+        return _cluster.load(name_or_path)
+    path = _cluster.PRESET_DIR / f"{name_or_path}.toml"
+    if not path.exists():
+        raise UnknownNameError(f"unknown cluster {name_or_path!r}; presets: {', '.join(cluster_names())}")
+    return _cluster.load(path)
+
+
+def workload_names() -> list[str]:
+    from suite import zoo
+
+    return zoo.names()
+
+
+def load_workload(name_or_path: str) -> OpGraph:
+    if _looks_like_path(name_or_path) or Path(name_or_path).is_file():
+        return graph_io.load(name_or_path)
+    from suite import zoo
+
+    return zoo.load(name_or_path)

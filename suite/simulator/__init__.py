@@ -1,0 +1,174 @@
+"""The placement simulator: (workload, cluster, placement) -> step time, busy time, traffic, peak memory, status.
+
+`simulate` is the public entry point. Two engines share one semantics (documented in `reference.py`):
+`"reference"`, a short pure-Python event loop, and `"fast"` (the default), a compiled port of it with a
+batch API (`simulate_batch`) that evaluates many placements at once. Property tests check that both agree
+exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from suite.cluster import Cluster
+from suite.costmodel import Profile, cost_matrix
+from suite.graph import OpGraph
+from suite.placement import validate
+from suite.simulator import reference
+
+ENGINES = ("fast", "reference")
+
+
+@dataclass(frozen=True)
+class SimInputs:
+    """The arrays both engines read; built once per (workload, cluster, profiles)."""
+
+    cost: np.ndarray  # float64 [n, D]
+    succ_ptr: np.ndarray
+    succ_idx: np.ndarray
+    succ_bytes: np.ndarray
+    num_preds: np.ndarray
+    output_bytes: np.ndarray
+    param_bytes: np.ndarray
+    latency_s: np.ndarray  # [D, D]
+    bandwidth: np.ndarray  # [D, D]
+    capacity_bytes: np.ndarray  # int64 [D]
+
+    @classmethod
+    def build(cls, graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> SimInputs:
+        a = graph.arrays
+        lat, bw = cluster.routes if cluster.num_devices > 1 else (np.zeros((1, 1)), np.full((1, 1), np.inf))
+        return cls(
+            cost=cost_matrix(graph, cluster, profiles),
+            succ_ptr=a.succ_ptr,
+            succ_idx=a.succ_idx,
+            succ_bytes=a.succ_bytes,
+            num_preds=np.diff(a.pred_ptr),
+            output_bytes=a.output_bytes,
+            param_bytes=a.param_bytes,
+            latency_s=np.ascontiguousarray(lat, dtype=np.float64),
+            bandwidth=np.ascontiguousarray(bw, dtype=np.float64),
+            capacity_bytes=np.array([d.memory_bytes for d in cluster.devices], dtype=np.int64),
+        )
+
+    def args(self) -> tuple:
+        return (
+            self.cost,
+            self.succ_ptr,
+            self.succ_idx,
+            self.succ_bytes,
+            self.num_preds,
+            self.output_bytes,
+            self.param_bytes,
+            self.latency_s,
+            self.bandwidth,
+        )
+
+
+@dataclass(frozen=True)
+class SimResult:
+    status: str  # "ok" or "oom"
+    step_time_s: float
+    busy_s: np.ndarray  # [D] seconds of compute per device
+    peak_memory_bytes: np.ndarray  # [D] resident + peak live bytes
+    capacity_bytes: np.ndarray  # [D]
+    link_bytes: np.ndarray  # [D, D] bytes sent from row device to column device
+    device_names: tuple[str, ...]
+
+    @property
+    def oom_devices(self) -> tuple[str, ...]:
+        return tuple(n for n, p, c in zip(self.device_names, self.peak_memory_bytes, self.capacity_bytes, strict=True) if p > c)
+
+    def as_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "step_time_s": self.step_time_s,
+            "oom_devices": list(self.oom_devices),
+            "devices": {
+                name: {
+                    "busy_s": float(self.busy_s[d]),
+                    "peak_memory_bytes": int(self.peak_memory_bytes[d]),
+                    "capacity_bytes": int(self.capacity_bytes[d]),
+                }
+                for d, name in enumerate(self.device_names)
+            },
+            "bytes_transferred": int(self.link_bytes.sum()),
+        }
+
+
+@lru_cache(maxsize=32)
+def _cached_inputs(graph: OpGraph, cluster: Cluster) -> SimInputs:
+    return SimInputs.build(graph, cluster)
+
+
+def inputs_for(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> SimInputs:
+    profiles = tuple(profiles)
+    return SimInputs.build(graph, cluster, profiles) if profiles else _cached_inputs(graph, cluster)
+
+
+def _result(inputs: SimInputs, cluster: Cluster, step, busy, peak, link) -> SimResult:
+    status = "oom" if (peak > inputs.capacity_bytes).any() else "ok"
+    return SimResult(
+        status=status,
+        step_time_s=float(step),
+        busy_s=np.asarray(busy, dtype=np.float64),
+        peak_memory_bytes=np.asarray(peak, dtype=np.int64),
+        capacity_bytes=inputs.capacity_bytes,
+        link_bytes=np.asarray(link, dtype=np.int64),
+        device_names=tuple(d.name for d in cluster.devices),
+    )
+
+
+def simulate(
+    workload: OpGraph,
+    cluster: Cluster,
+    placement,
+    *,
+    profiles: Iterable[Profile] = (),
+    engine: str = "fast",
+) -> SimResult:
+    """Simulate one training or inference step of `workload` on `cluster` under `placement`.
+
+    The placement is validated first (`PlacementError` on a wrong length, unknown device, forbidden device
+    kind or split colocation group). OOM is a status of the result, not an exception.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown simulator engine {engine!r}; choose from {', '.join(ENGINES)}")
+    place = validate(placement, workload, cluster)
+    inputs = inputs_for(workload, cluster, profiles)
+    if engine == "reference":
+        s = reference.simulate(place, *inputs.args())
+        return _result(inputs, cluster, s.step_time_s, s.busy_s, s.peak_memory_bytes, s.link_bytes)
+    from suite.simulator import fast
+
+    step, busy, peak, link = fast.simulate_one(place, *inputs.args())
+    return _result(inputs, cluster, step, busy, peak, link)
+
+
+def simulate_batch(
+    workload: OpGraph,
+    cluster: Cluster,
+    placements: np.ndarray,
+    *,
+    profiles: Iterable[Profile] = (),
+    validate_each: bool = True,
+) -> list[SimResult]:
+    """Simulate many placements ([B, n] array) with the fast engine."""
+    from suite.simulator import fast
+
+    placements = np.asarray(placements)
+    if placements.ndim != 2 or placements.shape[1] != workload.num_ops:
+        from suite.errors import PlacementError
+
+        raise PlacementError(
+            f"batch of placements must have shape [B, {workload.num_ops}], got {placements.shape}"
+        )
+    if validate_each:
+        placements = np.stack([validate(p, workload, cluster) for p in placements]) if len(placements) else placements
+    inputs = inputs_for(workload, cluster, profiles)
+    steps, busy, peak, link = fast.simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), *inputs.args())
+    return [_result(inputs, cluster, steps[b], busy[b], peak[b], link[b]) for b in range(len(placements))]
