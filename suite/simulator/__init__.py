@@ -32,6 +32,8 @@ class SimInputs:
     succ_idx: np.ndarray
     succ_bytes: np.ndarray
     num_preds: np.ndarray
+    pred_ptr: np.ndarray
+    pred_idx: np.ndarray
     output_bytes: np.ndarray
     param_bytes: np.ndarray
     latency_s: np.ndarray  # [D, D]
@@ -48,11 +50,27 @@ class SimInputs:
             succ_idx=a.succ_idx,
             succ_bytes=a.succ_bytes,
             num_preds=np.diff(a.pred_ptr),
+            pred_ptr=a.pred_ptr,
+            pred_idx=a.pred_idx,
             output_bytes=a.output_bytes,
             param_bytes=a.param_bytes,
             latency_s=np.ascontiguousarray(lat, dtype=np.float64),
             bandwidth=np.ascontiguousarray(bw, dtype=np.float64),
             capacity_bytes=np.array([d.memory_bytes for d in cluster.devices], dtype=np.int64),
+        )
+
+    def fast_args(self) -> tuple:
+        return (
+            self.cost,
+            self.succ_ptr,
+            self.succ_idx,
+            self.succ_bytes,
+            self.pred_ptr,
+            self.pred_idx,
+            self.output_bytes,
+            self.param_bytes,
+            self.latency_s,
+            self.bandwidth,
         )
 
     def args(self) -> tuple:
@@ -145,7 +163,7 @@ def simulate(
         return _result(inputs, cluster, s.step_time_s, s.busy_s, s.peak_memory_bytes, s.link_bytes)
     from suite.simulator import fast
 
-    step, busy, peak, link = fast.simulate_one(place, *inputs.args())
+    step, busy, peak, link = fast.simulate_one(place, *inputs.fast_args())
     return _result(inputs, cluster, step, busy, peak, link)
 
 
@@ -170,5 +188,5 @@ def simulate_batch(
     if validate_each:
         placements = np.stack([validate(p, workload, cluster) for p in placements]) if len(placements) else placements
     inputs = inputs_for(workload, cluster, profiles)
-    steps, busy, peak, link = fast.simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), *inputs.args())
+    steps, busy, peak, link = fast.simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), *inputs.fast_args())
     return [_result(inputs, cluster, steps[b], busy[b], peak[b], link[b]) for b in range(len(placements))]

@@ -1,0 +1,40 @@
+"""Small builders for hand-computed simulator tests: a uniform cluster where times are easy to add up."""
+
+from __future__ import annotations
+
+from suite.cluster import Cluster, Device, Link
+
+
+def uniform_cluster(
+    n: int = 2,
+    *,
+    flops: float = 1e9,
+    mem_bandwidth: float = 1e30,
+    memory_bytes: int = 10**12,
+    link_bandwidth: float = 1000.0,
+    latency_s: float = 0.0,
+    kinds: tuple[str, ...] | None = None,
+) -> Cluster:
+    """n devices of 1 GFLOP/s (so 1e9 FLOPs take 1 s), no overhead, one shared link of 1000 B/s."""
+    kinds = kinds or ("gpu",) * n
+    devices = tuple(
+        Device(
+            name=f"d{i}",
+            kind=kinds[i],
+            peak_flops=flops,
+            mem_bandwidth=mem_bandwidth,
+            memory_bytes=memory_bytes,
+            op_overhead_s=0.0,
+        )
+        for i in range(n)
+    )
+    links = (Link(between=tuple(d.name for d in devices), bandwidth=link_bandwidth, latency_s=latency_s),) if n > 1 else ()
+    return Cluster(name=f"uniform{n}", devices=devices, links=links)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(name="uniform_cluster")
+def _uniform_cluster_fixture():
+    return uniform_cluster

@@ -1,0 +1,101 @@
+"""The fast engine agrees exactly with the reference on random graphs, clusters and placements."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from suite import Op, OpGraph, simulate, simulate_batch
+from suite.cluster import Cluster, Device, Link
+
+
+@st.composite
+def problems(draw):
+    n = draw(st.integers(1, 30))
+    ndev = draw(st.integers(1, 4))
+    # integer-valued times make many events coincide, which exercises the tie-breaking rules
+    flops = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+    out = draw(st.lists(st.integers(0, 3000), min_size=n, max_size=n))
+    params = draw(st.lists(st.integers(0, 500), min_size=n, max_size=n))
+    edges = []
+    for j in range(1, n):
+        for i in draw(st.sets(st.integers(0, j - 1), max_size=min(j, 3))):
+            edges.append((f"o{i}", f"o{j}"))
+    ops = [Op(f"o{i}", "x", flops=flops[i] * 1e9, output_bytes=out[i], param_bytes=params[i]) for i in range(n)]
+    g = OpGraph.build("rand", ops, edges)
+    devices = tuple(
+        Device(f"d{k}", "gpu", peak_flops=draw(st.sampled_from([1e9, 2e9])), mem_bandwidth=1e30,
+               memory_bytes=draw(st.integers(1, 6000)), op_overhead_s=0.0)
+        for k in range(ndev)
+    )
+    links = []
+    if ndev > 1:
+        links.append(Link(between=tuple(d.name for d in devices), bandwidth=draw(st.sampled_from([500.0, 1000.0])),
+                          latency_s=draw(st.sampled_from([0.0, 0.5, 1.0]))))
+        if ndev > 2:
+            links.append(Link(between=("d0", "d1"), bandwidth=4000.0, latency_s=0.0))
+    c = Cluster("rand", devices, tuple(links))
+    placements = draw(st.lists(st.lists(st.integers(0, ndev - 1), min_size=n, max_size=n), min_size=1, max_size=4))
+    return g, c, placements
+
+
+def _same(a, b):
+    assert a.status == b.status
+    assert a.step_time_s == b.step_time_s
+    assert a.busy_s.tolist() == b.busy_s.tolist()
+    assert a.peak_memory_bytes.tolist() == b.peak_memory_bytes.tolist()
+    assert a.link_bytes.tolist() == b.link_bytes.tolist()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_fast_equals_reference(problem):
+    g, c, placements = problem
+    batch = simulate_batch(g, c, np.array(placements))
+    for p, rb in zip(placements, batch, strict=True):
+        ref = simulate(g, c, p, engine="reference")
+        _same(ref, simulate(g, c, p, engine="fast"))
+        _same(ref, rb)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_fast_equals_reference_on_larger_random_graphs(seed):
+    rng = np.random.default_rng(seed)
+    n = 200
+    ops = [Op(f"o{i}", "x", flops=float(rng.integers(0, 5e9)), bytes_read=int(rng.integers(0, 10**6)),
+              output_bytes=int(rng.integers(0, 10**6)), param_bytes=int(rng.integers(0, 10**6))) for i in range(n)]
+    edges = {(int(i), j) for j in range(1, n) for i in rng.integers(0, j, size=min(j, 2))}
+    g = OpGraph.build("rand200", ops, [(f"o{i}", f"o{j}") for i, j in sorted(edges)])
+    from suite import load_cluster
+
+    c = load_cluster("haswell_4k80")
+    for _ in range(3):
+        p = rng.integers(0, c.num_devices, size=n)
+        _same(simulate(g, c, p, engine="reference"), simulate(g, c, p, engine="fast"))
+
+
+def test_schedule_invariants_on_random_graphs(uniform_cluster):
+    """No op starts before its inputs arrive; a device runs one op at a time; busy time adds up."""
+    from suite.simulator import SimInputs, reference
+
+    rng = np.random.default_rng(0)
+    c = uniform_cluster(3, latency_s=0.25)
+    for _ in range(20):
+        n = 40
+        ops = [Op(f"o{i}", "x", flops=float(rng.integers(1, 5)) * 1e9, output_bytes=int(rng.integers(0, 2000)))
+               for i in range(n)]
+        edges = {(int(i), j) for j in range(1, n) for i in rng.integers(0, j, size=2)}
+        g = OpGraph.build("r", ops, [(f"o{i}", f"o{j}") for i, j in edges])
+        p = rng.integers(0, 3, size=n)
+        s = reference.simulate(p, *SimInputs.build(g, c).args())
+        arrival = {(t[0], t[2]): t[4] for t in s.transfers}
+        for e in g.edges:
+            ready = s.finish_s[e.src] if p[e.src] == p[e.dst] else arrival[(e.src, int(p[e.dst]))]
+            assert s.start_s[e.dst] >= ready
+        for d in range(3):
+            idx = np.flatnonzero(p == d)
+            spans = sorted(zip(s.start_s[idx], s.finish_s[idx], strict=True))
+            assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+            assert s.busy_s[d] == pytest.approx(sum(s.finish_s[idx] - s.start_s[idx]), rel=1e-12)
+        assert s.step_time_s == s.finish_s.max()

@@ -1,0 +1,145 @@
+"""Step times and peak memory computed by hand for tiny graphs equal the simulator's, for both engines.
+
+Cluster of the `uniform_cluster` fixture: 1e9 FLOPs take 1 s, no per-op overhead, memory time negligible,
+links carry 1000 bytes/s with no latency unless stated. Every expected number below is worked out in the
+comment beside it.
+"""
+
+import numpy as np
+import pytest
+
+from suite import Op, OpGraph, simulate
+from suite.simulator import SimInputs, reference
+
+ENGINES = ["reference", "fast"]
+G = 1e9  # FLOPs that take one second
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_chain_across_two_devices(engine, uniform_cluster):
+    # a (2 s) on d0 -> b (4 s) on d1 -> c (1 s) on d0; latency 0.5 s, 1000 B/s.
+    # a: [0, 2]; a->d1: 0.5 + 1000/1000 = 1.5 s, [2, 3.5]; b: [3.5, 7.5]; b->d0: 0.5 + 0.5, [7.5, 8.5];
+    # c: [8.5, 9.5]. Step 9.5 s.
+    # Memory d0: a's output (1000) lives [0, 3.5) (until its transfer ends); b's copy (500) [7.5, 9.5).
+    # Peak d0 = 1000. d1: a's copy (1000) [2, 7.5), b's output (500) [3.5, 8.5): peak 1500.
+    g = OpGraph.build(
+        "chain",
+        [Op("a", "x", flops=2 * G, output_bytes=1000), Op("b", "x", flops=4 * G, output_bytes=500), Op("c", "x", flops=G)],
+        [("a", "b"), ("b", "c")],
+    )
+    c = uniform_cluster(2, latency_s=0.5)
+    r = simulate(g, c, [0, 1, 0], engine=engine)
+    assert r.status == "ok"
+    assert r.step_time_s == 9.5
+    assert r.busy_s.tolist() == [3.0, 4.0]
+    assert r.peak_memory_bytes.tolist() == [1000, 1500]
+    assert r.link_bytes.tolist() == [[0, 1000], [500, 0]]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fork_join(engine, uniform_cluster):
+    # a (1 s) -> {b (2 s) on d1, c (3 s) on d0} -> d (1 s) on d0.
+    # a [0,1]; a->d1 1000 B [1,2]; c [1,4]; b [2,4]; b->d0 2000 B [4,6]; d [6,7]. Step 7.
+    # d0: a out 1000 [0,4) (c finishes at 4), c out 500 [1,7), b copy 2000 [4,7): at t=4 the free of a
+    #     comes first, so peak = max(1000+500, 500+2000) = 2500.
+    # d1: a copy 1000 [1,4), b out 2000 [2,6): peak 3000.
+    g = OpGraph.build(
+        "forkjoin",
+        [
+            Op("a", "x", flops=G, output_bytes=1000),
+            Op("b", "x", flops=2 * G, output_bytes=2000),
+            Op("c", "x", flops=3 * G, output_bytes=500),
+            Op("d", "x", flops=G),
+        ],
+        [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+    )
+    r = simulate(g, uniform_cluster(2), [0, 1, 0, 0], engine=engine)
+    assert r.step_time_s == 7.0
+    assert r.busy_s.tolist() == [5.0, 2.0]
+    assert r.peak_memory_bytes.tolist() == [2500, 3000]
+    assert r.link_bytes.tolist() == [[0, 1000], [2000, 0]]
+    # all on one device: serial 1+2+3+1 = 7 s too, but no traffic
+    r1 = simulate(g, uniform_cluster(2), [0, 0, 0, 0], engine=engine)
+    assert r1.step_time_s == 7.0 and r1.link_bytes.sum() == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_transfer_bound_contention_and_one_copy_per_device(engine, uniform_cluster):
+    # p1 (1 s, 3000 B) and p2 (1 s, 1000 B) on d0; c1, c2 read p1 and c3 reads p2, all on d1 (1 s each).
+    # d0: p1 [0,1], p2 [1,2]. p1->d1 once for both consumers: 3000 B, [1,4]. p2->d1 asked at 2, the
+    # channel is busy until 4: [4,5]. d1: c1 [4,5]; at 5 c2 and c3 are ready, c2 has the smaller index:
+    # c2 [5,6], c3 [6,7]. Step 7; 4000 bytes moved (not 7000).
+    # d1 memory: p1 copy 3000 [1,6), p2 copy 1000 [4,7): peak 4000. d0: p1 out [0,4), p2 out [1,5): 4000.
+    g = OpGraph.build(
+        "xfer",
+        [
+            Op("p1", "x", flops=G, output_bytes=3000),
+            Op("p2", "x", flops=G, output_bytes=1000),
+            Op("c1", "x", flops=G),
+            Op("c2", "x", flops=G),
+            Op("c3", "x", flops=G),
+        ],
+        [("p1", "c1"), ("p1", "c2"), ("p2", "c3")],
+    )
+    r = simulate(g, uniform_cluster(2), [0, 0, 1, 1, 1], engine=engine)
+    assert r.step_time_s == 7.0
+    assert r.link_bytes.tolist() == [[0, 4000], [0, 0]]
+    assert r.peak_memory_bytes.tolist() == [4000, 4000]
+    assert r.busy_s.tolist() == [2.0, 3.0]
+
+
+def test_reference_schedule_details(uniform_cluster):
+    # The same transfer-bound case, checked op by op on the reference engine's full schedule.
+    g = OpGraph.build(
+        "xfer",
+        [Op(n, "x", flops=G, output_bytes=b) for n, b in [("p1", 3000), ("p2", 1000), ("c1", 0), ("c2", 0), ("c3", 0)]],
+        [("p1", "c1"), ("p1", "c2"), ("p2", "c3")],
+    )
+    c = uniform_cluster(2)
+    s = reference.simulate(np.array([0, 0, 1, 1, 1]), *SimInputs.build(g, c).args())
+    assert s.start_s.tolist() == [0, 1, 4, 5, 6]
+    assert s.finish_s.tolist() == [1, 2, 5, 6, 7]
+    assert [(t[0], t[3], t[4]) for t in s.transfers] == [(0, 1.0, 4.0), (1, 4.0, 5.0)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_memory_bound_op_and_oom(engine, uniform_cluster):
+    # a reads+writes 8e9 bytes on a device of 1e9 B/s: memory time 8 s beats compute time 1e-6 s.
+    # b is a chain successor with 1 s of compute. Step 9 s.
+    # Memory on one device: params 600 + 300 = 900; a's output 500 lives [0, 9), b's output 100 [8, 9):
+    # peak = 900 + 600 = 1500 > capacity 1400 -> OOM on d0, and the step time is still reported.
+    ops = [
+        Op("a", "x", flops=1e3, bytes_read=4 * 10**9, bytes_written=4 * 10**9, output_bytes=500, param_bytes=600),
+        Op("b", "x", flops=G, output_bytes=100, param_bytes=300),
+    ]
+    g = OpGraph.build("membound", ops, [("a", "b")])
+    c = uniform_cluster(2, mem_bandwidth=1e9, memory_bytes=1400)
+    r = simulate(g, c, [0, 0], engine=engine)
+    assert r.step_time_s == 9.0
+    assert r.peak_memory_bytes.tolist() == [1500, 0]
+    assert r.status == "oom" and r.oom_devices == ("d0",)
+    # split over two devices: d0 holds 600 + a's 500 = 1100, d1 300 + copy 500 + 100 = 900: fits.
+    r2 = simulate(g, c, [0, 1], engine=engine)
+    assert r2.status == "ok"
+    assert r2.peak_memory_bytes.tolist() == [1100, 900]
+    assert r2.step_time_s == 9.0 + 0.5  # 500 B over 1000 B/s
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_parallel_branches_overlap(engine, uniform_cluster):
+    # Two independent 2-second ops on two devices finish together at 2 s; on one device at 4 s.
+    g = OpGraph.build("par", [Op("a", "x", flops=2 * G), Op("b", "x", flops=2 * G)], [])
+    c = uniform_cluster(2)
+    assert simulate(g, c, [0, 1], engine=engine).step_time_s == 2.0
+    assert simulate(g, c, [1, 1], engine=engine).step_time_s == 4.0
+
+
+def test_roofline_overhead_and_efficiency():
+    from suite.cluster import Device
+    from suite.costmodel import roofline_time_s
+
+    dev = Device("d", "gpu", peak_flops=1e12, mem_bandwidth=1e11, memory_bytes=1, op_overhead_s=1e-5,
+                 compute_efficiency=0.5, memory_efficiency=0.5)
+    t = roofline_time_s(np.array([1e9, 1e3]), np.array([1e3, 1e9]), dev)
+    # compute bound: 1e9 / (1e12 * 0.5) = 2 ms; memory bound: 1e9 / (1e11 * 0.5) = 20 ms; plus 10 us each
+    assert t.tolist() == pytest.approx([2e-3 + 1e-5, 2e-2 + 1e-5], rel=1e-12)
