@@ -1,0 +1,160 @@
+"""Clusters (presets and errors), placement validation and the cost model's profile mode."""
+
+import json
+
+import numpy as np
+import pytest
+
+from suite import Op, OpGraph, load_cluster, simulate
+from suite.cluster import from_dict, preset_names
+from suite.costmodel import Profile, cost_matrix, load_profile
+from suite.errors import ClusterError, PlacementError, ProfileError, UnknownNameError
+from suite.placement import load_placement, save_placement, validate
+
+PRESETS = ["dgx_a100x8", "haswell_2k80", "haswell_4k80", "hgx_a100x4", "xeon_h100"]
+
+
+def test_presets_exist_and_every_number_has_a_source():
+    assert preset_names() == PRESETS
+    for name in PRESETS:
+        c = load_cluster(name)
+        assert c.devices[0].kind == "cpu" and c.device_indices("gpu")
+        for d in c.devices:
+            for key in ("peak_flops", "mem_bandwidth", "memory_bytes", "op_overhead_s", "compute_efficiency", "memory_efficiency"):
+                assert d.source.get(key), f"{name}: {d.name}.{key} has no source"
+        for lk in c.links:
+            assert lk.source.get("bandwidth") and lk.source.get("latency_s")
+
+
+def test_k80_presets_match_the_paper_setup():
+    for name, gpus in (("haswell_2k80", 2), ("haswell_4k80", 4)):
+        c = load_cluster(name)
+        assert len(c.device_indices("gpu")) == gpus and len(c.device_indices("cpu")) == 1
+        assert all(c.devices[i].memory_bytes == 11441 * 2**20 for i in c.device_indices("gpu"))
+
+
+def test_routes_take_the_best_direct_link():
+    c = load_cluster("dgx_a100x8")
+    lat, bw = c.routes
+    g0, g1, cpu = c.index["gpu:0"], c.index["gpu:1"], c.index["cpu:0"]
+    assert bw[g0, g1] == 3.0e11 and lat[g0, g1] == 3.0e-6  # NVSwitch, not PCIe
+    assert bw[cpu, g0] == 2.5e10
+    assert c.transfer_time_s(g0, g1, 3.0e11) == pytest.approx(1.0 + 3.0e-6)
+
+
+def test_multi_hop_route_sums_latency_and_takes_min_bandwidth():
+    devs = [dict(name=n, kind="gpu", peak_flops=1, mem_bandwidth=1, memory_bytes=1, op_overhead_s=0) for n in "abc"]
+    c = from_dict({"name": "line", "devices": devs, "links": [
+        dict(between=["a", "b"], bandwidth=100.0, latency_s=1.0), dict(between=["b", "c"], bandwidth=10.0, latency_s=2.0)]})
+    lat, bw = c.routes
+    assert lat[0, 2] == 3.0 and bw[0, 2] == 10.0
+
+
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda d: d["devices"][0].update(peak_flops=-1.0), "peak_flops: -1.0 must be a finite positive number"),
+        (lambda d: d["devices"][0].update(peak_flops=float("nan")), "peak_flops: expected a number"),
+        (lambda d: d["devices"][0].update(kind="tpu"), "'tpu' is not one of"),
+        (lambda d: d["devices"][1].update(name="a"), "duplicate device name 'a'"),
+        (lambda d: d["devices"][0].pop("memory_bytes"), "no field 'memory_bytes'"),
+        (lambda d: d["devices"][0].update(compute_efficiency=1.5), "must be at most 1"),
+        (lambda d: d["links"][0].update(between=["a", "zz"]), "unknown device 'zz'"),
+        (lambda d: d.update(links=[]), "no link route from 'a' to 'b'"),
+    ],
+)
+def test_cluster_errors(mutate, message):
+    data = {"name": "c", "devices": [
+        dict(name=n, kind="gpu", peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=10, op_overhead_s=0) for n in "ab"],
+        "links": [dict(between=["a", "b"], bandwidth=1.0, latency_s=0.0)]}
+    mutate(data)
+    with pytest.raises(ClusterError, match=message):
+        from_dict(data, source="my.toml")
+
+
+def test_cluster_file_errors(tmp_path):
+    (tmp_path / "bad.toml").write_text("name = [unclosed")
+    with pytest.raises(ClusterError, match="bad.toml: not valid TOML"):
+        load_cluster(str(tmp_path / "bad.toml"))
+    with pytest.raises(UnknownNameError, match="unknown cluster 'nope'"):
+        load_cluster("nope")
+
+
+def small() -> OpGraph:
+    return OpGraph.build("small", [
+        Op("emb", "embedding", flops=1e9, output_bytes=100, allowed_kinds=("cpu",)),
+        Op("fwd", "matmul", flops=2e9, output_bytes=100, group="g"),
+        Op("bwd", "matmul", flops=4e9, output_bytes=100, group="g", phase="backward"),
+    ], [("emb", "fwd"), ("fwd", "bwd")])
+
+
+@pytest.mark.parametrize(
+    "placement,message",
+    [
+        ([0, 1], "placement has 2 entries, but workload 'small' has 3 ops"),
+        ([0, 1, 7], r"placement\[2\] \(op 'bwd'\): device 7 does not exist"),
+        ([0, "gpu:0", "gpu:9"], "unknown device 'gpu:9'"),
+        ([0, 1.5, 1], "1.5 is not a device index"),
+        ([1, 1, 1], "op 'emb' is placed on gpu:0 \\(gpu\\), but allows only cpu"),
+        ([0, 1, 2], "colocation group 'g' is split: op 'fwd' on gpu:0, op 'bwd' on gpu:1"),
+        ({"emb": "cpu:0", "fwd": "gpu:0"}, "no device for 1 op"),
+        ({"emb": 0, "fwd": 1, "bwd": 1, "extra": 0}, "op 'extra', which is not in workload"),
+    ],
+)
+def test_placement_errors(placement, message):
+    with pytest.raises(PlacementError, match=message):
+        validate(placement, small(), load_cluster("haswell_2k80"))
+
+
+def test_placement_file_round_trip_and_errors(tmp_path):
+    g, c = small(), load_cluster("haswell_2k80")
+    p = validate(["cpu:0", "gpu:1", "gpu:1"], g, c)
+    assert p.tolist() == [0, 2, 2]
+    path = save_placement(p, g, c, tmp_path / "p.json")
+    assert load_placement(path, g, c).tolist() == [0, 2, 2]
+    data = json.loads(path.read_text())
+    data["placement"]["emb"] = "gpu:0"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlacementError, match="p.json: op 'emb' is placed on gpu:0"):
+        load_placement(path, g, c)
+
+
+def test_profile_overrides_estimate_for_matching_devices(tmp_path):
+    g, c = small(), load_cluster("haswell_2k80")
+    base = cost_matrix(g, c)
+    prof = Profile(workload="small", applies_to="gpu", op_times_s={"fwd": 0.25}, workload_hash=g.content_hash)
+    path = prof.save(tmp_path / "p.json")
+    cm = cost_matrix(g, c, [load_profile(path)])
+    assert cm[1, 1] == 0.25 and cm[1, 2] == 0.25  # both GPUs are of kind "gpu"
+    assert cm[1, 0] == base[1, 0] and (cm[[0, 2]] == base[[0, 2]]).all()
+    r = simulate(g, c, [0, 1, 1], profiles=[prof])
+    assert r.step_time_s == pytest.approx(base[0, 0] + c.transfer_time_s(0, 1, 100) + 0.25 + base[2, 1])
+
+
+@pytest.mark.parametrize(
+    "times,message",
+    [({"fwd": -1.0}, "op_times_s\\['fwd'\\] = -1.0"), ({"fwd": float("nan")}, "not a finite"), ({"ghost": 1.0}, "op 'ghost' is not in graph")],
+)
+def test_profile_errors(tmp_path, times, message):
+    g, c = small(), load_cluster("haswell_2k80")
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"format": "placebench.profile", "schema_version": 1, "workload": "small",
+                                "applies_to": "gpu", "op_times_s": times}))
+    with pytest.raises(ProfileError, match=message):
+        cost_matrix(g, c, [load_profile(path)])
+
+
+def test_profile_for_another_graph_is_refused():
+    g, c = small(), load_cluster("haswell_2k80")
+    with pytest.raises(ProfileError, match="was measured on graph"):
+        cost_matrix(g, c, [Profile("small", "gpu", {"fwd": 1.0}, workload_hash="sha256:other")])
+
+
+def test_cost_matrix_is_read_only_and_roofline():
+    g, c = small(), load_cluster("haswell_2k80")
+    cm = cost_matrix(g, c)
+    cpu = c.devices[0]
+    assert cm[1, 0] == pytest.approx(cpu.op_overhead_s + 2e9 / (cpu.peak_flops * cpu.compute_efficiency))
+    with pytest.raises(ValueError):
+        cm[0, 0] = 1.0
+    assert np.all(cm > 0)
