@@ -1,0 +1,298 @@
+"""FLOP counting rules shared by the capture front ends.
+
+Conventions (FLOPs, a multiply-add = 2 FLOPs; MACs = multiply-adds of matrix products and convolutions
+only, the figure papers publish):
+
+* linear / matmul / bmm: 2 x MACs, plus 1 per output element for a bias;
+* convolution: MACs = output elements x (input channels / groups) x kernel elements; FLOPs = 2 x MACs,
+  plus 1 per output element for a bias;
+* elementwise ops (add, mul, relu, sigmoid, tanh, gelu, ...) and anything without a rule: 1 per output
+  element; reductions (sum, mean): 1 per input element;
+* softmax and log-softmax: 5 per element (max, subtract, exp, sum, divide);
+* batch norm: 2 per element in inference (scale and shift with running statistics), 4 in training (batch
+  statistics, then normalise); layer norm: 5 per element;
+* pooling: output elements x kernel elements; adaptive average pooling: 1 per input element;
+* cross-entropy: log-softmax (5 per logit) + 1 per sample (pick and average); it saves the
+  log-probabilities for its backward pass;
+* embedding lookups, concatenation, stacking: no FLOPs (only bytes).
+
+A module can bring its own rule: give it a method `capture_cost(inputs, outputs, training) -> Cost`
+(`inputs`/`outputs`: lists of `TensorInfo`) and, optionally, a class attribute `capture_kind`; the fx
+front end then keeps it as one leaf op (see `suite/zoo/layers.py` for the LSTM cell and attention step).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+FP32_BYTES = 4
+SOFTMAX_FLOPS_PER_ELEMENT = 5
+LAYER_NORM_FLOPS_PER_ELEMENT = 5
+BATCH_NORM_FLOPS_PER_ELEMENT = {False: 2, True: 4}  # keyed by training
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    shape: tuple[int, ...]
+    itemsize: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+
+@dataclass(frozen=True)
+class Cost:
+    kind: str
+    flops: float
+    macs: float = 0.0
+    saved_bytes: int = 0  # activations internal to the op kept for its backward pass (training)
+
+
+def tensors(obj: Any) -> list[TensorInfo]:
+    """Every TensorInfo in a nested structure of args, in order."""
+    out: list[TensorInfo] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, TensorInfo):
+            out.append(x)
+        elif isinstance(x, list | tuple):
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                walk(y)
+
+    walk(obj)
+    return out
+
+
+def _numel(xs: Iterable[TensorInfo]) -> int:
+    return sum(x.numel for x in xs)
+
+
+def _pair(v: Any, n: int) -> tuple[int, ...]:
+    if isinstance(v, int):
+        return (v,) * n
+    return tuple(int(x) for x in v)
+
+
+# -- building blocks (pure functions of shapes) --------------------------------------------------------
+def linear_cost(in_shape: tuple[int, ...], out_features: int, bias: bool) -> Cost:
+    rows = math.prod(in_shape[:-1])
+    macs = rows * in_shape[-1] * out_features
+    return Cost("linear", 2.0 * macs + (rows * out_features if bias else 0), macs)
+
+
+def conv_cost(out_shape: tuple[int, ...], in_channels_per_group: int, kernel: tuple[int, ...], bias: bool, kind: str) -> Cost:
+    out_numel = math.prod(out_shape)
+    macs = out_numel * in_channels_per_group * math.prod(kernel)
+    return Cost(kind, 2.0 * macs + (out_numel if bias else 0), macs)
+
+
+def matmul_cost(a: tuple[int, ...], out: tuple[int, ...]) -> Cost:
+    k = a[-1] if a else 1
+    macs = math.prod(out) * k
+    return Cost("matmul", 2.0 * macs, macs)
+
+
+def lstm_cell_flops(batch: int, input_size: int, hidden: int) -> tuple[float, float]:
+    """(FLOPs, MACs) of one LSTM cell step, written as TensorFlow's BasicLSTMCell computes it.
+
+    gates = x W_ih^T + b_ih + h W_hh^T + b_hh          2 B 4H (I + H) + 3 B 4H (two biases, one add)
+    i, f, o = sigmoid(.), g = tanh(.)                  B 4H
+    c' = f c + i g                                     3 B H
+    h' = o tanh(c')                                    2 B H
+    total = 8 B H (I + H) + 21 B H
+    """
+    macs = 4 * batch * hidden * (input_size + hidden)
+    return 2.0 * macs + 21.0 * batch * hidden, float(macs)
+
+
+def cross_entropy_cost(logits: TensorInfo) -> Cost:
+    rows = logits.numel // logits.shape[-1] if logits.shape else 1
+    flops = SOFTMAX_FLOPS_PER_ELEMENT * logits.numel + rows
+    return Cost("cross_entropy", float(flops), 0.0, saved_bytes=logits.nbytes)
+
+
+def pool_cost(out: TensorInfo, kernel: tuple[int, ...], kind: str) -> Cost:
+    return Cost(kind, float(out.numel * math.prod(kernel)))
+
+
+def elementwise(kind: str, out: list[TensorInfo], per_element: float = 1.0) -> Cost:
+    return Cost(kind, float(per_element * _numel(out)))
+
+
+# -- functions and methods ------------------------------------------------------------------------------
+SHAPE_ONLY = frozenset(
+    {
+        "getitem", "getattr", "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t",
+        "contiguous", "size", "dim", "flatten", "unflatten", "squeeze", "unsqueeze", "expand", "expand_as",
+        "chunk", "split", "unbind", "narrow", "select", "detach", "numel",
+    }
+)
+DROPOUT = frozenset({"dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"})
+CONCAT = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
+MATMUL = frozenset({"matmul", "bmm", "mm", "baddbmm", "addmm", "addbmm"})
+REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "var", "std", "logsumexp"})
+SOFTMAX = frozenset({"softmax", "log_softmax"})
+POOL = {
+    "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3, "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3,
+}
+ADAPTIVE_POOL = frozenset(
+    {"adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+     "adaptive_max_pool2d", "adaptive_max_pool3d"}
+)
+CONV = {"conv1d": 1, "conv2d": 2, "conv3d": 3}
+FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "rand", "randn", "zeros_like", "ones_like",
+                       "empty_like", "full_like", "new_zeros", "new_ones", "new_empty", "new_full", "tensor"})
+
+
+def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], training: bool) -> Cost | None:
+    """Cost of a torch function / tensor method by its name; None: no specific rule (use the default)."""
+    ins = tensors(args) + tensors(kwargs)
+    if name in MATMUL:
+        a = ins[1] if name in ("baddbmm", "addmm", "addbmm") and len(ins) > 2 else ins[0]
+        return matmul_cost(a.shape, out[0].shape)
+    if name == "linear":
+        weight = ins[1]
+        bias = len(ins) > 2 or kwargs.get("bias") is not None
+        return linear_cost(ins[0].shape, weight.shape[0], bias)
+    if name in CONV:
+        weight = ins[1]
+        bias = len(ins) > 2
+        return conv_cost(out[0].shape, weight.shape[1], tuple(weight.shape[2:]), bias, name)
+    if name in CONCAT:
+        return Cost("concat", 0.0)
+    if name == "embedding":
+        return Cost("embedding", 0.0)
+    if name in SOFTMAX:
+        return elementwise(name, out, SOFTMAX_FLOPS_PER_ELEMENT)
+    if name in ("cross_entropy",):
+        return cross_entropy_cost(ins[0])
+    if name == "nll_loss":
+        return Cost("nll_loss", float(ins[0].numel // max(ins[0].shape[-1], 1)))
+    if name == "mse_loss":
+        return Cost("mse_loss", 3.0 * ins[0].numel)
+    if name in REDUCTIONS:
+        return Cost(name, float(ins[0].numel if ins else _numel(out)))
+    if name == "layer_norm":
+        return elementwise("layer_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
+    if name in ("batch_norm", "instance_norm", "group_norm"):
+        return elementwise(name, out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
+    if name in POOL:
+        kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size")
+        return pool_cost(out[0], _pair(kernel, POOL[name]), name)
+    if name in ADAPTIVE_POOL:
+        return Cost(name, float(ins[0].numel))
+    if name == "scaled_dot_product_attention":
+        q, k = ins[0], ins[1]
+        macs = 2 * math.prod(q.shape[:-1]) * k.shape[-2] * q.shape[-1]
+        scores = math.prod(q.shape[:-1]) * k.shape[-2]
+        return Cost("attention", 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * scores, float(macs))
+    return None
+
+
+# -- modules ---------------------------------------------------------------------------------------------
+def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], training: bool) -> Cost | None:
+    """Cost of a leaf module call; None: no rule (the caller falls back to 1 FLOP per output element)."""
+    import torch.nn as nn
+
+    if callable(getattr(module, "capture_cost", None)):
+        return module.capture_cost(tensors(args) + tensors(kwargs), out, training)
+    ins = tensors(args) + tensors(kwargs)
+    if isinstance(module, nn.Linear):
+        return linear_cost(ins[0].shape, module.out_features, module.bias is not None)
+    if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d):
+        kind = type(module).__name__.lower()
+        return conv_cost(
+            out[0].shape, module.in_channels // module.groups, tuple(module.kernel_size), module.bias is not None, kind
+        )
+    if isinstance(module, nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d):
+        return elementwise("batch_norm", out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
+    if isinstance(module, nn.LayerNorm):
+        return elementwise("layer_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
+    if isinstance(module, nn.GroupNorm):
+        return elementwise("group_norm", out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
+    if isinstance(module, nn.Embedding):
+        return Cost("embedding", 0.0)
+    if isinstance(module, nn.Softmax | nn.LogSoftmax):
+        return elementwise("softmax" if isinstance(module, nn.Softmax) else "log_softmax", out, SOFTMAX_FLOPS_PER_ELEMENT)
+    if isinstance(module, nn.CrossEntropyLoss):
+        return cross_entropy_cost(ins[0])
+    if isinstance(module, nn.MSELoss):
+        return Cost("mse_loss", 3.0 * ins[0].numel)
+    if isinstance(module, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d | nn.AvgPool1d | nn.AvgPool2d | nn.AvgPool3d):
+        n = len(out[0].shape) - 2
+        name = ("max_pool" if "Max" in type(module).__name__ else "avg_pool") + f"{n}d"
+        return pool_cost(out[0], _pair(module.kernel_size, n), name)
+    if isinstance(module, nn.AdaptiveAvgPool1d | nn.AdaptiveAvgPool2d | nn.AdaptiveAvgPool3d
+                  | nn.AdaptiveMaxPool1d | nn.AdaptiveMaxPool2d | nn.AdaptiveMaxPool3d):
+        name = type(module).__name__
+        return Cost(f"adaptive_{'avg' if 'Avg' in name else 'max'}_pool{name[-2:]}", float(ins[0].numel))
+    if isinstance(module, nn.LSTM | nn.GRU | nn.RNN):
+        return _rnn_cost(module, ins, training)
+    if isinstance(module, nn.MultiheadAttention):
+        return _mha_cost(module, ins)
+    if isinstance(module, _elementwise_modules()):
+        return elementwise(type(module).__name__.lower(), out)
+    return None
+
+
+def _rnn_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
+    """A fused nn.LSTM / GRU / RNN call: one op, the per-cell formula summed over layers, steps, directions."""
+    x = ins[0]
+    if len(x.shape) == 2:  # unbatched
+        steps, batch = x.shape[0], 1
+    elif module.batch_first:
+        batch, steps = x.shape[0], x.shape[1]
+    else:
+        steps, batch = x.shape[0], x.shape[1]
+    hidden = module.hidden_size
+    dirs = 2 if module.bidirectional else 1
+    gates = {"LSTM": 4, "GRU": 3}.get(module.mode, 1)
+    flops = macs = 0.0
+    for layer in range(module.num_layers):
+        in_size = module.input_size if layer == 0 else hidden * dirs
+        if gates == 4:
+            f, m = lstm_cell_flops(batch, in_size, hidden)
+        else:
+            m = gates * batch * hidden * (in_size + hidden)
+            f = 2.0 * m + 6.0 * gates * batch * hidden
+        flops += f * steps * dirs
+        macs += m * steps * dirs
+    kind = {4: "lstm", 3: "gru"}.get(gates, "rnn")
+    saved = (5 * batch * hidden * steps * dirs * module.num_layers * x.itemsize) if training else 0
+    return Cost(kind, flops, macs, saved_bytes=saved)
+
+
+def _mha_cost(module: Any, ins: list[TensorInfo]) -> Cost:
+    q, k = ins[0], ins[1]
+    e = module.embed_dim
+    if module.batch_first:
+        batch, lq, lk = q.shape[0], q.shape[1], k.shape[1]
+    else:
+        lq, batch, lk = q.shape[0], q.shape[1], k.shape[0]
+    proj = batch * (lq + 2 * lk) * e * e + batch * lq * e * e  # q, k, v and output projections
+    attn = 2 * batch * lq * lk * e  # scores and weighted sum over all heads
+    macs = proj + attn
+    scores = batch * module.num_heads * lq * lk
+    return Cost("multihead_attention", 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * scores, float(macs))
+
+
+@functools.cache
+def _elementwise_modules() -> tuple[type, ...]:
+    import torch.nn as nn
+
+    names = ["ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "ELU", "SELU", "Hardtanh",
+             "Hardswish", "Hardsigmoid", "Mish", "Softplus", "PReLU", "Softsign", "Tanhshrink", "CELU"]
+    return tuple(getattr(nn, n) for n in names if hasattr(nn, n))
+

@@ -1,0 +1,313 @@
+"""Capture a PyTorch `nn.Module` (plus example inputs) into an `OpGraph` with torch.fx.
+
+How: `torch.fx` symbolic tracing with our tracer, then an interpreter run on the example inputs that
+records every node's result shape and dtype (pass meta tensors, and build the model under
+`torch.device("meta")`, to capture a large model without allocating or computing anything), then one walk
+over the fx graph that fills the IR of `suite.capture.ir`.
+
+What becomes an op:
+* leaf modules: modules with a `capture_cost` method (our LSTM cell, attention step), `nn.LSTM`/`GRU`/`RNN`
+  and `nn.MultiheadAttention` (one fused op each), and every other `torch.nn` module without children
+  (Linear, Conv2d, BatchNorm2d, ReLU, ...). Other modules (containers, user modules) are traced through.
+* every call_function / call_method node that is not shape-only;
+* every placeholder that carries a tensor (kind "input").
+
+What is folded into its producers (never losing a dependency, see `ForwardBuilder.fold`): view, reshape,
+permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
+`nn.Identity`/`nn.Flatten`, and dropout in inference mode (in training mode dropout is an elementwise op).
+Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants.
+
+FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds
+are listed in the graph's metadata under "fallback_cost_kinds". Sizes come from the recorded dtypes (fp32
+for the zoo). An op's scope is its module path: the leaf module's qualified name, or the innermost module
+whose forward called the function. Op names: the module path of a module called once ("layer1.0.conv1"),
+"{path}/{i}" for the i-th call of a module called several times ("lstm.0/3": layer 0 at step 3), and
+"{scope}/{fx node name}" for functions ("layer1.0/add"); inputs keep their argument names.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.fx import GraphModule, Interpreter, Node, Tracer
+from torch.fx.node import map_aggregate
+
+from suite.capture import CAPTURE_VERSION
+from suite.capture.flops import (
+    DROPOUT,
+    FACTORIES,
+    SHAPE_ONLY,
+    Cost,
+    TensorInfo,
+    elementwise,
+    function_cost,
+    module_cost,
+    tensors,
+)
+from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
+from suite.errors import GraphError
+from suite.graph import OpGraph
+
+# functions / methods whose cost is 1 FLOP per output element by design (not a fallback)
+ELEMENTWISE_NAMES = frozenset(
+    """add sub mul div truediv floordiv neg pos relu relu_ gelu tanh sigmoid silu exp log sqrt rsqrt pow abs
+    clamp clamp_min clamp_max maximum minimum where masked_fill masked_fill_ iadd isub imul itruediv erf
+    hardtanh leaky_relu elu selu softplus sin cos reciprocal square sign add_ mul_ sub_ div_ tanh_ sigmoid_
+    mish hardswish hardsigmoid lt gt le ge eq ne logical_not and_ or_ float half double to type_as clone
+    pad softsign rsub matmul_ addcmul addcdiv lerp""".split()
+)
+_SHAPE_ONLY_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten)
+_DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+_FUSED_LEAVES = (nn.LSTM, nn.GRU, nn.RNN, nn.MultiheadAttention)
+
+
+class CaptureTracer(Tracer):
+    """Keeps the modules that become one op as leaves; traces through everything else."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if callable(getattr(m, "capture_cost", None)) or isinstance(m, _FUSED_LEAVES):
+            return True
+        if isinstance(m, nn.Sequential | nn.ModuleList | nn.ModuleDict):
+            return False
+        return type(m).__module__.startswith("torch.nn") and not any(True for _ in m.children())
+
+
+class _ShapeRecorder(Interpreter):
+    """Runs the graph once and keeps, per node, its result with tensors replaced by `TensorInfo`."""
+
+    def __init__(self, gm: GraphModule) -> None:
+        super().__init__(gm)
+        self.info: dict[Node, Any] = {}
+
+    def run_node(self, n: Node) -> Any:
+        result = super().run_node(n)
+        self.info[n] = map_aggregate(result, _to_info)
+        return result
+
+
+def _to_info(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return TensorInfo(tuple(int(d) for d in x.shape), int(x.element_size()))
+    return x
+
+
+def _target_name(node: Node) -> str:
+    if node.op == "call_method":
+        return str(node.target)
+    return getattr(node.target, "__name__", str(node.target)).lstrip("_")
+
+
+def _scope(node: Node) -> str:
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return str(path)
+
+
+def _arg_nodes(node: Node) -> list[Node]:
+    found: list[Node] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, Node):
+            found.append(x)
+        elif isinstance(x, list | tuple):
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                walk(y)
+        elif isinstance(x, slice):
+            walk((x.start, x.stop, x.step))
+
+    walk(node.args)
+    walk(node.kwargs)
+    return found
+
+
+def _resolve(x: Any, info: Mapping[Node, Any]) -> Any:
+    """Replace fx nodes in args by their recorded results (TensorInfo or plain values)."""
+    if isinstance(x, Node):
+        return info.get(x)
+    if isinstance(x, list):
+        return [_resolve(y, info) for y in x]
+    if isinstance(x, tuple):
+        return tuple(_resolve(y, info) for y in x)
+    if isinstance(x, dict):
+        return {k: _resolve(v, info) for k, v in x.items()}
+    return x
+
+
+def trace(module: nn.Module) -> GraphModule:
+    """Symbolically trace `module` with the capture tracer (GraphError if torch.fx cannot)."""
+    tracer = CaptureTracer()
+    try:
+        graph = tracer.trace(module)
+    except Exception as exc:  # noqa: BLE001 - fx raises many kinds; report one clear error
+        raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {exc}") from exc
+    return GraphModule(tracer.root, graph)
+
+
+def _as_root(module: nn.Module, num_inputs: int) -> nn.Module:
+    """A module that is itself a leaf (nn.Linear, an LSTM cell) is wrapped, as submodule "module", so that it
+    stays one op instead of being traced through."""
+    if not CaptureTracer().is_leaf_module(module, ""):
+        return module
+    try:
+        arg_names = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        arg_names = []
+    graph = torch.fx.Graph()
+    args = tuple(graph.placeholder(arg_names[i] if i < len(arg_names) else f"input_{i}") for i in range(num_inputs))
+    graph.output(graph.call_module("module", args))
+    root = nn.Module()
+    root.module = module
+    return GraphModule(root, graph)
+
+
+def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training: bool = False) -> ForwardGraph:
+    """Trace, record shapes on `example_inputs`, and build the forward IR."""
+    what = type(module).__name__
+    module = _as_root(module, len(example_inputs))
+    gm = trace(module)
+    rec = _ShapeRecorder(gm)
+    try:
+        with torch.no_grad():
+            rec.run(*example_inputs)
+    except Exception as exc:  # noqa: BLE001
+        raise GraphError(f"running {what} on the example inputs failed: {exc}") from exc
+    canon = {id(p): name for name, p in module.named_parameters()}
+    names = _op_names(gm)
+    b = ForwardBuilder()
+    vals: dict[Node, Value] = {}
+    outputs: list[Value] = []
+    for node in gm.graph.nodes:
+        info = rec.info.get(node)
+        outs = tensors(info)
+        out_bytes = sum(t.nbytes for t in outs)
+        out_shape = outs[0].shape if outs else ()
+        ins = [vals[n] for n in _arg_nodes(node)]
+        if node.op == "placeholder":
+            vals[node] = b.input(node.name, out_bytes, out_shape) if outs else b.constant()
+        elif node.op == "get_attr":
+            obj = _fetch_attr(gm, str(node.target))
+            if isinstance(obj, nn.Parameter):
+                vals[node] = b.param(canon.get(id(obj), str(node.target)), obj.numel() * obj.element_size(), obj.numel())
+            else:
+                vals[node] = b.constant()
+        elif node.op == "output":
+            outputs = ins
+        elif not any(v.deps or v.params for v in ins) and node.op != "call_module":
+            vals[node] = b.constant()  # computed from no input and no parameter: static
+        elif not outs:
+            vals[node] = b.constant()  # a shape, a dtype, a Python number
+        else:
+            vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, out_shape, canon, training)
+    return b.finish(outputs)
+
+
+def _op_names(gm: GraphModule) -> dict[Node, str]:
+    """Readable unique op names: the module path for a module called once, "{path}/{i}" for its i-th call
+    (one per time step of a recurrent layer), "{scope}/{fx node name}" for functions."""
+    calls: dict[str, int] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            calls[str(node.target)] = calls.get(str(node.target), 0) + 1
+    seen: dict[str, int] = {}
+    names: dict[Node, str] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            target = str(node.target)
+            i = seen.get(target, 0)
+            seen[target] = i + 1
+            names[node] = target if calls[target] == 1 else f"{target}/{i}"
+        elif node.op in ("call_function", "call_method"):
+            scope = _scope(node)
+            names[node] = f"{scope}/{node.name}" if scope else node.name
+        else:
+            names[node] = node.name
+    return names
+
+
+def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon, training) -> Value:
+    args = _resolve(node.args, all_info)
+    kwargs = _resolve(dict(node.kwargs), all_info)
+    params: dict[str, tuple[int, int]] = {}
+    if node.op == "call_module":
+        m = gm.get_submodule(str(node.target))
+        if isinstance(m, _SHAPE_ONLY_MODULES) or (isinstance(m, _DROPOUT_MODULES) and not training):
+            return b.fold(ins, out_bytes)
+        if isinstance(m, _DROPOUT_MODULES):
+            cost: Cost | None = Cost("dropout", float(sum(t.numel for t in outs)), saved_bytes=sum(t.numel for t in outs))
+        else:
+            cost = module_cost(m, args, kwargs, outs, training)
+        kind = getattr(m, "capture_kind", None) or type(m).__name__.lower()
+        if cost is None:
+            cost = elementwise(kind, outs)
+            b.fallback_kinds.append(kind)
+        for p in m.parameters():
+            key = canon.get(id(p), f"{node.target}.{id(p)}")
+            params[key] = (p.numel() * p.element_size(), p.numel())
+    else:
+        name = _target_name(node)
+        if name in SHAPE_ONLY or (name in DROPOUT and not training):
+            return b.fold(ins, out_bytes)
+        if name in DROPOUT:
+            n = sum(t.numel for t in outs)
+            cost = Cost("dropout", float(n), saved_bytes=n)
+        elif name in FACTORIES:
+            cost = Cost(name, 0.0)
+        else:
+            cost = function_cost(name, args, kwargs, outs, training)
+            if cost is None:
+                cost = elementwise(name, outs)
+                if name not in ELEMENTWISE_NAMES:
+                    b.fallback_kinds.append(name)
+    return b.op(
+        op_name,
+        cost.kind,
+        _scope(node),
+        ins,
+        flops=cost.flops,
+        macs=cost.macs,
+        output_bytes=out_bytes,
+        output_shape=out_shape,
+        output_numel=sum(t.numel for t in outs),
+        saved_bytes=cost.saved_bytes,
+        params=params,
+    )
+
+
+def _fetch_attr(gm: GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def capture(
+    module: nn.Module,
+    example_inputs: Sequence[Any],
+    *,
+    name: str,
+    mode: str = "inference",
+    metadata: Mapping[str, Any] | None = None,
+) -> OpGraph:
+    """Capture `module` called on `example_inputs` as the `OpGraph` named `name`.
+
+    `mode` is "inference" (forward ops only) or "training" (forward, backward and update ops; the module's
+    output must then be the loss). Metadata gets the mode, parameter count, forward MACs and FLOPs.
+    """
+    if mode not in MODES:
+        raise GraphError(f"capture mode {mode!r} is not one of {', '.join(MODES)}")
+    if not isinstance(example_inputs, list | tuple):
+        example_inputs = (example_inputs,)
+    fg = forward_graph(module, example_inputs, training=mode == "training")
+    meta = {"capture": "torch.fx", "capture_version": CAPTURE_VERSION, **(metadata or {})}
+    return fg.lower(name, mode, meta)

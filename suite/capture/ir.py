@@ -1,0 +1,294 @@
+"""The forward-graph IR that every capture front end (torch.fx, ONNX) fills, and its lowering to an `OpGraph`.
+
+A front end walks its source graph in topological order and calls `ForwardBuilder`:
+
+* `input(...)` for a model input (an op of kind "input": the data has to live on some device);
+* `param(key, ...)` for a parameter tensor (a `Value` that carries no data dependency, only a parameter use);
+* `constant()` for anything static (shapes, buffers, literals, tensors computed from no input);
+* `fold(values, result_bytes)` for a shape-only node (view, reshape, getitem, permute, ...): the result
+  depends on the same producer ops, and reading it reads at most `result_bytes` from each of them, so no
+  dependency is ever lost when a node is folded into its producers;
+* `op(...)` for a real operation: its inputs are the producer ops of the values it reads (edge bytes = the
+  bytes actually read, e.g. one time step's slice of an embedding output), and the parameters it uses.
+
+Parameters. Each parameter has a key (its canonical name). A parameter used by exactly one op is owned by
+that op (`param_bytes`). Parameters used by several ops (an LSTM layer's cell called once per time step, a
+softmax projection shared by all steps, tied weights) become one op of kind "variable" per set of
+parameters with the same users: it holds them (`param_bytes`), has `output_bytes` 0 (the weights are
+resident, not a live tensor) and an edge to each user carrying the weights' bytes, so a user on another
+device receives a copy, as in TensorFlow, where each device reading a variable gets the tensor once.
+
+`ForwardGraph.lower(name, mode, metadata)` turns the IR into an `OpGraph`: in inference mode the forward
+ops as they are; in training mode with backward, gradient-accumulation and update ops (see
+`suite.capture.training`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.errors import GraphError
+from suite.graph import Op, OpGraph
+
+MODES = ("inference", "training")
+
+
+@dataclass(frozen=True)
+class Value:
+    """What reading a value costs: bytes read from each producer op, and parameters used (key -> (bytes, count))."""
+
+    deps: Mapping[str, int] = field(default_factory=dict)
+    params: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass
+class FwdOp:
+    """One forward op of the IR (or a variable op holding shared parameters)."""
+
+    name: str
+    kind: str
+    scope: str
+    flops: float
+    macs: float  # multiply-adds of matrix products and convolutions (for reporting against published figures)
+    inputs: dict[str, int]  # producer op name -> bytes read
+    output_bytes: int
+    output_shape: tuple[int, ...] = ()
+    output_numel: int = 0
+    saved_bytes: int = 0  # activations kept for the backward pass beyond the output (training mode only)
+    param_uses: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (bytes, count)
+    own_param_bytes: int = 0
+    own_param_count: int = 0
+    variables: list[str] = field(default_factory=list)  # names of variable ops whose weights this op reads
+
+
+@dataclass
+class ForwardGraph:
+    """Forward ops in topological order (variable ops included), variable sizes and the model outputs."""
+
+    ops: list[FwdOp]
+    outputs: list[str]  # producer ops of the model's outputs (the loss in training mode)
+    fallback_kinds: list[str] = field(default_factory=list)  # kinds costed by the generic rule
+
+    @property
+    def by_name(self) -> dict[str, FwdOp]:
+        return {op.name: op for op in self.ops}
+
+    @property
+    def param_count(self) -> int:
+        return sum(op.own_param_count for op in self.ops)
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(op.own_param_bytes for op in self.ops)
+
+    @property
+    def macs(self) -> float:
+        return sum(op.macs for op in self.ops)
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for op in self.ops)
+
+    def lower(self, name: str, mode: str, metadata: Mapping[str, Any] | None = None) -> OpGraph:
+        """Build the validated `OpGraph` of this forward graph in `mode` ("inference" or "training")."""
+        if mode not in MODES:
+            raise GraphError(f"capture mode {mode!r} is not one of {', '.join(MODES)}")
+        if mode == "training":
+            from suite.capture.training import training_ops
+
+            ops, edges = training_ops(self)
+        else:
+            ops, edges = inference_ops(self)
+        meta = {
+            "mode": mode,
+            "params": self.param_count,
+            "param_bytes": self.param_bytes,
+            "forward_macs": self.macs,
+            "forward_flops": self.flops,
+        }
+        if self.fallback_kinds:
+            meta["fallback_cost_kinds"] = sorted(set(self.fallback_kinds))
+        meta.update(metadata or {})
+        meta["mode"] = mode
+        return OpGraph.build(name, ops, edges, meta)
+
+
+def op_bytes_read(op: FwdOp, var_bytes: Mapping[str, int]) -> int:
+    """Input tensors read plus every parameter used (weights are read each step)."""
+    return sum(op.inputs.values()) + op.own_param_bytes + sum(var_bytes[v] for v in op.variables)
+
+
+def inference_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]]:
+    var_bytes = {op.name: op.own_param_bytes for op in fg.ops if op.kind == "variable"}
+    ops: list[Op] = []
+    edges: list[tuple[str, str, int]] = []
+    for f in fg.ops:
+        ops.append(
+            Op(
+                name=f.name,
+                kind=f.kind,
+                flops=float(f.flops),
+                bytes_read=op_bytes_read(f, var_bytes),
+                bytes_written=f.output_bytes,
+                output_bytes=f.output_bytes,
+                param_bytes=f.own_param_bytes,
+                phase="forward",
+                output_shape=f.output_shape,
+                scope=f.scope,
+            )
+        )
+        edges.extend((p, f.name, b) for p, b in f.inputs.items())
+        edges.extend((v, f.name, var_bytes[v]) for v in f.variables)
+    return ops, edges
+
+
+class ForwardBuilder:
+    """Accumulates forward ops in topological order; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, FwdOp] = {}
+        self.fallback_kinds: list[str] = []
+
+    # -- values ---------------------------------------------------------------------------------------
+    @staticmethod
+    def constant() -> Value:
+        return Value()
+
+    @staticmethod
+    def param(key: str, nbytes: int, count: int) -> Value:
+        return Value(params={key: (int(nbytes), int(count))})
+
+    def fold(self, values: Iterable[Value], result_bytes: int | None) -> Value:
+        """A shape-only node: same producers, at most `result_bytes` read from each."""
+        deps, params = self._merge(values)
+        if result_bytes is not None:
+            deps = {p: min(b, int(result_bytes)) for p, b in deps.items()}
+        return Value(deps=deps, params=params)
+
+    def _merge(self, values: Iterable[Value]) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+        deps: dict[str, int] = {}
+        params: dict[str, tuple[int, int]] = {}
+        for v in values:
+            for p, b in v.deps.items():
+                deps[p] = deps.get(p, 0) + int(b)
+            params.update(v.params)
+        for p in deps:  # reading a value twice (x * x) reads the producer's output once
+            deps[p] = min(deps[p], self._ops[p].output_bytes)
+        return deps, params
+
+    # -- ops ------------------------------------------------------------------------------------------
+    def input(self, name: str, nbytes: int, shape: tuple[int, ...] = ()) -> Value:
+        return self.op(name, "input", "", [], flops=0.0, macs=0.0, output_bytes=nbytes, output_shape=shape)
+
+    def op(
+        self,
+        name: str,
+        kind: str,
+        scope: str,
+        values: Iterable[Value],
+        *,
+        flops: float,
+        macs: float = 0.0,
+        output_bytes: int,
+        output_shape: tuple[int, ...] = (),
+        output_numel: int | None = None,
+        saved_bytes: int = 0,
+        params: Mapping[str, tuple[int, int]] | None = None,
+    ) -> Value:
+        if name in self._ops:
+            raise GraphError(f"capture: duplicate op name {name!r}")
+        if not (math.isfinite(flops) and flops >= 0):
+            raise GraphError(f"capture: op {name!r} has invalid FLOPs {flops!r}")
+        deps, uses = self._merge(values)
+        uses.update(params or {})
+        if output_numel is None:
+            output_numel = math.prod(output_shape) if output_shape else 0
+        self._ops[name] = FwdOp(
+            name=name,
+            kind=kind,
+            scope=scope,
+            flops=float(flops),
+            macs=float(macs),
+            inputs=deps,
+            output_bytes=int(output_bytes),
+            output_shape=tuple(int(d) for d in output_shape),
+            output_numel=int(output_numel),
+            saved_bytes=int(saved_bytes),
+            param_uses=dict(uses),
+        )
+        return Value(deps={name: int(output_bytes)})
+
+    # -- finish ---------------------------------------------------------------------------------------
+    def finish(self, outputs: Iterable[Value]) -> ForwardGraph:
+        """Assign parameters to owners or variable ops and return the `ForwardGraph`."""
+        out_names: list[str] = []
+        for v in outputs:
+            for p in v.deps:
+                if p not in out_names:
+                    out_names.append(p)
+        users: dict[str, list[str]] = {}
+        for op in self._ops.values():
+            for key in op.param_uses:
+                users.setdefault(key, []).append(op.name)
+        # parameters with the same set of (several) users form one variable op
+        shared: dict[tuple[str, ...], list[str]] = {}
+        for key, us in users.items():
+            if len(us) == 1:
+                op = self._ops[us[0]]
+                nbytes, count = op.param_uses[key]
+                op.own_param_bytes += nbytes
+                op.own_param_count += count
+            else:
+                shared.setdefault(tuple(us), []).append(key)
+        variables: dict[str, FwdOp] = {}
+        taken = set(self._ops)
+        for us, keys in shared.items():
+            prefix = _common_prefix(keys)
+            name = f"{prefix}/variable"
+            k = 1
+            while name in taken:
+                k += 1
+                name = f"{prefix}/variable{k}"
+            taken.add(name)
+            nbytes = sum(self._ops[us[0]].param_uses[key][0] for key in keys)
+            count = sum(self._ops[us[0]].param_uses[key][1] for key in keys)
+            var = FwdOp(
+                name=name,
+                kind="variable",
+                scope=prefix,
+                flops=0.0,
+                macs=0.0,
+                inputs={},
+                output_bytes=0,
+                own_param_bytes=nbytes,
+                own_param_count=count,
+            )
+            variables[name] = var
+            for u in us:
+                self._ops[u].variables.append(name)
+        ordered: list[FwdOp] = []
+        placed: set[str] = set()
+        for op in self._ops.values():
+            for v in op.variables:
+                if v not in placed:
+                    ordered.append(variables[v])
+                    placed.add(v)
+            ordered.append(op)
+        return ForwardGraph(ops=ordered, outputs=out_names, fallback_kinds=list(self.fallback_kinds))
+
+
+def _common_prefix(keys: list[str]) -> str:
+    """Longest common dotted prefix of parameter keys ("lstm.0.weight_ih", "lstm.0.bias_ih" -> "lstm.0")."""
+    parts = [k.split(".") for k in keys]
+    prefix: list[str] = []
+    for group in zip(*parts, strict=False):
+        if all(p == group[0] for p in group):
+            prefix.append(group[0])
+        else:
+            break
+    if len(keys) == 1 and len(prefix) > 1:
+        prefix = prefix[:-1]  # a single parameter: name the variable after its module
+    return ".".join(prefix) or keys[0]

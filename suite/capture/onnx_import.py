@@ -1,0 +1,244 @@
+"""Capture an ONNX model into an `OpGraph`: `onnx.load`, `onnx.shape_inference`, then the shared IR.
+
+* Graph inputs that are not initializers become ops of kind "input". Every dimension must be known after
+  shape inference; pass `input_shapes={"input": [1, 3, 224, 224]}` to fix symbolic (dynamic) dimensions.
+* Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
+  reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); integer and scalar
+  initializers and Constant nodes are constants.
+* Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Expand, and Dropout
+  in inference) are folded into their producers; Shape/Size outputs and anything computed only from
+  constants are constants.
+* FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul (2 per
+  multiply-add, +1 per output element for a bias), elementwise ops 1 per output element, pooling output
+  elements x kernel, global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or
+  4 (training) per element, LayerNormalization 5, Softmax/LogSoftmax 5. Other op types count 1 per output
+  element and are listed in metadata "fallback_cost_kinds".
+* Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
+  names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
+  PyTorch exporter writes them): the last path component before the op type ("layer1.0.conv1").
+* `mode="training"` treats the model outputs as the loss and adds backward and update ops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from suite.capture import CAPTURE_VERSION
+from suite.capture.flops import (
+    BATCH_NORM_FLOPS_PER_ELEMENT,
+    LAYER_NORM_FLOPS_PER_ELEMENT,
+    SOFTMAX_FLOPS_PER_ELEMENT,
+    Cost,
+    TensorInfo,
+)
+from suite.capture.ir import MODES, ForwardBuilder, Value
+from suite.errors import GraphError
+from suite.graph import OpGraph
+
+SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Split", "Expand"})
+CONSTANT_OUTPUT = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", "EyeLike", "RandomNormal",
+                             "RandomUniform"})
+ELEMENTWISE = frozenset(
+    """Add Sub Mul Div Pow Sqrt Exp Log Neg Abs Reciprocal Relu Sigmoid Tanh Erf Gelu LeakyRelu Elu Selu Softplus
+    Softsign HardSigmoid HardSwish Clip Max Min Where Cast Not And Or Equal Less Greater LessOrEqual GreaterOrEqual
+    Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean""".split()
+)
+REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
+                    "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin"})
+
+
+def _itemsize(elem_type: int) -> int:
+    from onnx import helper
+
+    return int(helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
+
+
+def _is_float(elem_type: int) -> bool:
+    from onnx import helper
+
+    return helper.tensor_dtype_to_np_dtype(elem_type).kind == "f"
+
+
+def _load(model: Any) -> Any:
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    path = Path(model)
+    if not path.exists():
+        raise GraphError(f"{path}: no such ONNX file")
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - protobuf decode errors have many types
+        raise GraphError(f"{path}: not a readable ONNX model: {exc}") from None
+
+
+def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: str) -> None:
+    inits = {i.name for i in model.graph.initializer}
+    known = [i.name for i in model.graph.input if i.name not in inits]
+    for name in input_shapes:
+        if name not in known:
+            raise GraphError(f"{where}: input_shapes names {name!r}, which is not a model input ({', '.join(known)})")
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in input_shapes:
+            shape = list(input_shapes[inp.name])
+            if len(shape) != len(dims):
+                raise GraphError(f"{where}: input {inp.name!r} has rank {len(dims)}, input_shapes gives {shape}")
+            for d, v in zip(dims, shape, strict=True):
+                d.Clear()
+                d.dim_value = int(v)
+        bad = [d.dim_param or "?" for d in dims if not d.HasField("dim_value") or d.dim_value <= 0]
+        if bad:
+            raise GraphError(
+                f"{where}: input {inp.name!r} has unknown dimension(s) {bad}; pass input_shapes={{{inp.name!r}: [...]}}"
+            )
+
+
+def _scope(node_name: str) -> str:
+    parts = [p for p in node_name.split("/") if p]
+    return parts[-2] if len(parts) >= 2 else ""
+
+
+def _attr(node: Any, name: str, default: Any = None) -> Any:
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], training: bool) -> Cost | None:
+    """Cost of one ONNX node; None when no rule applies."""
+    op = node.op_type
+    kind = op.lower()
+    out_numel = sum(t.numel for t in outs)
+    if op == "Conv":
+        w = ins[1]
+        macs = outs[0].numel * math.prod(w.shape[1:])
+        return Cost(kind, 2.0 * macs + (outs[0].numel if len(ins) > 2 and ins[2] is not None else 0), float(macs))
+    if op == "ConvTranspose":
+        x, w = ins[0], ins[1]
+        macs = x.numel * math.prod(w.shape[1:])
+        return Cost(kind, 2.0 * macs + (outs[0].numel if len(ins) > 2 and ins[2] is not None else 0), float(macs))
+    if op == "Gemm":
+        a = ins[0]
+        k = a.shape[0] if _attr(node, "transA", 0) else a.shape[1]
+        macs = outs[0].numel * k
+        bias = outs[0].numel if len(ins) > 2 and ins[2] is not None else 0
+        return Cost(kind, 2.0 * macs + bias, float(macs))
+    if op == "MatMul":
+        macs = outs[0].numel * ins[0].shape[-1]
+        return Cost(kind, 2.0 * macs, float(macs))
+    if op in ("MaxPool", "AveragePool", "LpPool"):
+        return Cost(kind, float(outs[0].numel * math.prod(_attr(node, "kernel_shape", [1]))))
+    if op in ("GlobalAveragePool", "GlobalMaxPool") or op in REDUCE:
+        return Cost(kind, float(ins[0].numel))
+    if op in ("BatchNormalization", "InstanceNormalization", "GroupNormalization"):
+        return Cost(kind, float(BATCH_NORM_FLOPS_PER_ELEMENT[training] * outs[0].numel))
+    if op == "LayerNormalization":
+        return Cost(kind, float(LAYER_NORM_FLOPS_PER_ELEMENT * outs[0].numel))
+    if op in ("Softmax", "LogSoftmax"):
+        return Cost(kind, float(SOFTMAX_FLOPS_PER_ELEMENT * out_numel))
+    if op == "Concat":
+        return Cost("concat", 0.0)
+    if op == "Gather":
+        return Cost("gather", 0.0)
+    if op in ELEMENTWISE:
+        return Cost(kind, float(out_numel))
+    if op == "Dropout":
+        return Cost(kind, float(out_numel), saved_bytes=out_numel)
+    return None
+
+
+def import_onnx(
+    model: Any,
+    *,
+    name: str | None = None,
+    mode: str = "inference",
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> OpGraph:
+    """Import an ONNX model (a path or an `onnx.ModelProto`) as an `OpGraph`; see the module docstring."""
+    import onnx
+
+    if mode not in MODES:
+        raise GraphError(f"capture mode {mode!r} is not one of {', '.join(MODES)}")
+    where = str(model) if not isinstance(model, onnx.ModelProto) else f"ONNX model {model.graph.name!r}"
+    proto = onnx.ModelProto()
+    proto.CopyFrom(_load(model))
+    _fix_inputs(proto, input_shapes or {}, where)
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+    except Exception as exc:  # noqa: BLE001
+        raise GraphError(f"{where}: ONNX shape inference failed: {exc}") from None
+    training = mode == "training"
+    graph = proto.graph
+    infos: dict[str, TensorInfo] = {}
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        t = vi.type.tensor_type
+        if t.elem_type and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            infos[vi.name] = TensorInfo(tuple(int(d.dim_value) for d in t.shape.dim), _itemsize(t.elem_type))
+    b = ForwardBuilder()
+    vals: dict[str, Value] = {"": b.constant()}  # "" = an omitted optional input
+    for init in graph.initializer:
+        info = TensorInfo(tuple(int(d) for d in init.dims), _itemsize(init.data_type))
+        infos[init.name] = info
+        if _is_float(init.data_type) and info.numel > 1:
+            vals[init.name] = b.param(init.name, info.nbytes, info.numel)
+        else:
+            vals[init.name] = b.constant()
+    for inp in graph.input:
+        if inp.name not in vals:
+            info = infos[inp.name]
+            vals[inp.name] = b.input(inp.name, info.nbytes, info.shape)
+    taken: set[str] = set(vals)
+    for i, node in enumerate(graph.node):
+        try:
+            ins = [vals[x] for x in node.input]
+        except KeyError as exc:
+            raise GraphError(f"{where}: node {node.name or i!r} reads {exc.args[0]!r}, which nothing produces") from None
+        missing = [o for o in node.output if o and o not in infos]
+        if missing and node.op_type not in CONSTANT_OUTPUT:
+            if not any(v.deps or v.params for v in ins):
+                for o in node.output:
+                    vals[o] = b.constant()
+                continue
+            raise GraphError(f"{where}: shape inference left the shape of {missing[0]!r} (node {node.name or i!r}) unknown")
+        outs = [infos[o] for o in node.output if o in infos]
+        if node.op_type in CONSTANT_OUTPUT or not any(v.deps or v.params for v in ins):
+            for o in node.output:
+                vals[o] = b.constant()
+            continue
+        if node.op_type in SHAPE_ONLY or (node.op_type == "Dropout" and not training):
+            for o in node.output:
+                vals[o] = b.fold(ins, infos[o].nbytes if o in infos else None)
+            continue
+        in_infos = [infos.get(x) if x else None for x in node.input]
+        cost = onnx_cost(node, in_infos, outs, training)
+        if cost is None:
+            cost = Cost(node.op_type.lower(), float(sum(t.numel for t in outs)))
+            b.fallback_kinds.append(cost.kind)
+        op_name = node.name or f"{node.op_type}_{i}"
+        while op_name in taken:
+            op_name = f"{op_name}_{i}"
+        taken.add(op_name)
+        total = sum(t.nbytes for t in outs)
+        b.op(
+            op_name, cost.kind, _scope(node.name), ins, flops=cost.flops, macs=cost.macs, output_bytes=total,
+            output_shape=outs[0].shape if outs else (), output_numel=sum(t.numel for t in outs),
+            saved_bytes=cost.saved_bytes,
+        )
+        for o in node.output:
+            vals[o] = Value(deps={op_name: infos[o].nbytes if o in infos else total})
+    outputs = [vals[o.name] for o in graph.output]
+    fg = b.finish(outputs)
+    gname = name or graph.name or "onnx_model"
+    meta = {"capture": "onnx", "capture_version": CAPTURE_VERSION, **(metadata or {})}
+    return fg.lower(gname, mode, meta)
