@@ -1,0 +1,232 @@
+"""m-ETF: a memory-aware critical-path list scheduler (HEFT order, earliest finish time with communication).
+
+The strongest single-shot heuristic of the suite, after Baechi's m-ETF (Jeon et al., SoCC 2020: ETF list
+scheduling that skips devices whose memory would overflow) with HEFT's priority and insertion policy
+(Topcuoglu et al., IEEE TPDS 2002):
+
+1. Priority: upward rank, rank(i) = w_i + max over successors j of (c_ij + rank(j)), with w_i the mean
+   time of op i over the devices it may use (cost model) and c_ij the mean transfer time of edge i->j over
+   distinct device pairs. Ops are scheduled by decreasing rank (ties by index), a topological order.
+2. Device: the one giving the earliest finish time. Start = the first idle slot of the device after the
+   data-ready time (insertion into gaps); data ready = latest arrival of an input: at once from the same
+   device, else the transfer (latency + bytes / bandwidth of the route) in the first idle slot of that
+   (source, destination) channel after the producer finished, one transfer per output and destination
+   (as in the simulator). Transfers are booked on their channels once the device is chosen.
+3. Colocation: the first op of a group to be scheduled chooses the device for the whole group; it adds to
+   each device's finish time the extra time the group's other ops would take there compared with their
+   best device (a one-step lookahead, so that e.g. a variable is not sent to an idle slow CPU with its
+   whole gradient and update chain). The group's other ops follow. Device kinds: only allowed devices.
+4. Memory: a device is skipped when its estimated memory would exceed its capacity. The estimate is
+   resident bytes (param_bytes of the colocation groups placed there) plus live tensors: an op's output
+   counts on its device from its placement until its last consumer is placed, and so does each copy of it
+   received by another device; a new group also reserves its largest output. If no device fits, the op
+   goes where the most memory is left (`info["memory_overflows"]` counts such ops, and ops forced by
+   their group onto a device that overflows); the evaluator then reports any OOM. The estimate follows the
+   list order, not the simulator's execution order, so it can be optimistic when many gradient tensors
+   are live at once (the large models on the K80 presets).
+
+Single shot: no evaluations of the evaluator. Deterministic (no randomness; `seed` is unused).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+
+import numpy as np
+
+from baselines import _common
+from suite.methodology import Budget
+from suite.placer import BasePlacer, PlacementResult, Problem
+
+MAX_GAP_SCAN = 64  # idle gaps tried per booking query
+
+
+def upward_rank(cost: np.ndarray, allowed_op: np.ndarray, graph, latency_s: np.ndarray, bandwidth: np.ndarray) -> np.ndarray:
+    """HEFT upward rank of every op (seconds)."""
+    n, ndev = cost.shape
+    a = graph.arrays
+    masked = np.where(allowed_op, cost, 0.0)
+    w = masked.sum(axis=1) / np.maximum(allowed_op.sum(axis=1), 1)
+    if ndev > 1:
+        off = ~np.eye(ndev, dtype=bool)
+        mean_lat = float(latency_s[off].mean())
+        mean_inv_bw = float((1.0 / bandwidth[off]).mean())
+    else:
+        mean_lat = mean_inv_bw = 0.0
+    rank = np.zeros(n)
+    for i in range(n - 1, -1, -1):
+        lo, hi = a.succ_ptr[i], a.succ_ptr[i + 1]
+        if hi > lo:
+            succ = a.succ_idx[lo:hi]
+            comm = mean_lat + a.succ_bytes[lo:hi] * mean_inv_bw
+            rank[i] = w[i] + float((comm + rank[succ]).max())
+        else:
+            rank[i] = w[i]
+    return rank
+
+
+class Timeline:
+    """Busy time of one resource (a device, or a link channel): insertion-based booking as in HEFT.
+
+    Keeps the idle gaps before `free_s` (sorted, disjoint); a booking takes the first gap that fits after
+    the ready time, else starts at max(ready, free_s). At most `MAX_GAP_SCAN` gaps are tried per query,
+    which bounds the cost on long schedules.
+    """
+
+    def __init__(self) -> None:
+        self.gap_start: list[float] = []
+        self.gap_end: list[float] = []
+        self.free_s = 0.0
+
+    def earliest_start(self, ready_s: float, duration_s: float) -> float:
+        j = bisect.bisect_right(self.gap_end, ready_s)
+        for k in range(j, min(j + MAX_GAP_SCAN, len(self.gap_end))):
+            t = max(self.gap_start[k], ready_s)
+            if t + duration_s <= self.gap_end[k]:
+                return t
+        return max(ready_s, self.free_s)
+
+    def book(self, start_s: float, duration_s: float) -> None:
+        end_s = start_s + duration_s
+        if start_s >= self.free_s:
+            if start_s > self.free_s:
+                self.gap_start.append(self.free_s)
+                self.gap_end.append(start_s)
+            self.free_s = max(self.free_s, end_s)
+            return
+        k = bisect.bisect_right(self.gap_start, start_s) - 1  # the gap that holds [start_s, end_s]
+        gs, ge = self.gap_start[k], self.gap_end[k]
+        pieces = [(a, b) for a, b in ((gs, start_s), (end_s, ge)) if b > a]
+        self.gap_start[k : k + 1] = [a for a, _ in pieces]
+        self.gap_end[k : k + 1] = [b for _, b in pieces]
+
+
+def m_etf_placement(problem: Problem) -> tuple[np.ndarray, dict]:
+    """The m-ETF op placement and schedule statistics."""
+    graph, cluster = problem.workload, problem.cluster
+    n, ndev = graph.num_ops, cluster.num_devices
+    a = graph.arrays
+    cost = _common.problem_costs(problem)
+    con = _common.contract(graph)
+    allowed_node = _common.allowed_nodes(con, cluster)
+    allowed_op = allowed_node[con.node_of_op]
+    if ndev > 1:
+        lat, bw = cluster.routes
+    else:
+        lat, bw = np.zeros((1, 1)), np.full((1, 1), np.inf)
+    rank = upward_rank(cost, allowed_op, graph, lat, bw)
+    order = np.lexsort((np.arange(n), -rank))
+
+    capacity = np.array([d.memory_bytes for d in cluster.devices], dtype=np.float64)
+    node_params = con.node_sum(a.param_bytes)
+    node_max_out = np.zeros(con.num_nodes)
+    np.maximum.at(node_max_out, con.node_of_op, a.output_bytes.astype(np.float64))
+    node_cost = con.node_sum(np.where(allowed_op, cost, np.inf))
+    out_bytes = a.output_bytes.astype(np.float64)
+    consumers_left = np.diff(a.succ_ptr).copy()
+    resident = np.zeros(ndev)
+    live = np.zeros(ndev)
+    devices = [Timeline() for _ in range(ndev)]
+    channels: dict[tuple[int, int], Timeline] = {}
+    arrived: dict[tuple[int, int], float] = {}  # (op, device) -> when a copy of the op's output is there
+    finish = np.zeros(n)
+    dev_of_op = np.full(n, -1, dtype=np.int64)
+    node_dev = np.full(con.num_nodes, -1, dtype=np.int64)
+    copies: list[list[int]] = [[] for _ in range(n)]  # devices holding a received copy of each op's output
+    overflows = 0
+
+    def transfer_s(p: int, src: int, dst: int, nbytes: float) -> float:
+        return float(lat[src, dst] + nbytes / bw[src, dst])
+
+    def data_ready(preds, pbytes, d: int) -> float:
+        """When every input can be on device d (each transfer in the first idle slot of its channel)."""
+        t = 0.0
+        for p, nb in zip(preds, pbytes, strict=True):
+            src = int(dev_of_op[p])
+            if src == d:
+                t = max(t, finish[p])
+            elif (p, d) in arrived:
+                t = max(t, arrived[(p, d)])
+            else:
+                dur = transfer_s(p, src, d, nb)
+                chan = channels.get((src, d))
+                start = chan.earliest_start(finish[p], dur) if chan else finish[p]
+                t = max(t, start + dur)
+        return t
+
+    for i in order.tolist():
+        lo, hi = a.pred_ptr[i], a.pred_ptr[i + 1]
+        preds = a.pred_idx[lo:hi].tolist()
+        pbytes = a.pred_bytes[lo:hi].tolist()
+        k = con.node_of_op[i]
+        if node_dev[k] >= 0:
+            cands = np.array([node_dev[k]])
+        else:
+            cands = np.flatnonzero(allowed_node[k])
+        eft = np.full(ndev, np.inf)
+        for d in cands.tolist():
+            eft[d] = devices[d].earliest_start(data_ready(preds, pbytes, d), cost[i, d]) + cost[i, d]
+        incoming = np.zeros(ndev)  # bytes of predecessors' outputs not yet on each device
+        for p in preds:
+            incoming += out_bytes[p]
+            incoming[dev_of_op[p]] -= out_bytes[p]
+            for dd in copies[p]:
+                incoming[dd] -= out_bytes[p]
+        if node_dev[k] >= 0:
+            d = int(node_dev[k])
+            if resident[d] + live[d] + incoming[d] + out_bytes[i] > capacity[d]:
+                overflows += 1
+        else:
+            need = resident[cands] + node_params[k] + live[cands] + incoming[cands] + node_max_out[k]
+            fits = need <= capacity[cands]
+            if fits.any():
+                ok = cands[fits]
+                rest = node_cost[k, ok] - cost[i, ok]  # the group's other ops, on each device
+                d = int(ok[np.argmin(eft[ok] + rest - rest.min())])
+            else:
+                overflows += 1
+                d = int(cands[np.argmax(capacity[cands] - need)])
+            node_dev[k] = d
+            resident[d] += node_params[k]
+        ready = 0.0
+        for p, nb in sorted(zip(preds, pbytes, strict=True), key=lambda x: finish[x[0]]):  # book the transfers
+            src = int(dev_of_op[p])
+            if src == d:
+                ready = max(ready, finish[p])
+                continue
+            if (p, d) not in arrived:
+                dur = transfer_s(p, src, d, nb)
+                chan = channels.setdefault((src, d), Timeline())
+                start = chan.earliest_start(finish[p], dur)
+                chan.book(start, dur)
+                arrived[(p, d)] = start + dur
+                copies[p].append(d)
+            ready = max(ready, arrived[(p, d)])
+        start = devices[d].earliest_start(ready, cost[i, d])
+        devices[d].book(start, cost[i, d])
+        dev_of_op[i] = d
+        finish[i] = start + cost[i, d]
+        live[d] += out_bytes[i] + incoming[d]
+        if hi > lo:
+            pa = np.array(preds)
+            consumers_left[pa] -= 1
+            for p in pa[consumers_left[pa] == 0].tolist():  # all consumers placed: free p everywhere
+                live[dev_of_op[p]] -= out_bytes[p]
+                for dd in copies[p]:
+                    live[dd] -= out_bytes[p]
+        if a.succ_ptr[i + 1] == a.succ_ptr[i]:
+            live[d] -= out_bytes[i]
+    info = {"estimated_step_time_s": float(finish.max()) if n else 0.0, "memory_overflows": overflows}
+    return dev_of_op, info
+
+
+class METF(BasePlacer):
+    """Memory-aware earliest-finish-time list scheduling in upward-rank order."""
+
+    name = "m_etf"
+
+    def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
+        started = time.perf_counter()
+        placement, info = m_etf_placement(problem)
+        return PlacementResult.from_search(placement, problem, started, **info)

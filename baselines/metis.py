@@ -1,0 +1,95 @@
+"""METIS k-way partitioning of the op graph, parts sized in proportion to device speed (pymetis).
+
+* Graph: colocation groups contracted into nodes (`_common.contract`); vertex weight = compute time of the
+  node's ops on the reference device (the fastest candidate, from the cost model); edge weight = bytes
+  exchanged between the two nodes (both directions summed). Weights are scaled to integers that sum to
+  about 2^28, within METIS's 32-bit idx_t.
+* Target part weights (`tpwgts`): part k gets the share speed_k / sum(speeds), where speed_k is candidate
+  device k's speed on this workload relative to the reference (total op time on the reference / total op
+  time on device k).
+* Part-to-device assignment: part k is candidate device k. METIS sizes part k by tpwgts[k], so the
+  assignment is fixed by construction: the fastest devices get the largest parts.
+* Candidate devices: every device, the CPU included (`include_cpu=False` keeps only the GPUs).
+* METIS_PartGraphKway (`recursive=False`; pymetis would default to recursive bisection for <= 8 parts),
+  METIS's default imbalance (ufactor 30, i.e. 3%), seeded with `seed` through METIS's options.
+* Device-kind constraints: METIS ignores them; a node on a device its ops forbid is moved to the allowed
+  device it exchanges the most bytes with (`_common.enforce_kinds`; counted in `info["kind_moves"]`).
+* Memory is ignored: an OOM placement stays OOM.
+
+Single shot: no evaluations of the evaluator.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+import numpy as np
+import pymetis
+
+from baselines import _common
+from suite.methodology import Budget
+from suite.placer import BasePlacer, PlacementResult, Problem
+
+
+def metis_parts(
+    xadj: np.ndarray,
+    adjncy: np.ndarray,
+    vertex_weights: np.ndarray,
+    edge_weights: np.ndarray,
+    part_shares: np.ndarray,
+    seed: int,
+    recursive: bool = False,
+) -> np.ndarray:
+    """Part of every vertex (int64), k = len(part_shares) parts sized by the shares."""
+    n = len(xadj) - 1
+    k = len(part_shares)
+    if k == 1 or n == 0:
+        return np.zeros(n, dtype=np.int64)
+    if n <= k:  # fewer vertices than parts: METIS would leave parts empty anyway; fill the largest shares
+        order = np.argsort(-np.asarray(part_shares), kind="stable")
+        return order[np.argsort(-np.asarray(vertex_weights), kind="stable").argsort()].astype(np.int64)
+    shares = np.asarray(part_shares, dtype=np.float64)
+    shares = shares / shares.sum()
+    _, parts = pymetis.part_graph(
+        k,
+        adjacency=pymetis.CSRAdjacency(np.asarray(xadj, dtype=np.int64), np.asarray(adjncy, dtype=np.int64)),
+        vweights=np.asarray(vertex_weights, dtype=np.int64),
+        eweights=np.asarray(edge_weights, dtype=np.int64) if len(adjncy) else None,
+        tpwgts=shares.tolist(),
+        recursive=recursive,
+        options=pymetis.Options(seed=int(seed) % (1 << 31)),
+    )
+    return np.asarray(parts, dtype=np.int64)
+
+
+class Metis(BasePlacer):
+    """METIS k-way partitioning with parts in proportion to device speed."""
+
+    name = "metis"
+    defaults: ClassVar[dict] = {"include_cpu": True, "recursive": False}
+
+    def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
+        started = time.perf_counter()
+        graph, cluster = problem.workload, problem.cluster
+        devices = list(range(cluster.num_devices)) if self.params["include_cpu"] else _common.gpus_or_all(cluster)
+        con = _common.contract(graph)
+        allowed = _common.allowed_nodes(con, cluster)
+        cost = _common.problem_costs(problem)
+        ref = _common.reference_device(cluster, devices)
+        speeds = _common.device_speeds(cost, devices, ref)
+        _, _, nbytes = con.edges
+        xadj, adjncy, ew = con.csr(_common.scale_to_int(nbytes))
+        vw = _common.scale_to_int(con.node_sum(cost[:, ref]))
+        parts = metis_parts(xadj, adjncy, vw, ew, speeds, seed, recursive=self.params["recursive"])
+        node_device = np.asarray(devices, dtype=np.int64)[parts]
+        node_device, moved = _common.enforce_kinds(node_device, con, allowed, _common.speed_order(cluster))
+        return PlacementResult.from_search(
+            con.expand(node_device),
+            problem,
+            started,
+            devices=[cluster.devices[d].name for d in devices],
+            device_speeds=[round(float(s), 6) for s in speeds],
+            nodes=con.num_nodes,
+            kind_moves=moved,
+        )

@@ -1,0 +1,137 @@
+"""Human-expert rules on small hand-built graphs that follow the zoo's scope conventions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from baselines.human_expert import HumanExpert, HumanExpertPipeline, balanced_contiguous
+from suite import registry
+from suite.graph import Op, OpGraph
+from suite.methodology import Budget
+from suite.placement import validate
+
+
+def forward_devices(result, graph) -> dict[str, int]:
+    """Device of each forward op's scope; also checks that backward/update ops sit with their forward op."""
+    out = {}
+    for i, op in enumerate(graph.ops):
+        if op.phase == "forward":
+            out[op.scope] = int(result.placement[i])
+    for i, op in enumerate(graph.ops):
+        assert int(result.placement[i]) == out[op.scope]
+    return out
+
+
+RNNLM = ["embedding", "lstm.0", "lstm.1", "softmax"]
+NMT = ["encoder.embedding", "encoder.lstm.0", "encoder.lstm.1", "decoder.embedding", "decoder.lstm.0",
+       "decoder.lstm.1", "attention", "softmax"]
+
+
+def test_rnnlm_one_lstm_layer_per_gpu_softmax_on_the_last(layered_graph, make_problem, haswell_4k80, haswell_2k80):
+    g = layered_graph("rnnlm", RNNLM)
+    r = HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0)
+    assert forward_devices(r, g) == {"embedding": 1, "lstm.0": 1, "lstm.1": 2, "softmax": 4}
+    assert r.info["rule"] == "lstm_per_gpu" and r.evaluations == 0
+    r = HumanExpert().place(make_problem(g, haswell_2k80), Budget(), 0)
+    assert forward_devices(r, g) == {"embedding": 1, "lstm.0": 1, "lstm.1": 2, "softmax": 2}
+
+
+def test_rnnlm_more_layers_than_gpus_round_robin(layered_graph, make_problem, haswell_2k80):
+    g = layered_graph("rnnlm", ["embedding", "lstm.0", "lstm.1", "lstm.2", "lstm.3", "lstm.4", "softmax"])
+    r = HumanExpert().place(make_problem(g, haswell_2k80), Budget(), 0)
+    devs = forward_devices(r, g)
+    assert [devs[f"lstm.{k}"] for k in range(5)] == [1, 2, 1, 2, 1]
+
+
+def test_nmt_encoder_then_decoder_layers_round_robin(layered_graph, make_problem, haswell_4k80, haswell_2k80):
+    g = layered_graph("nmt", NMT)
+    devs = forward_devices(HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0), g)
+    assert devs == {"encoder.embedding": 1, "encoder.lstm.0": 1, "encoder.lstm.1": 2, "decoder.embedding": 1,
+                    "decoder.lstm.0": 3, "decoder.lstm.1": 4, "attention": 4, "softmax": 4}
+    devs = forward_devices(HumanExpert().place(make_problem(g, haswell_2k80), Budget(), 0), g)
+    assert [devs[s] for s in NMT] == [1, 1, 2, 1, 1, 2, 2, 2]
+
+
+RESNET = ["stem", "layer1.0", "layer1.1", "layer2.0", "head"]
+
+
+def resnet_like() -> OpGraph:
+    """Ops two levels below their block (e.g. layer1.0.conv1), equal FLOPs, blocks in the metadata."""
+    ops, edges = [], []
+    for block in RESNET:
+        for j in range(2):
+            name = f"{block}.op{j}"
+            ops.append(Op(name, "conv", flops=1e9, output_bytes=1000, scope=f"{block}.conv{j}" if j else block))
+            if ops[:-1]:
+                edges.append((ops[-2].name, name))
+    return OpGraph.build("resnet-like", ops, edges, {"model": "resnet50", "blocks": RESNET})
+
+
+def test_cnn_whole_model_on_the_fastest_gpu(make_problem):
+    cluster = registry.load_cluster("dgx_a100x8")
+    r = HumanExpert().place(make_problem(resnet_like(), cluster), Budget(), 0)
+    assert set(r.placement.tolist()) == {cluster.fastest("gpu")} and r.info["rule"] == "single_gpu"
+
+
+def test_cnn_pipeline_variant_splits_blocks_contiguously(make_problem, haswell_2k80, haswell_4k80):
+    g = resnet_like()
+    r = HumanExpertPipeline().place(make_problem(g, haswell_2k80), Budget(), 0)
+    assert r.info["rule"] == "block_pipeline"
+    # 5 blocks of equal cost on 2 GPUs: midpoints at 10%, 30%, 50%, 70%, 90% of the work
+    assert r.placement.tolist() == [1, 1, 1, 1, 2, 2, 2, 2, 2, 2]
+    r = HumanExpertPipeline().place(make_problem(g, haswell_4k80), Budget(), 0)
+    per_block = r.placement[::2].tolist()
+    assert per_block == sorted(per_block) and per_block[0] == 1 and per_block[-1] == 4
+
+
+def test_bert_contiguous_layer_blocks(layered_graph, make_problem, haswell_2k80, haswell_4k80):
+    scopes = ["embeddings"] + [f"encoder.layer.{k}" for k in range(6)] + ["pooler", "head"]
+    g = layered_graph("bert_base", scopes)
+    devs = forward_devices(HumanExpert().place(make_problem(g, haswell_2k80), Budget(), 0), g)
+    assert [devs[s] for s in scopes] == [1, 1, 1, 1, 2, 2, 2, 2, 2]
+    devs = forward_devices(HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0), g)
+    assert [devs[s] for s in scopes] == [1, 1, 1, 2, 2, 3, 4, 4, 4]
+
+
+def test_unknown_workload_balanced_contiguous_split(layered_graph, make_problem, haswell_2k80):
+    g = layered_graph("something_else", ["a", "b", "c", "d"])
+    r = HumanExpert().place(make_problem(g, haswell_2k80), Budget(), 0)
+    assert r.info["rule"] == "balanced_topological"
+    assert [forward_devices(r, g)[s] for s in "abcd"] == [1, 1, 2, 2]
+
+
+def test_unmatched_scopes_follow_the_group_before_them(layered_graph, make_problem, haswell_4k80):
+    g = layered_graph("rnnlm", ["input", "embedding", "lstm.0", "lstm.1", "softmax", "loss"])
+    devs = forward_devices(HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0), g)
+    assert devs["input"] == 1 and devs["loss"] == devs["softmax"] == 4
+
+
+def test_no_gpu_everything_on_the_cpu(layered_graph, make_problem, make_cluster):
+    g = layered_graph("rnnlm", RNNLM)
+    for placer in (HumanExpert(), HumanExpertPipeline()):
+        assert set(placer.place(make_problem(g, make_cluster(0)), Budget(), 0).placement.tolist()) == {0}
+
+
+def test_kind_constraints_move_an_op_to_an_allowed_device(make_problem, haswell_2k80):
+    ops = [Op("emb", "x", flops=1e9, output_bytes=10, scope="embedding"),
+           Op("l0", "x", flops=1e9, output_bytes=10, scope="lstm.0"),
+           Op("host", "x", flops=1e6, output_bytes=10, scope="lstm.0", allowed_kinds=("cpu",)),
+           Op("sm", "x", flops=1e9, output_bytes=10, scope="softmax")]
+    g = OpGraph.build("rnnlm-kinds", ops, [("emb", "l0"), ("l0", "host"), ("host", "sm")], {"model": "rnnlm"})
+    r = HumanExpert().place(make_problem(g, haswell_2k80), Budget(), 0)
+    assert r.placement.tolist() == [1, 1, 0, 2] and r.info["kind_moves"] == 1
+
+
+@pytest.mark.parametrize("placer", [HumanExpert, HumanExpertPipeline])
+def test_valid_on_random_graphs(placer, random_graph, make_problem, haswell_4k80):
+    g = random_graph(120, 3, groups=True, kinds=True)
+    validate(placer().place(make_problem(g, haswell_4k80), Budget(), 0).placement, g, haswell_4k80)
+
+
+def test_balanced_contiguous():
+    assert balanced_contiguous([1, 1, 1, 1], 2).tolist() == [0, 0, 1, 1]
+    assert balanced_contiguous([3, 1, 1, 1], 2).tolist() == [0, 1, 1, 1]
+    assert balanced_contiguous([1, 1, 1], 1).tolist() == [0, 0, 0]
+    parts = balanced_contiguous(np.random.default_rng(0).uniform(size=100), 7)
+    assert (np.diff(parts) >= 0).all() and parts[0] == 0 and parts[-1] == 6

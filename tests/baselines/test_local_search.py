@@ -1,0 +1,102 @@
+"""Local search: finds the brute-force optimum of small problems within the methodology's budget, stays in
+budget, is seeded, and never ends worse than its m-ETF start."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from baselines import _common
+from baselines.local_search import LocalSearch
+from baselines.m_etf import m_etf_placement
+from suite import methodology, registry
+from suite.methodology import Budget
+from suite.placement import validate
+from suite.simulator import simulate_batch
+
+BRUTE_FORCE_CASES = 24
+
+
+def brute_force_optimum_s(graph, cluster) -> float:
+    """Smallest simulated step time over every placement that respects colocation and device kinds."""
+    con = _common.contract(graph)
+    allowed = _common.allowed_nodes(con, cluster)
+    choices = [np.flatnonzero(row).tolist() for row in allowed]
+    nodes = np.array(list(itertools.product(*choices)), dtype=np.int64)
+    best = np.inf
+    for start in range(0, len(nodes), 20000):
+        for r in simulate_batch(graph, cluster, nodes[start : start + 20000][:, con.node_of_op], validate_each=False):
+            if r.status == "ok":
+                best = min(best, r.step_time_s)
+    return best
+
+
+def test_finds_the_brute_force_optimum_in_90_percent_of_small_problems(random_graph, make_problem):
+    """Random DAGs of 6..10 ops on 2 or 3 devices (some with colocation pairs and kind constraints), local
+    search with the methodology's evaluation budget; its final placement must match the optimum (relative
+    1e-12) in at least 90% of the cases."""
+    budget = methodology.load().budget
+    clusters = [registry.load_cluster("xeon_h100"), registry.load_cluster("haswell_2k80")]
+    rng = np.random.default_rng(2024)
+    hits, misses = 0, []
+    for case in range(BRUTE_FORCE_CASES):
+        n = int(rng.integers(6, 11))
+        cluster = clusters[min(case % 3, 1)]  # two cases in three on 3 devices
+        graph = random_graph(n, 1000 + case, max_preds=2, groups=case % 4 == 3, kinds=case % 3 == 2)
+        optimum = brute_force_optimum_s(graph, cluster)
+        problem = make_problem(graph, cluster, max_evaluations=budget.max_evaluations)
+        result = LocalSearch().place(problem, budget, seed=case)
+        assert result.evaluations <= budget.max_evaluations
+        m = problem.evaluator.measure(result.placement)
+        if m.status == "ok" and abs(m.step_time_s - optimum) <= 1e-12 * optimum:
+            hits += 1
+        else:
+            misses.append((case, n, cluster.num_devices, m.step_time_s / optimum))
+    assert hits >= 0.9 * BRUTE_FORCE_CASES, misses
+
+
+def test_stays_within_the_evaluation_budget(random_graph, make_problem, haswell_2k80):
+    g = random_graph(60, 3, groups=True, kinds=True)
+    p = make_problem(g, haswell_2k80, max_evaluations=7)
+    r = LocalSearch().place(p, Budget(max_evaluations=7), 0)
+    assert r.evaluations == p.evaluator.evaluations_used == 7
+    validate(r.placement, g, haswell_2k80)
+    assert len(r.curve) == 7
+
+
+def test_a_spent_time_budget_still_returns_a_valid_placement(random_graph, make_problem, haswell_2k80):
+    g = random_graph(30, 4, kinds=True)
+    p = make_problem(g, haswell_2k80, max_seconds=0.001)
+    import time
+
+    time.sleep(0.01)
+    r = LocalSearch().place(p, Budget(max_seconds=0.001), 0)
+    validate(r.placement, g, haswell_2k80)
+    assert r.evaluations == 0
+
+
+def test_same_seed_same_search(random_graph, make_problem, haswell_4k80):
+    g = random_graph(40, 5, groups=True)
+    a, b = (LocalSearch().place(make_problem(g, haswell_4k80, max_evaluations=150), Budget(), 9) for _ in range(2))
+    assert np.array_equal(a.placement, b.placement)
+    assert [c.best_score_s for c in a.curve] == [c.best_score_s for c in b.curve]
+
+
+def test_never_worse_than_its_m_etf_start(random_graph, make_problem, haswell_4k80):
+    for seed in range(3):
+        g = random_graph(50, 10 + seed, groups=True, kinds=True)
+        p = make_problem(g, haswell_4k80, max_evaluations=60)
+        r = LocalSearch().place(p, Budget(), seed)
+        start, _ = m_etf_placement(p)
+        assert p.evaluator.score(p.evaluator.measure(r.placement)) <= p.evaluator.score(p.evaluator.measure(start))
+
+
+def test_every_tried_placement_is_valid(random_graph, make_problem, haswell_2k80):
+    """Moves respect kinds and colocation: no evaluation is scored as invalid (2x the failure penalty)."""
+    g = random_graph(20, 6, groups=True, kinds=True)
+    p = make_problem(g, haswell_2k80, max_evaluations=100)
+    LocalSearch().place(p, Budget(), 0)
+    worst = max(c.best_score_s for c in p.evaluator.curve)
+    assert worst < 2 * p.evaluator.failure_score_s
+    assert p.evaluator.curve[-1].mean_score_s < 2 * p.evaluator.failure_score_s

@@ -1,0 +1,129 @@
+"""m-ETF on graphs small enough to schedule by hand (CPU 1e9 FLOP/s, GPUs 1e10 FLOP/s, 1 GB/s, no latency)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from baselines.m_etf import METF, Timeline, m_etf_placement, upward_rank
+from suite.graph import Op, OpGraph
+from suite.methodology import Budget
+from suite.placement import validate
+
+MB = 10**6
+
+
+def fork(groups: dict[str, str] | None = None, param_bytes: dict[str, int] | None = None) -> OpGraph:
+    """a (1e9 FLOPs) -> b, c (1e10 FLOPs each) -> d (1e9); every output 1 MB (1 ms on the link)."""
+    groups, param_bytes = groups or {}, param_bytes or {}
+    flops = {"a": 1e9, "b": 1e10, "c": 1e10, "d": 1e9}
+    ops = [Op(k, "x", flops=f, output_bytes=MB, group=groups.get(k), param_bytes=param_bytes.get(k, 0))
+           for k, f in flops.items()]
+    return OpGraph.build("fork", ops, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+
+
+def test_chain_stays_on_one_gpu(make_problem, make_cluster):
+    ops = [Op(f"o{i}", "x", flops=1e9, output_bytes=MB) for i in range(3)]
+    g = OpGraph.build("chain", ops, [("o0", "o1"), ("o1", "o2")])
+    p = make_problem(g, make_cluster(2))
+    r = METF().place(p, Budget(), 0)
+    assert r.placement.tolist() == [1, 1, 1]
+    assert r.info["estimated_step_time_s"] == pytest.approx(0.3)
+    assert r.evaluations == 0
+
+
+def test_fork_uses_both_gpus_by_earliest_finish(make_problem, make_cluster):
+    """a on gpu:0 (ends 0.1); b on gpu:0 (ends 1.1); c on gpu:1 (starts 0.101 after a's output, ends
+    1.101); d on gpu:1: b's output arrives 1.101, so d runs 1.101..1.201 (on gpu:0 it would end 1.202)."""
+    g = fork()
+    p = make_problem(g, make_cluster(2))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [1, 1, 2, 2]
+    assert info["estimated_step_time_s"] == pytest.approx(1.201)
+    assert p.evaluator.measure(placement).step_time_s == pytest.approx(1.201)
+
+
+def test_colocation_group_follows_its_first_op(make_problem, make_cluster):
+    g = fork(groups={"a": "ad", "d": "ad"})
+    placement, _ = m_etf_placement(make_problem(g, make_cluster(2)))
+    assert placement.tolist() == [1, 1, 2, 1]
+
+
+def test_memory_pushes_a_big_op_to_the_cpu(make_problem, make_cluster):
+    """a's 8 MB of parameters do not fit the 4 MB GPUs: a runs on the CPU (1 s) although it is slower."""
+    g = fork(param_bytes={"a": 8 * MB})
+    p = make_problem(g, make_cluster(2, gpu_memory_bytes=4 * MB))
+    placement, info = m_etf_placement(p)
+    assert placement[0] == 0 and (placement[1:] > 0).all()
+    assert info["memory_overflows"] == 0
+    assert p.evaluator.measure(placement).status == "ok"
+
+
+def test_live_outputs_and_received_copies_count_against_memory(make_problem, make_cluster):
+    """Outputs of 1 MB on GPUs of 1.5 MB: a (on gpu:0) is live until b and c are placed, and b or c on
+    gpu:1 would hold a copy of a next to its own output (2 MB): b, c and d go to the CPU. Without the
+    memory check the fork would use both GPUs and be OOM."""
+    g = fork()
+    p = make_problem(g, make_cluster(2, gpu_memory_bytes=1_500_000))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [1, 0, 0, 0]
+    assert info["memory_overflows"] == 0
+    assert p.evaluator.measure(placement).status == "ok"
+    assert p.evaluator.measure([1, 1, 2, 2]).status == "oom"
+
+
+def test_nothing_fits_goes_where_most_memory_is_left(make_problem, make_cluster):
+    cluster = make_cluster(1, cpu=False, gpu_memory_bytes=100)
+    g = fork(param_bytes={"a": 10**6})
+    placement, info = m_etf_placement(make_problem(g, cluster))
+    assert placement.tolist() == [0, 0, 0, 0] and info["memory_overflows"] >= 1
+
+
+def test_kinds_are_honoured(make_problem, make_cluster, random_graph):
+    cluster = make_cluster(2)
+    g = random_graph(300, 3, groups=True, kinds=True)
+    r = METF().place(make_problem(g, cluster), Budget(), 0)
+    validate(r.placement, g, cluster)
+
+
+def test_upward_rank_is_a_topological_priority(random_graph, make_cluster):
+    g = random_graph(200, 9)
+    cluster = make_cluster(2)
+    from suite.costmodel import cost_matrix
+
+    lat, bw = cluster.routes
+    rank = upward_rank(cost_matrix(g, cluster), np.ones((200, 3), dtype=bool), g, lat, bw)
+    for e in g.edges:
+        assert rank[e.src] > rank[e.dst]
+
+
+def test_deterministic(random_graph, make_problem, haswell_4k80):
+    g = random_graph(500, 1, groups=True)
+    a = METF().place(make_problem(g, haswell_4k80), Budget(), 0).placement
+    b = METF().place(make_problem(g, haswell_4k80), Budget(), 1).placement
+    assert np.array_equal(a, b)
+
+
+def test_group_lookahead_keeps_a_variable_with_its_heavy_group(make_problem, make_cluster):
+    """x (1 s on the GPU) runs first; v (a 1e6-FLOP variable) would finish earlier on the idle CPU
+    (1 ms) than after x on the GPU, but its group holds u (10 s on the CPU, 1 s on the GPU): the group
+    goes to the GPU and the step takes 2.0001 s instead of 10+ s."""
+    ops = [Op("x", "x", flops=1e10, output_bytes=MB), Op("v", "variable", flops=1e6, output_bytes=8, group="v"),
+           Op("u", "x", flops=1e10, output_bytes=8, group="v")]
+    g = OpGraph.build("lookahead", ops, [("x", "u"), ("v", "u")])
+    p = make_problem(g, make_cluster(1))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [1, 1, 1]
+    assert info["estimated_step_time_s"] == pytest.approx(2.0001)
+
+
+def test_timeline_books_into_idle_gaps():
+    """HEFT's insertion policy: a booking takes the first idle gap that fits after its ready time."""
+    t = Timeline()
+    t.book(0.0, 1.0)
+    t.book(3.0, 1.0)  # leaves the gap [1, 3)
+    assert t.earliest_start(0.5, 1.5) == 1.0
+    assert t.earliest_start(0.5, 2.5) == 4.0
+    t.book(1.0, 1.5)
+    assert t.gap_start == [2.5] and t.gap_end == [3.0]
+    assert t.earliest_start(0.0, 0.5) == 2.5

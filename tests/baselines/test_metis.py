@@ -1,0 +1,77 @@
+"""METIS: k-way parts in proportion to device speed, seeded, kinds and colocation honoured, memory ignored."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from baselines.metis import Metis, metis_parts
+from suite.methodology import Budget
+from suite.placement import validate
+
+
+def test_valid_on_random_graphs_with_groups_and_kinds(random_graph, make_problem, haswell_4k80):
+    for seed in range(4):
+        g = random_graph(200, seed, groups=True, kinds=True)
+        p = make_problem(g, haswell_4k80)
+        r = Metis().place(p, Budget(), seed)
+        validate(r.placement, g, haswell_4k80)
+        assert r.evaluations == 0
+
+
+def test_same_seed_same_placement(random_graph, make_problem, haswell_2k80):
+    g = random_graph(1500, 3)
+    runs = [Metis().place(make_problem(g, haswell_2k80), Budget(), s).placement for s in (1, 2, 1)]
+    assert np.array_equal(runs[0], runs[2])
+    assert len({Metis().place(make_problem(g, haswell_2k80), Budget(), s).placement.tobytes() for s in range(4)}) > 1
+
+
+def test_parts_follow_device_speed(random_graph, make_problem, make_cluster):
+    cluster = make_cluster(2, cpu_flops=1e9, gpu_flops=1e10)
+    g = random_graph(2000, 5)
+    r = Metis().place(make_problem(g, cluster), Budget(), 0)
+    flops = g.arrays.flops
+    share = np.bincount(r.placement, weights=flops, minlength=3) / flops.sum()
+    np.testing.assert_allclose(share, [1 / 21, 10 / 21, 10 / 21], atol=0.03)
+
+
+def test_gpu_only_variant(random_graph, make_problem, make_cluster):
+    cluster = make_cluster(2)
+    r = Metis(include_cpu=False).place(make_problem(random_graph(300, 1), cluster), Budget(), 0)
+    assert set(r.placement.tolist()) == {1, 2}
+
+
+def test_kind_constraints_are_honoured(make_problem, make_cluster, random_graph):
+    cluster = make_cluster(2)
+    g = random_graph(300, 7, kinds=True)
+    r = Metis().place(make_problem(g, cluster), Budget(), 0)
+    for i, op in enumerate(g.ops):
+        if op.allowed_kinds:
+            assert cluster.devices[r.placement[i]].kind in op.allowed_kinds
+
+
+def test_memory_is_ignored_oom_stays_oom(make_problem, make_cluster, random_graph):
+    cluster = make_cluster(2, gpu_memory_bytes=2**20)
+    p = make_problem(random_graph(300, 8), cluster)
+    r = Metis().place(p, Budget(), 0)
+    assert p.evaluator.measure(r.placement).status == "oom"
+
+
+def test_two_clusters_joined_by_one_edge_are_cut_there():
+    """Two 5-cliques joined by a single light edge: the 2-way cut is that edge."""
+    edges = [(a, b) for base in (0, 5) for a in range(base, base + 5) for b in range(a + 1, base + 5)] + [(4, 5)]
+    adj: list[list[int]] = [[] for _ in range(10)]
+    for a, b in edges:
+        adj[a].append(b)
+        adj[b].append(a)
+    xadj = np.cumsum([0] + [len(r) for r in adj])
+    adjncy = np.array([b for r in adj for b in sorted(r)])
+    ew = np.array([1 if {a, b} == {4, 5} else 10 for a, r in enumerate(adj) for b in sorted(r)])
+    parts = metis_parts(xadj, adjncy, np.ones(10), ew, np.array([1.0, 1.0]), seed=0)
+    assert len(set(parts[:5].tolist())) == 1 and len(set(parts[5:].tolist())) == 1 and parts[0] != parts[5]
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_tiny_graphs(k):
+    parts = metis_parts(np.array([0, 1, 2]), np.array([1, 0]), np.array([5, 1]), np.array([1, 1]), np.ones(k), 0)
+    assert parts.tolist() == ([0, 0] if k == 1 else [0, 1])

@@ -1,0 +1,133 @@
+"""The contract of the pyscotch adapter: valid mappings, target weights respected, terminal numbering, seeding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from baselines._scotch_adapter import deco_target, decomposition_tree, map_graph, scotch_seed
+
+
+def csr(n: int, edges: list[tuple[int, int]], weights: list[int] | None = None):
+    weights = weights or [1] * len(edges)
+    adj: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for (a, b), w in zip(edges, weights, strict=True):
+        adj[a].append((b, w))
+        adj[b].append((a, w))
+    xadj, adjncy, ew = [0], [], []
+    for row in adj:
+        for b, w in sorted(row):
+            adjncy.append(b)
+            ew.append(w)
+        xadj.append(len(adjncy))
+    return np.array(xadj), np.array(adjncy, dtype=np.int64), np.array(ew, dtype=np.int64)
+
+
+def random_graph(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    edges = sorted({(int(j), i) for i in range(1, n) for j in rng.choice(i, size=min(i, 3), replace=False)})
+    xadj, adj, ew = csr(n, edges, rng.integers(1, 1000, len(edges)).tolist())
+    return xadj, adj, ew, rng.integers(1, 100, n)
+
+
+def complete_costs(k: int) -> np.ndarray:
+    return np.ones((k, k), dtype=np.int64) - np.eye(k, dtype=np.int64)
+
+
+def test_path_on_two_equal_devices_is_cut_once_in_halves():
+    xadj, adj, ew = csr(8, [(i, i + 1) for i in range(7)])
+    parts = map_graph(xadj, adj, np.ones(8), ew, np.array([1, 1]), complete_costs(2), seed=0)
+    assert sorted(np.bincount(parts, minlength=2).tolist()) == [4, 4]
+    assert int((parts[:-1] != parts[1:]).sum()) == 1
+
+
+@pytest.mark.parametrize("target_weights", [(1, 3), (3, 1), (1, 1, 2)])
+def test_load_follows_target_weights_and_terminal_numbering(target_weights):
+    xadj, adj, ew, vw = random_graph(600, 1)
+    tw = np.array(target_weights)
+    parts = map_graph(xadj, adj, vw, ew, tw, complete_costs(len(tw)), seed=3)
+    assert parts.min() >= 0 and parts.max() < len(tw) and len(parts) == 600
+    load = np.bincount(parts, weights=vw, minlength=len(tw)) / vw.sum()
+    np.testing.assert_allclose(load, tw / tw.sum(), atol=0.05)
+
+
+def test_same_seed_same_mapping_and_the_seed_matters():
+    xadj, adj, ew, vw = random_graph(800, 2)
+    args = (xadj, adj, vw, ew, np.array([1, 3, 3]), complete_costs(3))
+    first = map_graph(*args, seed=7)
+    map_graph(*args, seed=8)  # another call in between must not disturb the next one
+    assert np.array_equal(first, map_graph(*args, seed=7))
+    distinct = {map_graph(*args, seed=s).tobytes() for s in range(6)}
+    assert len(distinct) > 1
+
+
+def four_grids(side: int = 8):
+    """Four side x side grids A, B, C, D (edge weight 10); A-B and C-D joined along a whole side (weight
+    50 per edge), B-C by one edge of weight 1."""
+    n = side * side
+    edges, w = [], []
+
+    def vid(b, r, c):
+        return b * n + r * side + c
+
+    for b in range(4):
+        for r in range(side):
+            for c in range(side):
+                if c + 1 < side:
+                    edges.append((vid(b, r, c), vid(b, r, c + 1)))
+                    w.append(10)
+                if r + 1 < side:
+                    edges.append((vid(b, r, c), vid(b, r + 1, c)))
+                    w.append(10)
+    for r in range(side):
+        edges += [(vid(0, r, side - 1), vid(1, r, 0)), (vid(2, r, side - 1), vid(3, r, 0))]
+        w += [50, 50]
+    edges.append((vid(1, 0, side - 1), vid(2, 0, 0)))
+    w.append(1)
+    return 4 * n, csr(4 * n, edges, w)
+
+
+@pytest.mark.parametrize("cheap", [((0, 1), (2, 3)), ((0, 2), (1, 3)), ((0, 3), (1, 2))])
+def test_link_costs_keep_heavy_traffic_on_cheap_links(cheap):
+    """Terminals in two cheap pairs (cost 1), every other pair cost 100: the heavily joined grids A, B share
+    one cheap pair and C, D the other, whatever the labels of the pairs."""
+    n, (xadj, adj, ew) = four_grids()
+    costs = np.full((4, 4), 100)
+    np.fill_diagonal(costs, 0)
+    for a, b in cheap:
+        costs[a, b] = costs[b, a] = 1
+    pairs = {tuple(sorted(p)) for p in cheap}
+    for seed in range(3):
+        parts = map_graph(xadj, adj, np.ones(n), ew, np.array([1, 1, 1, 1]), costs, seed=seed)
+        major = [int(np.bincount(parts[k * n // 4 : (k + 1) * n // 4], minlength=4).argmax()) for k in range(4)]
+        assert tuple(sorted(major[:2])) in pairs and tuple(sorted(major[2:])) in pairs
+
+
+def test_decomposition_tree_keeps_cheap_pairs_as_siblings():
+    costs = np.array([[0, 9, 1, 9], [9, 0, 9, 1], [1, 9, 0, 9], [9, 1, 9, 0]])
+    heap = decomposition_tree(np.ones(4), costs)
+    assert sorted(heap) == [4, 5, 6, 7]
+    assert heap[0] // 2 == heap[2] // 2 and heap[1] // 2 == heap[3] // 2
+    # uniform costs: the lightest devices join first (a CPU of weight 1 with a GPU, not two GPUs together)
+    heap = decomposition_tree(np.array([1, 4, 4]), np.ones((3, 3)) - np.eye(3))
+    assert heap[0] // 2 == heap[1] // 2 and heap[2] == 3
+
+
+def test_deco_text_is_scotchs_raw_format():
+    text = deco_target(np.array([1, 4, 4]), np.array([[0, 2, 3], [2, 0, 5], [3, 5, 0]]))
+    assert text.split("\n")[:3] == ["deco", "0", "3\t5"]
+    assert text.split("\n")[3:6] == ["0\t1\t4", "1\t4\t5", "2\t4\t3"]
+    assert text.split("\n")[6] == "2 3 5"
+
+
+def test_edgeless_graph_and_single_terminal():
+    xadj = np.zeros(6, dtype=np.int64)
+    parts = map_graph(xadj, np.zeros(0, dtype=np.int64), np.ones(5), np.zeros(0), np.array([1, 1]), complete_costs(2))
+    assert sorted(np.bincount(parts, minlength=2).tolist()) == [2, 3]
+    xadj, adj, ew = csr(3, [(0, 1), (1, 2)])
+    assert map_graph(xadj, adj, np.ones(3), ew, np.array([5]), np.zeros((1, 1))).tolist() == [0, 0, 0]
+
+
+def test_scotch_seed_spreads_nearby_seeds():
+    seeds = {scotch_seed(s) for s in range(100)}
+    assert len(seeds) == 100 and all(0 <= s < 2**31 for s in seeds)
