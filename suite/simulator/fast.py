@@ -25,7 +25,7 @@ def _ev_less(t, i, j):
     return t[i] < t[j] or (t[i] == t[j] and i < j)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ev_push(h, t, size, e):
     i = size
     h[i] = e
@@ -39,7 +39,7 @@ def _ev_push(h, t, size, e):
     return size + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ev_pop(h, t, size):
     """Remove the root (caller has read it); returns the new size."""
     size -= 1
@@ -61,7 +61,7 @@ def _ev_pop(h, t, size):
     return size
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _rd_push(h, d, size, v):
     i = size
     h[d, i] = v
@@ -75,7 +75,7 @@ def _rd_push(h, d, size, v):
     return size + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _rd_pop(h, d, size):
     top = h[d, 0]
     size -= 1
@@ -97,7 +97,7 @@ def _rd_pop(h, d, size):
     return top, size
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sort_small(a, k):
     """Insertion sort of a[:k] (k is at most the number of devices)."""
     for i in range(1, k):

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite import Op, OpGraph
-from suite import graph_io
+from suite import Op, OpGraph, graph_io
 from suite.errors import GraphError
 
 
