@@ -63,22 +63,41 @@ class Backend(Protocol):
     def measure_batch(self, placements: np.ndarray) -> list[Measurement]: ...
 
 
+def _human_bytes(n: float) -> str:
+    """Bytes with two decimals in the largest unit (GiB, MiB, KiB) that is at most the number."""
+    n = int(n)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} bytes"
+
+
+def default_engine() -> str:
+    """The compiled simulator engine when it is installed, else the (identical, slower) reference one."""
+    import importlib.util
+
+    return "fast" if importlib.util.find_spec("suite.simulator.fast") is not None else "reference"
+
+
 class SimulatorBackend:
     """The built-in simulator as a backend (deterministic: one sample per measurement)."""
 
     name = "simulator"
 
-    def __init__(self, workload: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()):
+    def __init__(
+        self, workload: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = (), engine: str | None = None
+    ):
         self.workload = workload
         self.cluster = cluster
         self.profiles = tuple(profiles)
+        self.engine = engine or default_engine()
 
     def _to_measurement(self, r) -> Measurement:
         names = r.device_names
         msg = ""
         if r.status == "oom":
             over = [
-                f"{n} needs {int(p) / 2**30:.2f} GiB of {int(c) / 2**30:.2f} GiB"
+                f"{n} needs {_human_bytes(p)} of {_human_bytes(c)}"
                 for n, p, c in zip(names, r.peak_memory_bytes, r.capacity_bytes, strict=True)
                 if p > c
             ]
@@ -97,11 +116,14 @@ class SimulatorBackend:
     def measure(self, placement: np.ndarray) -> Measurement:
         from suite.simulator import simulate
 
-        return self._to_measurement(simulate(self.workload, self.cluster, placement, profiles=self.profiles))
+        r = simulate(self.workload, self.cluster, placement, profiles=self.profiles, engine=self.engine)
+        return self._to_measurement(r)
 
     def measure_batch(self, placements: np.ndarray) -> list[Measurement]:
         from suite.simulator import simulate_batch
 
+        if self.engine != "fast":
+            return [self.measure(p) for p in placements]
         rs = simulate_batch(self.workload, self.cluster, placements, profiles=self.profiles, validate_each=False)
         return [self._to_measurement(r) for r in rs]
 

@@ -100,6 +100,11 @@ class PluginError(PlacebenchError):
     """A placer plugin that could not be loaded."""
 
 
+class NotApplicable(PlacebenchError):
+    """Raised by `place` when the placer cannot handle this problem (e.g. the cluster lacks a device kind
+    it needs). The runner stores the cell with status `skipped` and this message; it is not a failure."""
+
+
 def placer_class(name: str) -> Callable[..., Placer]:
     if name in _REGISTERED:
         return _REGISTERED[name]

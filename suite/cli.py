@@ -1,0 +1,509 @@
+"""The `placebench` command line.
+
+    placebench run [SPEC] [--out DIR] [--jobs N] [--json]     run a suite (default: quick) and print the table
+    placebench evaluate WORKLOAD --cluster C --placer P       run one cell
+    placebench table STORE [--format F]                       render a results store
+    placebench leaderboard [STORE] [--out results]            write leaderboard.md / .csv / .png
+    placebench list workloads|clusters|placers|specs          what is available
+    placebench show WORKLOAD                                  one workload's statistics
+    placebench profile WORKLOAD --device cpu                  per-op times on a device of this machine
+    placebench fidelity WORKLOAD [--cluster FILE]             simulator vs real execution (table + PNG)
+
+Every command takes --json for machine-readable output. Bad input (a `PlacebenchError`) gives one line
+`placebench: error: ...` on stderr and exit code 2, never a traceback; stored results are never lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from suite.errors import PlacebenchError
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(PlacebenchError):
+    """A malformed command-line value."""
+
+
+# -- output helpers -----------------------------------------------------------------------------------------
+def _tty(stream: Any) -> bool:
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def _print_json(data: Any) -> None:
+    from suite.store import _json_safe
+
+    print(json.dumps(_json_safe(data), indent=1, sort_keys=True))
+
+
+def _print_tables(tables: Sequence[Any]) -> None:
+    """Rich tables on a terminal wide enough for them, aligned plain text otherwise (never truncated)."""
+    from suite import report
+
+    texts = [report.to_text(t) for t in tables]
+    if _tty(sys.stdout):
+        from rich.console import Console
+        from rich.table import Table as RichTable
+
+        console = Console()
+        # rich draws borders and padding: about 3 more characters per column than the plain table
+        needed = max(max(len(line) for line in text.splitlines()) + 3 * len(t.columns) for t, text in zip(tables, texts, strict=True))
+    if _tty(sys.stdout) and needed <= console.width:
+        for t in tables:
+            rt = RichTable(title=t.title, title_justify="left")
+            for col, align in zip(t.columns, t.align, strict=True):
+                rt.add_column(col, justify="left" if align == "l" else "right")
+            for row, raw in zip(t.rows, t.raw, strict=True):
+                styled = [
+                    f"[red]{c}[/red]" if isinstance(v, str) and v in ("oom", "invalid", "timeout", "error") else c
+                    for c, v in zip(row, raw, strict=True)
+                ]
+                rt.add_row(*styled)
+            console.print(rt)
+    else:
+        print("\n\n".join(texts))
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _parse_param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--param {text!r}: expected KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value  # a bare word is a string
+
+
+# -- run ----------------------------------------------------------------------------------------------------
+class _Progress:
+    """A rich progress bar on a terminal; one line per finished cell otherwise (unless quiet)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.bar = None
+        self.total = 0
+        self.done = 0
+
+    def plan(self, total: int, reused: int) -> None:
+        self.total, self.done = total, reused
+        if self.quiet:
+            return
+        if reused:
+            print(f"placebench: {reused} of {total} cells already stored; running {total - reused}", file=sys.stderr)
+        if _tty(sys.stderr) and total > reused:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("[bold]placebench"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.description}"),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("", total=total, completed=reused)
+
+    def cell(self, record: dict[str, Any]) -> None:
+        self.done += 1
+        if self.quiet:
+            return
+        from suite.report import format_seconds
+
+        t = record.get("step_time_s")
+        value = format_seconds(t) if record["status"] == "ok" and t is not None else record["status"]
+        what = f"{record['workload']} / {record['cluster']} / {record['placer']} / seed {record['seed']}: {value}"
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=what)
+        else:
+            wall = record.get("cell_wall_time_s")
+            took = f" ({wall:.1f} s)" if isinstance(wall, float) else ""
+            print(f"[{self.done:>{len(str(self.total))}}/{self.total}] {what}{took}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from suite import report, runner
+    from suite.store import usable_cpus
+
+    spec = runner.load_spec(args.spec)
+    out = Path(args.out) if args.out else Path("runs") / spec.name
+    jobs = args.jobs if args.jobs is not None else usable_cpus()
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs}: must be at least 1")
+    progress = _Progress(args.quiet or args.json)
+    try:
+        result = runner.run(
+            spec, out, jobs=jobs, force=args.force, retry_failed=args.retry_failed,
+            on_plan=progress.plan, on_done=progress.cell,
+        )
+    finally:
+        progress.close()
+    res = report.Results.from_rows(result.rows)
+    if args.json:
+        _print_json(
+            {
+                "spec": spec.name,
+                "store": str(out),
+                "cells": len(result.rows),
+                "ran": result.ran,
+                "reused": result.reused,
+                "wall_time_s": result.wall_time_s,
+                "rows": result.rows,
+                "report": report.as_json(res, args.reference) if res.cells else None,
+            }
+        )
+        return 0
+    if res.cells:
+        _print_tables([t for _, ts in report.tables(res, args.reference) for t in ts])
+    print(
+        f"\n{len(result.rows)} cells ({result.ran} run now, {result.reused} from the store) in "
+        f"{result.wall_time_s:.1f} s; results in {out}/ (placebench table {out})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+# -- evaluate -----------------------------------------------------------------------------------------------
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from suite import runner
+    from suite.report import format_seconds
+
+    budget = {}
+    if args.max_evaluations is not None:
+        budget["max_evaluations"] = args.max_evaluations
+    if args.max_seconds is not None:
+        budget["max_seconds"] = args.max_seconds
+    record = runner.evaluate_one(
+        args.workload,
+        args.cluster,
+        args.placer,
+        params=dict(_parse_param(p) for p in args.param),
+        seed=args.seed,
+        methodology=args.methodology,
+        budget=budget,
+        cell_timeout_s=args.timeout,
+        plugins=args.plugin,
+        simulator_engine=args.engine,
+    )
+    if args.json:
+        _print_json(record)
+        return 0
+    status = record["status"]
+    lines = [
+        ("workload", record["workload"]),
+        ("cluster", record["cluster"]),
+        ("placer", f"{record['placer']} (seed {record['seed']})"),
+        ("status", status),
+    ]
+    if status == "ok":
+        lines.append(("step time", f"{format_seconds(record['step_time_s'])} (re-measured, {record['samples']} sample(s))"))
+    if record.get("message"):
+        lines.append(("message", record["message"]))
+    if record.get("peak_memory_bytes"):
+        peak = json.loads(record["peak_memory_bytes"])
+        lines.append(("peak memory", ", ".join(f"{d} {_fmt_bytes(b)}" for d, b in peak.items())))
+    if record.get("evaluations") is not None:
+        lines.append(("search", f"{record['evaluations']} of {record['budget_evaluations']} evaluations, "
+                                f"{record.get('search_wall_time_s') or 0.0:.3f} s"))
+    if record.get("placement_hash"):
+        lines.append(("placement", record["placement_hash"]))
+    lines.append(("methodology", f"{record['methodology']}, evaluator {record['evaluator']}"))
+    width = max(len(k) for k, _ in lines)
+    print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
+    return 0
+
+
+# -- table and leaderboard ----------------------------------------------------------------------------------
+def cmd_table(args: argparse.Namespace) -> int:
+    from suite import report
+    from suite.store import atomic_write_text, open_rows
+
+    rows = open_rows(args.store)
+    if args.cluster:
+        known = sorted({r["cluster"] for r in rows})
+        if args.cluster not in known:
+            raise UsageError(f"--cluster {args.cluster!r} has no rows in {args.store}; clusters: {', '.join(known)}")
+        rows = [r for r in rows if r["cluster"] == args.cluster]
+    fmt = "json" if args.json else args.format
+    if args.chart:
+        report.bar_chart(rows, args.chart, args.reference)
+    if fmt == "text" and not args.output:
+        res = report.Results.from_rows(rows)
+        if not res.cells:
+            raise report.ReportError(f"{args.store}: no result rows")
+        _print_tables([t for _, ts in report.tables(res, args.reference) for t in ts])
+        return 0
+    text = report.render(rows, fmt, args.reference)
+    if args.output:
+        atomic_write_text(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from suite import report
+    from suite.store import open_rows
+
+    rows = open_rows(args.store)
+    md, csv_path = report.write_leaderboard(rows, args.out, args.reference, source=str(args.store))
+    written = [str(md), str(csv_path)]
+    if not args.no_chart:
+        written.append(str(report.bar_chart(rows, Path(args.out) / "leaderboard.png", args.reference)))
+    if args.json:
+        _print_json({"written": written})
+    else:
+        print("\n".join(written))
+    return 0
+
+
+# -- list and show ------------------------------------------------------------------------------------------
+def _list_workloads() -> list[dict[str, Any]]:
+    from suite import registry
+
+    try:
+        names = registry.workload_names()
+    except (ImportError, AttributeError) as exc:
+        raise PlacebenchError(f"the model zoo is not available: {exc}") from None
+    from suite import zoo
+
+    out = []
+    for n in names:
+        d = zoo.describe(n) if hasattr(zoo, "describe") else {}
+        item = {"name": n, "mode": d.get("mode", ""), "description": d.get("description", "")}
+        if "cached" in d:
+            item["num_ops"] = d["cached"].get("num_ops")
+        out.append(item)
+    return out
+
+
+def _list_clusters() -> list[dict[str, Any]]:
+    from suite import registry
+
+    out = []
+    for name in registry.cluster_names():
+        c = registry.load_cluster(name)
+        out.append({"name": name, "devices": [d.name for d in c.devices], "description": c.description})
+    return out
+
+
+def _list_placers() -> list[dict[str, Any]]:
+    from suite.placer import _entry_points, placer_class, placer_names
+
+    eps = _entry_points()
+    out = []
+    for name in placer_names():
+        entry = {"name": name, "source": eps[name].value if name in eps else "registered in this process"}
+        try:
+            cls = placer_class(name)
+            entry["status"] = "ok"
+            entry["description"] = ((cls.__doc__ or "").strip().splitlines() or [""])[0]
+        except PlacebenchError as exc:  # a broken plugin is reported, not fatal
+            entry["status"] = "broken"
+            entry["description"] = str(exc)
+        out.append(entry)
+    return out
+
+
+def _list_specs() -> list[dict[str, Any]]:
+    from suite import runner
+
+    out = []
+    for name in runner.spec_names():
+        s = runner.load_spec(name)
+        out.append({"name": name, "description": s.description, "path": str(runner.SPEC_DIR / f"{name}.toml")})
+    return out
+
+
+_LISTS = {"workloads": _list_workloads, "clusters": _list_clusters, "placers": _list_placers, "specs": _list_specs}
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    items = _LISTS[args.what]()
+    if args.json:
+        _print_json(items)
+        return 0
+    for item in items:
+        extra = []
+        if "devices" in item:
+            extra.append(f"{len(item['devices'])} devices ({', '.join(item['devices'])})")
+        if item.get("status") == "broken":
+            extra.append("BROKEN")
+        if item.get("description"):
+            extra.append(item["description"])
+        print(item["name"] + ("  " + " - ".join(extra) if extra else ""))
+    return 0
+
+
+def workload_info(name: str) -> dict[str, Any]:
+    import suite
+
+    g = suite.load_workload(name)
+    stats = g.stats.as_dict()
+    kinds: dict[str, int] = {}
+    for op in g.ops:
+        kinds[op.kind] = kinds.get(op.kind, 0) + 1
+    return {
+        "name": g.name,
+        "hash": g.content_hash,
+        "metadata": dict(g.metadata),
+        "stats": stats,
+        "colocation_groups": len(g.groups),
+        "op_kinds": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
+    }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    info = workload_info(args.workload)
+    if args.json:
+        _print_json(info)
+        return 0
+    s = info["stats"]
+    lines = [
+        ("workload", info["name"]),
+        ("hash", info["hash"]),
+        ("ops", f"{s['num_ops']} ({', '.join(f'{k} {v}' for k, v in s['ops_by_phase'].items())})"),
+        ("edges", f"{s['num_edges']} (average degree {s['average_degree']:.2f})"),
+        ("FLOPs", f"{s['total_flops']:.4g}"),
+        ("parameters", _fmt_bytes(s["param_bytes"])),
+        ("critical path", f"{s['critical_path_ops']} ops, {s['critical_path_flops']:.4g} FLOPs"),
+        ("colocation groups", str(info["colocation_groups"])),
+        ("op kinds", ", ".join(f"{k} {v}" for k, v in list(info["op_kinds"].items())[:12])),
+    ]
+    lines += [(f"metadata.{k}", json.dumps(v) if not isinstance(v, str) else v) for k, v in info["metadata"].items()]
+    width = max(len(k) for k, _ in lines)
+    print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
+    return 0
+
+
+# -- parser -------------------------------------------------------------------------------------------------
+def _positive_float(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (x > 0 and math.isfinite(x)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return x
+
+
+def _positive_int(text: str) -> int:
+    try:
+        x = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return x
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from suite import __version__
+
+    p = argparse.ArgumentParser(prog="placebench", description="Benchmark suite for device placement.")
+    p.add_argument("--version", action="version", version=f"placebench {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run a suite spec (default: quick) and print the comparison table")
+    r.add_argument("spec", nargs="?", default="quick", help="built-in spec name (placebench list specs) or spec file")
+    r.add_argument("--out", help="results store directory (default: runs/<spec name>)")
+    r.add_argument("--jobs", "-j", type=_positive_int, help="parallel worker processes (default: usable CPUs)")
+    r.add_argument("--force", action="store_true", help="rerun cells already in the store")
+    r.add_argument("--retry-failed", action="store_true", help="rerun stored cells whose status is error or timeout")
+    r.add_argument("--reference", help="placer that speedups are relative to (default: single_gpu)")
+    r.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    r.add_argument("--json", action="store_true", help="print the rows and report as JSON")
+    r.set_defaults(func=cmd_run)
+
+    e = sub.add_parser("evaluate", help="run one cell (workload, cluster, placer, seed); nothing is stored")
+    e.add_argument("workload", help="zoo workload name or graph file")
+    e.add_argument("--cluster", "-c", required=True, help="cluster preset name or file")
+    e.add_argument("--placer", "-p", required=True, help="placer name (placebench list placers)")
+    e.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="placer parameter (JSON value)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--methodology", default="v1", help="methodology name or file (default: v1)")
+    e.add_argument("--max-evaluations", type=_positive_int, help="override the search budget's evaluations")
+    e.add_argument("--max-seconds", type=_positive_float, help="override the search budget's seconds")
+    e.add_argument("--timeout", type=_positive_float, help="cell timeout in seconds (default: the methodology's)")
+    e.add_argument("--plugin", action="append", default=[], help="module or .py file to import first (repeatable)")
+    e.add_argument("--engine", choices=("fast", "reference"), help="simulator engine (same results)")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_evaluate)
+
+    t = sub.add_parser("table", help="render a results store (directory, .parquet or .csv)")
+    t.add_argument("store")
+    t.add_argument("--format", "-f", choices=[f for f in ("text", "md", "csv", "latex", "html", "json")], default="text")
+    t.add_argument("--reference", help="placer that speedups are relative to (default: single_gpu)")
+    t.add_argument("--cluster", help="only this cluster")
+    t.add_argument("--output", "-o", help="write to this file instead of stdout")
+    t.add_argument("--chart", help="also write a bar chart PNG to this file")
+    t.add_argument("--json", action="store_true", help="same as --format json")
+    t.set_defaults(func=cmd_table)
+
+    lb = sub.add_parser("leaderboard", help="write leaderboard.md, .csv and .png from a results store")
+    lb.add_argument("store", nargs="?", default="runs/quick", help="results store (default: runs/quick)")
+    lb.add_argument("--out", default="results", help="output directory (default: results)")
+    lb.add_argument("--reference", help="placer that speedups are relative to (default: single_gpu)")
+    lb.add_argument("--no-chart", action="store_true", help="skip leaderboard.png")
+    lb.add_argument("--json", action="store_true")
+    lb.set_defaults(func=cmd_leaderboard)
+
+    ls = sub.add_parser("list", help="list workloads, clusters, placers or specs")
+    ls.add_argument("what", choices=sorted(_LISTS))
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_list)
+
+    sh = sub.add_parser("show", help="statistics and metadata of one workload")
+    sh.add_argument("workload", help="zoo workload name or graph file")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(func=cmd_show)
+
+    from suite.backends.commands import add_commands
+
+    add_commands(sub)  # profile, fidelity: real execution (torch is imported only when they run)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PlacebenchError as exc:
+        print(f"placebench: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # `placebench ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # an unwritable --out, a missing directory: the user's input, not a bug
+        print(f"placebench: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("placebench: interrupted; finished cells are stored, rerun the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,968 @@
+"""The runner: a suite spec (workloads x clusters x placers x seeds + methodology + evaluator) -> stored rows.
+
+A spec is a TOML file (`suite/specs/*.toml` for the built-in ones)::
+
+    name = "quick"
+    description = "..."
+    workloads = ["@zoo"]              # zoo names, graph files, or "@zoo" (every default zoo workload)
+    clusters = ["haswell_2k80"]       # preset names, cluster files, or "@presets"
+    placers = ["@all", {name = "x", params = {k = 1}, label = "x-k1"}]  # names, tables, or "@all"
+    seeds = [0]                       # default: the methodology's
+    methodology = "v1"                # name or file
+    evaluator = "simulator"           # or a name from `register_evaluator` / entry points placebench.evaluators
+    simulator_engine = "fast"         # optional: "fast" or "reference" (same semantics)
+    cell_timeout_s = 60               # default: the methodology's
+    plugins = []                      # modules or .py files imported (here and in every worker) first
+    [budget]                          # overrides of the methodology's search budget
+    max_evaluations = 200
+    max_seconds = 5.0
+
+Relative file paths in a spec are relative to the spec file.
+
+Each cell runs in a worker process (start method "spawn": torch and fork do not mix) with a timeout. A
+placer that raises gives a row with status `error` and the exception; one that hangs past the cell timeout
+is killed and gives `timeout`; a worker that dies gives `error` "worker died (signal N)"; an invalid final
+placement gives `invalid`; a placer that raises `NotApplicable` gives `skipped`. The final placement is
+always re-measured by a fresh evaluator (outside the search budget); the search's own numbers are never
+reported as the result. Finished cells are stored at once; rerunning a spec skips stored cells.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import json
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+import threading
+import time
+import tomllib
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+import suite
+from suite import methodology as _methodology
+from suite import registry
+from suite.cluster import Cluster
+from suite.errors import BudgetExhausted, PlacebenchError, SpecError, UnknownNameError
+from suite.evaluator import Evaluator, Measurement, SimulatorBackend
+from suite.graph import OpGraph
+from suite.methodology import Budget, Methodology
+from suite.placement import placement_hash
+from suite.store import Store, machine_info, package_versions
+
+SPEC_DIR = Path(__file__).parent / "specs"
+DEFAULT_SPEC = "quick"
+EVALUATOR_GROUP = "placebench.evaluators"  # entry points: name -> factory(workload, cluster, methodology)
+FAILED_STATUSES = ("timeout", "error")  # what --retry-failed reruns
+MAX_CURVE_POINTS = 256
+_SPEC_KEYS = {
+    "name",
+    "description",
+    "workloads",
+    "clusters",
+    "placers",
+    "seeds",
+    "methodology",
+    "evaluator",
+    "simulator_engine",
+    "cell_timeout_s",
+    "plugins",
+    "budget",
+}
+
+
+# -- specs ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlacerEntry:
+    """One placer column of a spec: registry name, keyword parameters, and the label shown in tables."""
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    label: str = ""
+
+    @property
+    def params_json(self) -> str:
+        return json.dumps(dict(self.params), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def params_hash(self) -> str:
+        return hashlib.sha256(self.params_json.encode()).hexdigest()[:12]
+
+    @property
+    def shown(self) -> str:
+        if self.label:
+            return self.label
+        if not self.params:
+            return self.name
+        return f"{self.name}({','.join(f'{k}={json.dumps(v)}' for k, v in sorted(self.params.items()))})"
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    workloads: tuple[str, ...]
+    clusters: tuple[str, ...]
+    placers: tuple[PlacerEntry, ...]  # a PlacerEntry named "@all" expands to every available placer
+    seeds: tuple[int, ...] | None = None
+    methodology: str = _methodology.DEFAULT
+    evaluator: str = "simulator"
+    simulator_engine: str | None = None
+    cell_timeout_s: float | None = None
+    plugins: tuple[str, ...] = ()
+    budget: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+    source: str = "<spec>"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The spec as the table it was read from (unset optional fields left out): round-trips."""
+        d = {
+            "name": self.name,
+            "description": self.description,
+            "workloads": list(self.workloads),
+            "clusters": list(self.clusters),
+            "placers": [{"name": p.name, "params": dict(p.params), "label": p.label} for p in self.placers],
+            "seeds": list(self.seeds) if self.seeds is not None else None,
+            "methodology": self.methodology,
+            "evaluator": self.evaluator,
+            "simulator_engine": self.simulator_engine,
+            "cell_timeout_s": self.cell_timeout_s,
+            "plugins": list(self.plugins),
+            "budget": dict(self.budget),
+        }
+        return {k: v for k, v in d.items() if v is not None}
+
+
+def spec_names() -> list[str]:
+    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+
+
+def _looks_like_path(s: str) -> bool:
+    return "/" in s or s.endswith((".toml", ".json", ".gz", ".py"))
+
+
+def _str_list(where: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise SpecError(f"{where}: expected a non-empty list of names, got {value!r}")
+    return tuple(value)
+
+
+def _resolve(ref: str, base: Path | None) -> str:
+    """A file reference relative to the spec file becomes absolute; names stay names."""
+    if base is not None and _looks_like_path(ref) and not ref.startswith("@") and not Path(ref).is_absolute():
+        return str((base / ref).resolve())
+    return ref
+
+
+def _placer_entries(where: str, value: Any) -> tuple[PlacerEntry, ...]:
+    if isinstance(value, str | dict):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"{where}: expected a non-empty list of placer names or tables, got {value!r}")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, str) and item:
+            out.append(PlacerEntry(item))
+        elif isinstance(item, dict):
+            unknown = set(item) - {"name", "params", "label"}
+            if unknown:
+                raise SpecError(f"{where}[{i}]: unknown field(s) {sorted(unknown)}; known: label, name, params")
+            name, params, label = item.get("name"), item.get("params", {}), item.get("label", "")
+            if not isinstance(name, str) or not name or name == "@all":
+                raise SpecError(f"{where}[{i}].name: expected a placer name, got {name!r}")
+            if not isinstance(params, dict):
+                raise SpecError(f"{where}[{i}].params: expected a table, got {params!r}")
+            if not isinstance(label, str):
+                raise SpecError(f"{where}[{i}].label: expected a string, got {label!r}")
+            out.append(PlacerEntry(name, params, label))
+        else:
+            raise SpecError(f"{where}[{i}]: expected a placer name or a table, got {item!r}")
+    return tuple(out)
+
+
+def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Path | None = None) -> Spec:
+    """Validate a spec table; every error names the source, the field and the value."""
+    unknown = set(data) - _SPEC_KEYS
+    if unknown:
+        raise SpecError(f"{source}: unknown field(s) {sorted(unknown)}; known: {', '.join(sorted(_SPEC_KEYS))}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"{source}: field 'name' is missing or empty")
+    for key in ("workloads", "clusters", "placers"):
+        if key not in data:
+            raise SpecError(f"{source}: field {key!r} is missing")
+    seeds = data.get("seeds")
+    if seeds is not None and (
+        not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
+        raise SpecError(f"{source}: seeds must be a non-empty list of integers, got {seeds!r}")
+    evaluator = data.get("evaluator", "simulator")
+    if not isinstance(evaluator, str) or not evaluator:
+        raise SpecError(f"{source}: evaluator must be a name, got {evaluator!r}")
+    engine = data.get("simulator_engine")
+    if engine is not None and engine not in ("fast", "reference"):
+        raise SpecError(f"{source}: simulator_engine {engine!r} is not 'fast' or 'reference'")
+    timeout = data.get("cell_timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
+        raise SpecError(f"{source}: cell_timeout_s must be a positive number of seconds, got {timeout!r}")
+    if timeout is not None and math.isinf(timeout):
+        raise SpecError(f"{source}: cell_timeout_s must be finite, got {timeout!r}")
+    budget = data.get("budget", {})
+    if not isinstance(budget, dict) or set(budget) - {"max_evaluations", "max_seconds"}:
+        raise SpecError(f"{source}: budget must be a table with max_evaluations and/or max_seconds, got {budget!r}")
+    if budget:  # validate the numbers the way the methodology does
+        _methodology.from_dict({"version": "check", "budget": budget}, source=f"{source}: spec")
+    meth = data.get("methodology", _methodology.DEFAULT)
+    if not isinstance(meth, str) or not meth:
+        raise SpecError(f"{source}: methodology must be a name or a file, got {meth!r}")
+    plugins = data.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
+        raise SpecError(f"{source}: plugins must be a list of module names or .py files, got {plugins!r}")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise SpecError(f"{source}: description must be a string, got {description!r}")
+    return Spec(
+        name=name,
+        description=description,
+        workloads=tuple(_resolve(w, base) for w in _str_list(f"{source}: workloads", data["workloads"])),
+        clusters=tuple(_resolve(c, base) for c in _str_list(f"{source}: clusters", data["clusters"])),
+        placers=_placer_entries(f"{source}: placers", data["placers"]),
+        seeds=tuple(seeds) if seeds is not None else None,
+        methodology=_resolve(meth, base) if meth.endswith(".toml") else meth,
+        evaluator=evaluator,
+        simulator_engine=engine,
+        cell_timeout_s=float(timeout) if timeout is not None else None,
+        plugins=tuple(_resolve(p, base) for p in plugins),
+        budget=dict(budget),
+        source=source,
+    )
+
+
+def load_spec(name_or_path: str = DEFAULT_SPEC) -> Spec:
+    """A built-in spec by name (`placebench list specs`) or a spec file by path."""
+    path = Path(name_or_path)
+    if not _looks_like_path(name_or_path) and not path.is_file():
+        path = SPEC_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise UnknownNameError(f"unknown spec {name_or_path!r}; built-in: {', '.join(spec_names())}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such spec file") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    return spec_from_dict(data, source=str(path), base=path.resolve().parent)
+
+
+# -- plugins --------------------------------------------------------------------------------------------
+_PLUGINS: dict[str, ModuleType] = {}
+
+
+def load_plugins(refs: Sequence[str]) -> None:
+    """Import plugin modules (by module name or .py file) once per process, so their placers register."""
+    for ref in refs:
+        if ref in _PLUGINS:
+            continue
+        try:
+            if ref.endswith(".py") or "/" in ref:
+                path = Path(ref)
+                if not path.is_file():
+                    raise SpecError(f"plugin {ref}: no such file")
+                name = f"placebench_plugin_{path.stem}_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]}"
+                mspec = importlib.util.spec_from_file_location(name, path)
+                assert mspec is not None and mspec.loader is not None
+                module = importlib.util.module_from_spec(mspec)
+                mspec.loader.exec_module(module)
+            else:
+                module = importlib.import_module(ref)
+        except PlacebenchError:
+            raise
+        except Exception as exc:
+            raise SpecError(f"plugin {ref!r} failed to import: {type(exc).__name__}: {exc}") from None
+        _PLUGINS[ref] = module
+
+
+# -- evaluators -----------------------------------------------------------------------------------------
+_EVALUATORS: dict[str, Callable[..., Any]] = {}
+
+
+def register_evaluator(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: `factory(workload, cluster, methodology) -> Backend` available as `evaluator = name`.
+
+    Packages can instead declare the factory under the entry-point group `placebench.evaluators`. The
+    built-in "simulator" needs neither."""
+
+    def deco(factory: Callable[..., Any]) -> Callable[..., Any]:
+        _EVALUATORS[name] = factory
+        return factory
+
+    return deco
+
+
+def evaluator_names() -> list[str]:
+    from importlib.metadata import entry_points
+
+    return sorted({"simulator", *_EVALUATORS, *(ep.name for ep in entry_points(group=EVALUATOR_GROUP))})
+
+
+def _evaluator_factory(name: str) -> Callable[..., Any]:
+    if name in _EVALUATORS:
+        return _EVALUATORS[name]
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=EVALUATOR_GROUP):
+        if ep.name == name:
+            try:
+                return ep.load()
+            except Exception as exc:
+                raise PlacebenchError(f"evaluator {name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}") from None
+    raise UnknownNameError(f"unknown evaluator {name!r}; available: {', '.join(evaluator_names())}")
+
+
+# -- planning -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work, sent to a worker: everything needed to run it and to key its row."""
+
+    cell_id: str
+    key: Mapping[str, Any]
+    workload_ref: str
+    cluster_ref: str
+    placer: PlacerEntry
+    seed: int
+    methodology: Methodology
+    evaluator: str
+    simulator_engine: str | None
+    timeout_s: float
+    plugins: tuple[str, ...]
+
+    @property
+    def budget(self) -> Budget:
+        return self.methodology.budget
+
+    def describe(self) -> str:
+        return f"{self.key['workload']} / {self.key['cluster']} / {self.key['placer']} / seed {self.seed}"
+
+
+@dataclass
+class Plan:
+    spec: Spec
+    methodology: Methodology
+    cells: list[Cell]
+    workloads: dict[str, OpGraph]  # by reference (zoo name or absolute path)
+    clusters: dict[str, Cluster]
+
+
+def cell_id(key: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(dict(key), sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _expand_workloads(refs: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for ref in refs:
+        if ref == "@zoo":
+            out.extend(registry.workload_names())
+        elif ref.startswith("@"):
+            raise SpecError(f"workloads: unknown set {ref!r}; use '@zoo' or names")
+        else:
+            out.append(ref)
+    return list(dict.fromkeys(out))
+
+
+def _expand_clusters(refs: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for ref in refs:
+        if ref == "@presets":
+            out.extend(registry.cluster_names())
+        elif ref.startswith("@"):
+            raise SpecError(f"clusters: unknown set {ref!r}; use '@presets' or names")
+        else:
+            out.append(ref)
+    return list(dict.fromkeys(out))
+
+
+def _expand_placers(entries: Sequence[PlacerEntry]) -> list[PlacerEntry]:
+    from suite.placer import PluginError, make_placer, placer_class, placer_names
+
+    available = placer_names()
+    out: list[PlacerEntry] = []
+    for e in entries:
+        if e.name == "@all":
+            out.extend(PlacerEntry(n) for n in available)
+        elif e.name.startswith("@"):
+            raise SpecError(f"placers: unknown set {e.name!r}; use '@all' or names")
+        elif e.name not in available:
+            raise UnknownNameError(f"unknown placer {e.name!r}; available: {', '.join(available)}")
+        else:
+            out.append(e)
+    for e in out:  # parameters are input: check them now (placers without parameters load lazily)
+        if e.params:
+            try:
+                placer_class(e.name)
+            except PluginError:
+                continue  # a broken plugin becomes error rows, not a failed run
+            make_placer(e.name, **dict(e.params))
+    labels: dict[str, PlacerEntry] = {}
+    for e in out:
+        if e.shown in labels and labels[e.shown] != e:
+            raise SpecError(f"placers: two different entries are labelled {e.shown!r}; give them distinct labels")
+        labels[e.shown] = e
+    return list({(e.name, e.params_json, e.shown): e for e in out}.values())
+
+
+def make_plan(spec: Spec) -> Plan:
+    """Resolve names, load every workload and cluster (checking them), and list the cells in spec order."""
+    load_plugins(spec.plugins)
+    if spec.evaluator not in evaluator_names():
+        raise UnknownNameError(f"unknown evaluator {spec.evaluator!r}; available: {', '.join(evaluator_names())}")
+    meth = _methodology.load(spec.methodology)
+    if spec.budget:
+        meth = meth.with_budget(**spec.budget)
+    timeout_s = spec.cell_timeout_s if spec.cell_timeout_s is not None else meth.cell_timeout_s
+    seeds = spec.seeds if spec.seeds is not None else meth.seeds
+    workloads = {ref: suite.load_workload(ref) for ref in _expand_workloads(spec.workloads)}
+    clusters = {ref: suite.load_cluster(ref) for ref in _expand_clusters(spec.clusters)}
+    placers = _expand_placers(spec.placers)
+    cells = []
+    seen: set[str] = set()
+    for cref, cluster in clusters.items():
+        for wref, graph in workloads.items():
+            for p in placers:
+                for seed in seeds:
+                    key = {
+                        "workload": graph.name,
+                        "workload_hash": graph.content_hash,
+                        "cluster": cluster.name,
+                        "cluster_hash": cluster.content_hash,
+                        "placer": p.shown,
+                        "placer_name": p.name,
+                        "params_hash": p.params_hash,
+                        "seed": int(seed),
+                        "methodology": meth.version,
+                        "budget_evaluations": int(meth.budget.max_evaluations),
+                        "budget_seconds": float(meth.budget.max_seconds),
+                        "evaluator": spec.evaluator,
+                    }
+                    cid = cell_id(key)
+                    if cid in seen:
+                        continue
+                    seen.add(cid)
+                    cells.append(
+                        Cell(cid, key, wref, cref, p, int(seed), meth, spec.evaluator, spec.simulator_engine, timeout_s, spec.plugins)
+                    )
+    return Plan(spec, meth, cells, workloads, clusters)
+
+
+# -- one cell (runs inside a worker) --------------------------------------------------------------------
+_WORKLOADS: dict[str, OpGraph] = {}
+_CLUSTERS: dict[str, Cluster] = {}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def base_record(cell: Cell) -> dict[str, Any]:
+    return {
+        "cell_id": cell.cell_id,
+        **cell.key,
+        "params": cell.placer.params_json,
+        "message": "",
+        "placebench_version": suite.__version__,
+    }
+
+
+def failure_record(cell: Cell, status: str, message: str, cell_wall_time_s: float | None = None) -> dict[str, Any]:
+    return {**base_record(cell), "status": status, "message": message, "cell_wall_time_s": cell_wall_time_s, "finished_at": _now()}
+
+
+def make_backend(cell: Cell, graph: OpGraph, cluster: Cluster) -> Any:
+    if cell.evaluator == "simulator":
+        return SimulatorBackend(graph, cluster, engine=cell.simulator_engine)
+    return _evaluator_factory(cell.evaluator)(graph, cluster, cell.methodology)
+
+
+def _measurement_fields(m: Measurement) -> dict[str, Any]:
+    peak = {k: int(v) for k, v in m.peak_memory_bytes.items()}
+    out: dict[str, Any] = {
+        "status": m.status,
+        "message": m.message,
+        "peak_memory_bytes": json.dumps(peak, sort_keys=True) if peak else None,
+        "max_peak_memory_bytes": max(peak.values()) if peak else None,
+        "oom_devices": ",".join(m.oom_devices),
+        "bytes_transferred": int(m.bytes_transferred) if m.status != "invalid" else None,
+    }
+    if m.status == "ok" and m.step_time_s is not None:  # failures are a status, never a number
+        samples = np.asarray(m.samples_s or (m.step_time_s,), dtype=np.float64)
+        q25, q75 = np.percentile(samples, [25, 75])
+        out.update(
+            step_time_s=float(m.step_time_s),
+            step_time_q25_s=float(q25),
+            step_time_q75_s=float(q75),
+            step_time_min_s=float(samples.min()),
+            step_time_max_s=float(samples.max()),
+            samples=int(samples.size),
+        )
+    return out
+
+
+def _thin_curve(curve: Sequence[Any]) -> list[dict[str, Any]]:
+    points = [c.as_dict() if hasattr(c, "as_dict") else dict(c) for c in curve]
+    if len(points) <= MAX_CURVE_POINTS:
+        return points
+    idx = np.unique(np.linspace(0, len(points) - 1, MAX_CURVE_POINTS).round().astype(int))
+    return [points[i] for i in idx]
+
+
+def _load_cached(cell: Cell) -> tuple[OpGraph, Cluster]:
+    graph = _WORKLOADS.get(cell.workload_ref)
+    if graph is None:
+        graph = suite.load_workload(cell.workload_ref)
+        if len(_WORKLOADS) >= 8:
+            _WORKLOADS.pop(next(iter(_WORKLOADS)))
+        _WORKLOADS[cell.workload_ref] = graph
+    if graph.content_hash != cell.key["workload_hash"]:
+        raise SpecError(f"workload {cell.workload_ref!r} changed since the run was planned")
+    cluster = _CLUSTERS.get(cell.cluster_ref)
+    if cluster is None:
+        cluster = _CLUSTERS[cell.cluster_ref] = suite.load_cluster(cell.cluster_ref)
+    return graph, cluster
+
+
+def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Run one cell in this process and return its record; never raises for a placer's failure.
+
+    `on_search_start` is called when the setup (plugins, workload, placer) is done and the placer starts:
+    the cell timeout counts from there (search + re-measurement), as the methodology says."""
+    from suite.placer import NotApplicable, PlacementResult, Problem, make_placer
+
+    started = time.perf_counter()
+
+    def done(status: str, message: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **failure_record(cell, status, message, time.perf_counter() - started),
+            **extra,
+        }
+
+    try:
+        load_plugins(cell.plugins)
+        graph, cluster = _load_cached(cell)
+        placer = make_placer(cell.placer.name, **dict(cell.placer.params))
+        backend = make_backend(cell, graph, cluster)
+        _warm_up(graph, cluster, backend, (cell.workload_ref, cell.cluster_ref))
+        evaluator = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=backend)
+        problem = Problem(graph, cluster, evaluator)
+    except PlacebenchError as exc:
+        return done("error", str(exc))
+    except Exception as exc:
+        return done("error", f"setup failed: {type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=-8))
+    if on_search_start is not None:
+        on_search_start()
+    search_started = time.perf_counter()
+    try:
+        result = placer.place(problem, cell.budget, cell.seed)
+    except NotApplicable as exc:
+        return done("skipped", str(exc), evaluations=evaluator.evaluations_used)
+    except BudgetExhausted as exc:
+        return done(
+            "error",
+            f"placer went past its search budget: {exc}",
+            evaluations=evaluator.evaluations_used,
+            search_wall_time_s=time.perf_counter() - search_started,
+        )
+    except Exception as exc:
+        return done(
+            "error",
+            f"{type(exc).__name__}: {exc}",
+            evaluations=evaluator.evaluations_used,
+            search_wall_time_s=time.perf_counter() - search_started,
+            traceback=traceback.format_exc(limit=-8),
+        )
+    stats = {
+        "evaluations": evaluator.evaluations_used,  # counted by the evaluator, not reported by the placer
+        "search_wall_time_s": time.perf_counter() - search_started,
+        "curve": _thin_curve(evaluator.curve),
+    }
+    if not isinstance(result, PlacementResult):
+        return done("error", f"place() returned {type(result).__name__}, not a PlacementResult", **stats)
+    stats["info"] = result.info
+    # Re-measure the final placement with a fresh backend and evaluator, outside the search budget.
+    try:
+        judge = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=make_backend(cell, graph, cluster))
+        m = judge.measure(result.placement)
+    except PlacebenchError as exc:
+        return done("invalid", str(exc), **stats)
+    except Exception as exc:
+        return done("error", f"re-measurement failed: {type(exc).__name__}: {exc}", **stats)
+    record = {**done(m.status, m.message, **stats), **_measurement_fields(m)}
+    if m.status != "invalid":
+        placement = np.asarray(result.placement, dtype=np.int64)
+        record["placement_hash"] = placement_hash(placement)
+        record["placement"] = placement.tolist()
+    return record
+
+
+# -- workers --------------------------------------------------------------------------------------------
+def _watch_parent(parent_pid: int) -> None:
+    """Exit when the runner that started this worker is gone (killed runs leave no orphans)."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            os._exit(3)
+
+
+_WARM: set[tuple[str, str]] = set()
+
+
+def _warm_up(graph: OpGraph, cluster: Cluster, backend: Any, key: tuple[str, str]) -> None:
+    """Compile (or load from numba's cache) the simulator for this workload and cluster before the timed
+    part of the cell, so that neither the cell timeout nor the placer's time budget pays for it."""
+    if key in _WARM:
+        return
+    _WARM.add(key)
+    from suite.placement import validate
+
+    for d in range(cluster.num_devices):
+        placement = np.full(graph.num_ops, d, dtype=np.int64)
+        try:
+            validate(placement, graph, cluster)
+        except PlacebenchError:
+            continue
+        with contextlib.suppress(Exception):  # a broken engine shows up in the cell itself
+            backend.measure(placement)
+            backend.measure_batch(placement[None, :])
+        return
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
+    # Ctrl-C reaches the whole process group: the runner handles it (and stops the workers); a worker that
+    # took it as a placer's exception would report a bogus error row.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    while True:
+        try:
+            cell = conn.recv()
+        except (EOFError, OSError):
+            return
+        if cell is None:
+            return
+        try:
+            record = run_cell(cell, lambda cell=cell: conn.send(("start", cell.cell_id)))
+        except BaseException as exc:  # even a SystemExit or KeyboardInterrupt in a placer is a row
+            record = failure_record(cell, "error", f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(("done", record))
+        except (OSError, ValueError):
+            return
+
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _thread_env(threads: int) -> Iterator[None]:
+    """Cap the math libraries' threads of a starting worker so parallel workers do not oversubscribe."""
+    saved = {v: os.environ.get(v) for v in _THREAD_VARS}
+    for v in _THREAD_VARS:
+        os.environ.setdefault(v, str(threads))
+    try:
+        yield
+    finally:
+        for v, old in saved.items():
+            if old is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = old
+
+
+@contextlib.contextmanager
+def _bare_main() -> Iterator[None]:
+    """Start workers without re-running the caller's __main__ in them (spawn would import it: a script
+    without an `if __name__ == "__main__"` guard, or a program read from stdin, would break). Workers only
+    need this module; placers reach them through the registry and the spec's plugins."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+BOOT_TIMEOUT_S = 180.0
+
+
+class _Worker:
+    def __init__(self, ctx: Any, threads: int):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, os.getpid()), name="placebench-worker")
+        with _thread_env(threads), _bare_main():
+            self.proc.start()
+        child.close()
+        self.cell: Cell | None = None
+        self.submitted = 0.0
+        self.started: float | None = None
+
+    def submit(self, cell: Cell) -> bool:
+        """Hand a cell to the worker; False if the worker is gone (the caller starts another)."""
+        self.cell, self.submitted, self.started = cell, time.perf_counter(), None
+        try:
+            self.conn.send(cell)
+        except (OSError, ValueError):
+            self.kill()
+            return False
+        return True
+
+    @property
+    def deadline(self) -> float:
+        if self.started is None:
+            return self.submitted + BOOT_TIMEOUT_S + (self.cell.timeout_s if self.cell else 0.0)
+        return self.started + (self.cell.timeout_s if self.cell else 0.0)
+
+    def death_message(self) -> str:
+        self.proc.join(timeout=5)
+        code = self.proc.exitcode
+        if code is None:
+            self.kill()
+            return "worker stopped answering"
+        if code < 0:
+            return f"worker died (signal {-code})"
+        return f"worker died (exit code {code})"
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=10)
+        self.conn.close()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(None)
+        self.proc.join(timeout=2)
+        self.kill()
+
+
+def execute(
+    cells: Sequence[Cell],
+    *,
+    jobs: int = 1,
+    on_done: Callable[[dict[str, Any]], None],
+    on_start: Callable[[Cell], None] | None = None,
+) -> None:
+    """Run cells in `jobs` isolated worker processes; call `on_done(record)` for each, in finishing order."""
+    if not cells:
+        return
+    jobs = max(1, min(jobs, len(cells)))
+    from suite.store import usable_cpus
+
+    threads = max(1, usable_cpus() // jobs)
+    ctx = multiprocessing.get_context("spawn")
+    queue = deque(cells)
+    idle: list[_Worker | None] = [None] * jobs
+    busy: list[_Worker] = []
+    try:
+        while queue or busy:
+            while queue and idle:
+                w = idle.pop()
+                cell = queue.popleft()
+                if w is not None and (not w.proc.is_alive() or not w.submit(cell)):
+                    w.kill()
+                    w = None
+                if w is None:
+                    w = _Worker(ctx, threads)
+                    w.submit(cell)  # a fresh worker's pipe takes it; if it dies at once, that shows below
+                busy.append(w)
+            wait_s = max(0.0, min(w.deadline for w in busy) - time.perf_counter())
+            handles = [w.conn for w in busy] + [w.proc.sentinel for w in busy]
+            multiprocessing.connection.wait(handles, timeout=min(wait_s, 5.0))
+            for w in list(busy):
+                cell = w.cell
+                assert cell is not None
+                record: dict[str, Any] | None = None
+                replace = False
+                try:
+                    while record is None and w.conn.poll():
+                        kind, payload = w.conn.recv()
+                        if kind == "start":
+                            w.started = time.perf_counter()
+                            if on_start:
+                                on_start(cell)
+                        else:
+                            record = payload
+                except (EOFError, OSError):
+                    record = failure_record(cell, "error", w.death_message(), time.perf_counter() - w.submitted)
+                    replace = True
+                if record is None and not w.proc.is_alive():
+                    record = failure_record(cell, "error", w.death_message(), time.perf_counter() - w.submitted)
+                    replace = True
+                if record is None and time.perf_counter() >= w.deadline:
+                    w.kill()
+                    what = f"did not finish within the cell timeout of {cell.timeout_s:g} s"
+                    if w.started is None:
+                        what = f"setup (worker start, plugins, workload, placer) took over {BOOT_TIMEOUT_S:g} s"
+                    record = failure_record(cell, "timeout", what, time.perf_counter() - w.submitted)
+                    replace = True
+                if record is None:
+                    continue
+                busy.remove(w)
+                if replace:
+                    w.kill()
+                idle.append(None if replace else w)
+                on_done(record)
+    finally:
+        for w in busy:  # still running a cell: only on an interrupt or an error in on_done
+            w.kill()
+        for w in idle:
+            if w is not None:
+                w.stop()
+
+
+# -- a run ----------------------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    store: Store
+    plan: Plan
+    ran: int  # cells run by this invocation
+    reused: int  # cells found in the store and skipped
+    rows: list[dict[str, Any]]  # the flat rows of every planned cell, in table order
+    wall_time_s: float
+    run_id: str
+
+
+def _manifest_update(store: Store, plan: Plan, run_entry: dict[str, Any]) -> None:
+    m = store.manifest()
+    m.setdefault("specs", {})[plan.spec.name] = {**plan.spec.as_dict(), "source": plan.spec.source}
+    m.setdefault("methodologies", {})[plan.methodology.version] = plan.methodology.as_dict()
+    ws = m.setdefault("workloads", {})
+    for ref, g in plan.workloads.items():
+        ws[g.name] = {"hash": g.content_hash, "ref": ref, "num_ops": g.num_ops, "metadata": dict(g.metadata)}
+    cs = m.setdefault("clusters", {})
+    for ref, c in plan.clusters.items():
+        cs[c.name] = {"hash": c.content_hash, "ref": ref, "devices": [d.name for d in c.devices]}
+    runs = [r for r in m.setdefault("runs", []) if r.get("run_id") != run_entry["run_id"]]
+    m["runs"] = [*runs, run_entry]
+    store.write_manifest(m)
+
+
+def run(
+    spec: Spec | str,
+    out: str | Path,
+    *,
+    jobs: int = 1,
+    force: bool = False,
+    retry_failed: bool = False,
+    on_plan: Callable[[int, int], None] | None = None,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+    on_start: Callable[[Cell], None] | None = None,
+) -> RunResult:
+    """Run every cell of `spec` not yet in the store at `out` (all of them with `force`)."""
+    t0 = time.perf_counter()
+    spec = load_spec(spec) if isinstance(spec, str) else spec
+    plan = make_plan(spec)
+    store = Store(out)
+    stored = store.cell_ids()
+    if force:
+        todo = list(plan.cells)
+    else:
+        todo = [c for c in plan.cells if c.cell_id not in stored]
+        if retry_failed:
+            todo += [
+                c for c in plan.cells if c.cell_id in stored and store.read_cell(c.cell_id)["status"] in FAILED_STATUSES
+            ]
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
+    entry = {
+        "run_id": run_id,
+        "spec": spec.name,
+        "started_at": _now(),
+        "finished_at": None,
+        "complete": False,
+        "cells_planned": len(plan.cells),
+        "cells_to_run": len(todo),
+        "jobs": jobs,
+        "git": _git(),
+        "packages": package_versions(),
+        "machine": machine_info(),
+    }
+    _manifest_update(store, plan, entry)
+    if on_plan:
+        on_plan(len(plan.cells), len(plan.cells) - len(todo))
+    ran = 0
+
+    def finished(record: dict[str, Any]) -> None:
+        nonlocal ran
+        record["run_id"] = run_id
+        store.write_cell(record)
+        ran += 1
+        if on_done:
+            on_done(record)
+
+    try:
+        execute(todo, jobs=jobs, on_done=finished, on_start=on_start)
+        entry["complete"] = True
+    finally:
+        entry["finished_at"] = _now()
+        entry["cells_run"] = ran
+        _manifest_update(store, plan, entry)
+        store.compact()
+    wanted = {c.cell_id for c in plan.cells}
+    rows = [r for r in store.rows() if r["cell_id"] in wanted]
+    return RunResult(store, plan, ran, len(plan.cells) - len(todo), rows, time.perf_counter() - t0, run_id)
+
+
+def _git() -> dict[str, Any]:
+    from suite.store import git_state
+
+    return git_state()
+
+
+def evaluate_one(
+    workload: str,
+    cluster: str,
+    placer: str,
+    *,
+    params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    methodology: str = _methodology.DEFAULT,
+    budget: Mapping[str, Any] | None = None,
+    cell_timeout_s: float | None = None,
+    plugins: Sequence[str] = (),
+    simulator_engine: str | None = None,
+) -> dict[str, Any]:
+    """Run one cell in an isolated worker (same rules as a suite run) and return its record; nothing is stored."""
+    spec = spec_from_dict(
+        {
+            "name": "evaluate",
+            "workloads": [workload],
+            "clusters": [cluster],
+            "placers": [{"name": placer, "params": dict(params or {})}],
+            "seeds": [seed],
+            "methodology": methodology,
+            "budget": dict(budget or {}),
+            "plugins": list(plugins),
+            **({"cell_timeout_s": cell_timeout_s} if cell_timeout_s is not None else {}),
+            **({"simulator_engine": simulator_engine} if simulator_engine else {}),
+        },
+        source="placebench evaluate",
+        base=Path.cwd(),
+    )
+    plan = make_plan(spec)
+    records: list[dict[str, Any]] = []
+    execute(plan.cells, jobs=1, on_done=records.append)
+    return records[0]

@@ -1,0 +1,354 @@
+"""The results store: one row per (workload, cluster, placer, params, seed, methodology, evaluator) cell.
+
+A store is a directory::
+
+    manifest.json        what produced the rows: spec, methodology, workload and cluster hashes, and one
+                         entry per invocation (git commit, package versions, machine, counts)
+    cells/<cell_id>.json one finished cell: the flat row plus its placement, learning curve and placer info
+    results.parquet      the flat rows as one table (rebuilt from cells/ at the end of a run, or by `compact`)
+    results.csv          the same table as CSV
+
+Every file is written atomically (temporary file in the same directory, fsync, rename), so a killed run
+loses at most the cells in flight, and a cell is never stored twice: its file name is its key's hash.
+The cell files are the source of truth; the tables are derived from them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from suite.errors import PlacebenchError
+
+STORE_FORMAT = "placebench.store"
+STORE_SCHEMA_VERSION = 1
+CELL_FORMAT = "placebench.cell"
+
+# The flat row: one column per field, in this order, with these types (None is a null).
+ROW_SCHEMA = pa.schema(
+    [
+        ("cell_id", pa.string()),
+        ("workload", pa.string()),
+        ("workload_hash", pa.string()),
+        ("cluster", pa.string()),
+        ("cluster_hash", pa.string()),
+        ("placer", pa.string()),  # the label shown in tables (name, or name with its parameters)
+        ("placer_name", pa.string()),  # the registry name
+        ("params", pa.string()),  # canonical JSON of the placer's keyword parameters
+        ("params_hash", pa.string()),
+        ("seed", pa.int64()),
+        ("methodology", pa.string()),  # methodology version
+        ("budget_evaluations", pa.int64()),
+        ("budget_seconds", pa.float64()),
+        ("evaluator", pa.string()),
+        ("status", pa.string()),  # ok, oom, invalid, timeout, error, skipped
+        ("message", pa.string()),
+        ("step_time_s", pa.float64()),  # re-measured statistic (median); null unless status is ok
+        ("step_time_q25_s", pa.float64()),
+        ("step_time_q75_s", pa.float64()),
+        ("step_time_min_s", pa.float64()),
+        ("step_time_max_s", pa.float64()),
+        ("samples", pa.int64()),
+        ("peak_memory_bytes", pa.string()),  # JSON object: device name -> bytes
+        ("max_peak_memory_bytes", pa.int64()),
+        ("oom_devices", pa.string()),  # comma-separated device names
+        ("bytes_transferred", pa.int64()),
+        ("evaluations", pa.int64()),  # evaluations the search used (counted by the evaluator)
+        ("search_wall_time_s", pa.float64()),
+        ("cell_wall_time_s", pa.float64()),
+        ("placement_hash", pa.string()),
+        ("run_id", pa.string()),
+        ("finished_at", pa.string()),
+        ("placebench_version", pa.string()),
+    ]
+)
+ROW_COLUMNS = tuple(ROW_SCHEMA.names)
+KEY_COLUMNS = (
+    "workload",
+    "workload_hash",
+    "cluster",
+    "cluster_hash",
+    "placer",
+    "placer_name",
+    "params_hash",
+    "seed",
+    "methodology",
+    "budget_evaluations",
+    "budget_seconds",
+    "evaluator",
+)
+_STRING_COLUMNS = {f.name for f in ROW_SCHEMA if pa.types.is_string(f.type)}
+
+
+class StoreError(PlacebenchError):
+    """A store directory or results file that cannot be read."""
+
+
+# -- atomic files ---------------------------------------------------------------------------------------
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` so that readers see the old file or the new one, never a partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON-compatible copy: numpy scalars and arrays to Python, non-finite floats to None, others to str."""
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, str):
+        return _json_safe(value.tolist())
+    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(_json_safe(value), sort_keys=True, indent=1)
+
+
+# -- rows -----------------------------------------------------------------------------------------------
+def flat_row(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The table columns of a cell record: missing numbers are null, missing strings are empty."""
+    row = {c: record.get(c) for c in ROW_COLUMNS}
+    for c in _STRING_COLUMNS:
+        if row[c] is None:
+            row[c] = ""
+    return row
+
+
+def sort_key(row: Mapping[str, Any]) -> tuple:
+    return (row["cluster"], row["workload"], row["placer"], row["seed"], row["cell_id"])
+
+
+def rows_to_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist([flat_row(r) for r in rows], schema=ROW_SCHEMA)
+
+
+def write_table(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
+    """Write rows as Parquet (`.parquet`) or CSV (`.csv`), atomically."""
+    path = Path(path)
+    table = rows_to_table(sorted(rows, key=sort_key))
+    sink = pa.BufferOutputStream()
+    if path.suffix == ".parquet":
+        pq.write_table(table, sink)
+    elif path.suffix == ".csv":
+        pacsv.write_csv(table, sink)
+    else:
+        raise StoreError(f"{path}: results tables are .parquet or .csv")
+    return atomic_write_bytes(path, sink.getvalue().to_pybytes())
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """Rows of a results table written by `write_table` (Parquet or CSV)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+        elif path.suffix == ".csv":
+            opts = pacsv.ConvertOptions(
+                column_types={f.name: f.type for f in ROW_SCHEMA},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            )
+            table = pacsv.read_csv(path, convert_options=opts)
+        else:
+            raise StoreError(f"{path}: expected a store directory, a .parquet or a .csv results table")
+    except FileNotFoundError:
+        raise StoreError(f"{path}: no such results table") from None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+        raise StoreError(f"{path}: not a placebench results table: {exc}") from None
+    missing = [c for c in ("cell_id", "workload", "cluster", "placer", "seed", "status", "step_time_s") if c not in table.column_names]
+    if missing:
+        raise StoreError(f"{path}: not a placebench results table: missing column(s) {', '.join(missing)}")
+    return sorted((flat_row(r) for r in table.to_pylist()), key=sort_key)
+
+
+# -- the store ------------------------------------------------------------------------------------------
+class Store:
+    """A results directory (see the module docstring). Creating one makes the directory."""
+
+    def __init__(self, root: str | Path, *, create: bool = True):
+        self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"{self.root}: exists and is not a directory")
+        if not create and not self.cells_dir.is_dir():
+            raise StoreError(f"{self.root}: not a placebench store (no cells/ directory)")
+        if create:
+            self.cells_dir.mkdir(parents=True, exist_ok=True)
+            for tmp in self.cells_dir.glob(".*.tmp"):  # left by a killed writer: never a finished cell
+                tmp.unlink(missing_ok=True)
+
+    @property
+    def cells_dir(self) -> Path:
+        return self.root / "cells"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def cell_path(self, cell_id: str) -> Path:
+        return self.cells_dir / f"{cell_id}.json"
+
+    # cells
+    def cell_ids(self) -> set[str]:
+        return {p.stem for p in self.cells_dir.glob("*.json")}
+
+    def write_cell(self, record: Mapping[str, Any]) -> Path:
+        body = {"format": CELL_FORMAT, "schema_version": STORE_SCHEMA_VERSION, **record}
+        return atomic_write_text(self.cell_path(record["cell_id"]), dumps(body))
+
+    def read_cell(self, cell_id: str) -> dict[str, Any]:
+        path = self.cell_path(cell_id)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise StoreError(f"{path}: no such cell") from None
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{path}: not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != CELL_FORMAT:
+            raise StoreError(f"{path}: not a placebench cell file")
+        return data
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every stored cell (full records), in table order."""
+        return sorted((self.read_cell(p.stem) for p in self.cells_dir.glob("*.json")), key=sort_key)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [flat_row(r) for r in self.records()]
+
+    # manifest
+    def manifest(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {"format": STORE_FORMAT, "schema_version": STORE_SCHEMA_VERSION, "runs": []}
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{self.manifest_path}: not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != STORE_FORMAT:
+            raise StoreError(f"{self.manifest_path}: not a placebench store manifest")
+        return data
+
+    def write_manifest(self, manifest: Mapping[str, Any]) -> Path:
+        return atomic_write_text(self.manifest_path, dumps(manifest))
+
+    # derived tables
+    def compact(self) -> tuple[Path, Path]:
+        """Rebuild results.parquet and results.csv from the cell files."""
+        rows = self.rows()
+        return write_table(rows, self.root / "results.parquet"), write_table(rows, self.root / "results.csv")
+
+
+def open_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows from a store directory (its cell files), or from a .parquet / .csv results table."""
+    path = Path(path)
+    if path.is_dir():
+        return Store(path, create=False).rows()
+    if not path.exists():
+        raise StoreError(f"{path}: no such store directory or results table")
+    return read_table(path)
+
+
+# -- the manifest's description of the machine ----------------------------------------------------------
+MANIFEST_PACKAGES = (
+    "placebench",
+    "numpy",
+    "numba",
+    "torch",
+    "onnx",
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "pymetis",
+    "pyscotch",
+    "gymnasium",
+    "pyarrow",
+    "rich",
+    "matplotlib",
+)
+
+
+def package_versions(names: Iterable[str] = MANIFEST_PACKAGES) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def git_state(where: Path | None = None) -> dict[str, Any]:
+    """The commit of the checkout that holds the code (None outside git) and whether it has local changes."""
+    where = where or Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(dirty)}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
+        "cpus": usable_cpus(),
+    }

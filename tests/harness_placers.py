@@ -1,0 +1,130 @@
+"""Misbehaving and simple placers (and one evaluator) for the harness tests, loaded as a spec plugin (by the runner and by
+every worker it spawns). Not collected by pytest; the `harness_plugin` fixture unregisters them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+
+from suite.placer import BasePlacer, NotApplicable, PlacementResult, register_placer
+from suite.runner import register_evaluator
+
+
+def _all_on(problem, device: int) -> np.ndarray:
+    return np.full(problem.workload.num_ops, device, dtype=np.int64)
+
+
+@register_placer("harness_raises")
+class Raises(BasePlacer):
+    def place(self, problem, budget, seed):
+        raise RuntimeError("boom from a test placer")
+
+
+@register_placer("harness_hangs")
+class Hangs(BasePlacer):
+    def place(self, problem, budget, seed):
+        time.sleep(3600)
+
+
+@register_placer("harness_invalid")
+class Invalid(BasePlacer):
+    """One entry too few."""
+
+    def place(self, problem, budget, seed):
+        started = time.perf_counter()
+        return PlacementResult.from_search(_all_on(problem, 0)[:-1], problem, started)
+
+
+@register_placer("harness_dies")
+class Dies(BasePlacer):
+    defaults = {"how": "sigkill"}
+
+    def place(self, problem, budget, seed):
+        if self.params["how"] == "exit":
+            os._exit(7)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@register_placer("harness_sleepy")
+class Sleepy(BasePlacer):
+    """Sleeps, then puts everything on the CPU (device 0)."""
+
+    defaults = {"sleep_s": 0.2}
+
+    def place(self, problem, budget, seed):
+        started = time.perf_counter()
+        time.sleep(self.params["sleep_s"])
+        return PlacementResult.from_search(_all_on(problem, 0), problem, started)
+
+
+@register_placer("harness_search")
+class Search(BasePlacer):
+    """Random search over whole-device placements: uses exactly `evaluations` evaluations."""
+
+    defaults = {"evaluations": 5}
+
+    def place(self, problem, budget, seed):
+        started = time.perf_counter()
+        rng = np.random.default_rng(seed)
+        ev = problem.evaluator
+        for _ in range(min(self.params["evaluations"], ev.remaining)):
+            ev.evaluate(rng.integers(0, problem.cluster.num_devices, problem.workload.num_ops))
+        return PlacementResult.from_search(ev.best_placement, problem, started)
+
+
+@register_placer("harness_not_applicable")
+class NeedsThreeDevices(BasePlacer):
+    def place(self, problem, budget, seed):
+        if problem.cluster.num_devices < 3:
+            raise NotApplicable("needs at least 3 devices")
+        raise AssertionError("not reached in the tests")
+
+
+@register_placer("harness_over_budget")
+class OverBudget(BasePlacer):
+    def place(self, problem, budget, seed):
+        while True:
+            problem.evaluator.evaluate(_all_on(problem, 0))
+
+
+@register_placer("harness_cheats")
+class Cheats(BasePlacer):
+    """Swaps its evaluator's backend for one that reports 1 microsecond for everything. The harness must
+    report the true step time of the final placement, re-measured by its own evaluator."""
+
+    def place(self, problem, budget, seed):
+        from suite.evaluator import Measurement
+
+        class Liar:
+            name = "liar"
+
+            def measure(self, placement):
+                return Measurement(status="ok", step_time_s=1e-6, samples_s=(1e-6,))
+
+            def measure_batch(self, placements):
+                return [self.measure(p) for p in placements]
+
+        started = time.perf_counter()
+        problem.evaluator.backend = Liar()
+        problem.evaluator.evaluate(_all_on(problem, 0))
+        return PlacementResult.from_search(_all_on(problem, 0), problem, started)
+
+
+@register_evaluator("harness_double")
+def double_time_backend(workload, cluster, methodology):
+    """An evaluator plugin: the simulator with every step time doubled (to see which backend measured)."""
+    from dataclasses import replace
+
+    from suite.evaluator import SimulatorBackend
+
+    class Double(SimulatorBackend):
+        name = "harness_double"
+
+        def _to_measurement(self, r):
+            m = super()._to_measurement(r)
+            return replace(m, step_time_s=2 * m.step_time_s, samples_s=tuple(2 * s for s in m.samples_s))
+
+    return Double(workload, cluster)

@@ -1,0 +1,170 @@
+"""The `placebench` command line: listings, one cell, a run, tables; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.cli import main
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_usage_error(code, out, err, message):
+    assert code == 2
+    assert err.startswith("placebench: error: ") and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+# -- listings -------------------------------------------------------------------------------------------------
+def test_list_clusters(capsys):
+    code, out, _ = _run(capsys, "list", "clusters", "--json")
+    clusters = {c["name"]: c for c in json.loads(out)}
+    assert code == 0 and clusters["xeon_h100"]["devices"] == ["cpu:0", "gpu:0"]
+    assert {"haswell_2k80", "haswell_4k80", "dgx_a100x8"} <= set(clusters)
+    code, out, _ = _run(capsys, "list", "clusters")
+    assert "xeon_h100  2 devices (cpu:0, gpu:0)" in out
+
+
+def test_list_workloads_is_the_zoo(capsys):
+    from suite import zoo
+
+    code, out, _ = _run(capsys, "list", "workloads", "--json")
+    items = json.loads(out)
+    assert code == 0 and [w["name"] for w in items] == zoo.names()
+    assert all(w["mode"] in ("training", "inference") for w in items)
+
+
+def test_list_placers_and_specs(capsys):
+    code, out, _ = _run(capsys, "list", "placers", "--json")
+    placers = {p["name"]: p for p in json.loads(out)}
+    assert code == 0 and placers["single_cpu"]["status"] == "ok"
+    assert placers["single_gpu"]["source"] == "baselines.single_device:SingleGPU"
+    code, out, _ = _run(capsys, "list", "specs", "--json")
+    assert [s["name"] for s in json.loads(out)][:2] == ["full", "quick"]
+
+
+def test_list_placers_reports_a_broken_plugin(capsys, broken_entry_point):
+    code, out, _ = _run(capsys, "list", "placers", "--json")
+    placers = {p["name"]: p for p in json.loads(out)}
+    assert code == 0 and placers[broken_entry_point]["status"] == "broken"
+    assert "no_such_module_xyz" in placers[broken_entry_point]["description"]
+    assert placers["single_cpu"]["status"] == "ok"
+
+
+def test_show_workload(capsys, tiny_files):
+    code, out, _ = _run(capsys, "show", str(tiny_files["diamond"]), "--json")
+    info = json.loads(out)
+    assert code == 0 and info["name"] == "diamond" and info["stats"]["num_ops"] == 4
+    assert info["stats"]["num_edges"] == 4 and info["op_kinds"] == {"matmul": 3, "add": 1}
+    code, out, _ = _run(capsys, "show", str(tiny_files["diamond"]))
+    assert "ops                4 (forward 4" in out
+
+
+# -- one cell -------------------------------------------------------------------------------------------------
+def test_evaluate(capsys, tiny_files):
+    args = ["evaluate", str(tiny_files["big"]), "--cluster", str(tiny_files["cluster"])]
+    code, out, _ = _run(capsys, *args, "--placer", "single_gpu", "--json")
+    rec = json.loads(out)
+    assert code == 0 and (rec["status"], rec["oom_devices"], rec["placement"]) == ("oom", "gpu:0", [1, 1, 1, 1])
+    code, out, _ = _run(capsys, *args, "--placer", "single_cpu")
+    assert "status       ok" in out and "step time    4.000 s" in out
+
+
+def test_evaluate_a_failing_placer_is_a_result_not_an_error(capsys, tiny_files, harness_plugin):
+    code, out, _ = _run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]),
+                        "-p", "harness_raises", "--plugin", harness_plugin, "--json")
+    rec = json.loads(out)
+    assert code == 0 and rec["status"] == "error" and rec["message"] == "RuntimeError: boom from a test placer"
+
+
+# -- run, table, leaderboard ---------------------------------------------------------------------------------
+def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
+    spec = write_spec(workloads=[str(tiny_files["diamond"]), str(tiny_files["big"])],
+                      clusters=[str(tiny_files["cluster"])], placers=["single_cpu", "single_gpu"])
+    store = tmp_path / "store"
+    code, out, err = _run(capsys, "run", str(spec), "--out", str(store), "--jobs", "2")
+    assert code == 0
+    assert "big          4.000 s         OOM" in out  # the plain-text table (stdout is not a terminal)
+    assert "4 cells (4 run now, 0 from the store)" in err
+    code, out, _ = _run(capsys, "run", str(spec), "--out", str(store), "--json")
+    data = json.loads(out)
+    assert (data["ran"], data["reused"], len(data["rows"])) == (0, 4, 4)
+    code, out, _ = _run(capsys, "table", str(store), "--format", "md", "--reference", "single_cpu")
+    assert "| big | 4.000 s | OOM |" in out and "Speedup over single_cpu" in out
+    code, out, _ = _run(capsys, "table", str(store / "results.csv"), "-f", "csv")
+    assert out.splitlines()[0].startswith("cluster,workload,placer,seeds,ok_seeds,status,step_time_s")
+    code, out, _ = _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "results"))
+    assert code == 0 and (tmp_path / "results" / "leaderboard.md").exists()
+    assert (tmp_path / "results" / "leaderboard.png").exists() and (tmp_path / "results" / "leaderboard.csv").exists()
+
+
+# -- bad input: one line, exit 2, nothing lost -----------------------------------------------------------------
+def test_unknown_names(capsys, tiny_files):
+    d, c = str(tiny_files["diamond"]), str(tiny_files["cluster"])
+    _assert_usage_error(*_run(capsys, "evaluate", d, "-c", "nope", "-p", "single_cpu"), "unknown cluster 'nope'; presets:")
+    _assert_usage_error(*_run(capsys, "evaluate", d, "-c", c, "-p", "nope"), "unknown placer 'nope'; available:")
+    _assert_usage_error(*_run(capsys, "evaluate", "missing.json", "-c", c, "-p", "single_cpu"), "missing.json")
+    _assert_usage_error(*_run(capsys, "run", "nope"), "unknown spec 'nope'; built-in: full, quick")
+    _assert_usage_error(*_run(capsys, "table", "no/such/store"), "no such store directory or results table")
+    _assert_usage_error(*_run(capsys, "evaluate", d, "-c", c, "-p", "single_cpu", "--param", "x"), "expected KEY=VALUE")
+    _assert_usage_error(*_run(capsys, "evaluate", d, "-c", c, "-p", "single_cpu", "--param", "k=1"),
+                        "placer 'single_cpu': bad parameters")
+
+
+def test_malformed_files(capsys, tmp_path, tiny_files):
+    bad_spec = tmp_path / "bad.toml"
+    bad_spec.write_text("name = 'x'\nworkloads = [\n")
+    _assert_usage_error(*_run(capsys, "run", str(bad_spec)), "bad.toml: not valid TOML")
+    bad_spec.write_text("name = 'x'\nworkloads = ['a']\nclusters = ['b']\nplacers = ['c']\nseeds = 'zero'\n")
+    _assert_usage_error(*_run(capsys, "run", str(bad_spec)), "seeds must be a non-empty list of integers, got 'zero'")
+    bad_cluster = tmp_path / "c.toml"
+    bad_cluster.write_text("name = 'c'\n[[devices]]\nname = 'd'\nkind = 'tpu'\n")
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(bad_cluster), "-p", "single_cpu"),
+                        "c.toml")
+    bad_graph = tmp_path / "g.json"
+    bad_graph.write_text('{"format": "placebench.opgraph", "schema_version": 1')
+    _assert_usage_error(*_run(capsys, "show", str(bad_graph)), "g.json")
+
+
+def test_argparse_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--jobs", "0"])
+    assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+# -- the installed console script ------------------------------------------------------------------------------
+@pytest.mark.skipif(shutil.which("placebench") is None, reason="console script not installed")
+def test_console_script(tmp_path):
+    ok = subprocess.run(["placebench", "list", "clusters"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "haswell_2k80" in ok.stdout
+    bad = subprocess.run(["placebench", "show", str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("placebench: error:") and "Traceback" not in bad.stderr
+
+
+def test_module_entry_point():
+    r = subprocess.run([sys.executable, "-m", "suite.cli", "--version"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("placebench ")
+
+
+def test_readme_starts_with_the_two_commands_and_ci_runs_the_second():
+    root = Path(__file__).resolve().parents[1]
+    first_two = [line.strip() for line in (root / "README.md").read_text().splitlines()[:2]]
+    assert first_two == [
+        "python -m pip install -e . && placebench run",
+        'python -m pip install -e ".[test]" && python -m pytest',
+    ]
+    ci = (root / ".ci" / "run").read_text()
+    assert ci.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in ci
+    assert 'python -m pip install -e ".[test]"' in ci and "python -m pytest" in ci and "-eq 5" in ci
+    assert os.access(root / ".ci" / "run", os.X_OK)

@@ -1,0 +1,163 @@
+"""Reports from a tiny store built by hand: exact tables, numbers worked out in the comments."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+
+from suite import report
+from suite.report import Cell, ReportError, format_seconds
+
+
+def _row(w, p, status, t=None, seed=0, cluster="c1"):
+    return {"cluster": cluster, "workload": w, "placer": p, "seed": seed, "status": status, "step_time_s": t,
+            "methodology": "m-v1", "evaluator": "simulator"}
+
+
+# w1: everyone ok. w2: a is OOM. w3: a has seeds 0.2 s, 0.4 s and a timeout (median 0.4 s, 2 of 3 ok);
+# b errors; the reference is OOM.
+ROWS = [
+    _row("w1", "a", "ok", 1.0), _row("w1", "b", "ok", 2.0), _row("w1", "ref", "ok", 2.0),
+    _row("w2", "a", "oom"), _row("w2", "b", "ok", 0.5), _row("w2", "ref", "ok", 1.0),
+    _row("w3", "a", "ok", 0.2, seed=0), _row("w3", "a", "ok", 0.4, seed=1), _row("w3", "a", "timeout", seed=2),
+    _row("w3", "b", "error"), _row("w3", "ref", "oom"),
+]
+
+# Speedups over ref: w1 a 2/1 = 2, b 2/2 = 1; w2 b 1/0.5 = 2; w3 none (ref failed).
+# geomean: a over {w1} = 2.00; b over {w1, w2} = sqrt(1 * 2) = 1.41; ref = 1.00.
+# Ranks (failures infinitely slow, ties averaged): w1 a 1, b/ref 2.5; w2 b 1, ref 2, a 3;
+# w3 a 1, b/ref 2.5. Mean: a (1 + 3 + 1) / 3 = 1.67, b (2.5 + 1 + 2.5) / 3 = 2.00, ref 7 / 3 = 2.33.
+# best: a on w1 and w3, b on w2. runs/ok/OOM/failed count seeds: a 5 runs, 3 ok, 1 OOM, 1 failed (timeout).
+EXPECTED_TEXT = """\
+Step time on c1
+workload                  a         b      ref
+--------  -----------------  --------  -------
+w1                  1.000 s   2.000 s  2.000 s
+w2                      OOM  500.0 ms  1.000 s
+w3        400.0 ms (2/3 ok)     error      OOM
+
+Speedup over ref on c1
+workload        a      b    ref
+--------  -------  -----  -----
+w1          2.00x  1.00x  1.00x
+w2            OOM  2.00x  1.00x
+w3        ref OOM  error    OOM
+
+Summary on c1
+placer  runs  ok  OOM  failed  skipped  geomean speedup vs ref  both ok  mean rank  best
+------  ----  --  ---  ------  -------  ----------------------  -------  ---------  ----
+a          5   3    1       1        0                   2.00x        1       1.67     2
+b          3   2    0       1        0                   1.41x        2       2.00     1
+ref        3   2    1       0        0                   1.00x        2       2.33     0
+"""
+
+
+def test_text_report_is_exact():
+    assert report.render(ROWS, "text", "ref") == EXPECTED_TEXT
+
+
+def test_row_order_does_not_matter():
+    assert report.render(list(reversed(ROWS)), "text", "ref") == EXPECTED_TEXT
+
+
+def test_markdown_comparison_table():
+    md = report.render(ROWS, "md", "ref")
+    assert md.startswith("## c1\n\n**Step time on c1**\n\n| workload | a | b | ref |\n|:---|---:|---:|---:|\n")
+    assert "| w3 | 400.0 ms (2/3 ok) | error | OOM |" in md
+    assert "| b | 3 | 2 | 0 | 1 | 0 | 1.41x | 2 | 2.00 | 1 |" in md
+
+
+def test_csv_is_the_long_table_with_numbers():
+    rows = list(csv.DictReader(io.StringIO(report.render(ROWS, "csv", "ref"))))
+    assert len(rows) == 9
+    w3a = next(r for r in rows if r["workload"] == "w3" and r["placer"] == "a")
+    assert w3a == {"cluster": "c1", "workload": "w3", "placer": "a", "seeds": "3", "ok_seeds": "2", "status": "ok",
+                   "step_time_s": "0.4", "shown": "400.0 ms (2/3 ok)", "speedup_vs_ref": ""}
+    w1a = next(r for r in rows if r["workload"] == "w1" and r["placer"] == "a")
+    assert (w1a["step_time_s"], w1a["speedup_vs_ref"]) == ("1.0", "2.0")
+    w2a = next(r for r in rows if r["workload"] == "w2" and r["placer"] == "a")
+    assert (w2a["status"], w2a["step_time_s"]) == ("oom", "")
+
+
+def test_json_report():
+    data = json.loads(report.render(ROWS, "json", "ref"))
+    assert data["reference"] == "ref" and data["methodologies"] == ["m-v1"]
+    [section] = data["sections"]
+    summary = section["tables"][2]
+    assert summary["rows"][1][:6] == ["b", 3, 2, 0, 1, 0] and summary["rows"][1][6] == pytest.approx(math.sqrt(2))
+
+
+def test_latex_and_html_escape_and_mark_failures():
+    rows = [_row("net_1", "p&q", "ok", 2.5e-5), _row("net_1", "x<y>", "oom")]
+    tex = report.render(rows, "latex")
+    assert r"net\_1 & 25.00 $\mu$s & OOM \\" in tex and r"p\&q" in tex and r"\begin{tabular}{lrr}" in tex
+    page = report.render(rows, "html")
+    assert "<th>x&lt;y&gt;</th>" in page and '<td class="oom" style="text-align:right">OOM</td>' in page
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(1.234, "1.234 s"), (4.0, "4.000 s"), (0.4, "400.0 ms"), (0.01234, "12.34 ms"), (2.5e-5, "25.00 µs"),
+     (1234.0, "1234 s"), (0.0, "0.000 µs")],
+)
+def test_format_seconds(seconds, text):
+    assert format_seconds(seconds) == text
+
+
+def test_seed_aggregation():
+    inf = math.inf
+    assert Cell(("ok", "ok"), (1.0, 3.0)).value_s == 2.0
+    assert Cell(("ok", "oom"), (1.0, inf)).status == "oom"  # half failed: the median is infinite
+    three = Cell(("ok", "timeout", "error"), (1.0, inf, inf))
+    assert (three.ok, three.status, three.text) == (False, "timeout", "timeout")  # tie: order oom, invalid, timeout
+    assert Cell(("error", "ok", "ok"), (inf, 0.5, 0.7)).text == "700.0 ms (2/3 ok)"
+
+
+def test_skipped_cells_are_not_ranked():
+    rows = [_row("w", "a", "ok", 1.0), _row("w", "b", "skipped"), _row("w", "c", "error")]
+    summary = report.tables(report.Results.from_rows(rows))[0][1][-1]
+    assert [(r[0], r[8]) for r in summary.raw] == [("a", 1.0), ("b", None), ("c", 2.0)]
+    assert [r[5] for r in summary.raw] == [0, 1, 0]
+
+
+def test_several_clusters_get_an_overall_summary():
+    rows = ROWS + [_row("w1", "a", "ok", 1.0, cluster="c2"), _row("w1", "ref", "ok", 3.0, cluster="c2")]
+    sections = report.tables(report.Results.from_rows(rows), "ref")
+    assert [name for name, _ in sections] == ["c1", "c2", "all clusters"]
+    overall = sections[-1][1][0]
+    a = next(r for r in overall.raw if r[0] == "a")
+    assert a[6] == pytest.approx(math.sqrt(2 * 3)) and a[7] == 2  # speedups 2 (c1 w1) and 3 (c2 w1)
+
+
+def test_default_reference_is_single_gpu_when_present():
+    rows = [_row("w", "single_gpu", "ok", 2.0), _row("w", "x", "ok", 1.0)]
+    assert "Speedup over single_gpu on c1" in report.render(rows, "text")
+    assert "Speedup over" not in report.render([_row("w", "x", "ok", 1.0)], "text")
+
+
+def test_report_errors():
+    with pytest.raises(ReportError, match="reference placer 'nope' has no rows; placers: a, b, ref"):
+        report.render(ROWS, "text", "nope")
+    with pytest.raises(ReportError, match="no result rows"):
+        report.render([], "md")
+    with pytest.raises(ReportError, match="unknown format 'doc'"):
+        report.render(ROWS, "doc")
+
+
+def test_leaderboard_files_say_they_are_generated(tmp_path):
+    md, csv_path = report.write_leaderboard(ROWS, tmp_path, "ref", source="runs/x")
+    text = md.read_text()
+    assert text.splitlines()[0] == f"<!-- {report.GENERATED_NOTE} (runs/x) -->"
+    assert "# placebench leaderboard" in text and "| w2 | OOM | 500.0 ms | 1.000 s |" in text
+    lines = csv_path.read_text().splitlines()
+    assert lines[0] == f"# {report.GENERATED_NOTE}"
+    assert len(list(csv.DictReader(lines[1:]))) == 9
+
+
+def test_bar_chart_is_a_png(tmp_path):
+    path = report.bar_chart(ROWS, tmp_path / "chart.png", "ref")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,308 @@
+"""The runner: specs, planning, crash isolation (raise / hang / die / invalid), re-measurement, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from suite import report, runner
+from suite.errors import SpecError, UnknownNameError
+from suite.store import Store
+
+
+# -- specs ------------------------------------------------------------------------------------------------
+def _spec(**kw):
+    data = {"name": "t", "workloads": ["w.json"], "clusters": ["tiny"], "placers": ["single_cpu"], **kw}
+    return runner.spec_from_dict(data, source="t.toml")
+
+
+def test_spec_fields_are_read(tmp_path):
+    s = runner.spec_from_dict(
+        {
+            "name": "t",
+            "workloads": ["g/w.json", "zoo_name"],
+            "clusters": ["c.toml"],
+            "placers": ["a", {"name": "b", "params": {"k": 1}}, {"name": "b", "params": {"k": 2}, "label": "b2"}],
+            "seeds": [3, 4],
+            "budget": {"max_evaluations": 7},
+            "cell_timeout_s": 9,
+            "plugins": ["my_plugin", "p.py"],
+        },
+        source="t.toml",
+        base=tmp_path,
+    )
+    assert s.workloads == (str(tmp_path / "g/w.json"), "zoo_name")  # files relative to the spec
+    assert s.clusters == (str(tmp_path / "c.toml"),)
+    assert [p.shown for p in s.placers] == ["a", "b(k=1)", "b2"]
+    assert s.seeds == (3, 4) and s.budget == {"max_evaluations": 7} and s.cell_timeout_s == 9.0
+    assert s.plugins == ("my_plugin", str(tmp_path / "p.py"))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"colour": "red"}, r"unknown field\(s\) \['colour'\]"),
+        ({"name": ""}, "field 'name' is missing"),
+        ({"workloads": []}, "workloads: expected a non-empty list"),
+        ({"seeds": [0, "1"]}, "seeds must be a non-empty list of integers"),
+        ({"evaluator": 3}, "evaluator must be a name, got 3"),
+        ({"budget": {"max_evaluations": 0}}, "budget.max_evaluations: 0 is below the minimum 1"),
+        ({"budget": {"evals": 3}}, "budget must be a table with max_evaluations"),
+        ({"cell_timeout_s": -1}, "cell_timeout_s must be a positive number"),
+        ({"placers": [{"name": "x", "parms": {}}]}, r"placers\[0\]: unknown field\(s\) \['parms'\]"),
+        ({"placers": [{"name": "x", "params": 3}]}, r"placers\[0\].params: expected a table, got 3"),
+        ({"simulator_engine": "turbo"}, "simulator_engine 'turbo'"),
+    ],
+)
+def test_bad_specs_name_file_field_and_value(change, message):
+    with pytest.raises(SpecError, match=message) as exc:
+        _spec(**change)
+    assert str(exc.value).startswith("t.toml")
+
+
+def test_missing_field_and_unknown_spec():
+    with pytest.raises(SpecError, match="field 'placers' is missing"):
+        runner.spec_from_dict({"name": "t", "workloads": ["w"], "clusters": ["c"]}, source="t.toml")
+    with pytest.raises(UnknownNameError, match="unknown spec 'nope'; built-in: full, quick"):
+        runner.load_spec("nope")
+
+
+def test_malformed_spec_file(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("name = [unclosed")
+    with pytest.raises(SpecError, match="bad.toml: not valid TOML"):
+        runner.load_spec(str(p))
+
+
+def test_built_in_specs_parse():
+    quick, full = runner.load_spec("quick"), runner.load_spec("full")
+    assert quick.workloads == ("@zoo",) and len(quick.clusters) == 2 and quick.placers[0].name == "@all"
+    assert quick.budget["max_evaluations"] < 1000 and quick.cell_timeout_s <= 120
+    assert full.clusters == ("@presets",) and full.seeds == (0, 1, 2) and not full.budget
+
+
+# -- planning ---------------------------------------------------------------------------------------------
+def test_plan_is_the_cross_product_with_stable_keys(tiny_files, write_spec):
+    spec = runner.load_spec(str(write_spec(
+        workloads=[str(tiny_files["diamond"]), str(tiny_files["chain"])],
+        clusters=[str(tiny_files["cluster"]), "xeon_h100"],
+        placers=["single_cpu", "single_gpu"],
+        seeds=[0, 1],
+    )))
+    plan = runner.make_plan(spec)
+    assert len(plan.cells) == 2 * 2 * 2 * 2
+    assert len({c.cell_id for c in plan.cells}) == 16
+    assert [c.cell_id for c in runner.make_plan(spec).cells] == [c.cell_id for c in plan.cells]
+    first = plan.cells[0].key
+    assert (first["workload"], first["cluster"], first["placer"], first["seed"]) == ("diamond", "tiny", "single_cpu", 0)
+    assert first["methodology"] == "placebench-methodology-v1" and first["evaluator"] == "simulator"
+    # a different budget is a different experiment: different keys
+    other = runner.make_plan(runner.spec_from_dict({**spec.as_dict(), "budget": {"max_evaluations": 5}}))
+    assert not {c.cell_id for c in other.cells} & {c.cell_id for c in plan.cells}
+
+
+def test_unknown_names_are_reported_before_running(tiny_files, write_spec):
+    good = {"workloads": [str(tiny_files["diamond"])], "clusters": ["xeon_h100"], "placers": ["single_cpu"]}
+    with pytest.raises(UnknownNameError, match="unknown placer 'nope'"):
+        runner.make_plan(runner.load_spec(str(write_spec(**{**good, "placers": ["nope"]}))))
+    with pytest.raises(UnknownNameError, match="unknown cluster 'nope'"):
+        runner.make_plan(runner.load_spec(str(write_spec(**{**good, "clusters": ["nope"]}))))
+    with pytest.raises(UnknownNameError, match="unknown evaluator 'gpu'; available: .*simulator"):
+        runner.make_plan(runner.load_spec(str(write_spec(**{**good, "evaluator": "gpu"}))))
+    with pytest.raises(SpecError, match="plugin .*missing.py: no such file"):
+        runner.make_plan(runner.load_spec(str(write_spec(**{**good, "plugins": ["missing.py"]}))))
+
+
+# -- running: every way a cell can end --------------------------------------------------------------------
+ALL_PLACERS = [
+    "single_cpu",
+    "single_gpu",
+    "harness_raises",
+    "harness_hangs",
+    "harness_invalid",
+    "harness_dies",
+    {"name": "harness_dies", "params": {"how": "exit"}, "label": "harness_exits"},
+    "harness_search",
+    "harness_not_applicable",
+    "harness_over_budget",
+    "harness_cheats",
+]
+
+
+@pytest.fixture(scope="module")
+def outcome_run(tiny_files, spec_writer, harness_plugin, tmp_path_factory):
+    """One run (shared by the tests below) of every outcome on two workloads."""
+    tmp_path = tmp_path_factory.mktemp("outcomes")
+    spec = spec_writer(
+        tmp_path,
+        "outcomes",
+        workloads=[str(tiny_files["diamond"]), str(tiny_files["big"])],
+        clusters=[str(tiny_files["cluster"])],
+        placers=ALL_PLACERS,
+        plugins=[harness_plugin],
+        cell_timeout_s=1.5,
+        budget={"max_evaluations": 10},
+    )
+    result = runner.run(str(spec), tmp_path / "store", jobs=2)
+    return spec, result
+
+
+def _by(rows, workload, placer):
+    [row] = [r for r in rows if r["workload"] == workload and r["placer"] == placer]
+    return row
+
+
+def test_every_outcome_is_a_row_with_its_status(outcome_run):
+    _, result = outcome_run
+    rows = result.rows
+    assert len(rows) == 2 * len(ALL_PLACERS) and result.ran == len(rows)
+    # hand-computed: 4 ops of 1e9 FLOPs; CPU 1e9 FLOP/s serial = 4 s; GPU 1e10 FLOP/s = 0.4 s
+    assert (_by(rows, "diamond", "single_cpu")["status"], _by(rows, "diamond", "single_cpu")["step_time_s"]) == ("ok", 4.0)
+    assert _by(rows, "diamond", "single_gpu")["step_time_s"] == pytest.approx(0.4)
+    oom = _by(rows, "big", "single_gpu")
+    assert (oom["status"], oom["step_time_s"], oom["oom_devices"]) == ("oom", None, "gpu:0")
+    assert "gpu:0 needs 2.00 MiB of 1.00 MiB" in oom["message"]
+    assert json.loads(oom["peak_memory_bytes"])["gpu:0"] > 2**21
+    expected = {
+        "harness_raises": ("error", "RuntimeError: boom from a test placer"),
+        "harness_hangs": ("timeout", "did not finish within the cell timeout of 1.5 s"),
+        "harness_invalid": ("invalid", "placement has 3 entries, but workload"),
+        "harness_dies": ("error", "worker died (signal 9)"),
+        "harness_exits": ("error", "worker died (exit code 7)"),
+        "harness_not_applicable": ("skipped", "needs at least 3 devices"),
+        "harness_over_budget": ("error", "placer went past its search budget"),
+    }
+    for w in ("diamond", "big"):
+        for placer, (status, message) in expected.items():
+            row = _by(rows, w, placer)
+            assert row["status"] == status, (w, placer, row)
+            assert message in row["message"], (w, placer, row["message"])
+            assert row["step_time_s"] is None
+
+
+def test_search_statistics_come_from_the_evaluator(outcome_run):
+    _, result = outcome_run
+    row = _by(result.rows, "diamond", "harness_search")
+    assert row["status"] == "ok" and row["evaluations"] == 5 and row["search_wall_time_s"] >= 0
+    record = result.store.read_cell(row["cell_id"])
+    assert [p["evaluations"] for p in record["curve"]] == [1, 2, 3, 4, 5]
+    assert len(record["placement"]) == 4 and row["placement_hash"].startswith("sha256:")
+    assert _by(result.rows, "diamond", "harness_over_budget")["evaluations"] == 10
+
+
+def test_final_placement_is_re_measured_not_taken_from_the_search(outcome_run):
+    _, result = outcome_run
+    row = _by(result.rows, "diamond", "harness_cheats")  # its evaluator said 1 microsecond
+    assert (row["status"], row["step_time_s"]) == ("ok", 4.0)
+
+
+def test_the_table_shows_failed_cells_as_their_status(outcome_run):
+    _, result = outcome_run
+    text = report.render(result.rows, "text")
+    diamond = next(line for line in text.splitlines() if line.startswith("diamond"))
+    big = next(line for line in text.splitlines() if line.startswith("big"))
+    for word in ("error", "timeout", "invalid", "skipped", "4.000 s", "400.0 ms"):
+        assert word in diamond
+    assert "OOM" in big
+
+
+def test_manifest_describes_the_run(outcome_run):
+    _, result = outcome_run
+    m = result.store.manifest()
+    assert m["workloads"]["diamond"]["hash"].startswith("sha256:")
+    assert m["clusters"]["tiny"]["devices"] == ["cpu:0", "gpu:0"]
+    assert m["methodologies"]["placebench-methodology-v1"]["budget"]["max_evaluations"] == 10
+    run = m["runs"][-1]
+    assert run["machine"]["cpus"] >= 1 and run["packages"]["numpy"] and "commit" in run["git"]
+    assert (result.store.root / "results.parquet").exists() and (result.store.root / "results.csv").exists()
+
+
+def test_rerun_skips_stored_cells_and_force_redoes_them(outcome_run):  # last of these: it adds runs
+    spec, first = outcome_run
+    store = first.store.root
+    again = runner.run(str(spec), store, jobs=2)
+    assert (again.ran, again.reused) == (0, len(first.rows))
+    assert again.rows == first.rows
+    # --retry-failed reruns only error and timeout cells; --force all (here: restricted to fast placers)
+    spec2 = runner.spec_from_dict({**runner.load_spec(str(spec)).as_dict(), "placers": ["single_cpu", "harness_raises"]})
+    retried = runner.run(spec2, store, jobs=1, retry_failed=True)
+    assert retried.ran == 2  # harness_raises on both workloads
+    forced = runner.run(spec2, store, jobs=1, force=True)
+    assert forced.ran == 4
+    rows = Store(store).rows()
+    assert len(rows) == len(first.rows) and len({r["cell_id"] for r in rows}) == len(rows)
+    manifest = Store(store).manifest()
+    assert [r["cells_run"] for r in manifest["runs"]] == [len(first.rows), 0, 2, 4]
+    assert all(r["complete"] for r in manifest["runs"])
+
+
+# -- a killed run ---------------------------------------------------------------------------------------------
+def test_sigkill_mid_run_then_resume_loses_and_duplicates_nothing(tiny_files, write_spec, harness_plugin, tmp_path):
+    spec = write_spec(
+        "killed",
+        workloads=[str(tiny_files["diamond"]), str(tiny_files["chain"])],
+        clusters=[str(tiny_files["cluster"])],
+        placers=[{"name": "harness_sleepy", "params": {"sleep_s": 0.25}}],
+        plugins=[harness_plugin],
+        seeds=list(range(8)),
+    )
+    out = tmp_path / "store"
+    total = 16
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite.cli", "run", str(spec), "--out", str(out), "--jobs", "1", "--quiet"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    cells = out / "cells"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not cells.is_dir() or len(list(cells.glob("*.json"))) < 3):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the runner and its workers, at once
+    proc.wait(timeout=10)
+    stored = len(list(cells.glob("*.json")))
+    assert 3 <= stored < total, "the run was not killed mid-way"
+
+    resumed = runner.run(str(spec), out, jobs=2)
+    assert resumed.reused == stored and resumed.ran == total - stored
+    rows = Store(out).rows()
+    keys = [(r["workload"], r["seed"]) for r in rows]
+    assert len(rows) == total and len(set(keys)) == total
+    assert {r["status"] for r in rows} == {"ok"}
+    assert len(list(cells.iterdir())) == total  # no temporary files left behind
+
+
+def test_a_broken_plugin_is_an_error_row_not_a_failed_run(tiny_files, write_spec, broken_entry_point, tmp_path):
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu", broken_entry_point])
+    rows = runner.run(str(spec), tmp_path / "store", jobs=1).rows
+    assert [(r["placer"], r["status"]) for r in rows] == [(broken_entry_point, "error"), ("single_cpu", "ok")]
+    assert "failed to load: ModuleNotFoundError" in rows[0]["message"]
+
+
+def test_an_evaluator_plugin_measures_the_cells(tiny_files, write_spec, harness_plugin, tmp_path):
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"], plugins=[harness_plugin], evaluator="harness_double")
+    [row] = runner.run(str(spec), tmp_path / "store", jobs=1).rows
+    assert (row["evaluator"], row["status"], row["step_time_s"]) == ("harness_double", "ok", 8.0)  # 2 x 4 s
+
+
+# -- one cell, in process ------------------------------------------------------------------------------------
+def test_evaluate_one(tiny_files):
+    rec = runner.evaluate_one(str(tiny_files["big"]), str(tiny_files["cluster"]), "single_cpu")
+    assert (rec["status"], rec["step_time_s"], rec["placement"]) == ("ok", 4.0, [0, 0, 0, 0])
+
+
+# -- the quick suite's wall time (run with: python -m pytest -m benchmark tests/test_runner.py) ---------------
+@pytest.mark.benchmark
+def test_quick_suite_wall_time(benchmark, tmp_path):
+    """The default suite, as `placebench run` runs it, on 2 workers; the issue asks for at most 5 minutes."""
+    result = benchmark.pedantic(lambda: runner.run("quick", tmp_path / "quick", jobs=2), rounds=1, iterations=1)
+    assert result.ran == len(result.plan.cells) == len(result.rows)
+    assert all(r["status"] in ("ok", "oom", "invalid", "timeout", "error", "skipped") for r in result.rows)

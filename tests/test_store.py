@@ -1,0 +1,144 @@
+"""The results store: atomic files, one file per cell, tables that round-trip, clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from suite import store as st
+from suite.store import ROW_COLUMNS, Store, StoreError
+
+
+def _record(cell_id: str, **kw) -> dict:
+    base = {
+        "cell_id": cell_id,
+        "workload": "w",
+        "workload_hash": "sha256:w",
+        "cluster": "c",
+        "cluster_hash": "sha256:c",
+        "placer": "p",
+        "placer_name": "p",
+        "params": "{}",
+        "params_hash": "h",
+        "seed": 0,
+        "methodology": "m1",
+        "budget_evaluations": 10,
+        "budget_seconds": 1.5,
+        "evaluator": "simulator",
+        "status": "ok",
+        "message": "",
+        "step_time_s": 0.125,
+        "peak_memory_bytes": json.dumps({"cpu:0": 10}),
+        "max_peak_memory_bytes": 10,
+        "evaluations": 3,
+        "placement": [0, 0, 1],
+        "curve": [{"evaluations": 1, "wall_time_s": 0.1, "best_score_s": 0.2, "mean_score_s": 0.2}],
+    }
+    return {**base, **kw}
+
+
+def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path):
+    p = tmp_path / "f.json"
+    st.atomic_write_text(p, "one")
+    st.atomic_write_text(p, "two")
+    assert p.read_text() == "two"
+    assert [x.name for x in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
+    p = tmp_path / "f.json"
+    st.atomic_write_text(p, "old")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        st.atomic_write_text(p, "new")
+    assert p.read_text() == "old"
+    assert [x.name for x in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_a_cell_is_stored_once_under_its_id(tmp_path):
+    s = Store(tmp_path / "run")
+    s.write_cell(_record("abc", step_time_s=1.0))
+    s.write_cell(_record("abc", step_time_s=2.0))  # rerun (--force) overwrites, never duplicates
+    s.write_cell(_record("def", seed=1, status="oom", step_time_s=None, oom_devices="gpu:0"))
+    assert s.cell_ids() == {"abc", "def"}
+    rows = s.rows()
+    assert [(r["cell_id"], r["step_time_s"]) for r in rows] == [("abc", 2.0), ("def", None)]
+    assert list(rows[0]) == list(ROW_COLUMNS)
+    full = s.read_cell("abc")
+    assert full["placement"] == [0, 0, 1] and full["curve"][0]["evaluations"] == 1
+
+
+def test_leftover_temporary_files_are_not_cells_and_are_cleaned(tmp_path):
+    s = Store(tmp_path)
+    s.write_cell(_record("abc"))
+    (s.cells_dir / ".zzz.json.123.tmp").write_text('{"truncated')
+    assert s.cell_ids() == {"abc"}
+    Store(tmp_path)  # reopening cleans up
+    assert sorted(p.name for p in s.cells_dir.iterdir()) == ["abc.json"]
+
+
+def test_compacted_tables_round_trip(tmp_path):
+    s = Store(tmp_path)
+    s.write_cell(_record("a1", step_time_s=0.1 + 0.2))  # a float that needs all its digits
+    s.write_cell(_record("a2", seed=1, status="error", step_time_s=None, message='boom, "quoted"\nline 2',
+                         peak_memory_bytes=None, max_peak_memory_bytes=None, evaluations=None))
+    parquet, csv = s.compact()
+    expected = s.rows()
+    assert st.read_table(parquet) == expected
+    assert st.read_table(csv) == expected
+    assert st.open_rows(tmp_path) == expected
+    assert expected[0]["step_time_s"] == 0.1 + 0.2
+    assert expected[1]["message"] == 'boom, "quoted"\nline 2'
+
+
+def test_non_finite_and_numpy_values_are_stored_as_json(tmp_path):
+    import numpy as np
+
+    s = Store(tmp_path)
+    s.write_cell(_record("x", info={"best": float("inf"), "arr": np.arange(3), "n": np.int64(4)}))
+    assert s.read_cell("x")["info"] == {"best": None, "arr": [0, 1, 2], "n": 4}
+
+
+def test_manifest_round_trip_and_default(tmp_path):
+    s = Store(tmp_path)
+    assert s.manifest()["runs"] == []
+    s.write_manifest({**s.manifest(), "runs": [{"run_id": "r1"}]})
+    assert s.manifest()["runs"] == [{"run_id": "r1"}]
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p / "missing", "no such store directory or results table"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", "not a placebench store"),
+        (lambda p: (p / "x.csv").write_text("a,b\n1,2\n") and p / "x.csv", "missing column"),
+        (lambda p: (p / "x.txt").write_text("hello") and p / "x.txt", "expected a store directory"),
+        (lambda p: (p / "x.parquet").write_text("not parquet") and p / "x.parquet", "not a placebench results table"),
+    ],
+)
+def test_unreadable_inputs_are_clear_errors(tmp_path, make, message):
+    with pytest.raises(StoreError, match=message):
+        st.open_rows(make(tmp_path))
+
+
+def test_bad_cell_and_manifest_files_are_errors(tmp_path):
+    s = Store(tmp_path)
+    (s.cells_dir / "bad.json").write_text("{not json")
+    with pytest.raises(StoreError, match=r"bad\.json: not valid JSON"):
+        s.rows()
+    s.manifest_path.write_text('{"format": "something else"}')
+    with pytest.raises(StoreError, match="not a placebench store manifest"):
+        s.manifest()
+
+
+def test_machine_description(tmp_path):
+    info = st.machine_info()
+    assert set(info) == {"hostname", "platform", "python", "cpu", "cpus"} and info["cpus"] >= 1
+    assert st.package_versions()["numpy"]
+    assert st.git_state(tmp_path) == {"commit": None, "dirty": None}  # not a git checkout
