@@ -1,0 +1,133 @@
+"""Rewards of learned placers, and budgeted evaluation of group placements.
+
+Reward = -sqrt(score), where score is the step time in seconds of a placement that runs (Mirhoseini et al.
+2017 minimise the square root of the running time). Placements that fail get a penalty score:
+
+* by default the methodology's (`Evaluator.score`: failure_multiple x serial bound, plus the simulated step
+  time for OOM, so that among failing placements the less bad still ranks better);
+* or a fixed score (`oom_score_s`, `invalid_score_s`), as Mirhoseini et al. did, who gave failing
+  placements a large fixed running time (100 s in the authors' released controller, `failing_signal`);
+* and, for OOM (`oom_shaping`, ours, on by default), the failure score times the fraction by which memory
+  overflows is added, so that the policy can tell nearly-fitting placements from hopeless ones.
+
+`RewardEvaluator` is what every learned placer samples through: it turns group placements into op
+placements, evaluates them in one `evaluate_batch` (each counted against the methodology's budget by the
+evaluator), and never asks for more than is left. The learning curve (best and mean score against
+evaluations) is recorded by the evaluator itself and returned with the placement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rl.grouping import Grouping
+from suite.errors import BudgetExhausted
+from suite.evaluator import Evaluator, Measurement
+
+TRANSFORMS = ("neg_sqrt", "neg", "neg_log")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """How a measurement becomes a reward. `None` penalties take the methodology's scoring."""
+
+    transform: str = "neg_sqrt"  # reward = -sqrt(score) | -score | -log(score)
+    oom_score_s: float | None = None
+    invalid_score_s: float | None = None
+    oom_shaping: bool = True  # add failure score x memory overflow fraction to OOM scores (ours)
+
+    def __post_init__(self) -> None:
+        if self.transform not in TRANSFORMS:
+            raise ValueError(f"unknown reward transform {self.transform!r}; choose from {', '.join(TRANSFORMS)}")
+        for name in ("oom_score_s", "invalid_score_s"):
+            v = getattr(self, name)
+            if v is not None and not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")
+
+
+def overflow_fraction(m: Measurement, evaluator: Evaluator) -> float:
+    """Bytes above capacity summed over devices, over the capacity of the devices that overflow."""
+    excess = capacity = 0
+    for dev in evaluator.cluster.devices:
+        peak = m.peak_memory_bytes.get(dev.name, 0)
+        if peak > dev.memory_bytes:
+            excess += peak - dev.memory_bytes
+            capacity += dev.memory_bytes
+    return excess / capacity if capacity else 0.0
+
+
+def score_s(m: Measurement, evaluator: Evaluator, config: RewardConfig = RewardConfig()) -> float:
+    """The seconds to minimise for one measurement, failures penalised.
+
+    With `oom_shaping`, an OOM placement scores its penalty plus the methodology's failure score times
+    its memory overflow fraction, so that among failing placements those closer to fitting rank better
+    and the policy has a direction out of OOM (all of them still score above every placement that runs).
+    """
+    if m.status == "oom":
+        base = config.oom_score_s if config.oom_score_s is not None else evaluator.score(m)
+        if config.oom_shaping:
+            base += evaluator.failure_score_s * overflow_fraction(m, evaluator)
+        return base
+    if m.status == "invalid" and config.invalid_score_s is not None:
+        return config.invalid_score_s
+    return evaluator.score(m)
+
+
+def reward_of(score: float, transform: str = "neg_sqrt") -> float:
+    if transform == "neg_sqrt":
+        return -math.sqrt(score)
+    if transform == "neg":
+        return -score
+    return -math.log(max(score, 1e-12))
+
+
+@dataclass
+class Rollout:
+    """The outcome of evaluating a batch of group placements."""
+
+    group_devices: np.ndarray  # int64 [B, G]
+    measurements: list[Measurement]
+    scores_s: np.ndarray  # float64 [B]
+    rewards: np.ndarray  # float64 [B]
+
+    @property
+    def statuses(self) -> list[str]:
+        return [m.status for m in self.measurements]
+
+
+class RewardEvaluator:
+    """Budgeted evaluation of group placements for one placer run; keeps the best one seen."""
+
+    def __init__(self, evaluator: Evaluator, grouping: Grouping, config: RewardConfig = RewardConfig()):
+        self.evaluator = evaluator
+        self.grouping = grouping
+        self.config = config
+        self.best_score_s = math.inf
+        self.best_group_devices: np.ndarray | None = None
+        self.batches = 0
+
+    def allowance(self, wanted: int, *, reserve: int = 0) -> int:
+        """How many placements may be evaluated now (at most `wanted`), keeping `reserve` evaluations."""
+        ev = self.evaluator
+        if ev.time_left_s <= 0.0:
+            return 0
+        return max(0, min(wanted, ev.remaining - reserve))
+
+    def __call__(self, group_devices: np.ndarray) -> Rollout | None:
+        """Evaluate [B, G] group placements; None if the budget ran out (e.g. its wall clock)."""
+        gd = np.atleast_2d(np.asarray(group_devices, dtype=np.int64))
+        try:
+            ms = self.evaluator.evaluate_batch(self.grouping.expand(gd))
+        except BudgetExhausted:
+            return None
+        scores = np.array([score_s(m, self.evaluator, self.config) for m in ms], dtype=np.float64)
+        rewards = np.array([reward_of(s, self.config.transform) for s in scores], dtype=np.float64)
+        b = int(np.argmin(scores))
+        if scores[b] < self.best_score_s:
+            self.best_score_s = float(scores[b])
+            self.best_group_devices = gd[b].copy()
+        self.batches += 1
+        return Rollout(gd, ms, scores, rewards)

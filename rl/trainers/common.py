@@ -1,0 +1,37 @@
+"""Pieces shared by the trainers: the optimizer step with gradient clipping, and advantage scaling."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], lr: float, kind: str = "adam") -> torch.optim.Optimizer:
+    params = list(params)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"unknown optimizer {kind!r}; choose adam or sgd")
+
+
+def apply_gradients(optimizer: torch.optim.Optimizer, loss: torch.Tensor, grad_clip: float | None) -> float:
+    """Backpropagate `loss`, clip the global gradient norm to `grad_clip`, step; return the norm."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip else float("inf"))
+    optimizer.step()
+    return float(norm)
+
+
+def scale_advantages(adv: np.ndarray, normalize: bool) -> np.ndarray:
+    """Divide by the batch standard deviation (if asked and not ~0): step-time scales differ by 10^4."""
+    adv = np.asarray(adv, dtype=np.float64)
+    if normalize and len(adv) > 1:
+        std = float(adv.std())
+        if std > 1e-12:
+            adv = adv / std
+    return adv

@@ -1,0 +1,272 @@
+"""Gymnasium environments for device placement, so that agents from any RL library can be benchmarked.
+
+Registered by explicit import (`import suite.envs`):
+
+* "placebench/OneShot-v0" (`OneShotPlacementEnv`): one step per episode; the action (MultiDiscrete, one
+  device per group) is a whole placement; reward = -sqrt(score) of that placement.
+* "placebench/Iterative-v0" (`IterativePlacementEnv`): one group's device per step, groups in topological
+  order, starting from an initial placement, as Placeto does. With reward="improvement" (Placeto's) every
+  step evaluates the current placement and the reward is the gain in -sqrt(score) over the previous one;
+  with reward="final" only the complete placement is evaluated, at the last step.
+
+Both take a workload and a cluster (objects or names) and an optional evaluator or budget. Every evaluation
+goes through the evaluator and counts against its budget: past it, `step` raises `BudgetExhausted` (the
+benchmark's rule; an agent must stop). Score is `Evaluator.score` (the methodology's penalty for OOM and
+invalid placements).
+
+Decisions are per group: by default the workload's colocation groups (and one group per other op); a
+caller may pass `groups` (an op -> group label array, e.g. from `rl.grouping`) that keeps colocation groups
+whole. Observations are per-group features in [0, 1]: scaled log FLOPs, output bytes, parameter bytes and
+op count, topological position, the scaled log time on each device, and which devices the group allows.
+`info["action_mask"]` gives the allowed devices (per group, or for the current group when iterative).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from suite.cluster import Cluster
+from suite.costmodel import cost_matrix
+from suite.errors import PlacebenchError
+from suite.evaluator import Evaluator, Measurement
+from suite.graph import DEVICE_KINDS, OpGraph
+from suite.methodology import Budget
+
+ONE_SHOT_ID = "placebench/OneShot-v0"
+ITERATIVE_ID = "placebench/Iterative-v0"
+
+
+def _scaled_log(x: np.ndarray) -> np.ndarray:
+    y = np.log1p(np.asarray(x, dtype=np.float64))
+    top = y.max() if y.size else 0.0
+    return y / top if top > 0 else y
+
+
+class _PlacementProblem:
+    """What both environments share: the evaluator, the groups, their features and device masks."""
+
+    def __init__(
+        self,
+        workload: OpGraph | str | None,
+        cluster: Cluster | str | None,
+        evaluator: Evaluator | None,
+        budget: Budget | None,
+        groups: Any,
+    ):
+        if evaluator is not None:
+            workload, cluster = evaluator.workload, evaluator.cluster
+        if workload is None or cluster is None:
+            raise PlacebenchError("a placement environment needs a workload and a cluster (or an evaluator)")
+        if isinstance(workload, str):
+            from suite import load_workload
+
+            workload = load_workload(workload)
+        if isinstance(cluster, str):
+            from suite import load_cluster
+
+            cluster = load_cluster(cluster)
+        self.workload: OpGraph = workload
+        self.cluster: Cluster = cluster
+        self.evaluator = evaluator or Evaluator(workload, cluster, budget)
+        self.assignment = self._groups(groups)
+        self.num_groups = int(self.assignment.max()) + 1 if len(self.assignment) else 0
+        self.mask = self._mask()
+        self.features = self._features()
+
+    def _groups(self, groups: Any) -> np.ndarray:
+        g = self.workload
+        if groups is None:
+            labels = np.arange(g.num_ops)
+            for ops in g.groups.values():
+                labels[ops] = ops[0]
+        else:
+            labels = np.asarray(groups)
+            if labels.shape != (g.num_ops,) or not np.issubdtype(labels.dtype, np.integer):
+                raise PlacebenchError(
+                    f"groups must be {g.num_ops} integer labels (one per op of {g.name!r}), got shape {labels.shape}"
+                )
+            for name, ops in g.groups.items():
+                if len(set(labels[ops].tolist())) > 1:
+                    raise PlacebenchError(f"groups split colocation group {name!r} of {g.name!r}")
+        _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first))  # groups numbered by their first op
+        return rank[inverse].astype(np.int64)
+
+    def _mask(self) -> np.ndarray:
+        kinds = [set(DEVICE_KINDS) for _ in range(self.num_groups)]
+        for i, op in enumerate(self.workload.ops):
+            if op.allowed_kinds:
+                kinds[self.assignment[i]] &= set(op.allowed_kinds)
+        mask = np.array([[d.kind in k for d in self.cluster.devices] for k in kinds], dtype=bool)
+        if not mask.any(axis=1).all():
+            g = int(np.flatnonzero(~mask.any(axis=1))[0])
+            raise PlacebenchError(f"group {g} of {self.workload.name!r} can run on no device of {self.cluster.name!r}")
+        return mask
+
+    def _features(self) -> np.ndarray:
+        a, G, asg = self.workload.arrays, self.num_groups, self.assignment
+
+        def gsum(x: np.ndarray) -> np.ndarray:
+            return np.bincount(asg, weights=np.asarray(x, dtype=np.float64), minlength=G)
+
+        first = np.full(G, self.workload.num_ops, dtype=np.int64)
+        np.minimum.at(first, asg, np.arange(self.workload.num_ops))
+        cost = np.zeros((G, self.cluster.num_devices))
+        np.add.at(cost, asg, np.asarray(cost_matrix(self.workload, self.cluster)))
+        cols = [
+            _scaled_log(gsum(a.flops)),
+            _scaled_log(gsum(a.output_bytes)),
+            _scaled_log(gsum(a.param_bytes)),
+            _scaled_log(np.bincount(asg, minlength=G)),
+            first / max(self.workload.num_ops - 1, 1),
+        ]
+        return np.column_stack([*cols, _scaled_log(cost * 1e6), self.mask]).astype(np.float32)
+
+    def placement(self, group_devices: np.ndarray) -> np.ndarray:
+        return np.asarray(group_devices, dtype=np.int64)[self.assignment]
+
+    def evaluate(self, group_devices: np.ndarray) -> tuple[Measurement, float, float]:
+        """(measurement, score_s, reward = -sqrt(score)); one evaluation of the budget."""
+        m = self.evaluator.evaluate(self.placement(group_devices))
+        s = self.evaluator.score(m)
+        return m, s, -math.sqrt(s)
+
+
+def _info(m: Measurement, score: float, mask: np.ndarray) -> dict[str, Any]:
+    """Step info; the evaluation count is `env.unwrapped.evaluator.evaluations_used` (info stays deterministic)."""
+    return {"status": m.status, "step_time_s": m.step_time_s, "score_s": score, "action_mask": mask}
+
+
+class OneShotPlacementEnv(gym.Env):
+    """One step per episode: a MultiDiscrete action gives every group its device."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        workload: OpGraph | str | None = None,
+        cluster: Cluster | str | None = None,
+        *,
+        evaluator: Evaluator | None = None,
+        budget: Budget | None = None,
+        groups: Any = None,
+    ):
+        self.problem = _PlacementProblem(workload, cluster, evaluator, budget, groups)
+        G, D = self.problem.num_groups, self.problem.cluster.num_devices
+        self.observation_space = spaces.Box(0.0, 1.0, shape=self.problem.features.shape, dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete(np.full(G, D, dtype=np.int64))
+
+    @property
+    def evaluator(self) -> Evaluator:
+        return self.problem.evaluator
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return self.problem.features.copy(), {"action_mask": self.problem.mask.copy()}
+
+    def step(self, action):
+        m, score, reward = self.problem.evaluate(np.asarray(action))
+        info = _info(m, score, self.problem.mask.copy())
+        return self.problem.features.copy(), float(reward), True, False, info
+
+
+class IterativePlacementEnv(gym.Env):
+    """One group's device per step, in topological order, from an initial placement (Placeto's MDP)."""
+
+    metadata = {"render_modes": []}
+    REWARDS = ("improvement", "final")
+
+    def __init__(
+        self,
+        workload: OpGraph | str | None = None,
+        cluster: Cluster | str | None = None,
+        *,
+        evaluator: Evaluator | None = None,
+        budget: Budget | None = None,
+        groups: Any = None,
+        reward: str = "improvement",
+        initial: str | np.ndarray = "random",
+    ):
+        if reward not in self.REWARDS:
+            raise PlacebenchError(f"reward {reward!r} is not one of {', '.join(self.REWARDS)}")
+        self.problem = _PlacementProblem(workload, cluster, evaluator, budget, groups)
+        self.reward_mode = reward
+        G, D = self.problem.num_groups, self.problem.cluster.num_devices
+        if not isinstance(initial, str):
+            initial = np.asarray(initial, dtype=np.int64)
+            if initial.shape != (G,) or (initial < 0).any() or (initial >= D).any():
+                raise PlacebenchError(f"initial placement must be {G} device indices in 0..{D - 1}")
+        elif initial != "random":
+            raise PlacebenchError(f"initial must be 'random' or an array of {G} group devices, got {initial!r}")
+        self.initial = initial
+        self.observation_space = spaces.Dict(
+            {
+                "features": spaces.Box(0.0, 1.0, shape=self.problem.features.shape, dtype=np.float32),
+                "placement": spaces.MultiDiscrete(np.full(G, D, dtype=np.int64)),
+                "cursor": spaces.Discrete(G),
+            }
+        )
+        self.action_space = spaces.Discrete(D)
+        self._placement = np.zeros(G, dtype=np.int64)
+        self._cursor = 0
+        self._last_reward = 0.0
+
+    @property
+    def evaluator(self) -> Evaluator:
+        return self.problem.evaluator
+
+    def _obs(self) -> dict[str, Any]:
+        return {
+            "features": self.problem.features.copy(),
+            "placement": self._placement.copy(),
+            "cursor": int(self._cursor % self.problem.num_groups),
+        }
+
+    def _random_placement(self) -> np.ndarray:
+        mask = self.problem.mask
+        return np.array([self.np_random.choice(np.flatnonzero(row)) for row in mask], dtype=np.int64)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        start = (options or {}).get("placement", self.initial)
+        self._placement = self._random_placement() if isinstance(start, str) else np.array(start, dtype=np.int64)
+        self._cursor = 0
+        info: dict[str, Any] = {"action_mask": self.problem.mask[0].copy()}
+        if self.reward_mode == "improvement":
+            m, score, self._last_reward = self.problem.evaluate(self._placement)
+            info.update(_info(m, score, self.problem.mask[0].copy()))
+        return self._obs(), info
+
+    def step(self, action):
+        G = self.problem.num_groups
+        if self._cursor >= G:
+            raise PlacebenchError("episode is over: call reset()")
+        self._placement[self._cursor] = int(action)
+        self._cursor += 1
+        terminated = self._cursor == G
+        mask = self.problem.mask[self._cursor % G].copy()
+        if self.reward_mode == "improvement" or terminated:
+            m, score, r = self.problem.evaluate(self._placement)
+            reward = r - self._last_reward if self.reward_mode == "improvement" else r
+            self._last_reward = r
+            info = _info(m, score, mask)
+        else:
+            reward, info = 0.0, {"action_mask": mask}
+        return self._obs(), float(reward), terminated, False, info
+
+
+def _register() -> None:
+    for env_id, entry in (
+        (ONE_SHOT_ID, "suite.envs:OneShotPlacementEnv"),
+        (ITERATIVE_ID, "suite.envs:IterativePlacementEnv"),
+    ):
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry)
+
+
+_register()

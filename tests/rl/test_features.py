@@ -1,0 +1,51 @@
+"""Op, group, device and cost features: shapes, ranges and hand-checked values."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rl.features import NUMERIC_NAMES, cost_features, depths, device_features, group_features, op_features
+from rl.grouping import colocation_grouping
+
+
+def test_op_features_values(train2):
+    f = op_features(train2)
+    assert f.kinds == ("apply_adam", "input", "loss", "matmul", "matmul_grad")
+    # ops: data, l0.fwd, l1.fwd, loss, l1.bwd, l1.upd, l0.bwd, l0.upd
+    assert f.kind_ids.tolist() == [1, 3, 3, 2, 4, 0, 4, 0]
+    assert f.numeric.shape == (8, len(NUMERIC_NAMES))
+    assert 0.0 <= f.numeric.min() and f.numeric.max() <= 1.0
+    col = {n: i for i, n in enumerate(NUMERIC_NAMES)}
+    assert f.numeric[:, col["phase_backward"]].tolist() == [0, 0, 0, 0, 1, 0, 1, 0]
+    assert np.allclose(f.numeric[:, col["topo_position"]], np.arange(8) / 7)
+    # the backward matmuls have the most FLOPs (1e11)
+    assert np.flatnonzero(f.numeric[:, col["log_flops"]] == 1.0).tolist() == [4, 6]
+    assert depths(train2).tolist() == [0, 1, 2, 3, 4, 5, 5, 6]
+    assert f.edge_index.shape == (2, 9)
+    assert f.matrix().shape == (8, 5 + len(NUMERIC_NAMES) + 4)
+    # output shape of l0.fwd (500, 1000): log1p dims scaled by the largest
+    assert np.allclose(f.output_shape[1, :2], np.log1p([500, 1000]) / np.log1p(1000))
+
+
+def test_group_features_values(train2):
+    g = colocation_grouping(train2)  # groups: {data}, {l0.*}, {l1.*}, {loss}
+    f = group_features(train2, g)
+    assert np.allclose(f.kind_counts[1], np.array([1, 0, 0, 1, 1]) / 3)
+    assert f.edge_index.T.tolist() == [[0, 1], [1, 2], [2, 1], [2, 3], [3, 2]]
+    assert f.edge_bytes.tolist() == [1e6, 2e6, 2e6, 2e6, 4.0]
+    assert (f.adjacency > 0).sum() == 5 and f.adjacency.max() == 1.0
+    m = f.matrix()
+    assert m.shape == (4, 5 + 6 + 4 + 2 * 4)
+    assert 0.0 <= m.min() and m.max() <= 1.0
+    assert f.matrix(adjacency=False).shape == (4, 15)
+
+
+def test_device_and_cost_features(train2, k80x2):
+    d = device_features(k80x2)
+    assert d.shape == (3, 5)
+    assert d[:, :2].tolist() == [[1, 0], [0, 1], [0, 1]]
+    assert d[1, 2] == 1.0 and d[0, 2] < 1.0  # GPUs have the most effective FLOP/s
+    c = cost_features(train2, k80x2, colocation_grouping(train2))
+    assert c.shape == (4, 3) and c.max() == 1.0
+    assert (c[1:3, 0] > c[1:3, 1]).all()  # the layers are slower on the CPU,
+    assert c[0, 0] < c[0, 1]  # the tiny input op faster (5 us CPU overhead against 10 us on a K80)

@@ -1,0 +1,66 @@
+"""Rewards and budgeted rollouts: -sqrt(step time), penalties, and the budget is never overrun."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rl.grouping import colocation_grouping
+from rl.reward import RewardConfig, RewardEvaluator, reward_of, score_s
+from suite.evaluator import Measurement
+
+
+def test_reward_transforms():
+    assert reward_of(4.0) == -2.0
+    assert reward_of(4.0, "neg") == -4.0
+    assert reward_of(math.e, "neg_log") == pytest.approx(-1.0)
+    with pytest.raises(ValueError):
+        RewardConfig("square")
+    with pytest.raises(ValueError):
+        RewardConfig(oom_score_s=-1.0)
+
+
+def test_penalties(branchy, k80x2, make_problem):
+    problem, _ = make_problem(branchy, k80x2)
+    ev = problem.evaluator
+    oom = Measurement("oom", 2.0)
+    bad = Measurement("invalid", None)
+    assert score_s(Measurement("ok", 0.25), ev) == 0.25
+    assert score_s(oom, ev) == ev.failure_score_s + 2.0  # the methodology's (no per-device peaks given)
+    assert score_s(bad, ev) == 2 * ev.failure_score_s
+    fixed = RewardConfig(oom_score_s=100.0, invalid_score_s=200.0)  # Mirhoseini-style fixed running time
+    assert score_s(oom, ev, fixed) == 100.0
+    assert score_s(bad, ev, fixed) == 200.0
+
+
+def test_rollouts_respect_budget_and_track_best(train2, k80x2, make_problem):
+    problem, _ = make_problem(train2, k80x2, max_evaluations=10)
+    g = colocation_grouping(train2)
+    rollouts = RewardEvaluator(problem.evaluator, g)
+    # groups: data (cpu only), l0, l1, loss (gpu only)
+    batch = np.array([[0, 1, 1, 1], [0, 1, 2, 1], [1, 1, 1, 1]])  # the last puts data on a GPU: invalid
+    assert rollouts.allowance(8) == 8
+    r = rollouts(batch)
+    assert r.statuses == ["ok", "ok", "invalid"]
+    assert np.allclose(r.rewards, -np.sqrt(r.scores_s))
+    assert rollouts.best_score_s == r.scores_s[:2].min()
+    assert problem.evaluator.evaluations_used == 3
+    assert rollouts.allowance(8, reserve=1) == 6
+    rollouts(np.tile(batch[:1], (7, 1)))
+    assert rollouts.allowance(8) == 0
+    assert rollouts(batch[:1]) is None  # over budget: None, not an exception
+    assert problem.evaluator.evaluations_used == 10
+    assert len(problem.evaluator.curve) == 10
+
+
+def test_oom_shaping_ranks_nearly_fitting_placements_better(branchy, k80x2, make_problem):
+    problem, _ = make_problem(branchy, k80x2)
+    ev = problem.evaluator
+    cap = k80x2.devices[1].memory_bytes  # gpu:0
+    half_over = Measurement("oom", 1.0, peak_memory_bytes={"cpu:0": 0, "gpu:0": cap + cap // 2, "gpu:1": 0})
+    twice = Measurement("oom", 1.0, peak_memory_bytes={"cpu:0": 0, "gpu:0": 2 * cap, "gpu:1": cap})
+    assert score_s(half_over, ev) == pytest.approx(ev.failure_score_s * 1.5 + 1.0)
+    assert score_s(twice, ev) == pytest.approx(ev.failure_score_s * 2.0 + 1.0)  # gpu:0 over by 100%; gpu:1 just full
+    assert score_s(half_over, ev, RewardConfig(oom_shaping=False)) == ev.failure_score_s + 1.0

@@ -1,0 +1,117 @@
+"""Trainers learn simple bandits; baselines, returns and elites computed by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rl.nets import masked_categorical
+from rl.trainers import (
+    PPO,
+    CEMTrainer,
+    CrossEntropyMethod,
+    MovingAverageBaseline,
+    Reinforce,
+    discounted_returns,
+    elite_indices,
+)
+
+# A 3-group, 3-device bandit: reward = -(number of groups not on their best device); best = [2, 0, 1].
+BEST = np.array([2, 0, 1])
+MASK = torch.ones(3, 3, dtype=torch.bool)
+
+
+def bandit_reward(actions: np.ndarray) -> np.ndarray:
+    return -(actions != BEST).sum(axis=1).astype(float)
+
+
+def sample(logits: torch.Tensor, k: int, gen: torch.Generator, actions=None):
+    a, lp, ent = masked_categorical(logits.expand(k, -1, -1).reshape(-1, 3), MASK[0], generator=gen,
+                                    actions=None if actions is None else actions.reshape(-1))
+    return a.reshape(k, 3), lp.reshape(k, 3).sum(1), ent.reshape(k, 3).sum(1)
+
+
+def test_moving_average_baseline():
+    b = MovingAverageBaseline(0.5)
+    assert b.advantages(np.array([1.0, 3.0])).tolist() == [-1.0, 1.0]  # first batch: its own mean
+    b.update(np.array([1.0, 3.0]))
+    assert b.value == 2.0
+    b.update(np.array([4.0]))
+    assert b.value == 3.0
+    assert b.advantages(np.array([5.0])).tolist() == [2.0]
+
+
+def test_discounted_returns():
+    assert discounted_returns(np.array([1.0, 0.0, 2.0]), 0.5).tolist() == [1.5, 1.0, 2.0]
+    assert discounted_returns(np.ones((2, 2)), 1.0).tolist() == [[2.0, 1.0], [2.0, 1.0]]
+
+
+def test_elite_indices():
+    assert elite_indices(np.array([0.0, 3.0, 1.0, 3.0]), 0.5).tolist() == [1, 3]
+    assert elite_indices(np.array([1.0, 2.0]), 0.01).tolist() == [1]
+
+
+def test_reinforce_learns_bandit():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.zeros(3, 3, requires_grad=True)
+    tr = Reinforce([logits], lr=0.1, entropy_coef=0.0)
+    for _ in range(60):
+        a, lp, ent = sample(logits, 16, gen)
+        tr.step(lp, ent, bandit_reward(a.numpy()))
+    assert logits.argmax(1).tolist() == BEST.tolist()
+    assert torch.softmax(logits, 1).max(1).values.min() > 0.9
+
+
+def test_reinforce_rejects_mismatched_shapes():
+    logits = torch.zeros(3, requires_grad=True)
+    with pytest.raises(ValueError):
+        Reinforce([logits]).step(logits, logits, np.zeros(2))
+
+
+def test_ppo_learns_bandit():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.zeros(3, 3, requires_grad=True)
+    tr = PPO([logits], lr=0.05, epochs=4, minibatch_size=8, clip=0.2)
+    for _ in range(40):
+        with torch.no_grad():
+            a, lp, _ = sample(logits, 16, gen)
+        stats = tr.step(lambda acts: sample(logits, len(acts), gen, acts)[1:], a, lp, bandit_reward(a.numpy()))
+    assert logits.argmax(1).tolist() == BEST.tolist()
+    assert 0.0 <= stats["clip_fraction"] <= 1.0
+
+
+def test_ppo_clipping_stops_gradient_outside_the_trust_region():
+    tr = PPO([torch.zeros(1, requires_grad=True)], clip=0.2)
+    lp = torch.tensor([np.log(1.5)], requires_grad=True)  # ratio 1.5 > 1.2 with positive advantage
+    loss, frac = tr.loss(lp, torch.zeros(1), torch.zeros(1), torch.ones(1))
+    loss.backward()
+    assert lp.grad.item() == 0.0 and frac.item() == 1.0
+
+
+def test_cem_tabular_finds_optimum():
+    cem = CrossEntropyMethod(np.ones((3, 3), dtype=bool), elite_frac=0.2, smoothing=0.7, seed=0)
+    for _ in range(15):
+        s = cem.sample(30)
+        cem.update(s, bandit_reward(s))
+    assert cem.mode().tolist() == BEST.tolist()
+
+
+def test_cem_respects_mask():
+    mask = np.array([[True, False], [False, True]])
+    cem = CrossEntropyMethod(mask, seed=0)
+    s = cem.sample(100)
+    assert (s[:, 0] == 0).all() and (s[:, 1] == 1).all()
+    with pytest.raises(ValueError):
+        CrossEntropyMethod(np.zeros((1, 2), dtype=bool))
+
+
+def test_cem_trainer_learns_bandit():
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.zeros(3, 3, requires_grad=True)
+    tr = CEMTrainer([logits], lr=0.1, elite_frac=0.25)
+    for _ in range(40):
+        a, lp, ent = sample(logits, 16, gen)
+        tr.step(lp, ent, bandit_reward(a.numpy()))
+    assert logits.argmax(1).tolist() == BEST.tolist()

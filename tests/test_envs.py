@@ -1,0 +1,131 @@
+"""The Gymnasium environments pass the env checker, count evaluations, and reward as documented."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import suite.envs  # noqa: F401  (registers the environments)
+from suite import Op, OpGraph, load_cluster
+from suite.envs import ITERATIVE_ID, ONE_SHOT_ID, IterativePlacementEnv, OneShotPlacementEnv
+from suite.errors import BudgetExhausted, PlacebenchError
+from suite.evaluator import Evaluator, SimulatorBackend
+from suite.methodology import Budget
+
+GFLOP = 1e9
+
+
+def tiny_training_graph() -> OpGraph:
+    """data (cpu only) -> l0 -> l1 -> loss (gpu only) with backward ops colocated with their forward op."""
+    ops = [Op("data", "input", flops=1e6, output_bytes=10**6, allowed_kinds=("cpu",))]
+    for k in range(2):
+        ops.append(Op(f"l{k}", "matmul", flops=50 * GFLOP, output_bytes=2 * 10**6, param_bytes=10**7, group=f"l{k}"))
+        ops.append(Op(f"l{k}.bwd", "matmul_grad", flops=100 * GFLOP, output_bytes=2 * 10**6, phase="backward",
+                      group=f"l{k}"))
+    ops.append(Op("loss", "loss", flops=1e7, output_bytes=4, allowed_kinds=("gpu",)))
+    edges = [("data", "l0"), ("l0", "l1"), ("l1", "loss"), ("loss", "l1.bwd"), ("l1.bwd", "l0.bwd"),
+             ("l0", "l0.bwd"), ("l1", "l1.bwd")]
+    return OpGraph.build("tiny_train", ops, edges)
+
+
+def evaluator(max_evaluations=1000):
+    g, c = tiny_training_graph(), load_cluster("haswell_2k80")
+    return Evaluator(g, c, Budget(max_evaluations, 300.0), backend=SimulatorBackend(g, c, engine="reference"))
+
+
+def test_one_shot_passes_env_checker():
+    env = OneShotPlacementEnv(evaluator=evaluator())
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+@pytest.mark.parametrize("reward", ["improvement", "final"])
+def test_iterative_passes_env_checker(reward):
+    env = IterativePlacementEnv(evaluator=evaluator(), reward=reward)
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_registered_ids_make_environments():
+    g, c = tiny_training_graph(), load_cluster("haswell_2k80")
+    env = gym.make(ONE_SHOT_ID, workload=g, cluster=c, budget=Budget(5, 60.0))
+    assert isinstance(env.unwrapped, OneShotPlacementEnv)
+    it = gym.make(ITERATIVE_ID, evaluator=evaluator())
+    assert isinstance(it.unwrapped, IterativePlacementEnv)
+
+
+def test_one_shot_step_is_a_whole_placement():
+    ev = evaluator()
+    env = OneShotPlacementEnv(evaluator=ev)
+    obs, info = env.reset(seed=0)
+    # groups (colocation, by first op): data, l0 (+bwd), l1 (+bwd), loss; devices cpu:0, gpu:0, gpu:1
+    assert env.action_space.nvec.tolist() == [3, 3, 3, 3]
+    assert info["action_mask"].tolist() == [[True, False, False], [True, True, True], [True, True, True],
+                                            [False, True, True]]
+    assert obs.shape == (4, 5 + 2 * 3) and obs.min() >= 0 and obs.max() <= 1
+    _, reward, terminated, truncated, info = env.step(np.array([0, 1, 1, 1]))
+    assert terminated and not truncated
+    expected = ev.measure([0, 1, 1, 1, 1, 1])  # ops: data, l0, l1, loss, l1.bwd, l0.bwd
+    assert info["status"] == "ok" and reward == pytest.approx(-math.sqrt(expected.step_time_s))
+    _, bad, _, _, info = env.step(np.array([1, 1, 1, 1]))  # data on a GPU: invalid
+    assert info["status"] == "invalid" and bad == pytest.approx(-math.sqrt(2 * ev.failure_score_s))
+    assert ev.evaluations_used == 2
+
+
+def test_iterative_improvement_rewards_telescope():
+    ev = evaluator()
+    env = IterativePlacementEnv(evaluator=ev, reward="improvement", initial=np.array([0, 0, 0, 1]))
+    obs, info = env.reset(seed=0)
+    first = -math.sqrt(info["score_s"])
+    assert obs["cursor"] == 0 and obs["placement"].tolist() == [0, 0, 0, 1]
+    total = 0.0
+    for a in [0, 1, 2, 1]:
+        obs, r, terminated, _, info = env.step(a)
+        total += r
+    assert terminated
+    assert total == pytest.approx(-math.sqrt(info["score_s"]) - first)
+    assert ev.evaluations_used == 5  # the initial placement and one per step
+    with pytest.raises(PlacebenchError):
+        env.step(0)
+
+
+def test_iterative_final_reward_evaluates_once():
+    ev = evaluator()
+    env = IterativePlacementEnv(evaluator=ev, reward="final")
+    env.reset(seed=3)
+    rewards = [env.step(a)[1] for a in [0, 1, 2, 1]]
+    assert rewards[:3] == [0.0, 0.0, 0.0] and rewards[3] < 0
+    assert ev.evaluations_used == 1
+
+
+def test_random_initial_placement_respects_masks_and_seed():
+    env = IterativePlacementEnv(evaluator=evaluator(), reward="final")
+    p1 = env.reset(seed=7)[0]["placement"]
+    p2 = env.reset(seed=7)[0]["placement"]
+    assert p1.tolist() == p2.tolist()
+    assert p1[0] == 0 and p1[3] in (1, 2)
+
+
+def test_budget_is_enforced():
+    env = OneShotPlacementEnv(evaluator=evaluator(max_evaluations=2))
+    env.reset(seed=0)
+    env.step(np.array([0, 1, 1, 1]))
+    env.step(np.array([0, 1, 1, 1]))
+    with pytest.raises(BudgetExhausted):
+        env.step(np.array([0, 1, 1, 1]))
+
+
+def test_custom_groups_must_keep_colocation():
+    g, c = tiny_training_graph(), load_cluster("haswell_2k80")
+    ev = evaluator()
+    # ops in topological order: data, l0, l1, loss, l1.bwd, l0.bwd
+    names = [op.name for op in g.ops]
+    assert names == ["data", "l0", "l1", "loss", "l1.bwd", "l0.bwd"]
+    env = OneShotPlacementEnv(evaluator=ev, groups=[0, 1, 1, 2, 1, 1])  # l0 and l1 placed together
+    assert env.action_space.nvec.tolist() == [3, 3, 3]
+    with pytest.raises(PlacebenchError, match="colocation"):
+        OneShotPlacementEnv(g, c, groups=[0, 1, 2, 3, 4, 1])
+    with pytest.raises(PlacebenchError):
+        OneShotPlacementEnv(g, c, groups=[0, 1])
