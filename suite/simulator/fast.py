@@ -2,9 +2,8 @@
 
 Differences are of implementation only:
 * heaps are arrays (events keyed by (time, seq), per-device ready heaps keyed by op index);
-* memory is tracked online with reference counts instead of a sort: all frees and allocations that
-  happen at one time are applied together (frees first) when simulated time moves on, which is exactly the
-  reference's sweep with frees before allocations at equal times;
+* memory is tracked online with reference counts instead of a sort, and the peak is read at the end of
+  each instant, which equals the reference's sweep with frees before allocations at equal times;
 * a transfer queued behind a busy channel starts when the channel's previous transfer is done, so its
   receive buffer is allocated while handling that transfer's completion (no extra event).
 `simulate_batch` runs many placements in one compiled call (sequentially; one core).
@@ -119,26 +118,20 @@ def _workspace(n, ndev, n_edges):
         np.empty(cap, np.int64),  # operand a
         np.empty(cap, np.int64),  # operand b
         np.empty(cap, np.int64),  # heap of arena indices
+        np.empty(cap, np.int64),  # per XFER_DONE event: bytes of the next transfer on its channel, or -1
         np.empty((ndev, max(n, 1)), np.int64),  # ready heaps per device
         np.zeros(ndev, np.int64),  # ready heap sizes
         np.zeros(ndev, np.bool_),  # device busy
         np.zeros((ndev, ndev), np.float64),  # channel free time
+        np.empty((ndev, ndev), np.int64),  # per channel: arena index of its last transfer
         np.empty(n, np.int64),  # pending inputs per op
         np.zeros(n, np.float64),  # finish times
-        np.empty(ndev, np.int64),  # bytes to send per destination (scratch)
+        np.empty(ndev, np.int64),  # bytes to send per destination (scratch, -1 = none)
+        np.empty(ndev, np.int64),  # destinations of the op that just finished (scratch)
         np.ones(n, np.int64),  # producer-copy reference counts
         np.zeros((n, ndev), np.int64),  # received-copy reference counts
         np.zeros((n, ndev), np.int64),  # received-copy bytes
         np.zeros(ndev, np.int64),  # live bytes
-        np.zeros(ndev, np.int64),  # allocations at the current instant
-        np.zeros(ndev, np.int64),  # frees at the current instant
-        np.empty(cap, np.int64),  # per XFER_DONE event: bytes of the next transfer on its channel, or -1
-        np.empty((ndev, ndev), np.int64),  # per channel: arena index of its last transfer
-        np.empty(ndev, np.int64),  # devices whose memory changed at the current instant
-        np.zeros(ndev, np.bool_),  # ... membership flags
-        np.empty(ndev, np.int64),  # dispatch candidates
-        np.zeros(ndev, np.bool_),  # ... membership flags
-        np.empty(ndev, np.int64),  # destinations of the op that just finished
     )
 
 
@@ -163,6 +156,10 @@ def _simulate(
     """One placement; fills busy_s [D], peak [D], link_bytes [D, D] (zeroed here); returns the step time.
 
     `ws` is the workspace of `_workspace`, reused across the placements of a batch.
+
+    Memory: every allocation and free is applied to `live` at once, and `peak` takes `live` whenever
+    simulated time moves on. Within one instant the reference applies all frees before all allocations, so
+    its maximum over the instant is the value at the instant's end, whatever the order of the updates.
     """
     n = placement.shape[0]
     ndev = cost.shape[1]
@@ -172,8 +169,8 @@ def _simulate(
     if n == 0:
         return 0.0
 
-    et, ek, ea, eb, heap, ready, rsize, busy, chan_free, pending, finish, nbytes, own_refs, recv_refs, \
-        recv_bytes, live, d_alloc, d_free, chain_bytes, chan_last, mdirty, in_mdirty, cand, in_cand, dsts = ws
+    et, ek, ea, eb, heap, chain_bytes, ready, rsize, busy, chan_free, chan_last, pending, finish, nbytes, \
+        dsts, own_refs, recv_refs, recv_bytes, live = ws
     esize = 0
     seq = 0
     rsize[:] = 0
@@ -184,15 +181,7 @@ def _simulate(
     own_refs[:] = 1
     recv_refs[:, :] = 0
     live[:] = 0
-    d_alloc[:] = 0
-    d_free[:] = 0
-    mem_t = 0.0
-    n_mdirty = 0
-    in_mdirty[:] = False
-    n_cand = ndev
-    for d in range(ndev):
-        cand[d] = d
-        in_cand[d] = True
+    mem_changed = False
 
     for i in range(n):
         pending[i] = pred_ptr[i + 1] - pred_ptr[i]
@@ -216,6 +205,10 @@ def _simulate(
         if not first:
             if esize == 0:
                 break
+            if mem_changed and et[heap[0]] != t:  # an instant is over: its end state is a peak candidate
+                for dd in range(ndev):
+                    peak[dd] = max(peak[dd], live[dd])
+                mem_changed = False
             t = et[heap[0]]
             while esize > 0 and et[heap[0]] == t:
                 e = heap[0]
@@ -223,26 +216,10 @@ def _simulate(
                 a = ea[e]
                 b = eb[e]
                 esize = _ev_pop(heap, et, esize)
-                if t != mem_t:  # time moved on: apply the previous instant's frees, then allocations
-                    mem_t = t
-                    for k in range(n_mdirty):
-                        dd = mdirty[k]
-                        live[dd] -= d_free[dd]
-                        live[dd] += d_alloc[dd]
-                        if live[dd] > peak[dd]:
-                            peak[dd] = live[dd]
-                        d_free[dd] = 0
-                        d_alloc[dd] = 0
-                        in_mdirty[dd] = False
-                    n_mdirty = 0
                 if kind == OP_DONE:
                     p = a
                     src = b
                     busy[src] = False
-                    if not in_cand[src]:
-                        in_cand[src] = True
-                        cand[n_cand] = src
-                        n_cand += 1
                     n_dst = 0
                     for j in range(succ_ptr[p], succ_ptr[p + 1]):
                         c = succ_idx[j]
@@ -260,21 +237,20 @@ def _simulate(
                     _sort_small(dsts, n_dst)
                     for k in range(n_dst):
                         dst = dsts[k]
+                        nb = nbytes[dst]
+                        nbytes[dst] = -1
                         st = max(t, chan_free[src, dst])
-                        en = st + latency_s[src, dst] + nbytes[dst] / bandwidth[src, dst]
+                        en = st + latency_s[src, dst] + nb / bandwidth[src, dst]
                         chan_free[src, dst] = en
-                        link_bytes[src, dst] += nbytes[dst]
-                        recv_bytes[p, dst] = nbytes[dst]
+                        link_bytes[src, dst] += nb
+                        recv_bytes[p, dst] = nb
                         if st == t:
-                            d_alloc[dst] += nbytes[dst]
-                            if not in_mdirty[dst]:
-                                in_mdirty[dst] = True
-                                mdirty[n_mdirty] = dst
-                                n_mdirty += 1
+                            live[dst] += nb
+                            mem_changed = True
                         else:
                             # the channel is busy: this copy is allocated when the transfer ahead of it
                             # (the channel's last one) is done, which is at time st
-                            chain_bytes[chan_last[src, dst]] = nbytes[dst]
+                            chain_bytes[chan_last[src, dst]] = nb
                         et[seq] = en
                         ek[seq] = XFER_DONE
                         ea[seq] = p
@@ -283,34 +259,24 @@ def _simulate(
                         chan_last[src, dst] = seq
                         esize = _ev_push(heap, et, esize, seq)
                         seq += 1
-                        nbytes[dst] = -1
                     # memory: this op's own run is over; its inputs lose a consumer
                     own_refs[p] -= 1
                     if own_refs[p] == 0:
-                        d_free[src] += output_bytes[p]
-                        if not in_mdirty[src]:
-                            in_mdirty[src] = True
-                            mdirty[n_mdirty] = src
-                            n_mdirty += 1
+                        live[src] -= output_bytes[p]
+                        mem_changed = True
                     for j in range(pred_ptr[p], pred_ptr[p + 1]):
                         q = pred_idx[j]
                         if placement[q] == src:
                             own_refs[q] -= 1
                             if own_refs[q] == 0:
-                                d_free[src] += output_bytes[q]
-                                if not in_mdirty[src]:
-                                    in_mdirty[src] = True
-                                    mdirty[n_mdirty] = src
-                                    n_mdirty += 1
+                                live[src] -= output_bytes[q]
+                                mem_changed = True
                         else:
                             recv_refs[q, src] -= 1
                             if recv_refs[q, src] == 0:
-                                d_free[src] += recv_bytes[q, src]
-                                if not in_mdirty[src]:
-                                    in_mdirty[src] = True
-                                    mdirty[n_mdirty] = src
-                                    n_mdirty += 1
-                elif kind == XFER_DONE:
+                                live[src] -= recv_bytes[q, src]
+                                mem_changed = True
+                else:  # XFER_DONE
                     p = a
                     dst = b
                     for j in range(succ_ptr[p], succ_ptr[p + 1]):
@@ -319,54 +285,33 @@ def _simulate(
                             pending[c] -= 1
                             if pending[c] == 0:
                                 rsize[dst] = _rd_push(ready, dst, rsize[dst], c)
-                                if not in_cand[dst]:
-                                    in_cand[dst] = True
-                                    cand[n_cand] = dst
-                                    n_cand += 1
                     src = placement[p]
                     own_refs[p] -= 1
                     if own_refs[p] == 0:
-                        d_free[src] += output_bytes[p]
-                        if not in_mdirty[src]:
-                            in_mdirty[src] = True
-                            mdirty[n_mdirty] = src
-                            n_mdirty += 1
+                        live[src] -= output_bytes[p]
+                        mem_changed = True
                     if chain_bytes[e] >= 0:  # the next transfer on this channel starts now
-                        d_alloc[dst] += chain_bytes[e]
-                        if not in_mdirty[dst]:
-                            in_mdirty[dst] = True
-                            mdirty[n_mdirty] = dst
-                            n_mdirty += 1
+                        live[dst] += chain_bytes[e]
+                        mem_changed = True
         first = False
-        # dispatch: every idle device starts its ready op with the smallest index, in device order.
-        # Only devices that were freed or got a ready op at this time can start something.
-        _sort_small(cand, n_cand)
-        for k in range(n_cand):
-            d = cand[k]
-            in_cand[d] = False
-            if not busy[d] and rsize[d] > 0:
+        # dispatch: every idle device starts its ready op with the smallest index, in device order
+        for d in range(ndev):
+            if rsize[d] > 0 and not busy[d]:
                 i, rsize[d] = _rd_pop(ready, d, rsize[d])
                 busy[d] = True
                 dur = cost[i, d]
                 finish[i] = t + dur
                 busy_s[d] += dur
-                d_alloc[d] += output_bytes[i]
-                if not in_mdirty[d]:
-                    in_mdirty[d] = True
-                    mdirty[n_mdirty] = d
-                    n_mdirty += 1
+                live[d] += output_bytes[i]
+                mem_changed = True
                 et[seq] = finish[i]
                 ek[seq] = OP_DONE
                 ea[seq] = i
                 eb[seq] = d
                 esize = _ev_push(heap, et, esize, seq)
                 seq += 1
-        n_cand = 0
     for dd in range(ndev):
-        live[dd] -= d_free[dd]
-        live[dd] += d_alloc[dd]
-        if live[dd] > peak[dd]:
-            peak[dd] = live[dd]
+        peak[dd] = max(peak[dd], live[dd])
     for i in range(n):
         peak[placement[i]] += param_bytes[i]
     step = 0.0
