@@ -1,0 +1,99 @@
+"""ONNX Runtime's own placements as baselines: `ort_cpu` (CPU provider only) and `ort_gpu` (CUDA provider with
+CPU fallback), the analogues of HSDAG's OpenVINO-CPU and OpenVINO-GPU columns (Duan et al., NeurIPS 2024).
+
+No search, no evaluations: the framework decides.
+
+* ort_cpu: every op on the fastest CPU device.
+* ort_gpu: where ONNX Runtime with the CUDA provider and CPU fallback runs each op. With a CUDA device and
+  onnxruntime-gpu on this machine the assignment is read from a real session
+  (`suite.backends.ort_exec.native_assignment`: an op is on the GPU when most of its ONNX nodes are;
+  `info["assignment"] = "measured"`). Without them it is ONNX Runtime's documented rule for these models
+  (`info["assignment"] = "static"`): every compute op on the fastest GPU, since the CUDA provider has
+  kernels for every op type the zoo models export to, and the model inputs in host memory (ONNX Runtime is
+  fed host tensors and copies them to the GPU), i.e. the input ops on the fastest CPU. Shape computations
+  that ONNX Runtime keeps on the CPU are constants in our graphs, not ops.
+
+Training graphs: backward and update ops follow their forward op (colocation groups). A cluster without a
+GPU makes ort_gpu not applicable. A training graph uses the static rule (ONNX Runtime runs inference only).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from suite.graph import OpGraph
+from suite.methodology import Budget
+from suite.placer import BasePlacer, NotApplicable, PlacementResult, Problem
+
+
+def _colocate(graph: OpGraph, placement: np.ndarray) -> np.ndarray:
+    """Every op of a colocation group on the device of the group's forward op."""
+    out = placement.copy()
+    for members in graph.groups.values():
+        fwd = [i for i in members if graph.ops[i].phase == "forward"]
+        out[members] = out[(fwd or members)[0]]
+    return out
+
+
+class OrtCPU(BasePlacer):
+    """ONNX Runtime's CPU provider: every op on the fastest CPU (HSDAG's OpenVINO-CPU column analogue)."""
+
+    name = "ort_cpu"
+
+    def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
+        started = time.perf_counter()
+        if not problem.cluster.device_indices("cpu"):
+            raise NotApplicable(f"cluster {problem.cluster.name!r} has no CPU device")
+        cpu = problem.cluster.fastest("cpu")
+        placement = np.full(problem.workload.num_ops, cpu, dtype=np.int64)
+        return PlacementResult.from_search(placement, problem, started, device=problem.cluster.devices[cpu].name)
+
+
+class OrtGPU(BasePlacer):
+    """ONNX Runtime's CUDA provider with CPU fallback: where ONNX Runtime runs each op (OpenVINO-GPU analogue)."""
+
+    name = "ort_gpu"
+    defaults = {"assignment": "auto"}  # "auto": measured where CUDA is available, else static; or force one
+
+    def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
+        started = time.perf_counter()
+        cluster, graph = problem.cluster, problem.workload
+        if not cluster.device_indices("gpu"):
+            raise NotApplicable(f"cluster {cluster.name!r} has no GPU device")
+        if not cluster.device_indices("cpu"):
+            raise NotApplicable(f"cluster {cluster.name!r} has no CPU device for ONNX Runtime's CPU fallback")
+        gpu, cpu = cluster.fastest("gpu"), cluster.fastest("cpu")
+        mode = self.params["assignment"]
+        if mode not in ("auto", "measured", "static"):
+            raise ValueError(f"ort_gpu: assignment {mode!r} is not 'auto', 'measured' or 'static'")
+        if mode == "auto":
+            training = graph.metadata.get("mode") == "training"  # ONNX Runtime runs inference graphs only
+            mode = "measured" if _cuda_ort_available() and not training else "static"
+        placement = np.full(graph.num_ops, gpu, dtype=np.int64)
+        if mode == "static":
+            for i, op in enumerate(graph.ops):
+                if op.kind == "input":
+                    placement[i] = cpu
+        else:
+            from suite.backends.ort_exec import OrtModel, native_assignment
+            from suite.backends.workload import for_graph
+
+            where = native_assignment(OrtModel(for_graph(graph)))
+            for i, op in enumerate(graph.ops):
+                if op.kind == "input" or where.get(i) == "cpu":
+                    placement[i] = cpu
+        placement = _colocate(graph, placement)
+        on_cpu = int((placement == cpu).sum())
+        return PlacementResult.from_search(placement, problem, started, assignment=mode, ops_on_cpu=on_cpu,
+                                           gpu=cluster.devices[gpu].name, cpu=cluster.devices[cpu].name)
+
+
+def _cuda_ort_available() -> bool:
+    try:
+        import onnxruntime as ort
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available() and "CUDAExecutionProvider" in ort.get_available_providers()

@@ -1,0 +1,38 @@
+"""Real execution backends: PyTorch (`torch_exec`) and ONNX Runtime (`ort_exec`), the device mapping of a
+cluster onto this machine (`devices`), runnable workloads (`workload`) and the shared timing protocol
+(`timing`). Importing this package does not import torch; its modules do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+REAL_BACKENDS = ("torch", "onnxruntime")
+
+
+def make_real_backend(name: str, graph: Any, cluster: Any, *, methodology: Any = None,
+                      device_map: Any = None) -> Any:
+    """`TorchBackend` ("torch") or `OrtBackend` ("onnxruntime") for a zoo workload's graph on `cluster`, with
+    the cluster's default device map unless one is given."""
+    from suite.backends.workload import for_graph
+    from suite.errors import PlacebenchError
+
+    if name not in REAL_BACKENDS:
+        raise PlacebenchError(f"real backend {name!r} is not one of {', '.join(REAL_BACKENDS)}")
+    rw = for_graph(graph)
+    if name == "torch":
+        from suite.backends.torch_exec import TorchBackend
+
+        return TorchBackend(rw, cluster, device_map, methodology=methodology)
+    from suite.backends.ort_exec import OrtBackend
+
+    return OrtBackend(rw, cluster, device_map, methodology=methodology)
+
+
+def torch_evaluator(workload: Any, cluster: Any, methodology: Any = None) -> Any:
+    """Runner factory (entry point `placebench.evaluators: torch`): real execution on PyTorch."""
+    return make_real_backend("torch", workload, cluster, methodology=methodology)
+
+
+def ort_evaluator(workload: Any, cluster: Any, methodology: Any = None) -> Any:
+    """Runner factory (entry point `placebench.evaluators: onnxruntime`): real execution on ONNX Runtime."""
+    return make_real_backend("onnxruntime", workload, cluster, methodology=methodology)

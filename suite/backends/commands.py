@@ -1,0 +1,211 @@
+"""The `placebench profile` and `placebench fidelity` commands (wired into `suite.cli` by `add_commands`).
+
+    placebench profile WORKLOAD --device cpu [--out DIR] [--threads N] [--set KEY=VALUE] [--mode MODE]
+    placebench fidelity WORKLOAD [--cluster FILE] [--map DEV=TORCH] [--backend torch|onnxruntime] [--out DIR]
+
+WORKLOAD is a zoo name; `--set batch_size=1` (repeatable, JSON values) builds a shape variant and `--mode
+inference` an inference step of a training workload (see `suite.backends.workload`). `--threads` sets
+torch's (and ONNX Runtime's) intra-op threads; the default, 1, is the most reproducible on a shared
+machine (0: the library default); `--clock cpu` times CPU-only runs in CPU time, which other processes'
+load does not inflate (see `suite.backends.timing`). Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from suite.errors import PlacebenchError
+
+DEFAULT_PLACERS = ("human_expert", "metis", "m_etf")  # baselines of the fidelity set (where they apply)
+
+
+def _overrides(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for text in items:
+        if "=" not in text:
+            raise PlacebenchError(f"--set {text!r}: expected KEY=VALUE (for example batch_size=1)")
+        key, raw = text.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
+def _workload(args: argparse.Namespace):
+    from suite.backends.workload import real_workload
+
+    return real_workload(args.workload, seed=args.seed, mode=args.mode, **_overrides(args.set))
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from suite import methodology as _m
+    from suite.profiling import DEFAULT_DIR, profile_path, profile_workload
+
+    rw = _workload(args)
+    meth = _m.load(args.methodology)
+    prof = profile_workload(rw, args.device, methodology=meth, applies_to=args.applies_to,
+                            threads=args.threads, calibrate=not args.no_calibrate, clock=args.clock)
+    path = prof.save(profile_path(args.out or DEFAULT_DIR, rw.graph.name, args.device))
+    c = prof.metadata["calibration"]
+    summary = {"workload": rw.graph.name, "device": args.device, "applies_to": prof.applies_to, "path": str(path),
+               "ops": len(prof.op_times_s), "threads": prof.metadata["threads"],
+               "raw_sum_s": c["raw_sum_s"], "measured_step_s": c["measured_step_s"], "calibration": c.get("method")}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    top = sorted(prof.op_times_s.items(), key=lambda kv: -kv[1])[:5]
+    print(f"profiled {rw.graph.name} on {args.device} ({summary['threads']} thread(s)): {len(prof.op_times_s)} ops")
+    print(f"sum of op times {c['raw_sum_s'] * 1e3:.3f} ms, measured step {c['measured_step_s'] * 1e3:.3f} ms, "
+          f"calibration {c.get('method')}")
+    print("slowest ops: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in top))
+    print(f"wrote {path}")
+    return 0
+
+
+def _cluster_and_map(args: argparse.Namespace):
+    import torch
+
+    from suite.backends.devices import DeviceMap, local_cluster
+
+    if args.cluster:
+        import suite
+
+        cluster = suite.load_cluster(args.cluster)
+        return cluster, DeviceMap.parse(cluster, args.map)
+    logical = args.logical_cpus or (1 if torch.cuda.is_available() else 2)
+    cluster, dmap = local_cluster(logical, measure=True)
+    if args.map:
+        dmap = DeviceMap.parse(cluster, args.map)
+    return cluster, dmap
+
+
+def profiles_for(rw: Any, cluster: Any, dmap: Any, directory: Path, *, threads: int, methodology: Any,
+                 clock: str = "wall", log: Any = print, reprofile: bool = False) -> list[Any]:
+    """One profile per torch device used by the cluster (stored, or measured now and stored), each applied to
+    the cluster devices mapped to that torch device (`applies_to` = the cluster device's name)."""
+    from suite.costmodel import load_profile
+    from suite.errors import ProfileError
+    from suite.profiling import profile_path, profile_workload
+
+    out = []
+    for tdev in dict.fromkeys(dmap.torch_devices):
+        path = profile_path(directory, rw.graph.name, tdev)
+        prof = None
+        if path.exists() and not reprofile:
+            try:
+                prof = load_profile(path)
+            except ProfileError:
+                prof = None
+        if prof is not None and (prof.workload_hash != rw.graph.content_hash or prof.metadata.get("threads") != threads
+                                 or prof.metadata.get("device") != tdev or prof.metadata.get("clock", "wall") != clock):
+            log(f"profile {path} is stale (other graph, device, threads or clock): measuring again")
+            prof = None
+        if prof is None:
+            log(f"profiling {rw.graph.name} on {tdev} ...")
+            prof = profile_workload(rw, tdev, methodology=methodology, threads=threads, clock=clock)
+            prof.save(path)
+        for name, t in zip(dmap.cluster_devices, dmap.torch_devices, strict=True):
+            if t == tdev:
+                out.append(replace(prof, applies_to=name))
+    return out
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        return _fidelity(args)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _fidelity(args: argparse.Namespace) -> int:
+    from suite import fidelity
+    from suite import methodology as _m
+    from suite.profiling import DEFAULT_DIR as PROFILE_DIR
+    from suite.profiling import set_threads
+
+    threads = set_threads(args.threads)
+    meth = _m.load(args.methodology)
+    rw = _workload(args)
+    cluster, dmap = _cluster_and_map(args)
+    log = (lambda *a: None) if args.json else (lambda text: print(text, flush=True))
+    profs = profiles_for(rw, cluster, dmap, Path(args.profiles or PROFILE_DIR), threads=threads, methodology=meth,
+                         clock=args.clock, log=log, reprofile=args.reprofile)
+
+    def progress(row):
+        err = "-" if row.rel_error is None else f"{row.rel_error * 100:+.1f}%"
+        pred = "-" if row.predicted_s is None else f"{row.predicted_s * 1e3:.2f}"
+        meas = "-" if row.measured_s is None else f"{row.measured_s * 1e3:.2f}"
+        log(f"  {row.label:<22} predicted {pred:>9} ms  measured {meas:>9} ms  {err:>8}  {row.status}")
+
+    placers = args.placer or list(DEFAULT_PLACERS) + (["ort_gpu"] if cluster.device_indices("gpu") else [])
+    if placers == ["none"]:
+        placers = []
+    result = fidelity.run_fidelity(rw, cluster, dmap, profs, backend=args.backend, methodology=meth,
+                                   n_split=args.splits, n_random=args.random, seed=args.seed, placers=placers,
+                                   rounds=args.rounds, clock=args.clock,
+                                   concurrent={"auto": "auto", "on": True, "off": False}[args.concurrent],
+                                   progress=progress)
+    paths = fidelity.write_report(result, args.out or fidelity.DEFAULT_DIR, png=not args.no_png)
+    if args.json:
+        print(json.dumps({**result.to_dict(), "paths": {k: str(v) for k, v in paths.items()}}, indent=1))
+        return 0
+    s = result.stats()
+    med, rho = s["median_abs_rel_error"], s["spearman"]
+    print(f"median |relative error| {'-' if med is None else f'{med * 100:.1f}%'}, "
+          f"Spearman {'-' if rho is None else f'{rho:.3f}'}, {s['within_15pct']}/{s['measured_ok']} within 15%")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", help="zoo workload name")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="shape override of the workload (JSON value), e.g. batch_size=1; repeatable")
+    p.add_argument("--mode", choices=("inference", "training"), help="step to run (default: the workload's)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1; 0: library default)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights, inputs and random placements")
+    p.add_argument("--methodology", default="v1", help="methodology name or file (timing protocol)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall time (default) or this process's CPU time (one-thread CPU runs on a shared machine)")
+    p.add_argument("--json", action="store_true")
+
+
+def add_commands(sub: Any) -> None:
+    """Add `profile` and `fidelity` to the CLI's subparsers."""
+    pr = sub.add_parser("profile", help="measure per-op times of a workload on a device of this machine")
+    _common(pr)
+    pr.add_argument("--device", default="cpu", help="torch device: cpu or cuda:N (default cpu)")
+    pr.add_argument("--out", help="profile directory (default: results/profiles)")
+    pr.add_argument("--applies-to", help="device name, kind or model the profile applies to (default: the kind)")
+    pr.add_argument("--no-calibrate", action="store_true", help="raw op times, no per-op overhead calibration")
+    pr.set_defaults(func=cmd_profile)
+
+    fi = sub.add_parser("fidelity", help="simulator vs real execution on a set of placements (table + PNG)")
+    _common(fi)
+    fi.add_argument("--cluster", "-c", help="cluster preset or file (default: this machine; without a GPU, 2 logical CPUs)")
+    fi.add_argument("--map", action="append", default=[], metavar="DEV=TORCH",
+                    help="map a cluster device to a torch device, e.g. gpu:0=cpu (default: cpu -> cpu, k-th gpu -> cuda:k)")
+    fi.add_argument("--logical-cpus", type=int, help="logical CPU devices of this machine's cluster")
+    fi.add_argument("--backend", choices=("torch", "onnxruntime"), default="torch")
+    fi.add_argument("--profiles", help="profile directory (default: results/profiles); missing profiles are measured")
+    fi.add_argument("--reprofile", action="store_true",
+                    help="measure the profiles again now (a stored profile may be from another load of the machine)")
+    fi.add_argument("--out", help="report directory (default: results/fidelity)")
+    fi.add_argument("--splits", type=int, default=3, help="random contiguous splits (default 3)")
+    fi.add_argument("--random", type=int, default=2, help="random per-op placements (default 2)")
+    fi.add_argument("--concurrent", choices=("auto", "on", "off"), default="auto",
+                    help="one thread per device (on), one thread for all (off), or on only across torch devices (auto)")
+    fi.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds per placement (default 3)")
+    fi.add_argument("--placer", action="append", default=[],
+                    help="a registered placer's placement to include (repeatable; default: "
+                         f"{', '.join(DEFAULT_PLACERS)}, and ort_gpu with a GPU; 'none': no baseline)")
+    fi.add_argument("--no-png", action="store_true")
+    fi.set_defaults(func=cmd_fidelity)

@@ -1,0 +1,546 @@
+"""Real execution on ONNX Runtime: the workload exported to ONNX, split by placement into per-device
+subgraphs, each run in its own session with the CPU or CUDA execution provider, tensors handed between them.
+
+Export and op mapping. The fx graph that the capture traced is rebuilt with every op node wrapped in a
+submodule named `pb_op_{k}` (k = the op's index in the `OpGraph`), then exported with the TorchScript
+exporter (`torch.onnx.export(..., dynamo=False)`; the dynamo exporter needs onnxscript). ONNX node names
+carry the module scope ("/pb_op_17/m/MatMul"), so every ONNX node that comes from op k is known; a node
+outside any op scope (the reshapes, transposes and constants of folded fx nodes, exporter-made
+identities) follows the device of the producer of its first computed input, or, with none, of its first
+consumer, the same rule as the PyTorch backend's folded nodes. So a placement over the workload's ops
+(the same `OpGraph` for both backends) decides the device of every ONNX node.
+
+Splitting. Each ONNX node gets a level: the largest over its producers of the producer's level, plus one
+where the producer is on another device. The nodes of one (level, device) pair form a subgraph; the
+subgraphs in (level, device) order form a valid topological order (a subgraph only reads from lower levels
+or from itself), and the number of subgraphs is the number of device switches along the longest chain,
+not the number of boundary edges. Each subgraph becomes an ONNX model with the initializers it reads
+(weights read on several devices are stored once per device, when the sessions are created, not copied
+per step; the simulator charges a shared variable's weights per step) and one `InferenceSession` on its
+device's provider. A step runs the sessions in order with I/O binding: outputs stay on their device;
+a tensor read on another device is copied once per step per device (OrtValue to/from CUDA; a real copy
+between logical devices mapped to one torch device), and the copies are counted.
+
+Providers are checked, never assumed: a session for a CUDA device must report CUDAExecutionProvider
+(`get_providers()`), must not have run-time fallback (`disable_fallback()`), and, where ONNX Runtime
+records graph assignment, must not have placed floating-point compute nodes on the CPU; otherwise the
+measurement is status "error" with the reason. A silent fallback is an error, not a result.
+
+Framework placements (`measure_native`): the whole model in one session, with the CPU provider only
+("ort_cpu") or the CUDA provider with CPU fallback ("ort_gpu"), the analogues of HSDAG's OpenVINO-CPU and
+OpenVINO-GPU columns; `native_assignment` reports where ONNX Runtime put each op.
+
+Inference only: onnxruntime has no training sessions (that is the separate onnxruntime-training
+package), so a training workload is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.fx import GraphModule
+from torch.fx.node import map_arg
+
+from suite.backends.devices import DeviceMap, cpu_peak_rss_bytes, free_memory, reset_peak_memory
+from suite.backends.timing import check_cpu_clock, is_oom, statistic_s, time_steps
+from suite.backends.torch_exec import ExecGraph
+from suite.backends.workload import RealWorkload
+from suite.cluster import Cluster
+from suite.errors import PlacebenchError
+from suite.evaluator import Measurement
+from suite.methodology import Methodology, Timing
+
+OPSET = 17
+IR_VERSION = 8  # what onnxruntime >= 1.17 reads
+_SCOPE = re.compile(r"(?:^|/)pb_op_(\d+)(?:/|$)")
+CPU_EP = "CPUExecutionProvider"
+CUDA_EP = "CUDAExecutionProvider"
+
+
+class BackendUnavailable(PlacebenchError):
+    """The backend cannot run this workload or device here (training on ONNX Runtime, CUDA missing, ...)."""
+
+
+class _NodeCall(nn.Module):
+    """One fx op node as a module, so that the exporter records its scope."""
+
+    def __init__(self, kind: str, target: Any, module: nn.Module | None = None):
+        super().__init__()
+        self.kind, self.target = kind, target
+        if module is not None:
+            self.m = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.kind == "call_module":
+            return self.m(*args, **kwargs)
+        if self.kind == "call_function":
+            return self.target(*args, **kwargs)
+        obj, *rest = args
+        return getattr(obj, self.target)(*rest, **kwargs)
+
+
+def scoped_module(eg: ExecGraph) -> GraphModule:
+    """The fx graph module with every op node wrapped in a submodule `pb_op_{op index}`."""
+    gm = eg.gm
+    root = nn.Module()
+    for name, child in gm.named_children():
+        setattr(root, name, child)
+    for name, p in gm.named_parameters(recurse=False):
+        root.register_parameter(name, p)
+    for name, b in gm.named_buffers(recurse=False):
+        root.register_buffer(name, b)
+    g = torch.fx.Graph()
+    env: dict[Any, Any] = {}
+    for i, n in enumerate(eg.nodes):
+        k = eg.op_of[i]
+        if k >= 0 and n.op in ("call_module", "call_function", "call_method"):
+            sub = f"pb_op_{k}"
+            module = gm.get_submodule(str(n.target)) if n.op == "call_module" else None
+            setattr(root, sub, _NodeCall(n.op, n.target, module))
+            env[n] = g.call_module(sub, map_arg(n.args, lambda a: env[a]), map_arg(n.kwargs, lambda a: env[a]))
+        else:
+            env[n] = g.node_copy(n, lambda a: env[a])
+    wgm = GraphModule(root, g)
+    wgm.training = eg.rw.training  # the exporter restores this mode on every shared submodule afterwards
+    return wgm
+
+
+def export_onnx(rw: RealWorkload, eg: ExecGraph | None = None) -> Any:
+    """The workload's inference model as an ONNX ModelProto with op scopes and inferred shapes."""
+    import onnx
+
+    if rw.training:
+        raise BackendUnavailable(
+            f"workload {rw.name!r} is a training step: the ONNX Runtime backend runs inference only "
+            "(onnxruntime has no training sessions)"
+        )
+    eg = eg or ExecGraph(rw)
+    wgm = scoped_module(eg)
+    names = [n.name for n in eg.nodes if n.op == "placeholder"]
+    buf = io.BytesIO()
+    modes = {m: m.training for m in rw.module.modules()}
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(wgm, tuple(rw.inputs), buf, dynamo=False, input_names=names, opset_version=OPSET)
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+    model = onnx.load_from_string(buf.getvalue())
+    model.ir_version = min(model.ir_version, IR_VERSION)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@dataclass
+class Segment:
+    """One per-device subgraph: its nodes, external inputs and outputs, and (once built) its session."""
+
+    device: int
+    level: int
+    nodes: list[int]
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    session: Any = None
+
+
+class OrtModel:
+    """An exported workload and the op of every ONNX node (see the module docstring)."""
+
+    def __init__(self, rw: RealWorkload, eg: ExecGraph | None = None):
+        self.rw = rw
+        self.eg = eg or ExecGraph(rw)
+        self.model = export_onnx(rw, self.eg)
+        g = self.model.graph
+        self.initializers = {t.name: t for t in g.initializer}
+        self.graph_inputs = [i.name for i in g.input if i.name not in self.initializers]
+        self.graph_outputs = [o.name for o in g.output]
+        self.types: dict[str, Any] = {}
+        for vi in [*g.input, *g.output, *g.value_info]:
+            self.types[vi.name] = vi
+        self.producer: dict[str, int] = {}
+        for j, nd in enumerate(g.node):
+            for o in nd.output:
+                if o:
+                    self.producer[o] = j
+        self.consumers: dict[str, list[int]] = {}
+        for j, nd in enumerate(g.node):
+            for x in nd.input:
+                if x:
+                    self.consumers.setdefault(x, []).append(j)
+        self.node_op = self._attribute()
+        op_index = rw.graph.index
+        input_op = {n.name: self.eg.op_of[i] for i, n in enumerate(self.eg.nodes) if n.op == "placeholder"}
+        self.input_op = {name: input_op.get(name, -1) for name in self.graph_inputs}
+        self.op_index = op_index
+
+    def _attribute(self) -> list[int]:
+        """Op index of every ONNX node: its pb_op scope, else its producer's, else its first consumer's."""
+        nodes = self.model.graph.node
+        out = [-1] * len(nodes)
+        for j, nd in enumerate(nodes):
+            m = _SCOPE.search(nd.name)
+            if m:
+                out[j] = int(m.group(1))
+        input_op = {n.name: self.eg.op_of[i] for i, n in enumerate(self.eg.nodes) if n.op == "placeholder"}
+        for j, nd in enumerate(nodes):
+            if out[j] >= 0:
+                continue
+            for x in nd.input:
+                if x in self.producer and out[self.producer[x]] >= 0:
+                    out[j] = out[self.producer[x]]
+                    break
+                if x in input_op and input_op[x] >= 0:
+                    out[j] = input_op[x]
+                    break
+        for j in range(len(nodes) - 1, -1, -1):
+            if out[j] >= 0:
+                continue
+            for o in nodes[j].output:
+                for c in self.consumers.get(o, []):
+                    if out[c] >= 0:
+                        out[j] = out[c]
+                        break
+                if out[j] >= 0:
+                    break
+        return out
+
+    def node_devices(self, placement: np.ndarray) -> list[int]:
+        return [int(placement[a]) if a >= 0 else 0 for a in self.node_op]
+
+    def segments(self, placement: np.ndarray) -> list[Segment]:
+        """Per-device subgraphs in a valid run order (see the module docstring)."""
+        dev = self.node_devices(placement)
+        nodes = self.model.graph.node
+        level = [0] * len(nodes)
+        for j, nd in enumerate(nodes):
+            lv = 0
+            for x in nd.input:
+                p = self.producer.get(x)
+                if p is not None:
+                    lv = max(lv, level[p] + (dev[p] != dev[j]))
+            level[j] = lv
+        groups: dict[tuple[int, int], list[int]] = {}
+        for j in range(len(nodes)):
+            groups.setdefault((level[j], dev[j]), []).append(j)
+        segs = [Segment(device=d, level=lv, nodes=js) for (lv, d), js in sorted(groups.items())]
+        seg_of = {}
+        for s, seg in enumerate(segs):
+            for j in seg.nodes:
+                seg_of[j] = s
+        wanted_out = set(self.graph_outputs)
+        for s, seg in enumerate(segs):
+            produced: set[str] = set()
+            ins: list[str] = []
+            for j in seg.nodes:
+                for x in nodes[j].input:
+                    if x and x not in produced and x not in self.initializers and x not in ins:
+                        p = self.producer.get(x)
+                        if p is None or seg_of[p] != s:
+                            ins.append(x)
+                produced.update(o for o in nodes[j].output if o)
+            outs = []
+            for j in seg.nodes:
+                for o in nodes[j].output:
+                    if not o:
+                        continue
+                    if o in wanted_out or any(seg_of[c] != s for c in self.consumers.get(o, [])):
+                        outs.append(o)
+            seg.inputs, seg.outputs = ins, outs
+        return segs
+
+    def submodel(self, seg: Segment) -> Any:
+        """The ONNX model of one segment."""
+        from onnx import helper
+
+        g = self.model.graph
+        nodes = [g.node[j] for j in seg.nodes]
+        used = {x for nd in nodes for x in nd.input if x in self.initializers}
+        graph = helper.make_graph(
+            nodes,
+            f"{g.name}_seg{seg.level}_{seg.device}",
+            [self._value_info(x) for x in seg.inputs],
+            [self._value_info(x) for x in seg.outputs],
+            [self.initializers[x] for x in sorted(used)],
+        )
+        return helper.make_model(graph, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
+
+    def _value_info(self, name: str) -> Any:
+        from onnx import helper
+
+        vi = self.types.get(name)
+        if vi is None or not vi.type.HasField("tensor_type"):
+            raise PlacebenchError(f"ONNX export of {self.rw.name!r}: no type for tensor {name!r}")
+        t = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
+        return helper.make_tensor_value_info(name, t.elem_type, shape)
+
+    def float_tensor(self, name: str) -> bool:
+        from onnx import TensorProto
+
+        vi = self.types.get(name)
+        return vi is not None and vi.type.tensor_type.elem_type in (
+            TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
+
+
+# -- sessions --------------------------------------------------------------------------------------------
+def _device_spec(torch_device: str) -> tuple[str, int]:
+    if torch_device == "cpu":
+        return "cpu", 0
+    return "cuda", int(torch_device.split(":")[1])
+
+
+def make_session(model_bytes: bytes, torch_device: str, *, threads: int = 0, fallback: bool = False,
+                 record: bool = True) -> Any:
+    """An InferenceSession on `torch_device`'s provider, with the providers it really uses checked."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = int(threads)
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    if record:
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    kind, index = _device_spec(torch_device)
+    if kind == "cpu":
+        providers: list[Any] = [CPU_EP]
+    else:
+        if CUDA_EP not in ort.get_available_providers():
+            raise BackendUnavailable(
+                f"{torch_device}: onnxruntime has no {CUDA_EP} here (available: {', '.join(ort.get_available_providers())}); "
+                "install the gpu extra (onnxruntime-gpu)"
+            )
+        providers = [(CUDA_EP, {"device_id": index}), CPU_EP]
+    sess = ort.InferenceSession(model_bytes, so, providers=providers)
+    used = sess.get_providers()
+    if kind == "cuda":
+        if CUDA_EP not in used:
+            raise BackendUnavailable(f"{torch_device}: asked for {CUDA_EP}, the session uses only {used}")
+        sess.disable_fallback()
+    return sess
+
+
+def cpu_assigned_compute_nodes(sess: Any, om: OrtModel | None = None) -> list[str]:
+    """Names of nodes ONNX Runtime assigned to the CPU provider that compute floating-point tensors
+    (shape computations on the CPU are ONNX Runtime's normal practice, not a fallback)."""
+    try:
+        info = sess.get_provider_graph_assignment_info()
+    except Exception:  # noqa: BLE001 - older onnxruntime: no assignment record, providers already checked
+        return []
+    out = []
+    for sub in info:
+        if sub.ep_name != CPU_EP:
+            continue
+        for nd in sub.get_nodes():
+            if nd.op_type in ("Shape", "Size", "Constant", "ConstantOfShape", "MemcpyToHost", "MemcpyFromHost"):
+                continue
+            if om is not None:
+                j = _node_by_name(om).get(nd.name)
+                if j is not None and not any(om.float_tensor(o) for o in om.model.graph.node[j].output):
+                    continue
+            out.append(nd.name)
+    return out
+
+
+def _node_by_name(om: OrtModel) -> dict[str, int]:
+    cache = getattr(om, "_by_name", None)
+    if cache is None:
+        cache = {nd.name: j for j, nd in enumerate(om.model.graph.node)}
+        om._by_name = cache
+    return cache
+
+
+def _copy_ortvalue(v: Any, torch_device: str) -> Any:
+    import onnxruntime as ort
+
+    kind, index = _device_spec(torch_device)
+    arr = v.numpy()
+    if kind == "cpu":
+        return ort.OrtValue.ortvalue_from_numpy(np.array(arr, copy=True))
+    return ort.OrtValue.ortvalue_from_numpy(arr, "cuda", index)
+
+
+class OrtExecutor:
+    """Runs inference steps of a workload split over devices by one placement (see the module docstring)."""
+
+    def __init__(self, om: OrtModel, device_map: DeviceMap, *, threads: int | None = None):
+        self.om = om
+        self.device_map = device_map
+        self.threads = torch.get_num_threads() if threads is None else threads
+        self.segments: list[Segment] = []
+        self.copies_bytes = 0
+        self._staged: dict[str, tuple[Any, int]] = {}
+
+    def apply(self, placement: np.ndarray) -> None:
+        import onnxruntime as ort
+
+        placement = np.asarray(placement, dtype=np.int64)
+        segs = self.om.segments(placement)
+        for seg in segs:
+            td = self.device_map.torch_devices[seg.device]
+            data = self.om.submodel(seg).SerializeToString()
+            seg.session = make_session(data, td, threads=self.threads)
+            if td != "cpu":
+                bad = cpu_assigned_compute_nodes(seg.session, self.om)
+                if bad:
+                    raise BackendUnavailable(
+                        f"{td}: onnxruntime placed {len(bad)} compute node(s) of a CUDA subgraph on the CPU "
+                        f"(silent fallback), e.g. {bad[:3]}"
+                    )
+        self.segments = segs
+        self._staged = {}
+        for name, x in zip(self.om.graph_inputs, self.om.rw.inputs, strict=False):
+            op = self.om.input_op.get(name, -1)
+            d = int(placement[op]) if op >= 0 else 0
+            kind, index = _device_spec(self.device_map.torch_devices[d])
+            arr = x.detach().cpu().numpy()
+            self._staged[name] = (ort.OrtValue.ortvalue_from_numpy(arr, kind, index), d)
+
+    @property
+    def devices(self) -> list[torch.device]:
+        return [torch.device(self.device_map.torch_devices[s.device]) for s in self.segments]
+
+    def step(self) -> list[np.ndarray]:
+        """One inference step; returns the graph outputs as numpy arrays."""
+        vals: dict[str, tuple[Any, int]] = dict(self._staged)
+        cache: dict[tuple[str, int], Any] = {}
+        for seg in self.segments:
+            td = self.device_map.torch_devices[seg.device]
+            kind, index = _device_spec(td)
+            binding = seg.session.io_binding()
+            for name in seg.inputs:
+                v, d = vals[name]
+                if d != seg.device:
+                    c = cache.get((name, seg.device))
+                    if c is None:
+                        c = cache[(name, seg.device)] = _copy_ortvalue(v, td)
+                        self.copies_bytes += int(np.prod(v.shape())) * _itemsize(v)
+                    v = c
+                binding.bind_ortvalue_input(name, v)
+            for name in seg.outputs:
+                binding.bind_output(name, kind, index)
+            seg.session.run_with_iobinding(binding)
+            for name, v in zip(seg.outputs, binding.get_outputs(), strict=True):
+                vals[name] = (v, seg.device)
+        return [vals[name][0].numpy() for name in self.om.graph_outputs]
+
+    def release(self) -> None:
+        for seg in self.segments:
+            seg.session = None
+        self.segments = []
+        self._staged = {}
+
+
+def _itemsize(v: Any) -> int:
+    t = v.data_type()  # e.g. "tensor(float)"
+    return {"tensor(float)": 4, "tensor(double)": 8, "tensor(int64)": 8, "tensor(int32)": 4, "tensor(float16)": 2,
+            "tensor(bool)": 1, "tensor(uint8)": 1, "tensor(int8)": 1}.get(t, 4)
+
+
+class OrtBackend:
+    """ONNX Runtime as an evaluator backend (inference workloads; see the module docstring)."""
+
+    name = "onnxruntime"
+
+    def __init__(self, rw: RealWorkload, cluster: Cluster, device_map: DeviceMap | None = None, *,
+                 methodology: Methodology | None = None, timing: Timing | None = None, threads: int | None = None,
+                 clock: str = "wall"):
+        from suite import methodology as _m
+
+        self.rw = rw
+        self.workload = rw.graph
+        self.cluster = cluster
+        self.device_map = device_map or DeviceMap.default(cluster)
+        if list(self.device_map.cluster_devices) != [d.name for d in cluster.devices]:
+            raise PlacebenchError(f"device map {self.device_map.as_dict()} does not list cluster {cluster.name!r}'s devices")
+        self.timing = timing or (methodology or _m.load()).timing
+        self.model = OrtModel(rw)
+        self.executor = OrtExecutor(self.model, self.device_map, threads=threads)
+        self.clock = clock
+
+    def _measured(self, run, devices: Sequence[torch.device], names: Sequence[str], copied: int) -> Measurement:
+        check_cpu_clock(self.clock, devices, False)
+        if self.clock == "cpu" and self.executor.threads != 1:
+            raise PlacebenchError(f"clock 'cpu' needs one ONNX Runtime thread, not {self.executor.threads}")
+        reset_peak_memory(devices)
+        samples = time_steps(run, self.timing, devices, self.clock)
+        peaks = {}
+        for d, name in enumerate(names):
+            td = self.device_map.torch_device(d)
+            if td.type == "cuda":
+                free, total = torch.cuda.mem_get_info(td)
+                peaks[name] = int(total - free)  # ONNX Runtime's arena keeps its peak
+            else:
+                peaks[name] = cpu_peak_rss_bytes()
+        return Measurement(status="ok", step_time_s=statistic_s(samples, self.timing), samples_s=tuple(samples),
+                           peak_memory_bytes=peaks, bytes_transferred=int(copied))
+
+    def _failed(self, exc: BaseException) -> Measurement:
+        self.executor.release()
+        free_memory(self.device_map.cuda_devices)
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        if is_oom(exc):
+            return Measurement(status="oom", step_time_s=None, message=f"out of memory: {first}")
+        return Measurement(status="error", step_time_s=None, message=f"{type(exc).__name__}: {first}")
+
+    def measure(self, placement: np.ndarray) -> Measurement:
+        ex = self.executor
+        names = [d.name for d in self.cluster.devices]
+        try:
+            ex.apply(placement)
+            ex.copies_bytes = 0
+            ex.step()
+            copied = ex.copies_bytes
+            return self._measured(ex.step, ex.devices, names, copied)
+        except PlacebenchError as exc:
+            if isinstance(exc, BackendUnavailable):
+                return self._failed(exc)
+            raise
+        except Exception as exc:  # noqa: BLE001 - failures are statuses
+            return self._failed(exc)
+
+    def measure_batch(self, placements: np.ndarray) -> list[Measurement]:
+        return [self.measure(p) for p in placements]
+
+    def measure_native(self, which: str, *, gpu: str = "cuda:0") -> Measurement:
+        """The framework's own placement: "ort_cpu" (CPU provider) or "ort_gpu" (CUDA with CPU fallback)."""
+        if which not in ("ort_cpu", "ort_gpu"):
+            raise PlacebenchError(f"native placement {which!r} is not 'ort_cpu' or 'ort_gpu'")
+        data = self.model.model.SerializeToString()
+        try:
+            sess = make_session(data, "cpu" if which == "ort_cpu" else gpu, threads=self.executor.threads)
+            feeds = {n: x.detach().cpu().numpy() for n, x in zip(self.model.graph_inputs, self.rw.inputs, strict=False)}
+            run = lambda: sess.run(None, feeds)  # noqa: E731
+            run()
+            devices = [torch.device("cpu")] if which == "ort_cpu" else [torch.device(gpu)]
+            m = self._measured(run, devices, [d.name for d in self.cluster.devices], 0)
+        except PlacebenchError as exc:
+            if isinstance(exc, BackendUnavailable):
+                return self._failed(exc)
+            raise
+        except Exception as exc:  # noqa: BLE001
+            return self._failed(exc)
+        return m
+
+
+def native_assignment(om: OrtModel, gpu: str = "cuda:0") -> dict[int, str]:
+    """Where ONNX Runtime with the CUDA provider and CPU fallback puts each op: op index -> "gpu" or "cpu"
+    (an op is on the GPU when most of its ONNX nodes are)."""
+    sess = make_session(om.model.SerializeToString(), gpu, record=True)
+    info = sess.get_provider_graph_assignment_info()
+    by_name = _node_by_name(om)
+    votes: dict[int, list[int]] = {}
+    for sub in info:
+        on_gpu = int(sub.ep_name == CUDA_EP)
+        for nd in sub.get_nodes():
+            j = by_name.get(nd.name)
+            if j is not None and om.node_op[j] >= 0:
+                votes.setdefault(om.node_op[j], []).append(on_gpu)
+    return {op: ("gpu" if 2 * sum(v) >= len(v) else "cpu") for op, v in votes.items()}

@@ -1,0 +1,82 @@
+"""One timing protocol for every real backend (the methodology's `timing` section), and OOM recognition.
+
+A measurement runs `warmup_steps` untimed steps, then `measured_steps` timed ones. Each timed step is
+bracketed by a synchronisation of every CUDA device in use (`torch.cuda.synchronize`) before the clock
+(`time.perf_counter`) is read, so asynchronous GPU work is inside the step it belongs to. The step time is
+the median (or mean, per the methodology) of the samples; the spread is their interquartile range, from
+the samples kept in the `Measurement`.
+
+Clock. "wall" (the default, the methodology's) is `time.perf_counter`. "cpu" is `time.process_time`, the
+CPU time of this process: on a machine shared with other work, the wall time of a step grows with the
+other processes' load while its CPU time does not, so CPU time is the reproducible measure there. It
+equals the wall time of an unloaded machine only when the step keeps exactly one CPU thread busy and waits
+for nothing: one intra-op thread, sequential execution, no CUDA. Backends refuse it otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from suite.backends.devices import synchronize
+from suite.errors import PlacebenchError
+from suite.methodology import Timing
+
+_OOM_MESSAGES = ("out of memory", "can't allocate memory", "failed to allocate", "bad_alloc", "cudaerrormemoryallocation")
+
+
+CLOCKS = ("wall", "cpu")
+
+
+def clock_function(clock: str) -> Callable[[], float]:
+    if clock not in CLOCKS:
+        raise PlacebenchError(f"clock {clock!r} is not one of {', '.join(CLOCKS)}")
+    return time.perf_counter if clock == "wall" else time.process_time
+
+
+def check_cpu_clock(clock: str, devices: Sequence[torch.device], concurrent: bool) -> None:
+    """The CPU clock measures a step only when one thread does all of its work (see the module docstring)."""
+    if clock != "cpu":
+        return
+    if any(d.type != "cpu" for d in devices):
+        raise PlacebenchError("clock 'cpu' cannot time CUDA work (it runs outside this process's CPU time)")
+    if concurrent:
+        raise PlacebenchError("clock 'cpu' cannot time concurrent execution (threads add up their CPU time)")
+    if torch.get_num_threads() != 1:
+        raise PlacebenchError(f"clock 'cpu' needs one intra-op thread, torch uses {torch.get_num_threads()}")
+
+
+def time_steps(step: Callable[[], object], timing: Timing, devices: Sequence[torch.device],
+               clock: str = "wall") -> list[float]:
+    """Warm-up steps, then `measured_steps` synchronised samples in seconds of `clock`."""
+    now = clock_function(clock)
+    sync = [d for d in devices if d.type == "cuda"]
+    for _ in range(timing.warmup_steps):
+        step()
+    synchronize(sync)
+    samples = []
+    for _ in range(timing.measured_steps):
+        if timing.synchronize:
+            synchronize(sync)
+        t0 = now()
+        step()
+        if timing.synchronize:
+            synchronize(sync)
+        samples.append(now() - t0)
+    return samples
+
+
+def statistic_s(samples: Sequence[float], timing: Timing) -> float:
+    return float(np.mean(samples) if timing.statistic == "mean" else np.median(samples))
+
+
+def is_oom(exc: BaseException) -> bool:
+    """An allocation failure: torch.OutOfMemoryError, MemoryError, or an allocator's RuntimeError (CPU
+    "DefaultCPUAllocator: can't allocate memory", ONNX Runtime "Failed to allocate memory")."""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    text = str(exc).lower()
+    return any(m in text for m in _OOM_MESSAGES)

@@ -1,0 +1,554 @@
+"""Real execution on PyTorch: run a workload's torch.fx graph with every op on the device its placement
+gives, copying tensors at device boundaries.
+
+Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture traced (`ExecGraph`):
+
+* an fx node that is an op of the graph (same naming as capture, `suite.capture.fx._op_names`) runs on
+  the op's device; a node capture folded or made a constant (view, getitem, size, ...) runs on the device
+  of its first producer, or, with no producer on a device, of its first consumer;
+* parameters live on their owner's device: the op that uses them, or, for parameters shared by several
+  ops (an LSTM cell called at every time step), the graph's "variable" op that holds them. An op on another
+  device gets a copy of the shared weights, once per step per device (as the simulator charges the
+  variable's edges); buffers live with their module (a module called on several devices: with its first
+  call);
+* a tensor read on another (logical) device than the one that produced it is copied: `.to(device)`
+  between torch devices, `.clone()` between logical devices mapped to one torch device. Each value is
+  copied at most once per step to each device; copies are counted (`bytes_transferred` per step).
+* inputs are staged on their input op's device before the timed steps.
+
+Training step: `zero_grad`, the forward above with autograd recording, `loss.backward()` (autograd runs
+each backward function on the device of its forward tensors: backward colocated with forward, as the
+training graph's colocation groups say; gradients of copies flow back across the boundary), then SGD with
+momentum 0.9 (the zoo's training lowering) on each parameter's device.
+
+Concurrency (`concurrent`). Sequential: the calling thread runs every node in the fx graph's order, as
+eager PyTorch does (CUDA work is still asynchronous, so CPU and GPU ops overlap). Concurrent: one worker
+thread per device runs its device's nodes in order and waits for the nodes of other devices that it
+reads, as TensorFlow's executor (the real execution of the placement papers) runs ready ops of different
+devices at once; torch releases the GIL inside ops. The default, "auto", is concurrent when the placement
+uses more than one torch device (CPU + GPU, several GPUs) and sequential when all its devices are logical
+devices of one torch device: they share the hardware, and thread hand-offs at every boundary only add
+wake-up latency (milliseconds on a loaded machine). The backward pass is autograd's: concurrent across
+CUDA devices (one engine thread per device); CPU backward functions run in the calling thread.
+
+`TorchBackend` implements the evaluator's `Backend` protocol with the methodology's timing protocol;
+allocation failures become status "oom" (memory freed, the run goes on).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.fx import Node
+from torch.fx.node import map_arg
+
+from suite.backends.devices import DeviceMap, free_memory, peak_memory_bytes, reset_peak_memory
+from suite.backends.timing import check_cpu_clock, is_oom, statistic_s, time_steps
+from suite.backends.workload import RealWorkload
+from suite.cluster import Cluster
+from suite.errors import GraphError, PlacebenchError
+from suite.evaluator import Measurement
+from suite.methodology import Methodology, Timing
+
+SGD_LR = 1e-3
+SGD_MOMENTUM = 0.9
+
+
+def _fetch_attr(root: nn.Module, target: str) -> Any:
+    obj: Any = root
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _set_attr_tensor(root: nn.Module, target: str, value: torch.Tensor) -> None:
+    *path, last = target.split(".")
+    owner = root
+    for part in path:
+        owner = getattr(owner, part)
+    if last in owner._buffers:
+        owner._buffers[last] = value
+    else:
+        setattr(owner, last, value)
+
+
+def _has_tensor(x: Any) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    if isinstance(x, list | tuple):
+        return any(_has_tensor(y) for y in x)
+    return False
+
+
+class ExecGraph:
+    """What a placement over a workload's `OpGraph` means for its fx graph (placement-independent part)."""
+
+    def __init__(self, rw: RealWorkload):
+        from suite.capture.fx import _op_names
+
+        self.rw = rw
+        gm = rw.gm
+        graph = rw.graph
+        self.gm = gm
+        self.nodes: list[Node] = list(gm.graph.nodes)
+        self.pos = {n: i for i, n in enumerate(self.nodes)}
+        names = _op_names(gm)
+        index = graph.index
+        # op index of every node that is an op of the graph
+        self.op_of: list[int] = [
+            index.get(names[n], -1) if n.op in ("placeholder", "call_module", "call_function", "call_method") else -1
+            for n in self.nodes
+        ]
+        covered = {i for i in self.op_of if i >= 0}
+        missing = [op.name for i, op in enumerate(graph.ops) if op.phase == "forward" and op.kind != "variable"
+                   and i not in covered]
+        if missing:
+            raise GraphError(
+                f"graph {graph.name!r} does not match the module being run: no fx node for op(s) {missing[:5]}"
+            )
+        # parameters: canonical names, users (ops), owner op or variable op
+        self.params: dict[str, nn.Parameter] = dict(gm.named_parameters())
+        key_of = {id(p): k for k, p in self.params.items()}
+        users: dict[str, list[int]] = {}
+        flows: list[set[str]] = [set() for _ in self.nodes]
+        for i, n in enumerate(self.nodes):
+            ins: set[str] = set()
+            for a in n.all_input_nodes:
+                ins |= flows[self.pos[a]]
+            if n.op == "get_attr":
+                obj = _fetch_attr(gm, str(n.target))
+                if isinstance(obj, nn.Parameter):
+                    ins = {key_of[id(obj)]}
+            if self.op_of[i] >= 0:
+                if n.op == "call_module":
+                    ins |= {key_of[id(p)] for p in gm.get_submodule(str(n.target)).parameters()}
+                for k in ins:
+                    users.setdefault(k, []).append(self.op_of[i])
+                flows[i] = set()
+            else:
+                flows[i] = ins
+        var_by_users: dict[frozenset[str], int] = {}
+        for v, op in enumerate(graph.ops):
+            if op.kind == "variable":
+                succ = frozenset(graph.ops[s].name for s in graph.successors(v) if graph.ops[s].phase == "forward")
+                var_by_users[succ] = v
+        self.param_home_op: dict[str, int] = {}
+        for k, us in users.items():
+            us = list(dict.fromkeys(us))
+            if len(us) == 1:
+                self.param_home_op[k] = us[0]
+                continue
+            v = var_by_users.get(frozenset(graph.ops[u].name for u in us))
+            if v is None:
+                raise GraphError(f"graph {graph.name!r}: no variable op holds parameter {k!r} shared by {len(us)} ops")
+            self.param_home_op[k] = v
+        self.shared_keys = {k for k, v in self.param_home_op.items() if graph.ops[v].kind == "variable"}
+        # attribution of every node to an op: itself, else its first producer's, else its first consumer's
+        self.attr: list[int] = list(self.op_of)
+        for i, n in enumerate(self.nodes):
+            if self.attr[i] >= 0 or n.op == "output":
+                continue
+            if n.op == "get_attr":
+                obj = _fetch_attr(gm, str(n.target))
+                if isinstance(obj, nn.Parameter) and key_of[id(obj)] in self.param_home_op:
+                    self.attr[i] = self.param_home_op[key_of[id(obj)]]
+                continue
+            for a in n.all_input_nodes:
+                if self.attr[self.pos[a]] >= 0:
+                    self.attr[i] = self.attr[self.pos[a]]
+                    break
+        for i in range(len(self.nodes) - 1, -1, -1):
+            if self.attr[i] >= 0 or self.nodes[i].op == "output":
+                continue
+            for u in self.nodes[i].users:
+                if self.attr[self.pos[u]] >= 0:
+                    self.attr[i] = self.attr[self.pos[u]]
+                    break
+        self.key_of = key_of
+        self.input_ops = [(i, self.op_of[i]) for i, n in enumerate(self.nodes) if n.op == "placeholder"]
+        self.outputs = [i for i, n in enumerate(self.nodes) if n.op == "output"]
+
+
+@dataclass
+class Copies:
+    """Tensors copied across device boundaries in one step."""
+
+    count: int = 0
+    bytes: int = 0
+
+
+class TorchExecutor:
+    """Runs steps of a `RealWorkload` under one placement at a time (see the module docstring)."""
+
+    def __init__(self, rw: RealWorkload, device_map: DeviceMap, *, exec_graph: ExecGraph | None = None,
+                 concurrent: bool | str = "auto"):
+        if len(device_map) == 0:
+            raise PlacebenchError("device map is empty")
+        self.rw = rw
+        self.eg = exec_graph or ExecGraph(rw)
+        self.device_map = device_map
+        self.tdevs = [device_map.torch_device(d) for d in range(len(device_map))]
+        self.placement: np.ndarray | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.copies = Copies()
+        self.concurrent = concurrent
+        self._staged: list[Any] = []
+        self._pool: Any = None
+        self._lock = threading.Lock()
+
+    # -- placement ----------------------------------------------------------------------------------------
+    def apply(self, placement: np.ndarray) -> None:
+        """Move parameters, buffers and inputs where `placement` puts them and compile the step."""
+        eg = self.eg
+        placement = np.asarray(placement, dtype=np.int64)
+        if placement.shape != (self.rw.graph.num_ops,):
+            raise PlacebenchError(f"placement has shape {placement.shape}, expected ({self.rw.graph.num_ops},)")
+        if placement.min(initial=0) < 0 or placement.max(initial=0) >= len(self.tdevs):
+            raise PlacebenchError(f"placement uses a device index outside 0..{len(self.tdevs) - 1}")
+        self.optimizer = None
+        node_dev = [int(placement[a]) if a >= 0 else -1 for a in eg.attr]
+        self.node_dev = node_dev
+        with torch.no_grad():
+            self.param_dev = {k: int(placement[v]) for k, v in eg.param_home_op.items()}
+            for k, p in eg.params.items():
+                p.grad = None  # a gradient (of an earlier placement) must not outlive a move
+                d = self.param_dev.get(k)
+                if d is not None and p.device != self.tdevs[d]:
+                    p.data = p.data.to(self.tdevs[d])
+            # buffers with their module (first call), get_attr tensors with their first consumer
+            self.module_dev: dict[str, int] = {}
+            for i, n in enumerate(eg.nodes):
+                if n.op == "call_module" and node_dev[i] >= 0:
+                    self.module_dev.setdefault(str(n.target), node_dev[i])
+            for target, d in self.module_dev.items():
+                m = eg.gm.get_submodule(target)
+                for mod in m.modules():
+                    for bname, b in list(mod._buffers.items()):
+                        if b is not None and b.device != self.tdevs[d]:
+                            mod._buffers[bname] = b.to(self.tdevs[d])
+            for i, n in enumerate(eg.nodes):
+                if n.op == "get_attr" and node_dev[i] >= 0:
+                    obj = _fetch_attr(eg.gm, str(n.target))
+                    if isinstance(obj, torch.Tensor) and not isinstance(obj, nn.Parameter):
+                        if obj.device != self.tdevs[node_dev[i]]:
+                            _set_attr_tensor(eg.gm, str(n.target), obj.to(self.tdevs[node_dev[i]]))
+        # inputs staged on their op's device
+        self._staged = []
+        for (i, _), x in zip(eg.input_ops, self.rw.inputs, strict=False):
+            d = node_dev[i]
+            self._staged.append(x.to(self.tdevs[d]) if d >= 0 else x)
+        self._compile()
+        if self.rw.training:
+            params = [p for p in eg.params.values() if p.requires_grad]
+            self.optimizer = torch.optim.SGD(params, lr=SGD_LR, momentum=SGD_MOMENTUM)
+        self.placement = placement
+
+    def _module_overrides(self, target: str, d: int) -> list[tuple[str, str | None, torch.Tensor]]:
+        """Parameters / buffers of module `target` that live on another device than `d`: (name, key, tensor)."""
+        m = self.eg.gm.get_submodule(target)
+        out: list[tuple[str, str | None, torch.Tensor]] = []
+        for pname, p in m.named_parameters():
+            k = self.eg.key_of[id(p)]
+            if self.param_dev.get(k, d) != d:
+                out.append((pname, k, p))
+        if self.module_dev.get(target, d) != d:
+            out.extend((bname, None, b) for bname, b in m.named_buffers())
+        return out
+
+    def _compile(self) -> None:
+        """One closure per node: fetch arguments on the node's device (copying), run, store; and the lanes
+        of the concurrent mode: per device its nodes in order, with the nodes of other lanes each waits for."""
+        eg = self.eg
+        self._program: list[tuple[int, Callable[[list[Any], dict], Any]]] = []
+        self._devices_used = sorted({self.tdevs[d] for d in set(self.node_dev) if d >= 0}, key=str)
+        used = sorted({d for d in self.node_dev if d >= 0}) or [0]
+        lane_of = [d if d >= 0 else used[0] for d in self.node_dev]
+        self._lanes: dict[int, list[tuple[int, Callable[[list[Any], dict], Any], list[int]]]] = {d: [] for d in used}
+        self._output: tuple[int, Callable[[list[Any], dict], Any]] | None = None
+        for i, n in enumerate(eg.nodes):
+            if n.op == "placeholder":
+                continue
+            fn = self._node_fn(i, n)
+            self._program.append((i, fn))
+            if n.op == "output":
+                self._output = (i, fn)
+                continue
+            waits = [eg.pos[a] for a in n.all_input_nodes
+                     if eg.nodes[eg.pos[a]].op != "placeholder" and lane_of[eg.pos[a]] != lane_of[i]]
+            self._lanes[lane_of[i]].append((i, fn, waits))
+        distinct = {self.tdevs[d] for d in self._lanes}
+        self._concurrent_now = len(self._lanes) > 1 and (
+            self.concurrent is True or (self.concurrent == "auto" and len(distinct) > 1))
+        if self._concurrent_now and self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=len(self.tdevs), thread_name_prefix="placebench-device")
+
+    def _node_fn(self, i: int, n: Node) -> Callable[[list[Any], dict], Any]:
+        eg = self.eg
+        d = self.node_dev[i]
+        tdev = self.tdevs[d] if d >= 0 else None
+        pos = eg.pos
+        node_dev = self.node_dev
+        move = self._move
+
+        def fetch_from(env: list[Any], cache: dict) -> Callable[[Node], Any]:
+            def fetch(a: Node) -> Any:
+                j = pos[a]
+                v = env[j]
+                src = node_dev[j]
+                if tdev is None or (src == d and src >= 0) or not _has_tensor(v):
+                    return v
+                if src < 0 and _on(v, tdev):  # a device-less constant already where it is needed
+                    return v
+                key = (j, d)
+                c = cache.get(key)
+                if c is None:
+                    c = cache[key] = move(v, tdev)
+                return c
+
+            return fetch
+
+        if n.op == "get_attr":
+            target = str(n.target)
+            return lambda env, cache: _fetch_attr(eg.gm, target)
+        if n.op == "output":
+            return lambda env, cache: map_arg(n.args[0], lambda a: env[pos[a]])
+        if n.op == "call_module":
+            target = str(n.target)
+            module = eg.gm.get_submodule(target)
+            overrides = self._module_overrides(target, d) if d >= 0 else []
+            if not overrides:
+                def run_module(env: list[Any], cache: dict) -> Any:
+                    f = fetch_from(env, cache)
+                    return module(*map_arg(n.args, f), **map_arg(n.kwargs, f))
+
+                return run_module
+
+            def run_shared(env: list[Any], cache: dict) -> Any:
+                f = fetch_from(env, cache)
+                tensors = {}
+                for name, key, t in overrides:
+                    ck = ("param", key or f"{target}.{name}", d)
+                    c = cache.get(ck)
+                    if c is None:
+                        c = cache[ck] = move(t, tdev)
+                    tensors[name] = c
+                return torch.func.functional_call(module, tensors, tuple(map_arg(n.args, f)), dict(map_arg(n.kwargs, f)))
+
+            return run_shared
+        if n.op == "call_function":
+            fn = n.target
+
+            def run_function(env: list[Any], cache: dict) -> Any:
+                f = fetch_from(env, cache)
+                return fn(*map_arg(n.args, f), **map_arg(n.kwargs, f))
+
+            return run_function
+        if n.op == "call_method":
+            method = str(n.target)
+
+            def run_method(env: list[Any], cache: dict) -> Any:
+                f = fetch_from(env, cache)
+                obj, *rest = map_arg(n.args, f)
+                return getattr(obj, method)(*rest, **map_arg(n.kwargs, f))
+
+            return run_method
+        raise GraphError(f"fx node {n.name!r}: unsupported op {n.op!r}")  # pragma: no cover
+
+    def _move(self, v: Any, tdev: torch.device) -> Any:
+        if isinstance(v, torch.Tensor):
+            with self._lock:
+                self.copies.count += 1
+                self.copies.bytes += v.numel() * v.element_size()
+            return v.clone() if v.device == tdev else v.to(tdev)
+        if isinstance(v, list | tuple):
+            return type(v)(self._move(x, tdev) for x in v)
+        return v
+
+    # -- steps ----------------------------------------------------------------------------------------------
+    @property
+    def devices(self) -> list[torch.device]:
+        return list(self._devices_used)
+
+    @property
+    def concurrent_now(self) -> bool:
+        """Whether the applied placement runs on worker threads (see the module docstring)."""
+        return self._concurrent_now
+
+    def forward(self, node_hook: Callable[[int, Any], None] | None = None,
+                timer: Callable[[int, Callable[[], Any]], Any] | None = None) -> Any:
+        """One forward pass; returns the graph's output. `timer(i, thunk)` wraps each node's execution."""
+        env: list[Any] = [None] * len(self.eg.nodes)
+        for (i, _), x in zip(self.eg.input_ops, self._staged, strict=False):
+            env[i] = x
+        cache: dict = {}
+        if self._concurrent_now and node_hook is None and timer is None:
+            return self._forward_lanes(env, cache)
+        out = None
+        for i, fn in self._program:
+            if timer is None:
+                v = fn(env, cache)
+            else:
+                v = timer(i, lambda fn=fn: fn(env, cache))
+            env[i] = v
+            if node_hook is not None:
+                node_hook(i, v)
+            if self.eg.nodes[i].op == "output":
+                out = v
+        return out
+
+    def _forward_lanes(self, env: list[Any], cache: dict) -> Any:
+        """Concurrent forward: one worker thread per device runs its nodes in order, waiting for the nodes of
+        other devices it reads (as TensorFlow's executor runs ready ops of different devices at once)."""
+        done = [threading.Event() for _ in env]
+        failed: list[BaseException] = []
+        grad = torch.is_grad_enabled()  # grad mode is thread-local: the workers take the caller's
+
+        def run_lane(lane: list[tuple[int, Callable[[list[Any], dict], Any], list[int]]]) -> None:
+            try:
+                with torch.set_grad_enabled(grad):
+                    for i, fn, waits in lane:
+                        for j in waits:
+                            done[j].wait()
+                        if failed:
+                            return
+                        env[i] = fn(env, cache)
+                        done[i].set()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                failed.append(exc)
+                for e in done:
+                    e.set()
+
+        futures = [self._pool.submit(run_lane, lane) for lane in self._lanes.values()]
+        for f in futures:
+            f.result()
+        if failed:
+            raise failed[0]
+        i, fn = self._output
+        return fn(env, cache)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def step(self) -> Any:
+        """One inference step (no gradients) or training step (forward, backward, SGD momentum update)."""
+        if self.placement is None:
+            raise PlacebenchError("no placement applied")
+        if not self.rw.training:
+            with torch.no_grad():
+                return self.forward()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward()
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def release(self) -> None:
+        """Drop the optimizer state and staged inputs (after an OOM, before the next placement)."""
+        self.optimizer = None
+        self._staged = []
+        self.placement = None
+        for p in self.eg.params.values():
+            p.grad = None
+
+
+def _on(v: Any, tdev: torch.device) -> bool:
+    if isinstance(v, torch.Tensor):
+        return v.device == tdev
+    if isinstance(v, list | tuple):
+        return all(_on(x, tdev) for x in v)
+    return True
+
+
+class TorchBackend:
+    """Real execution on PyTorch as an evaluator backend (see the module docstring).
+
+    `measure(placement)` applies the placement, runs the methodology's warm-up and measured steps and
+    returns the median step time with every sample, the peak memory of each cluster device (CUDA:
+    allocator peak of its torch device; CPU: peak resident set of this process; logical devices sharing a
+    torch device report the same number) and the bytes copied across device boundaries per step.
+    """
+
+    name = "torch"
+
+    def __init__(self, rw: RealWorkload, cluster: Cluster, device_map: DeviceMap | None = None, *,
+                 methodology: Methodology | None = None, timing: Timing | None = None,
+                 concurrent: bool | str = "auto", clock: str = "wall"):
+        from suite import methodology as _m
+
+        self.rw = rw
+        self.workload = rw.graph
+        self.cluster = cluster
+        self.device_map = device_map or DeviceMap.default(cluster)
+        if list(self.device_map.cluster_devices) != [d.name for d in cluster.devices]:
+            raise PlacebenchError(f"device map {self.device_map.as_dict()} does not list cluster {cluster.name!r}'s devices")
+        self.timing = timing or (methodology or _m.load()).timing
+        self.executor = TorchExecutor(rw, self.device_map, concurrent=concurrent)
+        self.clock = clock
+
+    def measure(self, placement: np.ndarray) -> Measurement:
+        ex = self.executor
+        names = [d.name for d in self.cluster.devices]
+        try:
+            ex.apply(placement)
+            devices = ex.devices
+            check_cpu_clock(self.clock, devices, ex.concurrent_now)
+            ex.copies = Copies()
+            ex.step()  # one step to count the copies of a step
+            copied = ex.copies.bytes
+            reset_peak_memory(devices)
+            samples = time_steps(ex.step, self.timing, devices, self.clock)
+        except PlacebenchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure becomes a status, never a crash of the run
+            if not is_oom(exc):
+                ex.release()
+                free_memory(self.device_map.cuda_devices)
+                return Measurement(status="error", step_time_s=None,
+                                   message=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            oom = _oom_devices(exc, self.device_map)
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        else:
+            oom = None
+        if oom is not None:  # outside the except block: the traceback's tensors are released before freeing
+            ex.release()
+            free_memory(self.device_map.cuda_devices)
+            return Measurement(status="oom", step_time_s=None, oom_devices=oom,
+                               message=f"out of memory on {', '.join(oom) or 'an unknown device'}: {first}")
+        peaks = {}
+        for d, name in enumerate(names):
+            peaks[name] = peak_memory_bytes(self.device_map.torch_device(d))
+        return Measurement(
+            status="ok",
+            step_time_s=statistic_s(samples, self.timing),
+            samples_s=tuple(samples),
+            peak_memory_bytes=peaks,
+            message="",
+            bytes_transferred=int(copied),
+        )
+
+    def measure_batch(self, placements: np.ndarray) -> list[Measurement]:
+        return [self.measure(p) for p in placements]
+
+
+def _oom_devices(exc: BaseException, device_map: DeviceMap) -> tuple[str, ...]:
+    """Cluster devices an OOM error names: the CUDA device in its message, else every CPU-mapped device."""
+    import re
+
+    text = str(exc)
+    m = re.search(r"GPU (\d+)", text) or re.search(r"cuda:(\d+)", text)
+    target = f"cuda:{m.group(1)}" if m else ("cpu" if not isinstance(exc, torch.OutOfMemoryError) else None)
+    if target is None and len(device_map.cuda_devices) == 1:
+        target = str(device_map.cuda_devices[0])
+    if target is None:
+        return ()
+    return tuple(n for n, t in zip(device_map.cluster_devices, device_map.torch_devices, strict=True) if t == target)

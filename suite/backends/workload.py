@@ -1,0 +1,187 @@
+"""Workloads for real execution: the zoo's model with real (random, seeded) weights on the CPU, its example
+inputs, the torch.fx graph module and the `OpGraph` that placements refer to.
+
+`real_workload(name)` builds a zoo workload as registered; keyword overrides change its shape (a smaller
+batch, fewer layers, shorter sequences) and `mode` switches a training workload to an inference step or
+back. A variant gets its own graph, captured from the very module that runs, named
+`{zoo name}+{key}={value}+...` (for example `rnnlm-2x2048-b64+batch_size=2+hidden_size=64+mode=inference`),
+so its profiles never mix with the registered workload's. Without overrides the graph is the zoo's cached
+graph (same content hash as `suite.zoo.load(name)`; `capture=True` re-captures it and checks that).
+
+Inputs: floating-point inputs are standard normal; integer inputs (token ids, labels) are uniform in
+[0, k) with k the smallest of 2 and every embedding table size, so they are valid ids and class labels for
+every zoo model (the zoo's own example inputs are all zeros, which would make outputs position-independent
+and the equivalence tests weaker). Everything is seeded by `seed`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.fx import GraphModule
+
+from suite.errors import GraphError, PlacebenchError
+from suite.graph import OpGraph
+
+# Small shapes of every zoo family, for tests and CI: seconds, not minutes, on two CPU cores.
+SMALL_SHAPES: dict[str, dict[str, Any]] = {
+    "resnet50": {"batch_size": 2, "image_size": 32},
+    "inception_v3": {"batch_size": 2, "image_size": 75},
+    "bert_base": {"batch_size": 1, "seq_len": 8, "num_layers": 2, "hidden_size": 64, "heads": 4, "ffn_size": 128,
+                  "vocab_size": 100, "max_positions": 16},
+    "rnnlm": {"batch_size": 2, "hidden_size": 32, "num_layers": 2, "num_steps": 4, "vocab_size": 50},
+    "nmt": {"batch_size": 2, "hidden_size": 32, "num_layers": 2, "src_steps": 3, "tgt_steps": 3, "vocab_size": 50},
+}
+
+
+@dataclass
+class RealWorkload:
+    """A runnable workload: module (CPU, real weights), example inputs, fx graph module and `OpGraph`."""
+
+    name: str
+    mode: str  # "inference" or "training"
+    module: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    graph: OpGraph
+    params: Mapping[str, Any] = field(default_factory=dict)  # builder parameters (zoo workloads)
+    _gm: GraphModule | None = field(default=None, repr=False)
+
+    @property
+    def gm(self) -> GraphModule:
+        """The module traced by the capture tracer (shares parameters with `module`)."""
+        if self._gm is None:
+            from suite.capture.fx import _as_root, trace
+
+            self._gm = trace(_as_root(self.module, len(self.inputs)))
+        return self._gm
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "training"
+
+    def fresh_copy(self) -> RealWorkload:
+        """An independent deep copy (weights, buffers, inputs), with the same graph."""
+        return RealWorkload(self.name, self.mode, copy.deepcopy(self.module), tuple(t.clone() for t in self.inputs),
+                            self.graph, dict(self.params))
+
+    def eager(self, inputs: Sequence[torch.Tensor] | None = None) -> Any:
+        """The eager model's result on the example inputs (no gradient)."""
+        with torch.no_grad():
+            return self.module(*(inputs if inputs is not None else self.inputs))
+
+
+def variant_name(name: str, overrides: Mapping[str, Any]) -> str:
+    if not overrides:
+        return name
+    return name + "".join(f"+{k}={overrides[k]}" for k in sorted(overrides))
+
+
+def _int_bound(module: nn.Module) -> int:
+    sizes = [m.num_embeddings for m in module.modules() if isinstance(m, nn.Embedding)]
+    return max(1, min([2, *sizes]))
+
+
+def random_inputs(module: nn.Module, examples: Sequence[torch.Tensor], seed: int) -> tuple[torch.Tensor, ...]:
+    """Inputs shaped like `examples`: normal floats, integer ids in [0, k) (see the module docstring)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    k = _int_bound(module)
+    out = []
+    for x in examples:
+        if x.dtype.is_floating_point:
+            out.append(torch.randn(x.shape, generator=gen, dtype=x.dtype))
+        else:
+            out.append(torch.randint(0, k, x.shape, generator=gen, dtype=x.dtype))
+    return tuple(out)
+
+
+def real_workload(name: str, *, seed: int = 0, mode: str | None = None, capture: bool = False,
+                  **overrides: Any) -> RealWorkload:
+    """A zoo workload (or a shape variant of it, see the module docstring) ready to run on the CPU."""
+    from suite import zoo
+    from suite.capture.fx import capture as capture_graph
+
+    w = zoo.spec(name)
+    mode = mode or w.mode
+    if mode not in ("inference", "training"):
+        raise PlacebenchError(f"workload {name!r}: mode {mode!r} is not 'inference' or 'training'")
+    unknown = set(overrides) - set(w.params)
+    family = importlib.import_module(f"suite.zoo.{w.family}")
+    if unknown:
+        import inspect
+
+        allowed = set(inspect.signature(family.model_and_inputs).parameters) - {"with_loss"}
+        if unknown - allowed:
+            raise PlacebenchError(
+                f"workload {name!r}: unknown shape parameter(s) {sorted(unknown - allowed)}; "
+                f"known: {sorted(allowed)}"
+            )
+    params = {**w.params, **overrides}
+    changes = dict(overrides)
+    if mode != w.mode:
+        changes["mode"] = mode
+    torch.manual_seed(seed)
+    module, examples = family.model_and_inputs(**params, with_loss=mode == "training")
+    module.train(mode == "training")
+    inputs = random_inputs(module, examples, seed)
+    gname = variant_name(name, {k: v for k, v in changes.items() if w.params.get(k) != v or k == "mode"})
+    if gname == name and not capture:
+        graph = zoo.load(name)
+    else:
+        meta = dict(w.metadata())
+        meta.update(mode=mode, batch_size=params["batch_size"], workload_params=params)
+        if "num_layers" in params:
+            meta["num_layers"] = params["num_layers"]
+        meta["blocks"] = zoo.Workload(gname, w.family, mode, params, w.description, w.source).blocks()
+        if gname != name:
+            meta["variant_of"] = name
+        graph = capture_graph(module, inputs, name=gname, mode=mode, metadata=meta)
+        if gname == name and graph.content_hash != zoo.load(name).content_hash:
+            raise GraphError(f"workload {name!r}: the graph captured from the real module differs from the zoo's")
+    return RealWorkload(gname, mode, module, inputs, graph, params)
+
+
+def from_module(module: nn.Module, inputs: Sequence[torch.Tensor], *, name: str,
+                mode: str = "inference") -> RealWorkload:
+    """Any module the capture can trace (in training mode its output must be the loss)."""
+    from suite.capture.fx import capture as capture_graph
+
+    module.train(mode == "training")
+    inputs = tuple(inputs)
+    graph = capture_graph(module, inputs, name=name, mode=mode, metadata={"model": type(module).__name__})
+    return RealWorkload(name, mode, module, inputs, graph)
+
+
+def for_graph(graph: OpGraph, *, seed: int = 0) -> RealWorkload:
+    """The runnable workload whose graph is `graph`: a zoo workload or a variant made by `real_workload`."""
+    from suite import zoo
+
+    meta = graph.metadata
+    if graph.name in zoo.names():
+        rw = real_workload(graph.name, seed=seed)
+    elif isinstance(meta.get("variant_of"), str) and meta["variant_of"] in zoo.names():
+        base = zoo.spec(meta["variant_of"])
+        params = dict(meta.get("workload_params", {}))
+        overrides = {k: v for k, v in params.items() if base.params.get(k) != v}
+        rw = real_workload(base.name, seed=seed, mode=meta.get("mode"), **overrides)
+    else:
+        raise PlacebenchError(
+            f"workload {graph.name!r} has no model in the zoo to run for real (real backends run zoo workloads "
+            "and their variants)"
+        )
+    if rw.graph.content_hash != graph.content_hash:
+        raise GraphError(f"workload {graph.name!r}: the graph given ({graph.content_hash}) is not the graph of the "
+                         f"model ({rw.graph.content_hash})")
+    return rw
+
+
+def small_workload(name: str, *, mode: str | None = None, seed: int = 0) -> RealWorkload:
+    """`real_workload` of a zoo workload in the small shape of its family (`SMALL_SHAPES`)."""
+    from suite import zoo
+
+    return real_workload(name, seed=seed, mode=mode, **SMALL_SHAPES[zoo.spec(name).family])

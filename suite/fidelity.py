@@ -1,0 +1,522 @@
+"""How far the simulator is from reality: the same placements predicted by the profile-calibrated simulator
+and measured on this machine.
+
+`run_fidelity(rw, cluster, device_map, profiles)` evaluates a set of placements of one workload:
+
+* `single:<device>`: every op on one device, for every device of the cluster;
+* `split:<k>`: contiguous random splits: the ops, in topological order, cut at random points into pieces
+  given to devices in turn (pipeline-like placements, seeded);
+* `random:<k>`: every colocation group (or op) on a uniformly random device (seeded);
+* baselines: the placements of registered placers (`placers=("metis", "m_etf", ...)`), where they apply
+  (searching the roofline simulator with a small budget); one equal to an earlier placement is left out;
+
+each predicted by `SimulatorBackend` with the profiles and measured by the real backend (PyTorch or ONNX
+Runtime) with the methodology's timing protocol, `rounds` times in interleaved rounds (every placement
+once per round), the measured step time being the statistic of all samples: on a shared machine a slow
+phase then hits every placement alike instead of one of them. Per placement: relative error (predicted - measured) /
+measured; over the placements: the median absolute relative error and Spearman's rank correlation of
+predicted against measured (does the simulator order placements as reality does?).
+
+Reports: `<out>/<workload>__<cluster>__<backend>.md` (table), `.png` (predicted vs measured, log-log, with
+the y = x line and a +-15 % band) and `.json` (every number); `write_summary(out)` gathers every JSON of a
+directory into `summary.md` with the single-device predictions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.cluster import Cluster
+from suite.costmodel import Profile
+from suite.errors import PlacebenchError
+from suite.evaluator import SimulatorBackend
+from suite.graph import OpGraph
+from suite.methodology import Methodology, Timing
+from suite.placement import validate
+
+_REPO_RESULTS = Path(__file__).resolve().parents[1] / "results"
+# in a checkout: the committed results/fidelity; in an installed package: results/fidelity under the current directory
+DEFAULT_DIR = (_REPO_RESULTS if _REPO_RESULTS.is_dir() else Path("results")) / "fidelity"
+TARGET_REL_ERROR = 0.15
+
+
+@dataclass
+class Row:
+    label: str
+    family: str  # single, split, random, baseline
+    predicted_s: float | None
+    measured_s: float | None
+    status: str
+    measured_q25_s: float | None = None
+    measured_q75_s: float | None = None
+    bytes_transferred: int = 0
+    message: str = ""
+    predicted_raw_s: float | None = None  # with the uncalibrated profile (no per-op overhead term)
+
+    @property
+    def rel_error(self) -> float | None:
+        if self.predicted_s is None or not self.measured_s:
+            return None
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+    @property
+    def rel_error_raw(self) -> float | None:
+        if self.predicted_raw_s is None or not self.measured_s:
+            return None
+        return (self.predicted_raw_s - self.measured_s) / self.measured_s
+
+
+@dataclass
+class FidelityResult:
+    workload: str
+    workload_hash: str
+    cluster: str
+    backend: str
+    device_map: dict[str, str]
+    rows: list[Row]
+    profiles: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def ok_rows(self) -> list[Row]:
+        return [r for r in self.rows if r.status == "ok" and r.rel_error is not None]
+
+    def stats(self) -> dict[str, Any]:
+        rows = self.ok_rows()
+        errs = [abs(r.rel_error) for r in rows]
+        raw = [abs(r.rel_error_raw) for r in rows if r.rel_error_raw is not None]
+        pred = [r.predicted_s for r in rows]
+        meas = [r.measured_s for r in rows]
+        return {
+            "placements": len(self.rows),
+            "measured_ok": len(rows),
+            "median_abs_rel_error": float(np.median(errs)) if errs else None,
+            "max_abs_rel_error": float(max(errs)) if errs else None,
+            "spearman": spearman(pred, meas) if len(rows) >= 3 else None,
+            "within_15pct": int(sum(e <= TARGET_REL_ERROR for e in errs)),
+            "median_abs_rel_error_uncalibrated": float(np.median(raw)) if raw else None,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "placebench.fidelity",
+            "schema_version": 1,
+            "workload": self.workload,
+            "workload_hash": self.workload_hash,
+            "cluster": self.cluster,
+            "backend": self.backend,
+            "device_map": self.device_map,
+            "stats": self.stats(),
+            "rows": [{**asdict(r), "rel_error": r.rel_error, "rel_error_raw": r.rel_error_raw} for r in self.rows],
+            "profiles": self.profiles,
+            "info": self.info,
+        }
+
+
+def _ranks(x: Sequence[float]) -> np.ndarray:
+    """Ranks from 1, ties sharing their average rank."""
+    a = np.asarray(x, dtype=np.float64)
+    order = np.argsort(a, kind="mergesort")
+    ranks = np.empty(len(a))
+    i = 0
+    while i < len(a):
+        j = i
+        while j + 1 < len(a) and a[order[j + 1]] == a[order[i]]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (Pearson correlation of average ranks); None when undefined."""
+    if len(x) != len(y) or len(x) < 2:
+        return None
+    rx, ry = _ranks(x), _ranks(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    den = math.sqrt(float((rx * rx).sum() * (ry * ry).sum()))
+    return float((rx * ry).sum() / den) if den > 0 else None
+
+
+# -- placements ------------------------------------------------------------------------------------------
+def _group_consistent(graph: OpGraph, placement: np.ndarray) -> np.ndarray:
+    """Every op of a colocation group on the device of the group's first op."""
+    out = placement.copy()
+    for members in graph.groups.values():
+        out[members] = out[members[0]]
+    return out
+
+
+def single_device_placements(graph: OpGraph, cluster: Cluster) -> list[tuple[str, np.ndarray]]:
+    out = []
+    for d, dev in enumerate(cluster.devices):
+        p = np.full(graph.num_ops, d, dtype=np.int64)
+        try:
+            out.append((f"single:{dev.name}", validate(p, graph, cluster)))
+        except PlacebenchError:
+            continue
+    return out
+
+
+def random_split_placement(graph: OpGraph, num_devices: int, rng: np.random.Generator,
+                           pieces: int | None = None) -> np.ndarray:
+    """The forward ops in topological order cut at random points, piece k on device (offset + k) mod D;
+    backward and update ops follow their forward op (colocation groups)."""
+    n = graph.num_ops
+    fwd = np.array([i for i, op in enumerate(graph.ops) if op.phase == "forward"] or list(range(n)))
+    m = len(fwd)
+    pieces = pieces or int(rng.integers(2, 5))
+    cuts = np.sort(rng.choice(np.arange(1, m), size=min(pieces - 1, m - 1), replace=False)) if m > 1 else []
+    offset = int(rng.integers(num_devices))
+    p = np.zeros(n, dtype=np.int64)
+    for k, (a, b) in enumerate(zip(np.r_[0, cuts], np.r_[cuts, m], strict=True)):
+        p[fwd[int(a):int(b)]] = (offset + k) % num_devices
+    last = 0
+    for i in range(n):  # ops outside the forward pass and outside any group: with the op before them
+        if graph.ops[i].phase == "forward":
+            last = p[i]
+        elif graph.ops[i].group is None:
+            p[i] = last
+    return _group_consistent(graph, p)
+
+
+def random_placement(graph: OpGraph, num_devices: int, rng: np.random.Generator) -> np.ndarray:
+    return _group_consistent(graph, rng.integers(0, num_devices, graph.num_ops).astype(np.int64))
+
+
+def placements_for(graph: OpGraph, cluster: Cluster, *, n_split: int = 3, n_random: int = 2, seed: int = 0,
+                   placers: Sequence[str] = ()) -> list[tuple[str, str, np.ndarray]]:
+    """(label, family, placement) of the fidelity set (see the module docstring); invalid ones are left out."""
+    rng = np.random.default_rng(seed)
+    out = [(label, "single", p) for label, p in single_device_placements(graph, cluster)]
+    if cluster.num_devices > 1:
+        for k in range(n_split):
+            out.append((f"split:{k}", "split", random_split_placement(graph, cluster.num_devices, rng)))
+        for k in range(n_random):
+            out.append((f"random:{k}", "random", random_placement(graph, cluster.num_devices, rng)))
+    for name in placers:
+        p = _placer_placement(name, graph, cluster, seed)
+        if p is not None:
+            out.append((name, "baseline", p))
+    valid: list[tuple[str, str, np.ndarray]] = []
+    for label, fam, p in out:
+        try:
+            p = validate(p, graph, cluster)
+        except PlacebenchError:
+            continue
+        if not any(np.array_equal(p, q) for _, _, q in valid):  # a baseline equal to a single-device one
+            valid.append((label, fam, p))
+    return valid
+
+
+def _placer_placement(name: str, graph: OpGraph, cluster: Cluster, seed: int) -> np.ndarray | None:
+    """A registered placer's placement (simulator-backed search with a small budget), None if it does not apply."""
+    from suite.methodology import Budget
+    from suite.placer import Problem, make_placer
+
+    budget = Budget(max_evaluations=200, max_seconds=60.0)
+    try:
+        placer = make_placer(name)
+        return np.asarray(placer.place(Problem.make(graph, cluster, budget), budget, seed).placement, dtype=np.int64)
+    except Exception:  # noqa: BLE001 - a baseline that does not apply is left out of the set
+        return None
+
+
+# -- the study -------------------------------------------------------------------------------------------
+def run_fidelity(
+    rw: Any,
+    cluster: Cluster,
+    device_map: Any,
+    profiles: Sequence[Profile],
+    *,
+    backend: str = "torch",
+    methodology: Methodology | None = None,
+    timing: Timing | None = None,
+    n_split: int = 3,
+    n_random: int = 2,
+    seed: int = 0,
+    placers: Sequence[str] = (),
+    native: bool = True,
+    rounds: int = 3,
+    clock: str = "wall",
+    concurrent: bool | str = "auto",
+    engine: str | None = None,
+    progress: Any = None,
+) -> FidelityResult:
+    """Predict and measure the fidelity set of `rw` on `cluster` (see the module docstring)."""
+    from suite import methodology as _m
+    from suite.profiling import uncalibrated
+
+    timing = timing or (methodology or _m.load()).timing
+    graph = rw.graph
+    sim = SimulatorBackend(graph, cluster, profiles, engine=engine)
+    sim_raw = SimulatorBackend(graph, cluster, [uncalibrated(p) for p in profiles], engine=engine)
+    if backend == "torch":
+        from suite.backends.torch_exec import TorchBackend
+
+        real: Any = TorchBackend(rw, cluster, device_map, timing=timing, clock=clock, concurrent=concurrent)
+    elif backend == "onnxruntime":
+        from suite.backends.ort_exec import OrtBackend
+
+        real = OrtBackend(rw, cluster, device_map, timing=timing, clock=clock)
+    else:
+        raise PlacebenchError(f"fidelity: backend {backend!r} is not 'torch' or 'onnxruntime'")
+    rows = []
+    chosen = placements_for(graph, cluster, n_split=n_split, n_random=n_random, seed=seed, placers=placers)
+    measured: list[list[Any]] = [[] for _ in chosen]
+    for r in range(rounds):  # interleaved rounds: a slow phase of the machine hits every placement alike
+        for k, (_, _, p) in enumerate(chosen):
+            if r == 0 or measured[k][-1].ok:
+                measured[k].append(real.measure(p))
+    for (label, family, p), ms in zip(chosen, measured, strict=True):
+        pred = sim.measure(p)
+        raw = sim_raw.measure(p)
+        bad = [m for m in ms if not m.ok]
+        meas = bad[0] if bad else ms[-1]
+        samples = [x for m in ms for x in m.samples_s]
+        step = None
+        q = None
+        if not bad:
+            step = float(np.mean(samples) if timing.statistic == "mean" else np.median(samples))
+            q = np.percentile(samples, [25, 75])
+        rows.append(Row(label, family, pred.step_time_s if pred.ok else None, step,
+                        meas.status if pred.ok else f"sim-{pred.status}",
+                        float(q[0]) if q is not None else None, float(q[1]) if q is not None else None,
+                        int(meas.bytes_transferred), meas.message, raw.step_time_s if raw.ok else None))
+        if progress:
+            progress(rows[-1])
+    if backend == "onnxruntime" and native:
+        cpu = cluster.fastest("cpu") if cluster.device_indices("cpu") else None
+        for which in ("ort_cpu", "ort_gpu"):
+            if which == "ort_gpu" and not cluster.device_indices("gpu"):
+                continue
+            m = real.measure_native(which)
+            pred_s = None
+            if which == "ort_cpu" and cpu is not None:
+                pred_s = sim.measure(np.full(graph.num_ops, cpu, dtype=np.int64)).step_time_s
+            rows.append(Row(f"native:{which}", "native", pred_s, m.step_time_s if m.ok else None, m.status,
+                            message=m.message))
+            if progress:
+                progress(rows[-1])
+    import torch
+
+    info = {
+        "timing": dict(timing.__dict__),
+        "threads": torch.get_num_threads(),
+        "machine": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seed": seed,
+        "rounds": rounds,
+        "clock": clock,
+        "concurrent": concurrent if backend == "torch" else False,
+        "simulator_engine": sim.engine,
+    }
+    try:
+        info["load_average"] = list(__import__("os").getloadavg())
+    except OSError:
+        pass
+    prof_meta = [{"applies_to": p.applies_to, "workload_hash": p.workload_hash,
+                  "calibration": {k: v for k, v in p.metadata.get("calibration", {}).items()
+                                  if k != "measured_step_samples_s"},
+                  "threads": p.metadata.get("threads"), "device": p.metadata.get("device")} for p in profiles]
+    return FidelityResult(graph.name, graph.content_hash, cluster.name, backend, dict(device_map.as_dict()), rows,
+                          prof_meta, info)
+
+
+# -- reports ---------------------------------------------------------------------------------------------
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def markdown(result: FidelityResult) -> str:
+    s = result.stats()
+    lines = [
+        f"# Simulator fidelity: {result.workload} on {result.cluster} ({result.backend})",
+        "",
+        f"Device map: {', '.join(f'{k} -> {v}' for k, v in result.device_map.items())}. "
+        f"Timing: {result.info.get('timing')}, clock {result.info.get('clock', 'wall')}, "
+        f"{result.info.get('rounds', 1)} interleaved round(s), {result.info.get('threads')} thread(s), "
+        f"concurrent execution {result.info.get('concurrent', 'auto')}, measured "
+        f"{result.info.get('measured_at')} (load average {result.info.get('load_average', '?')}).",
+        "",
+        "| placement | predicted ms | measured ms (median) | IQR ms | rel. error | uncalibrated: predicted ms, "
+        "rel. error | copied MiB/step | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in result.rows:
+        iqr = "-" if r.measured_q25_s is None else f"{_ms(r.measured_q25_s)}-{_ms(r.measured_q75_s)}"
+        lines.append(f"| {r.label} | {_ms(r.predicted_s)} | {_ms(r.measured_s)} | {iqr} | {_pct(r.rel_error)} | "
+                     f"{_ms(r.predicted_raw_s)}, {_pct(r.rel_error_raw)} | "
+                     f"{r.bytes_transferred / 2**20:.2f} | {r.status}{': ' + r.message if r.message else ''} |")
+    med = s["median_abs_rel_error"]
+    rho = s["spearman"]
+    lines += [
+        "",
+        f"Median absolute relative error: {'-' if med is None else f'{med * 100:.1f}%'} "
+        f"(uncalibrated profile: {_pct(s['median_abs_rel_error_uncalibrated']).lstrip('+')}); "
+        f"Spearman rank correlation: {'-' if rho is None else f'{rho:.3f}'}; "
+        f"{s['within_15pct']} of {s['measured_ok']} placements within 15%.",
+        "",
+    ]
+    for p in result.profiles:
+        c = p.get("calibration", {})
+        lines.append(f"Profile for {p['applies_to']} ({p.get('device')}, {p.get('threads')} thread(s)): raw op sum "
+                     f"{_ms(c.get('raw_sum_s'))} ms, measured step {_ms(c.get('measured_step_s'))} ms, calibration "
+                     f"{c.get('method')} ({_calib_text(c)}).")
+    return "\n".join(lines) + "\n"
+
+
+def _calib_text(c: dict[str, Any]) -> str:
+    if c.get("method") == "additive":
+        return f"+{c['op_overhead_s'] * 1e6:.1f} us per op over {c.get('ops_timed')} ops"
+    if c.get("method") == "scale":
+        return f"x{c['factor']:.3f}"
+    return "none"
+
+
+def plot(result: FidelityResult, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result.ok_rows()
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    colors = {"single": "tab:blue", "split": "tab:orange", "random": "tab:red", "baseline": "tab:green",
+              "native": "tab:purple"}
+    for fam, color in colors.items():
+        pts = [(r.measured_s * 1e3, r.predicted_s * 1e3) for r in rows if r.family == fam]
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            ax.scatter(xs, ys, label=fam, color=color, s=28, zorder=3)
+    vals = [v for r in rows for v in (r.measured_s * 1e3, r.predicted_s * 1e3)]
+    if vals:
+        lo, hi = min(vals) * 0.8, max(vals) * 1.25
+        xs = np.geomspace(lo, hi, 50)
+        ax.plot(xs, xs, "k-", lw=0.8, label="y = x", zorder=2)
+        ax.fill_between(xs, xs * (1 - TARGET_REL_ERROR), xs * (1 + TARGET_REL_ERROR), color="0.88", label="+-15%",
+                        zorder=1)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0, 7.0)))
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("measured step time (ms, median)")
+    ax.set_ylabel("simulated step time (ms)")
+    s = result.stats()
+    rho = s["spearman"]
+    med = s["median_abs_rel_error"]
+    ax.set_title(f"{result.workload}\n{result.cluster}, {result.backend}: median |err| "
+                 f"{'-' if med is None else f'{med * 100:.1f}%'}, Spearman {'-' if rho is None else f'{rho:.2f}'}",
+                 fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: bool = True) -> dict[str, Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    clock = result.info.get("clock", "wall")
+    stem = f"{result.workload}__{result.cluster}__{result.backend}" + ("" if clock == "wall" else f"__{clock}")
+    if result.info.get("concurrent") is True:
+        stem += "__concurrent"
+    paths = {"md": out / f"{stem}.md", "json": out / f"{stem}.json"}
+    paths["md"].write_text(markdown(result))
+    paths["json"].write_text(json.dumps(result.to_dict(), indent=1, allow_nan=False) + "\n")
+    if png:
+        paths["png"] = plot(result, out / f"{stem}.png")
+    paths["summary"] = write_summary(out)
+    return paths
+
+
+def _mode(d: dict[str, Any]) -> str:
+    """Clock, and concurrent execution when it was forced on."""
+    info = d.get("info", {})
+    return info.get("clock", "wall") + (", concurrent" if info.get("concurrent") is True else "")
+
+
+def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
+    """`summary.md`: per fidelity JSON in `out`, the single-device rows and the placement-set statistics."""
+    out = Path(out)
+    results = []
+    for path in sorted(out.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and data.get("format") == "placebench.fidelity":
+            results.append(data)
+    lines = [
+        "# Simulator fidelity summary",
+        "",
+        "Generated by `placebench fidelity`; every number is a measurement on the machine named in each report.",
+        "",
+        "## Single-device step time: profile-calibrated simulator vs measured",
+        "",
+        "| workload | backend | clock | device | predicted ms | measured ms | rel. error | uncalibrated predicted ms | "
+        "uncalibrated rel. error |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for d in results:
+        for r in d["rows"]:
+            if r["label"].startswith("single:") and r["status"] == "ok":
+                lines.append(f"| {d['workload']} | {d['backend']} | {_mode(d)} | "
+                             f"{r['label'][7:]} | {_ms(r['predicted_s'])} | "
+                             f"{_ms(r['measured_s'])} | {_pct(r['rel_error'])} | {_ms(r.get('predicted_raw_s'))} | "
+                             f"{_pct(r.get('rel_error_raw'))} |")
+    lines += ["", "## All placements", "",
+              "| workload | cluster | backend | clock | placements ok | median abs. rel. error | Spearman | within 15% |",
+              "|---|---|---|---|---:|---:|---:|---:|"]
+    for d in results:
+        s = d["stats"]
+        med = s["median_abs_rel_error"]
+        rho = s["spearman"]
+        lines.append(f"| {d['workload']} | {d['cluster']} | {d['backend']} | {_mode(d)} | "
+                     f"{s['measured_ok']}/{s['placements']} | "
+                     f"{'-' if med is None else f'{med * 100:.1f}%'} | {'-' if rho is None else f'{rho:.3f}'} | "
+                     f"{s['within_15pct']} |")
+    lines += ["", "## Reading these numbers", "", *NOTES]
+    path = out / "summary.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+NOTES = [
+    "- Single-device rows test the profile: the simulator's single-device step is the sum of the op times, "
+    "calibrated when profiled to the step time measured then; the error is how well that holds at another "
+    "time. The uncalibrated columns use the raw per-op times.",
+    "- Logical devices (cpu:0, cpu:1 mapped to one CPU) share cores, caches and memory bandwidth, and a copy "
+    "between them is CPU work (a clone into fresh memory, page faults included) that stops compute. The "
+    "simulator models independent devices with their own compute streams and asynchronous links, so it is "
+    "optimistic for placements with many boundaries or much parallelism (per-op random placements, split "
+    "RNNs): expect negative errors there, and a rank correlation that is not meaningful where all placements "
+    "measure within noise of each other.",
+    "- clock cpu: CPU time of the process (one intra-op thread, sequential execution), robust to other "
+    "processes on a shared machine; wall: perf_counter.",
+    "- onnxruntime rows use profiles measured with PyTorch: they show how far a PyTorch-calibrated simulator "
+    "is from ONNX Runtime (a different framework with fused kernels), not ONNX Runtime's own fidelity.",
+]

@@ -1,0 +1,169 @@
+"""ONNX Runtime backend: per-device subgraphs equal the eager model for every zoo family (small shapes), the
+split is a valid run order, providers are checked (no silent CUDA fallback), training is refused, and the
+ort_cpu / ort_gpu baselines."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import suite
+from suite.backends.devices import DeviceMap, local_cluster
+from suite.backends.ort_exec import (
+    BackendUnavailable,
+    OrtBackend,
+    OrtExecutor,
+    OrtModel,
+    export_onnx,
+    make_session,
+)
+from suite.backends.workload import small_workload
+from suite.fidelity import random_placement, random_split_placement
+from suite.methodology import Budget, Timing
+from suite.placer import NotApplicable, Problem, make_placer
+
+FAST = Timing(warmup_steps=1, measured_steps=3)
+FAMILY_WORKLOADS = ["resnet50-b32", "inception_v3-b32", "bert_base-12x768-s128-b8", "rnnlm-2x2048-b64",
+                    "nmt-2x1024-b64"]
+HAS_CUDA_EP = torch.cuda.is_available() and "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+@pytest.fixture(scope="module")
+def three_cpus():
+    return local_cluster(3)
+
+
+@pytest.fixture(scope="module")
+def models():
+    """OrtModel of every family's small inference workload (exported once for the module)."""
+    return {name: OrtModel(small_workload(name, mode="inference")) for name in FAMILY_WORKLOADS}
+
+
+@pytest.mark.parametrize("name", FAMILY_WORKLOADS)
+def test_split_inference_equals_eager_for_every_family(name, models, three_cpus):
+    _, dmap = three_cpus
+    om = models[name]
+    rw = om.rw
+    ref = rw.eager().numpy()
+    assert all(a >= 0 for a in om.node_op)  # every ONNX node is attributed to an op
+    ex = OrtExecutor(om, dmap)
+    rng = np.random.default_rng(4)
+    placements = [np.zeros(rw.graph.num_ops, dtype=np.int64), random_split_placement(rw.graph, 3, rng)]
+    if rw.graph.num_ops < 100:  # per-op random placements of the image models make ~90 sessions: slow
+        placements.append(random_placement(rw.graph, 3, rng))
+    for p in placements:
+        ex.apply(p)
+        ex.copies_bytes = 0
+        out = ex.step()
+        np.testing.assert_allclose(out[0], ref, rtol=1e-4, atol=1e-5)
+        assert (len(ex.segments) == 1) == (len(set(p.tolist())) == 1)
+        assert (ex.copies_bytes > 0) == (len(ex.segments) > 1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_segments_form_a_valid_run_order(models, seed):
+    om = models["inception_v3-b32"]
+    p = random_placement(om.rw.graph, 3, np.random.default_rng(seed))
+    segs = om.segments(p)
+    available = set(om.graph_inputs)
+    dev = om.node_devices(p)
+    seen_nodes = []
+    for seg in segs:
+        assert all(x in available for x in seg.inputs)  # reads only what earlier segments produced
+        assert {dev[j] for j in seg.nodes} == {seg.device}
+        seen_nodes += seg.nodes
+        available.update(seg.outputs)
+    assert sorted(seen_nodes) == list(range(len(om.model.graph.node)))
+    assert set(om.graph_outputs) <= available
+    # no two segments of the same device at the same level
+    assert len({(s.level, s.device) for s in segs}) == len(segs)
+
+
+def test_backend_measures_and_native_cpu_placement(three_cpus):
+    cluster, dmap = three_cpus
+    rw = small_workload("bert_base-12x768-s128-b8", mode="inference")
+    be = OrtBackend(rw, cluster, dmap, timing=FAST)
+    m = be.measure(random_split_placement(rw.graph, 3, np.random.default_rng(0)))
+    assert m.status == "ok" and len(m.samples_s) == 3 and m.bytes_transferred > 0
+    native = be.measure_native("ort_cpu")
+    assert native.status == "ok" and native.step_time_s > 0
+
+
+@pytest.mark.skipif(HAS_CUDA_EP, reason="checks the behaviour without CUDA")
+def test_cuda_session_without_the_cuda_provider_is_an_error(three_cpus):
+    with pytest.raises(BackendUnavailable, match="CUDAExecutionProvider"):
+        make_session(b"", "cuda:0")
+    cluster, dmap = three_cpus
+    be = OrtBackend(small_workload("rnnlm-2x2048-b64", mode="inference"), cluster, dmap, timing=FAST)
+    m = be.measure_native("ort_gpu")
+    assert m.status == "error" and "CUDAExecutionProvider" in m.message
+
+
+def test_training_workloads_are_refused():
+    with pytest.raises(BackendUnavailable, match="inference only"):
+        export_onnx(small_workload("rnnlm-2x2048-b64", mode="training"))
+
+
+def test_ort_baselines():
+    rw = small_workload("resnet50-b32", mode="inference")
+    g = rw.graph
+    h100 = suite.load_cluster("xeon_h100")
+    budget = Budget(max_evaluations=1)
+    cpu = make_placer("ort_cpu").place(Problem.make(g, h100, budget), budget, 0)
+    assert (cpu.placement == 0).all() and cpu.evaluations == 0
+    gpu = make_placer("ort_gpu", assignment="static").place(Problem.make(g, h100, budget), budget, 0)
+    inputs = [i for i, op in enumerate(g.ops) if op.kind == "input"]
+    assert (gpu.placement[inputs] == 0).all()
+    assert (np.delete(gpu.placement, inputs) == 1).all()
+    assert gpu.info["assignment"] == "static"
+    two_cpus, _ = local_cluster(2)
+    with pytest.raises(NotApplicable):
+        make_placer("ort_gpu").place(Problem.make(g, two_cpus, budget), budget, 0)
+
+
+def test_ort_gpu_keeps_colocation_groups_in_training_graphs():
+    g = small_workload("rnnlm-2x2048-b64", mode="training").graph
+    h100 = suite.load_cluster("xeon_h100")
+    budget = Budget(max_evaluations=1)
+    res = make_placer("ort_gpu").place(Problem.make(g, h100, budget), budget, 0)
+    for members in g.groups.values():
+        assert len(set(res.placement[members].tolist())) == 1
+
+
+def test_a_gpu_cluster_runs_with_its_gpu_mapped_to_the_cpu(models):
+    cluster = suite.load_cluster("xeon_h100")
+    dmap = DeviceMap.parse(cluster, ["gpu:0=cpu"])
+    om = models["nmt-2x1024-b64"]
+    ex = OrtExecutor(om, dmap)
+    ex.apply(random_split_placement(om.rw.graph, 2, np.random.default_rng(1)))
+    np.testing.assert_allclose(ex.step()[0], om.rw.eager().numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not HAS_CUDA_EP, reason="needs CUDA and onnxruntime-gpu")
+def test_cpu_gpu_split_on_cuda(models):
+    cluster, dmap = local_cluster(1)
+    om = models["resnet50-b32"]
+    p = random_split_placement(om.rw.graph, cluster.num_devices, np.random.default_rng(0))
+    ex = OrtExecutor(om, dmap)
+    ex.apply(p)
+    np.testing.assert_allclose(ex.step()[0], om.rw.eager().numpy(), rtol=1e-3, atol=1e-3)
+    be = OrtBackend(om.rw, cluster, dmap, timing=FAST)
+    assert be.measure_native("ort_gpu").status == "ok"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50-b1-infer", "inception_v3-b1-infer", "bert_base-12x768-s128-b1-infer",
+                                  "rnnlm-2x2048-b64", "nmt-2x1024-b64"])
+def test_full_size_workloads_batch_one_inference(name, three_cpus):
+    """Every zoo model at full size (not the large variants), batch 1, inference, split over logical CPUs."""
+    from suite import zoo
+    from suite.backends.workload import real_workload
+
+    rw = real_workload(name) if zoo.spec(name).mode == "inference" else real_workload(name, mode="inference",
+                                                                                        batch_size=1)
+    _, dmap = three_cpus
+    ex = OrtExecutor(OrtModel(rw), dmap)
+    ex.apply(random_split_placement(rw.graph, 3, np.random.default_rng(0)))
+    np.testing.assert_allclose(ex.step()[0], rw.eager().numpy(), rtol=1e-3, atol=1e-4)

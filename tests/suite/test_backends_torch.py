@@ -1,0 +1,392 @@
+"""PyTorch backend: split execution equals the eager model (inference and training, every zoo family in its
+small shape), copies at device boundaries counted exactly, shared weights, OOM as a status, the timing
+protocol, device maps. CPU only: multi-device placements use logical CPU devices; CUDA tests skip without a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from suite import zoo
+from suite.backends.devices import DeviceMap, local_cluster
+from suite.backends.torch_exec import ExecGraph, TorchBackend, TorchExecutor
+from suite.backends.workload import SMALL_SHAPES, for_graph, from_module, real_workload, small_workload
+from suite.errors import ClusterError, PlacebenchError
+from suite.evaluator import Evaluator
+from suite.fidelity import random_placement, random_split_placement
+from suite.methodology import Budget, Timing
+
+FAST = Timing(warmup_steps=1, measured_steps=3)
+FAMILY_WORKLOADS = ["resnet50-b32", "inception_v3-b32", "bert_base-12x768-s128-b8", "rnnlm-2x2048-b64",
+                    "nmt-2x1024-b64"]
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(scope="module")
+def three_cpus():
+    return local_cluster(3)
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Shared(nn.Module):
+    """One Linear called twice: its weights become a variable op shared by two ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.fc(self.act(self.fc(x)))).sum()
+
+
+def _placement(graph, **devices) -> np.ndarray:
+    return np.array([devices[op.name.replace("/", "_")] for op in graph.ops], dtype=np.int64)
+
+
+def test_copies_at_boundaries_are_counted_exactly(three_cpus):
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(Tiny(), (torch.randn(2, 4),), name="tiny")
+    assert [op.name for op in rw.graph.ops] == ["x", "fc1", "act", "fc2"]
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(_placement(rw.graph, x=0, fc1=1, act=1, fc2=0))
+    with torch.no_grad():
+        out = ex.forward()
+    # x (2x4 floats) goes to cpu:1, act's output (2x8 floats) back to cpu:0
+    assert (ex.copies.count, ex.copies.bytes) == (2, 2 * 4 * 4 + 2 * 8 * 4)
+    torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
+    ex.copies.count = ex.copies.bytes = 0
+    ex.apply(np.zeros(4, dtype=np.int64))
+    with torch.no_grad():
+        ex.forward()
+    assert ex.copies.count == 0
+
+
+def test_shared_weights_live_on_the_variable_device_and_are_copied_once_per_device(three_cpus):
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(Shared(), (torch.randn(2, 4),), name="shared", mode="training")
+    eg = ExecGraph(rw)
+    g = rw.graph
+    assert g.ops[eg.param_home_op["fc.weight"]].name == "fc/variable"
+    assert g.ops[eg.param_home_op["out.weight"]].name == "out"
+    # variable (and its acc/update ops) on cpu:0, both uses of fc and the relu on cpu:1: the weights go
+    # to cpu:1 once
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    for grp in ("fc/0", "act", "fc/1"):
+        p[g.groups[grp]] = 1
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(p)
+    ex.copies.count = ex.copies.bytes = 0
+    ex.forward()
+    weights = 4 * 4 * 4 + 4 * 4  # fc.weight and fc.bias
+    x_bytes = 2 * 4 * 4
+    fc1_out = 2 * 4 * 4  # fc/1 on cpu:1 -> out on cpu:0
+    assert (ex.copies.count, ex.copies.bytes) == (4, weights + x_bytes + fc1_out)
+
+
+def test_training_step_with_shared_weights_equals_eager(three_cpus):
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(Shared(), (torch.randn(2, 4),), name="shared", mode="training")
+    eager = rw.fresh_copy()
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[g.groups["fc/1"]] = 1
+    p[g.groups["act"]] = 2
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(p)
+    for _ in range(2):
+        loss = ex.step()
+    opt = torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9)
+    for _ in range(2):
+        opt.zero_grad()
+        ref = eager.module(*eager.inputs)
+        ref.backward()
+        opt.step()
+    torch.testing.assert_close(loss, ref.detach())
+    for name, param in eager.module.named_parameters():
+        torch.testing.assert_close(ex.eg.params[name].detach(), param.detach())
+
+
+@pytest.mark.parametrize("name", FAMILY_WORKLOADS)
+def test_split_inference_equals_eager_for_every_family(name, three_cpus):
+    cluster, dmap = three_cpus
+    rw = small_workload(name, mode="inference")
+    ref = rw.eager()
+    ex = TorchExecutor(rw, dmap)
+    rng = np.random.default_rng(1)
+    for p in (random_placement(rw.graph, 3, rng), random_split_placement(rw.graph, 3, rng)):
+        ex.apply(p)
+        ex.copies.count = 0
+        with torch.no_grad():
+            out = ex.forward()
+        assert ex.copies.count > 0
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FAMILY_WORKLOADS)
+def test_split_training_step_equals_eager_for_every_family(name, three_cpus):
+    cluster, dmap = three_cpus
+    rw = small_workload(name, mode="training")
+    eager = rw.fresh_copy()
+    p = random_placement(rw.graph, 3, np.random.default_rng(2))
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(p)
+    loss = ex.step()
+    opt = torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9)
+    ref = eager.module(*eager.inputs)
+    ref.backward()
+    opt.step()
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-5, atol=1e-6)
+    for pname, param in eager.module.named_parameters():
+        torch.testing.assert_close(ex.eg.params[pname].detach(), param.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_concurrent_and_sequential_execution_agree(three_cpus):
+    _, dmap = three_cpus
+    rw = small_workload("nmt-2x1024-b64", mode="inference")
+    p = random_placement(rw.graph, 3, np.random.default_rng(3))
+    outs = []
+    for concurrent in (True, False, "auto"):
+        ex = TorchExecutor(rw, dmap, concurrent=concurrent)
+        ex.apply(p)
+        with torch.no_grad():
+            outs.append(ex.forward())
+        ex.close()
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    torch.testing.assert_close(outs[0], outs[2], rtol=0, atol=0)
+
+
+def test_backend_measures_with_the_timing_protocol(three_cpus):
+    cluster, dmap = three_cpus
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    be = TorchBackend(rw, cluster, dmap, timing=FAST)
+    single = be.measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+    assert single.status == "ok" and len(single.samples_s) == 3
+    assert single.step_time_s == pytest.approx(float(np.median(single.samples_s)))
+    assert single.bytes_transferred == 0
+    assert set(single.peak_memory_bytes) == {"cpu:0", "cpu:1", "cpu:2"}
+    assert all(v > 0 for v in single.peak_memory_bytes.values())
+    split = be.measure(random_placement(rw.graph, 3, np.random.default_rng(0)))
+    assert split.status == "ok" and split.bytes_transferred > 0
+
+
+def test_evaluator_runs_the_torch_backend(three_cpus):
+    cluster, dmap = three_cpus
+    rw = small_workload("bert_base-12x768-s128-b8", mode="inference")
+    ev = Evaluator(rw.graph, cluster, Budget(max_evaluations=2), backend=TorchBackend(rw, cluster, dmap, timing=FAST))
+    m = ev.evaluate(np.zeros(rw.graph.num_ops, dtype=np.int64))
+    assert m.status == "ok" and ev.remaining == 1
+    bad = ev.evaluate(np.full(rw.graph.num_ops, 7))
+    assert bad.status == "invalid"
+
+
+class Hungry(nn.Module):
+    """A leaf op whose allocation size is set after capture (capture runs the module once)."""
+
+    capture_kind = "hungry"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.extra = 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + x.new_zeros(self.extra).sum()
+
+    def capture_cost(self, inputs, outputs, training):
+        from suite.capture.flops import Cost
+
+        return Cost("hungry", 1.0)
+
+
+class WithHungry(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.hungry = Hungry()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hungry(self.fc(x))
+
+
+def test_allocation_failure_is_status_oom_and_the_run_goes_on(three_cpus):
+    cluster, dmap = three_cpus
+    model = WithHungry()
+    rw = from_module(model, (torch.randn(2, 4),), name="hungry")
+    be = TorchBackend(rw, cluster, dmap, timing=FAST)
+    p = np.zeros(rw.graph.num_ops, dtype=np.int64)
+    model.hungry.extra = 2**60  # an allocation no machine can make: a real allocator failure
+    m = be.measure(p)
+    assert m.status == "oom" and m.step_time_s is None
+    assert set(m.oom_devices) == {"cpu:0", "cpu:1", "cpu:2"}  # the CPU, shared by the logical devices
+    model.hungry.extra = 1
+    assert be.measure(p).status == "ok"
+
+
+def test_cuda_out_of_memory_error_is_status_oom(three_cpus, monkeypatch):
+    cluster, dmap = three_cpus
+    model = WithHungry()
+    rw = from_module(model, (torch.randn(2, 4),), name="hungry")
+
+    def boom(self, x):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 1 GiB total)")
+
+    monkeypatch.setattr(Hungry, "forward", boom)
+    m = TorchBackend(rw, cluster, dmap, timing=FAST).measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+    assert m.status == "oom" and "out of memory" in m.message
+
+
+def test_other_failures_are_status_error(three_cpus, monkeypatch):
+    cluster, dmap = three_cpus
+    rw = from_module(WithHungry(), (torch.randn(2, 4),), name="hungry")
+    monkeypatch.setattr(Hungry, "forward", lambda self, x: x @ torch.ones(3, 3))
+    m = TorchBackend(rw, cluster, dmap, timing=FAST).measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+    assert m.status == "error" and "RuntimeError" in m.message
+
+
+def test_device_maps():
+    cluster = zoo_cluster = __import__("suite").load_cluster("xeon_h100")
+    dmap = DeviceMap.parse(cluster, ["gpu:0=cpu"])
+    assert dmap.as_dict() == {"cpu:0": "cpu", "gpu:0": "cpu"}
+    with pytest.raises(ClusterError, match="not a device of cluster"):
+        DeviceMap.parse(zoo_cluster, ["gpu:7=cpu"])
+    with pytest.raises(ClusterError, match="form"):
+        DeviceMap.parse(cluster, ["gpu:0"])
+    with pytest.raises(ClusterError, match="'cpu' or 'cuda:N'"):
+        DeviceMap.parse(cluster, {"gpu:0": "tpu"})
+    if not torch.cuda.is_available():
+        with pytest.raises(ClusterError, match="not available"):
+            DeviceMap.default(cluster)
+
+
+def test_a_gpu_cluster_runs_with_its_gpu_mapped_to_the_cpu():
+    import suite
+
+    cluster = suite.load_cluster("xeon_h100")
+    dmap = DeviceMap.parse(cluster, ["gpu:0=cpu"])
+    rw = small_workload("resnet50-b32", mode="inference")
+    p = random_split_placement(rw.graph, 2, np.random.default_rng(0))
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(p)
+    with torch.no_grad():
+        torch.testing.assert_close(ex.forward(), rw.eager(), rtol=1e-5, atol=1e-5)
+
+
+def test_local_cluster_describes_this_machine():
+    cluster, dmap = local_cluster(2)
+    assert [d.name for d in cluster.devices][:2] == ["cpu:0", "cpu:1"]
+    assert dmap.torch_devices[:2] == ("cpu", "cpu")
+    n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert cluster.num_devices == 2 + n_gpu
+    assert cluster.routes[1][0, 1] > 0
+
+
+def test_variants_and_the_zoo_graph():
+    rw = real_workload("rnnlm-2x2048-b64", mode="inference", **SMALL_SHAPES["rnnlm"])
+    assert rw.graph.name.startswith("rnnlm-2x2048-b64+") and "mode=inference" in rw.graph.name
+    assert rw.graph.metadata["variant_of"] == "rnnlm-2x2048-b64"
+    assert for_graph(rw.graph).graph.content_hash == rw.graph.content_hash
+    with pytest.raises(PlacebenchError, match="unknown shape parameter"):
+        real_workload("rnnlm-2x2048-b64", depth=3)
+
+
+def test_registered_workload_captured_from_the_real_module_is_the_zoo_graph():
+    rw = real_workload("resnet50-b1-infer", capture=True)
+    assert rw.graph.content_hash == zoo.load("resnet50-b1-infer").content_hash
+
+
+@cuda
+def test_cpu_gpu_split_equals_eager_on_cuda():
+    cluster, dmap = local_cluster(1)
+    rw = small_workload("resnet50-b32", mode="inference")
+    ref = rw.eager()
+    p = random_split_placement(rw.graph, cluster.num_devices, np.random.default_rng(0))
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(p)
+    with torch.no_grad():
+        out = ex.forward()
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-3, atol=1e-3)
+    m = TorchBackend(rw, cluster, dmap, timing=FAST).measure(p)
+    assert m.status == "ok" and m.peak_memory_bytes["gpu:0"] > 0
+
+
+FULL_SIZE_INFERENCE = ["resnet50-b1-infer", "inception_v3-b1-infer", "bert_base-12x768-s128-b1-infer",
+                       "rnnlm-2x2048-b64", "nmt-2x1024-b64"]  # the last two: their inference step at batch 1
+
+
+def full_size_inference(name: str):
+    if zoo.spec(name).mode == "inference":
+        return real_workload(name)
+    return real_workload(name, mode="inference", batch_size=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FULL_SIZE_INFERENCE)
+def test_full_size_workloads_batch_one_inference(name, three_cpus):
+    """Every zoo model at full size (not the large variants), batch 1, inference, split over logical CPUs."""
+    _, dmap = three_cpus
+    rw = full_size_inference(name)
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(random_split_placement(rw.graph, 3, np.random.default_rng(0)))
+    with torch.no_grad():
+        torch.testing.assert_close(ex.forward(), rw.eager(), rtol=1e-4, atol=1e-4)
+
+
+def test_runner_evaluator_entry_points_build_real_backends(tmp_path):
+    from suite import methodology, runner
+    from suite.backends.devices import cluster_to_toml
+    from suite.cluster import load
+
+    cluster, _ = local_cluster(2)
+    path = tmp_path / "local.toml"
+    path.write_text(cluster_to_toml(cluster))
+    loaded = load(path)
+    assert loaded.content_hash == cluster.content_hash
+    assert {"torch", "onnxruntime"} <= set(runner.evaluator_names())
+    graph = small_workload("rnnlm-2x2048-b64", mode="inference").graph
+    meth = methodology.load()
+    for name in ("torch", "onnxruntime"):
+        backend = runner._evaluator_factory(name)(graph, loaded, meth)
+        assert backend.name == name
+        m = backend.measure(np.zeros(graph.num_ops, dtype=np.int64))
+        assert m.status == "ok" and len(m.samples_s) == meth.timing.measured_steps
+
+
+def test_cpu_clock_times_only_one_thread_runs(three_cpus):
+    from suite.backends.timing import check_cpu_clock, time_steps
+
+    cluster, dmap = three_cpus
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        be = TorchBackend(rw, cluster, dmap, timing=FAST, clock="cpu")
+        m = be.measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+        assert m.status == "ok" and all(s > 0 for s in m.samples_s)
+        with pytest.raises(PlacebenchError, match="concurrent"):
+            TorchBackend(rw, cluster, dmap, timing=FAST, clock="cpu", concurrent=True).measure(
+                random_placement(rw.graph, 3, np.random.default_rng(0)))
+        with pytest.raises(PlacebenchError, match="CUDA"):
+            check_cpu_clock("cpu", [torch.device("cuda", 0)], False)
+        torch.set_num_threads(2)
+        with pytest.raises(PlacebenchError, match="one intra-op thread"):
+            be.measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(PlacebenchError, match="clock 'sundial'"):
+        time_steps(lambda: None, FAST, [], clock="sundial")

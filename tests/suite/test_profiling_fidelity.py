@@ -1,0 +1,177 @@
+"""Profiling (per-op times, calibration, backward/update attribution) and the fidelity study (placement
+sets, statistics, reports, the CLI commands)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from suite.backends.devices import local_cluster
+from suite.backends.workload import SMALL_SHAPES, from_module, small_workload
+from suite.cli import main
+from suite.costmodel import load_profile
+from suite.evaluator import SimulatorBackend
+from suite.fidelity import (
+    FidelityResult,
+    Row,
+    placements_for,
+    random_split_placement,
+    run_fidelity,
+    spearman,
+    write_report,
+)
+from suite.methodology import Timing
+from suite.placement import validate
+from suite.profiling import _distribute, find_profiles, profile_path, profile_workload
+
+FAST = Timing(warmup_steps=1, measured_steps=3)
+
+
+class Shared(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.fc(self.act(self.fc(x)))).sum()
+
+
+def test_backward_and_update_times_are_distributed_by_hand():
+    g = from_module(Shared(), (torch.randn(2, 4),), name="shared", mode="training").graph
+    ix = g.index
+    fwd = np.zeros(g.num_ops)
+    bwd = np.zeros(g.num_ops)
+    for name in ("fc/0", "act", "fc/1", "out", "sum_1"):
+        fwd[ix[name]] = 1.0
+    bwd[ix["out"]] = 4.0  # split between out/grad and out/grad_weight (equal FLOPs)
+    bwd[ix["fc/variable"]] = 6.0  # AccumulateGrad of shared weights: shared by the two acc ops
+    bwd[ix["act"]] = 2.0
+    bwd[ix["fc/0"]] = 5.0  # the first layer has only a weight gradient
+    out = dict(zip([op.name for op in g.ops], _distribute(g, fwd, bwd, update_s=10.0), strict=True))
+    assert out["out/grad"] == out["out/grad_weight"] == 2.0
+    assert out["fc/variable/acc0"] == out["fc/variable/acc1"] == 3.0
+    assert out["act/grad"] == 2.0 and out["fc/0/grad_weight"] == 5.0
+    assert out["out/update"] == pytest.approx(2.0) and out["fc/variable/update"] == pytest.approx(8.0)  # 20:80 bytes
+    assert out["fc/0"] == 1.0 and out["x"] == 0.0
+    assert sum(out.values()) == pytest.approx(fwd.sum() + bwd.sum() + 10.0)
+
+
+def test_inference_profile_is_calibrated_to_the_measured_step(tmp_path):
+    rw = small_workload("bert_base-12x768-s128-b8", mode="inference")
+    prof = profile_workload(rw, "cpu", timing=FAST, threads=1)
+    c = prof.metadata["calibration"]
+    assert set(prof.op_times_s) == {op.name for op in rw.graph.ops}
+    assert prof.applies_to == "cpu" and prof.workload_hash == rw.graph.content_hash
+    assert sum(prof.op_times_s.values()) == pytest.approx(c["measured_step_s"], rel=1e-9)
+    assert c["method"] in ("additive", "scale") and c["raw_sum_s"] > 0
+    compute = [op.name for op in rw.graph.ops if op.kind not in ("input", "variable")]
+    assert all(prof.op_times_s[n] > 0 for n in compute)
+    # the simulator's single-device step with this profile is the calibrated sum
+    cluster, _ = local_cluster(1)
+    sim = SimulatorBackend(rw.graph, cluster, [prof], engine="reference")
+    assert sim.measure(np.zeros(rw.graph.num_ops, dtype=np.int64)).step_time_s == pytest.approx(c["measured_step_s"])
+    path = prof.save(profile_path(tmp_path, rw.graph.name, "cpu"))
+    assert path.name.endswith("__cpu.json")
+    assert load_profile(path).op_times_s == prof.op_times_s
+    assert [p.op_times_s for p in find_profiles(rw.graph, tmp_path)] == [prof.op_times_s]
+
+
+def test_uncalibrated_training_profile_times_backward_and_update_ops():
+    rw = small_workload("rnnlm-2x2048-b64", mode="training")
+    prof = profile_workload(rw, "cpu", timing=FAST, threads=1, calibrate=False)
+    g = rw.graph
+    t = prof.op_times_s
+    by_phase = {ph: sum(t[op.name] for op in g.ops if op.phase == ph) for ph in ("forward", "backward", "update")}
+    assert all(v > 0 for v in by_phase.values())
+    assert all(t[op.name] > 0 for op in g.ops if op.phase == "update")
+    assert all(t[op.name] > 0 for op in g.ops if op.kind.endswith("_grad_weight"))
+    assert prof.metadata["calibration"]["method"] == "none"
+    assert sum(t.values()) == pytest.approx(prof.metadata["calibration"]["raw_sum_s"])
+
+
+def test_spearman_by_hand():
+    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    assert spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(1.5 / np.sqrt(3.0))
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_placement_sets_are_valid_and_respect_groups():
+    rw = small_workload("nmt-2x1024-b64", mode="training")
+    g = rw.graph
+    cluster, _ = local_cluster(3)
+    rng = np.random.default_rng(0)
+    p = random_split_placement(g, 3, rng, pieces=3)
+    validate(p, g, cluster)
+    for members in g.groups.values():
+        assert len(set(p[members].tolist())) == 1
+    chosen = placements_for(g, cluster, n_split=2, n_random=2, seed=1)
+    assert [fam for _, fam, _ in chosen] == ["single"] * 3 + ["split"] * 2 + ["random"] * 2
+    again = placements_for(g, cluster, n_split=2, n_random=2, seed=1)  # same seed, same set
+    assert all(a[0] == b[0] and (a[2] == b[2]).all() for a, b in zip(chosen, again, strict=True))
+    for _, _, p in chosen:
+        validate(p, g, cluster)
+
+
+def test_fidelity_study_and_reports(tmp_path):
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    cluster, dmap = local_cluster(2)
+    prof = profile_workload(rw, "cpu", timing=FAST, threads=1)
+    profs = [prof.__class__(**{**prof.__dict__, "applies_to": name}) for name in dmap.cluster_devices]
+    result = run_fidelity(rw, cluster, dmap, profs, timing=FAST, n_split=1, n_random=1, rounds=2, seed=0)
+    assert [r.family for r in result.rows] == ["single", "single", "split", "random"]
+    assert all(r.status == "ok" and r.predicted_s > 0 and r.measured_s > 0 for r in result.rows)
+    s = result.stats()
+    assert s["measured_ok"] == 4 and s["median_abs_rel_error"] >= 0 and -1 <= s["spearman"] <= 1
+    paths = write_report(result, tmp_path)
+    assert paths["png"].stat().st_size > 1000
+    data = json.loads(paths["json"].read_text())
+    assert data["stats"] == json.loads(json.dumps(s)) and len(data["rows"]) == 4
+    assert "| single:cpu:0 |" in paths["md"].read_text()
+    assert rw.graph.name in paths["summary"].read_text()
+
+
+def test_statistics_ignore_failed_placements():
+    rows = [Row("a", "single", 1.0, 1.0, "ok"), Row("b", "split", 2.0, 1.0, "ok"), Row("c", "random", 3.0, 4.0, "ok"),
+            Row("d", "random", 1.0, None, "oom")]
+    r = FidelityResult("w", "h", "c", "torch", {}, rows)
+    s = r.stats()
+    assert s["measured_ok"] == 3 and s["placements"] == 4
+    assert s["median_abs_rel_error"] == pytest.approx(0.25)  # errors 0, 1, 0.25
+    assert s["spearman"] == pytest.approx(spearman([1, 2, 3], [1, 1, 4]))
+    assert s["within_15pct"] == 1
+
+
+def _shape_args(family: str) -> list[str]:
+    return [a for k, v in SMALL_SHAPES[family].items() for a in ("--set", f"{k}={v}")]
+
+
+def test_cli_profile_and_fidelity(tmp_path, capsys):
+    args = ["rnnlm-2x2048-b64", "--mode", "inference", *_shape_args("rnnlm"), "--clock", "cpu"]
+    assert main(["profile", *args, "--out", str(tmp_path / "p"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["applies_to"] == "cpu" and out["ops"] > 0
+    assert main(["fidelity", *args, "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"),
+                 "--splits", "1", "--random", "1", "--rounds", "1", "--no-png", "--placer", "metis"]) == 0
+    text = capsys.readouterr().out
+    assert "metis" in text
+    assert "Spearman" in text and "stale" not in text  # the stored profile was used
+    reports = sorted(p.name for p in (tmp_path / "f").glob("*.md"))
+    assert reports[1] == "summary.md" and reports[0].endswith("__torch__cpu.md")
+    assert main(["fidelity", *args[:-1], "wall", "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"),
+                 "--splits", "0", "--random", "0", "--rounds", "1", "--no-png", "--placer", "none"]) == 0
+    assert "stale" in capsys.readouterr().out  # a CPU-clock profile is not used for wall-clock predictions
+
+
+def test_cli_errors_name_the_problem(capsys):
+    assert main(["profile", "no-such-workload"]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+    assert main(["profile", "rnnlm-2x2048-b64", "--set", "depth=2"]) == 2
+    assert "unknown shape parameter" in capsys.readouterr().err
+    assert main(["profile", "rnnlm-2x2048-b64", "--device", "cuda:9"]) == 2
