@@ -72,13 +72,6 @@ def _human_bytes(n: float) -> str:
     return f"{n} bytes"
 
 
-def default_engine() -> str:
-    """The compiled simulator engine when it is installed, else the (identical, slower) reference one."""
-    import importlib.util
-
-    return "fast" if importlib.util.find_spec("suite.simulator.fast") is not None else "reference"
-
-
 class SimulatorBackend:
     """The built-in simulator as a backend (deterministic: one sample per measurement)."""
 
@@ -90,7 +83,7 @@ class SimulatorBackend:
         self.workload = workload
         self.cluster = cluster
         self.profiles = tuple(profiles)
-        self.engine = engine or default_engine()
+        self.engine = engine or "fast"
 
     def _to_measurement(self, r) -> Measurement:
         names = r.device_names
@@ -191,14 +184,14 @@ class Evaluator:
     def exhausted(self) -> bool:
         return self.remaining == 0 or self.time_left_s == 0.0
 
-    def _charge(self, k: int) -> None:
+    def _check_budget(self, k: int) -> None:
+        """Raise `BudgetExhausted` unless k more evaluations fit the budget."""
         if k > self.remaining:
             raise BudgetExhausted(
                 f"{k} evaluation(s) asked, {self.remaining} left of {self.budget.max_evaluations}"
             )
         if self.time_left_s == 0.0:
             raise BudgetExhausted(f"search time budget of {self.budget.max_seconds} s is spent")
-        self.evaluations_used += k
 
     # -- scoring -----------------------------------------------------------------------------------
     def score(self, m: Measurement) -> float:
@@ -210,6 +203,8 @@ class Evaluator:
         return 2.0 * self.failure_score_s
 
     def _record(self, placement: np.ndarray, m: Measurement) -> float:
+        """Count one evaluation and extend the learning curve."""
+        self.evaluations_used += 1
         s = self.score(m)
         self._score_sum += s
         if s < self.best_score_s:
@@ -229,7 +224,7 @@ class Evaluator:
 
     def evaluate(self, placement: Any) -> Measurement:
         """Measure one placement; costs one evaluation. An invalid placement gives status 'invalid'."""
-        self._charge(1)
+        self._check_budget(1)
         arr, bad = self._validated(placement)
         m = bad if bad is not None else self.backend.measure(arr)
         self._record(arr if arr is not None else np.asarray(placement), m)
@@ -238,7 +233,7 @@ class Evaluator:
     def evaluate_batch(self, placements: Sequence[Any] | np.ndarray) -> list[Measurement]:
         """Measure many placements; costs one evaluation each."""
         placements = list(placements)
-        self._charge(len(placements))
+        self._check_budget(len(placements))
         checked = [self._validated(p) for p in placements]
         good = [i for i, (a, _) in enumerate(checked) if a is not None]
         out: list[Measurement | None] = [bad for _, bad in checked]
@@ -246,9 +241,7 @@ class Evaluator:
             ms = self.backend.measure_batch(np.stack([checked[i][0] for i in good]))
             for i, m in zip(good, ms, strict=True):
                 out[i] = m
-        self.evaluations_used -= len(placements)  # re-count one by one for the curve
         for p, m in zip(placements, out, strict=True):
-            self.evaluations_used += 1
             self._record(np.asarray(p), m)
         return out  # type: ignore[return-value]
 

@@ -50,7 +50,7 @@ from torch.fx import GraphModule
 from torch.fx.node import map_arg
 
 from suite.backends.devices import DeviceMap, cpu_peak_rss_bytes, free_memory, reset_peak_memory
-from suite.backends.timing import check_cpu_clock, is_oom, statistic_s, time_steps
+from suite.backends.timing import backend_setup, check_cpu_clock, is_oom, statistic_s, time_steps
 from suite.backends.torch_exec import ExecGraph
 from suite.backends.workload import RealWorkload
 from suite.cluster import Cluster
@@ -452,15 +452,10 @@ class OrtBackend:
     def __init__(self, rw: RealWorkload, cluster: Cluster, device_map: DeviceMap | None = None, *,
                  methodology: Methodology | None = None, timing: Timing | None = None, threads: int | None = None,
                  clock: str = "wall"):
-        from suite import methodology as _m
-
         self.rw = rw
         self.workload = rw.graph
         self.cluster = cluster
-        self.device_map = device_map or DeviceMap.default(cluster)
-        if list(self.device_map.cluster_devices) != [d.name for d in cluster.devices]:
-            raise PlacebenchError(f"device map {self.device_map.as_dict()} does not list cluster {cluster.name!r}'s devices")
-        self.timing = timing or (methodology or _m.load()).timing
+        self.device_map, self.timing = backend_setup(cluster, device_map, methodology, timing)
         self.model = OrtModel(rw)
         self.executor = OrtExecutor(self.model, self.device_map, threads=threads)
         self.clock = clock

@@ -80,3 +80,14 @@ def is_oom(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return any(m in text for m in _OOM_MESSAGES)
+
+
+def backend_setup(cluster, device_map, methodology, timing):
+    """The device map (checked against the cluster) and timing protocol a real backend runs with."""
+    from suite import methodology as _m
+    from suite.backends.devices import DeviceMap
+
+    device_map = device_map or DeviceMap.default(cluster)
+    if list(device_map.cluster_devices) != [d.name for d in cluster.devices]:
+        raise PlacebenchError(f"device map {device_map.as_dict()} does not list cluster {cluster.name!r}'s devices")
+    return device_map, timing or (methodology or _m.load()).timing

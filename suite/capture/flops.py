@@ -57,12 +57,12 @@ class Cost:
     saved_bytes: int = 0  # activations internal to the op kept for its backward pass (training)
 
 
-def tensors(obj: Any) -> list[TensorInfo]:
-    """Every TensorInfo in a nested structure of args, in order."""
-    out: list[TensorInfo] = []
+def collect(obj: Any, cls: type) -> list[Any]:
+    """Every instance of `cls` in a nested structure of lists, tuples, dicts and slices, in order."""
+    out: list[Any] = []
 
     def walk(x: Any) -> None:
-        if isinstance(x, TensorInfo):
+        if isinstance(x, cls):
             out.append(x)
         elif isinstance(x, list | tuple):
             for y in x:
@@ -70,9 +70,16 @@ def tensors(obj: Any) -> list[TensorInfo]:
         elif isinstance(x, dict):
             for y in x.values():
                 walk(y)
+        elif isinstance(x, slice):
+            walk((x.start, x.stop, x.step))
 
     walk(obj)
     return out
+
+
+def tensors(obj: Any) -> list[TensorInfo]:
+    """Every TensorInfo in a nested structure of args, in order."""
+    return collect(obj, TensorInfo)
 
 
 def _numel(xs: Iterable[TensorInfo]) -> int:

@@ -43,6 +43,7 @@ from suite.capture.flops import (
     SHAPE_ONLY,
     Cost,
     TensorInfo,
+    collect,
     elementwise,
     function_cost,
     module_cost,
@@ -112,23 +113,7 @@ def _scope(node: Node) -> str:
 
 
 def _arg_nodes(node: Node) -> list[Node]:
-    found: list[Node] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, Node):
-            found.append(x)
-        elif isinstance(x, list | tuple):
-            for y in x:
-                walk(y)
-        elif isinstance(x, dict):
-            for y in x.values():
-                walk(y)
-        elif isinstance(x, slice):
-            walk((x.start, x.stop, x.step))
-
-    walk(node.args)
-    walk(node.kwargs)
-    return found
+    return collect((node.args, node.kwargs), Node)
 
 
 def _resolve(x: Any, info: Mapping[Node, Any]) -> Any:
