@@ -256,13 +256,23 @@ def profile_workload(
 
 def _profile(rw: RealWorkload, device: str, timing: Timing, applies_to: str | None, n_threads: int,
              calibrate: bool, clock: str) -> Profile:
+    ex = TorchExecutor(rw, DeviceMap(("profiled",), (device,)))
+    try:
+        return _profile_with(ex, rw, device, timing, applies_to, n_threads, calibrate, clock)
+    finally:
+        # the workload's parameters are shared with whatever runs next (a fidelity measurement): their
+        # gradients and the optimizer state must not outlive the profile (6 GB each on the large variants)
+        ex.release()
+        ex.close()
+
+
+def _profile_with(ex: TorchExecutor, rw: RealWorkload, device: str, timing: Timing, applies_to: str | None,
+                  n_threads: int, calibrate: bool, clock: str) -> Profile:
     graph = rw.graph
     tdev = torch.device(device)
     cuda = tdev if tdev.type == "cuda" else None
     check_cpu_clock(clock, [tdev], False)
     now = clock_function(clock)
-    dmap = DeviceMap(("profiled",), (device,))
-    ex = TorchExecutor(rw, dmap)
     ex.apply(np.zeros(graph.num_ops, dtype=np.int64))
     eg = ex.eg
     for _ in range(timing.warmup_steps):

@@ -93,6 +93,8 @@ def test_uncalibrated_training_profile_times_backward_and_update_ops():
     assert all(t[op.name] > 0 for op in g.ops if op.kind.endswith("_grad_weight"))
     assert prof.metadata["calibration"]["method"] == "none"
     assert sum(t.values()) == pytest.approx(prof.metadata["calibration"]["raw_sum_s"])
+    # nothing of the profiled training steps stays on the shared parameters (memory of what runs next)
+    assert all(p.grad is None for p in rw.module.parameters())
 
 
 def test_spearman_by_hand():
