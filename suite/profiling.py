@@ -256,6 +256,7 @@ def profile_workload(
 
 def _profile(rw: RealWorkload, device: str, timing: Timing, applies_to: str | None, n_threads: int,
              calibrate: bool, clock: str) -> Profile:
+    check_cpu_clock(clock, [torch.device(device)], False)
     ex = TorchExecutor(rw, DeviceMap(("profiled",), (device,)))
     try:
         return _profile_with(ex, rw, device, timing, applies_to, n_threads, calibrate, clock)
@@ -271,7 +272,6 @@ def _profile_with(ex: TorchExecutor, rw: RealWorkload, device: str, timing: Timi
     graph = rw.graph
     tdev = torch.device(device)
     cuda = tdev if tdev.type == "cuda" else None
-    check_cpu_clock(clock, [tdev], False)
     now = clock_function(clock)
     ex.apply(np.zeros(graph.num_ops, dtype=np.int64))
     eg = ex.eg

@@ -38,3 +38,22 @@ import pytest  # noqa: E402
 @pytest.fixture(name="uniform_cluster")
 def _uniform_cluster_fixture():
     return uniform_cluster
+
+
+@pytest.fixture
+def shared_linear():
+    """The class of a module that calls one Linear twice: its weights become a variable op shared by two ops
+    (a class, so that a test seeds torch before the weights are drawn)."""
+    import torch.nn as nn
+
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.act = nn.ReLU()
+            self.out = nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.out(self.fc(self.act(self.fc(x)))).sum()
+
+    return Shared

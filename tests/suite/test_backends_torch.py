@@ -40,19 +40,6 @@ class Tiny(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
-class Shared(nn.Module):
-    """One Linear called twice: its weights become a variable op shared by two ops."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        self.act = nn.ReLU()
-        self.out = nn.Linear(4, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.fc(self.act(self.fc(x)))).sum()
-
-
 def _placement(graph, **devices) -> np.ndarray:
     return np.array([devices[op.name.replace("/", "_")] for op in graph.ops], dtype=np.int64)
 
@@ -76,10 +63,10 @@ def test_copies_at_boundaries_are_counted_exactly(three_cpus):
     assert ex.copies.count == 0
 
 
-def test_shared_weights_live_on_the_variable_device_and_are_copied_once_per_device(three_cpus):
+def test_shared_weights_live_on_the_variable_device_and_are_copied_once_per_device(three_cpus, shared_linear):
     _, dmap = three_cpus
     torch.manual_seed(0)
-    rw = from_module(Shared(), (torch.randn(2, 4),), name="shared", mode="training")
+    rw = from_module(shared_linear(), (torch.randn(2, 4),), name="shared", mode="training")
     eg = ExecGraph(rw)
     g = rw.graph
     assert g.ops[eg.param_home_op["fc.weight"]].name == "fc/variable"
@@ -99,10 +86,10 @@ def test_shared_weights_live_on_the_variable_device_and_are_copied_once_per_devi
     assert (ex.copies.count, ex.copies.bytes) == (4, weights + x_bytes + fc1_out)
 
 
-def test_training_step_with_shared_weights_equals_eager(three_cpus):
+def test_training_step_with_shared_weights_equals_eager(three_cpus, shared_linear):
     _, dmap = three_cpus
     torch.manual_seed(0)
-    rw = from_module(Shared(), (torch.randn(2, 4),), name="shared", mode="training")
+    rw = from_module(shared_linear(), (torch.randn(2, 4),), name="shared", mode="training")
     eager = rw.fresh_copy()
     g = rw.graph
     p = np.zeros(g.num_ops, dtype=np.int64)

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 
 from suite.backends.devices import local_cluster
 from suite.backends.workload import SMALL_SHAPES, from_module, small_workload
@@ -31,19 +30,8 @@ from suite.profiling import _distribute, find_profiles, profile_path, profile_wo
 FAST = Timing(warmup_steps=1, measured_steps=3)
 
 
-class Shared(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        self.act = nn.ReLU()
-        self.out = nn.Linear(4, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.fc(self.act(self.fc(x)))).sum()
-
-
-def test_backward_and_update_times_are_distributed_by_hand():
-    g = from_module(Shared(), (torch.randn(2, 4),), name="shared", mode="training").graph
+def test_backward_and_update_times_are_distributed_by_hand(shared_linear):
+    g = from_module(shared_linear(), (torch.randn(2, 4),), name="shared", mode="training").graph
     ix = g.index
     fwd = np.zeros(g.num_ops)
     bwd = np.zeros(g.num_ops)
