@@ -77,6 +77,7 @@ class LocalSearch(BasePlacer):
 
     name = "local_search"
     defaults: ClassVar[dict] = {"batch_size": 8, "kick_moves": 2}
+    bounds: ClassVar[dict] = {"batch_size": (1, 4096), "kick_moves": (0, 1_000_000)}
 
     def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
         started = time.perf_counter()

@@ -25,10 +25,14 @@ class _SingleDevice(BasePlacer):
 
 
 class SingleCPU(_SingleDevice):
+    """Every op on the cluster's fastest CPU."""
+
     name = "single_cpu"
     kind = "cpu"
 
 
 class SingleGPU(_SingleDevice):
+    """Every op on the cluster's fastest GPU (OOM when the model does not fit)."""
+
     name = "single_gpu"
     kind = "gpu"

@@ -39,6 +39,7 @@ topological coarsening):
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -48,7 +49,7 @@ import torch
 from rl.features import group_features
 from rl.grouping import COARSEN_METHODS, GROUPINGS, allowed_mask, make_grouping
 from rl.nets import Seq2SeqPolicy, to_tensor
-from rl.reward import RewardConfig, RewardEvaluator, Rollout
+from rl.reward import TRANSFORMS, RewardConfig, RewardEvaluator, Rollout
 from rl.trainers import Reinforce
 from suite.errors import PlacebenchError
 from suite.methodology import Budget
@@ -109,6 +110,8 @@ class Seq2SeqSearch:
 
 
 class Seq2SeqPlacer(BasePlacer):
+    """Mirhoseini et al. 2017: a seq2seq policy over op groups, trained with REINFORCE on the evaluator's step times."""
+
     name = "seq2seq"
     defaults = {
         "grouping": "mirhoseini",  # one of rl.grouping.GROUPINGS
@@ -132,13 +135,31 @@ class Seq2SeqPlacer(BasePlacer):
         "final": "best_or_greedy",  # best_or_greedy | best | greedy
         "threads": 1,  # torch intra-op threads while searching
     }
+    bounds = {
+        "hidden_size": (1, 8192), "encoder_layers": (1, 64), "batch_size": (1, 4096), "lr": (1e-12, 10.0),
+        "baseline_decay": (0.0, 1.0), "entropy_coef": (0.0, 1e6), "grad_clip": (0.0, 1e12),
+        "temperature": (1e-6, 1e6), "tanh_constant": (0.0, 1e6), "threads": (1, 4096),
+    }
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self._check()
 
     def _check(self) -> None:
         p = self.params
+        g = p["max_groups"]
+        if g is not None and (not isinstance(g, int) or isinstance(g, bool) or g < 1):
+            raise PlacebenchError(f"seq2seq: max_groups must be None or an integer >= 1, got {g!r}")
+        for key in ("oom_score_s", "invalid_score_s"):
+            v = p[key]
+            if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v) or v <= 0):
+                raise PlacebenchError(f"seq2seq: {key} must be None or a finite number > 0, got {v!r}")
         if p["grouping"] not in GROUPINGS:
             raise PlacebenchError(f"seq2seq: grouping {p['grouping']!r} is not one of {', '.join(GROUPINGS)}")
         if p["coarsen"] not in COARSEN_METHODS:
             raise PlacebenchError(f"seq2seq: coarsen {p['coarsen']!r} is not one of {', '.join(COARSEN_METHODS)}")
+        if p["reward"] not in TRANSFORMS:
+            raise PlacebenchError(f"seq2seq: reward {p['reward']!r} is not one of {', '.join(TRANSFORMS)}")
         if p["final"] not in FINAL_CHOICES:
             raise PlacebenchError(f"seq2seq: final {p['final']!r} is not one of {', '.join(FINAL_CHOICES)}")
         if int(p["batch_size"]) < 1:

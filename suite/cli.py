@@ -3,7 +3,7 @@
     placebench run [SPEC] [--out DIR] [--jobs N] [--json]     run a suite (default: quick) and print the table
     placebench evaluate WORKLOAD --cluster C --placer P       run one cell
     placebench table STORE [--format F]                       render a results store
-    placebench leaderboard [STORE] [--out results]            write leaderboard.md / .csv / .png
+    placebench leaderboard [STORE] [--out results]            write leaderboard.md / .csv / .png (STORE: runs/full)
     placebench list workloads|clusters|placers|specs          what is available
     placebench show WORKLOAD                                  one workload's statistics
     placebench profile WORKLOAD --device cpu                  per-op times on a device of this machine
@@ -153,6 +153,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     jobs = args.jobs if args.jobs is not None else usable_cpus()
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
+    if args.reference and args.reference not in (labels := runner.placer_labels(spec)):
+        raise UsageError(f"--reference {args.reference!r} is not a placer of spec {spec.name!r}: {', '.join(labels)}")
     progress = _Progress(args.quiet or args.json)
     try:
         result = runner.run(
@@ -191,6 +193,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from suite import runner
     from suite.report import format_seconds
 
+    if not 0 <= args.seed < 2**32:
+        raise UsageError(f"--seed {args.seed}: must be in [0, 2**32)")
     budget = {}
     if args.max_evaluations is not None:
         budget["max_evaluations"] = args.max_evaluations
@@ -266,10 +270,11 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from suite import report
-    from suite.store import open_rows
+    from suite.store import Store, open_rows
 
     rows = open_rows(args.store)
-    md, csv_path = report.write_leaderboard(rows, args.out, args.reference, source=str(args.store))
+    runs = Store(args.store, create=False).manifest().get("runs", []) if Path(args.store).is_dir() else []
+    md, csv_path = report.write_leaderboard(rows, args.out, args.reference, source=str(args.store), runs=runs)
     written = [str(md), str(csv_path)]
     if not args.no_chart:
         written.append(str(report.bar_chart(rows, Path(args.out) / "leaderboard.png", args.reference)))
@@ -366,6 +371,9 @@ def workload_info(name: str) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for op in g.ops:
         kinds[op.kind] = kinds.get(op.kind, 0) + 1
+    from suite import zoo
+
+    reference = dict(zoo.describe(name)["reference"]) if name in zoo.names() else {}
     return {
         "name": g.name,
         "hash": g.content_hash,
@@ -373,6 +381,7 @@ def workload_info(name: str) -> dict[str, Any]:
         "stats": stats,
         "colocation_groups": len(g.groups),
         "op_kinds": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "reference": reference,  # published figures (the paper's, with their source), for zoo workloads
     }
 
 
@@ -388,12 +397,14 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("ops", f"{s['num_ops']} ({', '.join(f'{k} {v}' for k, v in s['ops_by_phase'].items())})"),
         ("edges", f"{s['num_edges']} (average degree {s['average_degree']:.2f})"),
         ("FLOPs", f"{s['total_flops']:.4g}"),
-        ("parameters", _fmt_bytes(s["param_bytes"])),
+        ("resident bytes", f"{_fmt_bytes(s['param_bytes'])} (parameters, and optimizer state in training)"),
         ("critical path", f"{s['critical_path_ops']} ops, {s['critical_path_flops']:.4g} FLOPs"),
         ("colocation groups", str(info["colocation_groups"])),
         ("op kinds", ", ".join(f"{k} {v}" for k, v in list(info["op_kinds"].items())[:12])),
     ]
     lines += [(f"metadata.{k}", json.dumps(v) if not isinstance(v, str) else v) for k, v in info["metadata"].items()]
+    lines += [(f"published.{k}", f"{v:,.0f}" if isinstance(v, int | float) else str(v))
+              for k, v in info["reference"].items()]
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
     return 0
@@ -464,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_table)
 
     lb = sub.add_parser("leaderboard", help="write leaderboard.md, .csv and .png from a results store")
-    lb.add_argument("store", nargs="?", default="runs/quick", help="results store (default: runs/quick)")
+    lb.add_argument("store", nargs="?", default="runs/full", help="results store (default: runs/full, the leaderboard suite)")
     lb.add_argument("--out", default="results", help="output directory (default: results)")
     lb.add_argument("--reference", help="placer that speedups are relative to (default: single_gpu)")
     lb.add_argument("--no-chart", action="store_true", help="skip leaderboard.png")

@@ -41,6 +41,11 @@ class Measurement:
     bytes_transferred: int = 0
     busy_s: dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        t = self.step_time_s
+        if self.status == "ok" and (t is None or not math.isfinite(t) or t < 0):
+            raise ValueError(f"a measurement with status ok needs a finite step time >= 0, got {t!r}")
+
     @property
     def ok(self) -> bool:
         return self.status == "ok"

@@ -38,7 +38,7 @@ def as_placement(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray
         placement = [placement[op.name] for op in graph.ops]
     if isinstance(placement, np.ndarray) and placement.ndim != 1:
         raise PlacementError(f"placement must be one-dimensional, got shape {placement.shape}")
-    if not isinstance(placement, np.ndarray | Sequence):
+    if not isinstance(placement, np.ndarray | Sequence) or isinstance(placement, str | bytes | bytearray):
         raise PlacementError(f"placement must be a sequence of device indices or names, got {type(placement).__name__}")
     if len(placement) != n:
         raise PlacementError(f"placement has {len(placement)} entries, but workload {graph.name!r} has {n} ops")
@@ -118,14 +118,22 @@ def load_placement(path: str | Path, graph: OpGraph, cluster: Cluster) -> np.nda
     """Read a placement file (an object with a 'placement' field: a list or an {op: device} object)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise PlacementError(f"{path}: no such placement file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlacementError(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise PlacementError(f"{path}: not valid JSON: {exc}") from None
     raw = data.get("placement") if isinstance(data, dict) else data
     if raw is None:
         raise PlacementError(f"{path}: no field 'placement'")
+    if isinstance(data, dict):  # a saved placement names what it belongs to: it must be this workload and cluster
+        expected = {"format": "placebench.placement", "workload": graph.name, "workload_hash": graph.content_hash,
+                    "cluster": cluster.name}
+        for key, want in expected.items():
+            if key in data and data[key] != want:
+                raise PlacementError(f"{path}: {key} is {data[key]!r}, but this is {want!r}")
     try:
         return validate(raw, graph, cluster)
     except PlacementError as exc:

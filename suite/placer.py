@@ -129,16 +129,40 @@ def make_placer(name: str, **params: Any) -> Placer:
         raise PlacebenchError(f"placer {name!r}: bad parameters {params}: {exc}") from None
 
 
+def check_parameter(placer: str, key: str, value: Any, default: Any, bounds: tuple[float, float] | None) -> None:
+    """A parameter must have its default's type (a float one takes an int too), be finite, and lie in
+    `bounds` (inclusive) when given; a None default accepts anything (the placer checks it)."""
+    where = f"placer {placer!r}: parameter {key}={value!r}"
+    if default is None:
+        return
+    if isinstance(default, bool) or isinstance(default, str):
+        if type(value) is not type(default):
+            raise PlacebenchError(f"{where}: expected a {type(default).__name__}")
+        return
+    if isinstance(default, int):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise PlacebenchError(f"{where}: expected an integer")
+    elif isinstance(default, float):
+        if not isinstance(value, int | float) or isinstance(value, bool) or not np.isfinite(value):
+            raise PlacebenchError(f"{where}: expected a finite number")
+    if value is not None and bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise PlacebenchError(f"{where}: must be in [{bounds[0]}, {bounds[1]}]")
+
+
 class BasePlacer:
-    """Convenience base: stores keyword parameters (merged over `defaults`) in `self.params`."""
+    """Convenience base: stores keyword parameters (merged over `defaults`) in `self.params`, checked against
+    the defaults' types and the optional `bounds` (inclusive ranges of numeric parameters)."""
 
     name: ClassVar[str] = "base"
     defaults: ClassVar[dict[str, Any]] = {}
+    bounds: ClassVar[dict[str, tuple[float, float]]] = {}
 
     def __init__(self, **params: Any):
         unknown = set(params) - set(self.defaults)
         if unknown:
             raise TypeError(f"unknown parameter(s) {sorted(unknown)}; known: {sorted(self.defaults)}")
+        for key, value in params.items():
+            check_parameter(self.name, key, value, self.defaults[key], self.bounds.get(key))
         self.params = {**self.defaults, **params}
 
     def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:  # pragma: no cover

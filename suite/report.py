@@ -98,10 +98,8 @@ class Cell:
 
     @property
     def text(self) -> str:
-        if not self.ok:
-            return STATUS_LABEL.get(self.status, self.status)
-        t = format_seconds(self.value_s)
-        return t if self.n_ok == self.n else f"{t} ({self.n_ok}/{self.n} ok)"
+        t = format_seconds(self.value_s) if self.ok else STATUS_LABEL.get(self.status, self.status)
+        return t if self.n_ok in (0, self.n) else f"{t} ({self.n_ok}/{self.n} ok)"
 
 
 @dataclass
@@ -419,8 +417,26 @@ def as_json(res: Results, reference: str | None = None) -> dict[str, Any]:
 
 
 # -- leaderboard and chart ---------------------------------------------------------------------------------
-def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | None = None, source: str = "") -> str:
+def provenance(runs: Iterable[Mapping[str, Any]]) -> str:
+    """One line per run of the store's manifest: what code, packages and machine produced the rows."""
+    lines = []
+    for run in runs:
+        git = run.get("git") or {}
+        commit = str(git.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if git.get("dirty") else "")
+        pk = run.get("packages") or {}
+        versions = ", ".join(f"{k} {pk[k]}" for k in ("placebench", "torch", "numba", "numpy", "pymetis", "pyscotch")
+                             if k in pk)
+        m = run.get("machine") or {}
+        lines.append(f"Run {run.get('run_id', '?')} (spec {run.get('spec', '?')}, {run.get('cells_run', '?')} cells, "
+                     f"{run.get('jobs', '?')} worker(s)): commit {commit}; {versions}; "
+                     f"{m.get('cpu', '?')} x{m.get('cpus', '?')}, Python {m.get('python', '?')}.")
+    return "\n".join(lines)
+
+
+def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | None = None, source: str = "",
+                         runs: Iterable[Mapping[str, Any]] = ()) -> str:
     rows = list(rows)
+    made_by = provenance(runs)
     res = Results.from_rows(rows)
     if not res.cells:
         raise ReportError("no result rows to report")
@@ -438,19 +454,21 @@ def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | Non
         "Each cell is the re-measured step time of the placer's final placement (median over seeds; a failed "
         "seed counts as infinitely slow). OOM, invalid, timeout and error are results, not numbers.",
         "",
+        *([made_by, ""] if made_by else []),
         "",
     ]
     return "\n".join(header) + render(rows, "md", reference)
 
 
 def write_leaderboard(
-    rows: Iterable[Mapping[str, Any]], out_dir: str | Path, reference: str | None = None, source: str = ""
+    rows: Iterable[Mapping[str, Any]], out_dir: str | Path, reference: str | None = None, source: str = "",
+    runs: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[Path, Path]:
     from suite.store import atomic_write_text
 
     rows = list(rows)
     out_dir = Path(out_dir)
-    md = atomic_write_text(out_dir / "leaderboard.md", leaderboard_markdown(rows, reference, source))
+    md = atomic_write_text(out_dir / "leaderboard.md", leaderboard_markdown(rows, reference, source, runs))
     csv_text = f"# {GENERATED_NOTE}\n" + render(rows, "csv", reference)
     return md, atomic_write_text(out_dir / "leaderboard.csv", csv_text)
 
@@ -491,10 +509,11 @@ def bar_chart(rows: Iterable[Mapping[str, Any]], path: str | Path, reference: st
         handles, labels = ax.get_legend_handles_labels()
         if handles:
             ax.legend(fontsize=6, ncols=min(4, len(handles)))
-    fig.tight_layout()
+    fig.text(0.995, 0.002, GENERATED_NOTE.replace("`", ""), ha="right", va="bottom", fontsize=5, color="#777")
+    fig.tight_layout(rect=(0, 0.012, 1, 1))
     path = Path(path)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
+    fig.savefig(buf, format="png", dpi=120, metadata={"Description": GENERATED_NOTE})
     plt.close(fig)
     from suite.store import atomic_write_bytes
 

@@ -57,7 +57,7 @@ import numpy as np
 
 import suite
 from suite import methodology as _methodology
-from suite import registry
+from suite import registry, simulator
 from suite.cluster import Cluster
 from suite.errors import BudgetExhausted, PlacebenchError, SpecError, UnknownNameError
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend
@@ -210,9 +210,10 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
             raise SpecError(f"{source}: field {key!r} is missing")
     seeds = data.get("seeds")
     if seeds is not None and (
-        not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+        not isinstance(seeds, list) or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds)
     ):
-        raise SpecError(f"{source}: seeds must be a non-empty list of integers, got {seeds!r}")
+        raise SpecError(f"{source}: seeds must be a non-empty list of integers in [0, 2**32), got {seeds!r}")
     evaluator = data.get("evaluator", "simulator")
     if not isinstance(evaluator, str) or not evaluator:
         raise SpecError(f"{source}: evaluator must be a name, got {evaluator!r}")
@@ -427,6 +428,36 @@ def _expand_placers(entries: Sequence[PlacerEntry]) -> list[PlacerEntry]:
     return list({(e.name, e.params_json, e.shown): e for e in out}.values())
 
 
+def _one_definition_per_name(kind: str, loaded: Mapping[str, OpGraph | Cluster]) -> None:
+    """Tables group rows by name: two different graphs (or clusters) under one name would be merged."""
+    by_name: dict[str, tuple[str, str]] = {}
+    for ref, x in loaded.items():
+        if x.name in by_name and by_name[x.name][1] != x.content_hash:
+            raise SpecError(f"{kind}s {by_name[x.name][0]!r} and {ref!r} are both named {x.name!r} but differ; "
+                            f"rename one of them")
+        by_name.setdefault(x.name, (ref, x.content_hash))
+
+
+def _check_store_matches(store: Store, plan: Plan) -> None:
+    """A store holds one definition per workload and cluster name: refuse to mix in a changed one."""
+    m = store.manifest()
+    for kind, new in (("workload", plan.workloads), ("cluster", plan.clusters)):
+        old = m.get(f"{kind}s", {})
+        for x in new.values():
+            entry = old.get(x.name)
+            if isinstance(entry, Mapping) and entry.get("hash") not in (None, x.content_hash):
+                raise SpecError(
+                    f"{store.root}: its rows for {kind} {x.name!r} were made from a different definition (hash "
+                    f"{str(entry['hash'])[:12]}, now {x.content_hash[:12]}); tables would mix them: use another --out"
+                )
+
+
+def placer_labels(spec: Spec) -> list[str]:
+    """The column labels the spec's placers get in tables (plugins loaded, '@all' expanded)."""
+    load_plugins(spec.plugins)
+    return [e.shown for e in _expand_placers(spec.placers)]
+
+
 def make_plan(spec: Spec) -> Plan:
     """Resolve names, load every workload and cluster (checking them), and list the cells in spec order."""
     load_plugins(spec.plugins)
@@ -439,6 +470,12 @@ def make_plan(spec: Spec) -> Plan:
     seeds = spec.seeds if spec.seeds is not None else meth.seeds
     workloads = {ref: suite.load_workload(ref) for ref in _expand_workloads(spec.workloads)}
     clusters = {ref: suite.load_cluster(ref) for ref in _expand_clusters(spec.clusters)}
+    _one_definition_per_name("workload", workloads)
+    _one_definition_per_name("cluster", clusters)
+    if spec.evaluator == "simulator":  # op and transfer times must be finite: a clear error now, not error rows
+        for graph in workloads.values():
+            for cluster in clusters.values():
+                simulator.inputs_for(graph, cluster)
     placers = _expand_placers(spec.placers)
     cells = []
     seen: set[str] = set()
@@ -877,6 +914,7 @@ def run(
     spec = load_spec(spec) if isinstance(spec, str) else spec
     plan = make_plan(spec)
     store = Store(out)
+    _check_store_matches(store, plan)
     stored = store.cell_ids()
     if force:
         todo = list(plan.cells)

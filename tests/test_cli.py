@@ -68,7 +68,10 @@ def test_show_workload(capsys, tiny_files):
     assert code == 0 and info["name"] == "diamond" and info["stats"]["num_ops"] == 4
     assert info["stats"]["num_edges"] == 4 and info["op_kinds"] == {"matmul": 3, "add": 1}
     code, out, _ = _run(capsys, "show", str(tiny_files["diamond"]))
-    assert "ops                4 (forward 4" in out
+    assert "ops                4 (forward 4" in out and info["reference"] == {}  # a file: no published figures
+    code, out, _ = _run(capsys, "show", "resnet50-b1-infer")
+    assert "published.params            25,557,032" in out and "published.source            torchvision" in out
+    assert "resident bytes              97.49 MiB (parameters" in out
 
 
 # -- one cell -------------------------------------------------------------------------------------------------
@@ -105,7 +108,7 @@ def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
     code, out, _ = _run(capsys, "table", str(store / "results.csv"), "-f", "csv")
     assert out.splitlines()[0].startswith("cluster,workload,placer,seeds,ok_seeds,status,step_time_s")
     code, out, _ = _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "results"))
-    assert code == 0 and (tmp_path / "results" / "leaderboard.md").exists()
+    assert code == 0 and "(spec " in (tmp_path / "results" / "leaderboard.md").read_text()  # names its run
     assert (tmp_path / "results" / "leaderboard.png").exists() and (tmp_path / "results" / "leaderboard.csv").exists()
 
 
@@ -127,7 +130,7 @@ def test_malformed_files(capsys, tmp_path, tiny_files):
     bad_spec.write_text("name = 'x'\nworkloads = [\n")
     _assert_usage_error(*_run(capsys, "run", str(bad_spec)), "bad.toml: not valid TOML")
     bad_spec.write_text("name = 'x'\nworkloads = ['a']\nclusters = ['b']\nplacers = ['c']\nseeds = 'zero'\n")
-    _assert_usage_error(*_run(capsys, "run", str(bad_spec)), "seeds must be a non-empty list of integers, got 'zero'")
+    _assert_usage_error(*_run(capsys, "run", str(bad_spec)), "seeds must be a non-empty list of integers in [0, 2**32), got 'zero'")
     bad_cluster = tmp_path / "c.toml"
     bad_cluster.write_text("name = 'c'\n[[devices]]\nname = 'd'\nkind = 'tpu'\n")
     _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(bad_cluster), "-p", "single_cpu"),
@@ -135,6 +138,19 @@ def test_malformed_files(capsys, tmp_path, tiny_files):
     bad_graph = tmp_path / "g.json"
     bad_graph.write_text('{"format": "placebench.opgraph", "schema_version": 1')
     _assert_usage_error(*_run(capsys, "show", str(bad_graph)), "g.json")
+
+
+def test_bad_run_arguments_fail_before_any_cell_runs(capsys, tiny_files, write_spec, tmp_path):
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    store = tmp_path / "store"
+    _assert_usage_error(*_run(capsys, "run", str(spec), "--out", str(store), "--reference", "nope"),
+                        "--reference 'nope' is not a placer of spec 'test': single_cpu")
+    assert not store.exists()
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]),
+                              "-p", "single_cpu", "--seed", "-1"), "--seed -1: must be in [0, 2**32)")
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]),
+                              "-p", "local_search", "--param", "batch_size=0"), "batch_size=0: must be in [1, 4096]")
 
 
 def test_argparse_errors_exit_2(capsys):

@@ -113,7 +113,9 @@ def test_seed_aggregation():
     assert Cell(("ok", "ok"), (1.0, 3.0)).value_s == 2.0
     assert Cell(("ok", "oom"), (1.0, inf)).status == "oom"  # half failed: the median is infinite
     three = Cell(("ok", "timeout", "error"), (1.0, inf, inf))
-    assert (three.ok, three.status, three.text) == (False, "timeout", "timeout")  # tie: order oom, invalid, timeout
+    assert (three.ok, three.status, three.text) == (False, "timeout", "timeout (1/3 ok)")  # tie: oom, invalid, timeout
+    assert Cell(("oom", "oom"), (inf, inf)).text == "OOM"
+    assert Cell(("oom", "ok", "oom"), (inf, 2.0, inf)).text == "OOM (1/3 ok)"  # a failed cell still shows its ok seeds
     assert Cell(("error", "ok", "ok"), (inf, 0.5, 0.7)).text == "700.0 ms (2/3 ok)"
 
 
@@ -153,11 +155,22 @@ def test_leaderboard_files_say_they_are_generated(tmp_path):
     text = md.read_text()
     assert text.splitlines()[0] == f"<!-- {report.GENERATED_NOTE} (runs/x) -->"
     assert "# placebench leaderboard" in text and "| w2 | OOM | 500.0 ms | 1.000 s |" in text
+    assert "commit" not in text  # no manifest given: no provenance line
     lines = csv_path.read_text().splitlines()
     assert lines[0] == f"# {report.GENERATED_NOTE}"
     assert len(list(csv.DictReader(lines[1:]))) == 9
 
 
+def test_leaderboard_names_the_runs_that_made_it(tmp_path):
+    run = {"run_id": "r1", "spec": "full", "cells_run": 9, "jobs": 2, "git": {"commit": "abcdef1234567890", "dirty": True},
+           "packages": {"placebench": "0.1.0", "numba": "0.68.1"}, "machine": {"cpu": "EPYC", "cpus": 2, "python": "3.11.7"}}
+    md, _ = report.write_leaderboard(ROWS, tmp_path, "ref", runs=[run])
+    assert ("Run r1 (spec full, 9 cells, 2 worker(s)): commit abcdef123456 (uncommitted changes); placebench 0.1.0, "
+            "numba 0.68.1; EPYC x2, Python 3.11.7.") in md.read_text()
+
+
 def test_bar_chart_is_a_png(tmp_path):
     path = report.bar_chart(ROWS, tmp_path / "chart.png", "ref")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"Description\x00" + report.GENERATED_NOTE.encode() in data  # says it is generated, as the md and csv do

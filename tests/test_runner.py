@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from suite import report, runner
+from suite import graph_io, report, runner
 from suite.errors import SpecError, UnknownNameError
+from suite.graph import Op, OpGraph
 from suite.store import Store
 
 
@@ -51,6 +52,7 @@ def test_spec_fields_are_read(tmp_path):
         ({"name": ""}, "field 'name' is missing"),
         ({"workloads": []}, "workloads: expected a non-empty list"),
         ({"seeds": [0, "1"]}, "seeds must be a non-empty list of integers"),
+        ({"seeds": [-1]}, r"seeds must be a non-empty list of integers in \[0, 2\*\*32\)"),
         ({"evaluator": 3}, "evaluator must be a name, got 3"),
         ({"budget": {"max_evaluations": 0}}, "budget.max_evaluations: 0 is below the minimum 1"),
         ({"budget": {"evals": 3}}, "budget must be a table with max_evaluations"),
@@ -117,6 +119,21 @@ def test_unknown_names_are_reported_before_running(tiny_files, write_spec):
         runner.make_plan(runner.load_spec(str(write_spec(**{**good, "evaluator": "gpu"}))))
     with pytest.raises(SpecError, match="plugin .*missing.py: no such file"):
         runner.make_plan(runner.load_spec(str(write_spec(**{**good, "plugins": ["missing.py"]}))))
+
+
+def test_one_definition_per_workload_name(tiny_files, write_spec, tmp_path):
+    """Tables group rows by name, so two graphs under one name (in a spec, or a store and a later run) are
+    refused instead of merged."""
+    other = graph_io.save(OpGraph.build("diamond", [Op("a", "matmul", flops=1e9)], []), tmp_path / "other.json")
+    both = {"workloads": [str(tiny_files["diamond"]), str(other)], "clusters": ["xeon_h100"], "placers": ["single_cpu"]}
+    with pytest.raises(SpecError, match="are both named 'diamond' but differ; rename one of them"):
+        runner.make_plan(runner.load_spec(str(write_spec(**both))))
+    store = tmp_path / "store"
+    runner.run(runner.load_spec(str(write_spec("a", **{**both, "workloads": both["workloads"][:1]}))), store)
+    before = sorted(p.name for p in (store / "cells").iterdir()), (store / "manifest.json").read_text()
+    with pytest.raises(SpecError, match="different definition .* use another --out"):
+        runner.run(runner.load_spec(str(write_spec("b", **{**both, "workloads": both["workloads"][1:]}))), store)
+    assert (sorted(p.name for p in (store / "cells").iterdir()), (store / "manifest.json").read_text()) == before
 
 
 # -- running: every way a cell can end --------------------------------------------------------------------

@@ -99,8 +99,8 @@ def profiles_for(rw: Any, cluster: Any, dmap: Any, directory: Path, *, threads: 
         if path.exists() and not reprofile:
             try:
                 prof = load_profile(path)
-            except ProfileError:
-                prof = None
+            except ProfileError as exc:  # a damaged profile is reported, never silently measured over
+                raise ProfileError(f"{exc} (fix or delete it, or pass --reprofile to measure it again)") from None
         if prof is not None and (prof.workload_hash != rw.graph.content_hash or prof.metadata.get("threads") != threads
                                  or prof.metadata.get("device") != tdev or prof.metadata.get("clock", "wall") != clock):
             log(f"profile {path} is stale (other graph, device, threads or clock): measuring again")
@@ -165,13 +165,26 @@ def _fidelity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value < 2**32:
+            raise argparse.ArgumentTypeError(f"{text!r} must be in [{low}, 2**32)")
+        return value
+
+    return parse
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="zoo workload name")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="shape override of the workload (JSON value), e.g. batch_size=1; repeatable")
     p.add_argument("--mode", choices=("inference", "training"), help="step to run (default: the workload's)")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1; 0: library default)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the weights, inputs and random placements")
+    p.add_argument("--threads", type=_int_at_least(0), default=1, help="intra-op threads (default 1; 0: library default)")
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of the weights, inputs and random placements")
     p.add_argument("--methodology", default="v1", help="methodology name or file (timing protocol)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall time (default) or this process's CPU time (one-thread CPU runs on a shared machine)")

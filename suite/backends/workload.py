@@ -121,6 +121,9 @@ def real_workload(name: str, *, seed: int = 0, mode: str | None = None, capture:
                 f"workload {name!r}: unknown shape parameter(s) {sorted(unknown - allowed)}; "
                 f"known: {sorted(allowed)}"
             )
+    for key, value in overrides.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PlacebenchError(f"workload {name!r}: shape parameter {key}={value!r} must be a positive integer")
     params = {**w.params, **overrides}
     changes = dict(overrides)
     if mode != w.mode:

@@ -16,6 +16,7 @@ import numpy as np
 
 from suite.cluster import Cluster
 from suite.costmodel import Profile, cost_matrix
+from suite.errors import ClusterError
 from suite.graph import OpGraph
 from suite.placement import validate
 from suite.simulator import reference
@@ -44,6 +45,7 @@ class SimInputs:
     def build(cls, graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> SimInputs:
         a = graph.arrays
         lat, bw = cluster.routes if cluster.num_devices > 1 else (np.zeros((1, 1)), np.full((1, 1), np.inf))
+        _check_transfer_times(graph, cluster, lat, bw)
         return cls(
             cost=cost_matrix(graph, cluster, profiles),
             succ_ptr=a.succ_ptr,
@@ -84,6 +86,22 @@ class SimInputs:
             self.param_bytes,
             self.latency_s,
             self.bandwidth,
+        )
+
+
+def _check_transfer_times(graph: OpGraph, cluster: Cluster, lat: np.ndarray, bw: np.ndarray) -> None:
+    """The largest tensor must cross every route in a finite time (a step time is never infinite)."""
+    if cluster.num_devices < 2 or graph.arrays.succ_bytes.size == 0:
+        return
+    largest = float(graph.arrays.succ_bytes.max())
+    with np.errstate(over="ignore", divide="ignore"):
+        worst = lat + largest / bw
+    off = ~np.eye(cluster.num_devices, dtype=bool)
+    if not np.isfinite(worst[off]).all():
+        a, b = np.argwhere(off & ~np.isfinite(worst))[0]
+        raise ClusterError(
+            f"cluster {cluster.name!r}: a {largest:.0f}-byte tensor of {graph.name!r} takes an infinite time from "
+            f"{cluster.devices[a].name} to {cluster.devices[b].name} (bandwidth {bw[a, b]:g} B/s)"
         )
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from baselines import _common
 from baselines.local_search import LocalSearch
 from baselines.m_etf import m_etf_placement
 from suite import methodology, registry
+from suite.errors import PlacebenchError
 from suite.methodology import Budget
 from suite.placement import validate
 from suite.simulator import simulate_batch
@@ -100,3 +102,11 @@ def test_every_tried_placement_is_valid(random_graph, make_problem, haswell_2k80
     worst = max(c.best_score_s for c in p.evaluator.curve)
     assert worst < 2 * p.evaluator.failure_score_s
     assert p.evaluator.curve[-1].mean_score_s < 2 * p.evaluator.failure_score_s
+
+
+def test_parameters_are_checked_at_construction():
+    assert LocalSearch(batch_size=1, kick_moves=0).params == {"batch_size": 1, "kick_moves": 0}
+    for bad in ({"batch_size": 0}, {"batch_size": -3}, {"batch_size": float("nan")}, {"batch_size": True},
+                {"kick_moves": -1}, {"batch_size": "8"}):
+        with pytest.raises(PlacebenchError, match=f"parameter {next(iter(bad))}="):
+            LocalSearch(**bad)

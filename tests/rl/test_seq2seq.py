@@ -86,3 +86,8 @@ def test_registered_and_parameters_checked(train2, k80x2, make_problem):
     problem, budget = make_problem(train2, k80x2, max_evaluations=5)
     with pytest.raises(PlacebenchError, match="grouping"):
         Seq2SeqPlacer(grouping="bogus").place(problem, budget, seed=0)
+    for bad, match in (({"lr": 0.0}, "lr=0.0: must be in"), ({"batch_size": 2.0}, "batch_size=2.0: expected an integer"),
+                       ({"max_groups": 0}, "max_groups"), ({"reward": "pos"}, "reward 'pos'"),
+                       ({"oom_score_s": float("nan")}, "oom_score_s"), ({"bidirectional": 1}, "expected a bool")):
+        with pytest.raises(PlacebenchError, match=match):  # at construction, so a spec fails before it runs
+            make_placer("seq2seq", **bad)

@@ -157,6 +157,12 @@ def test_cli_profile_and_fidelity(tmp_path, capsys):
     assert main(["fidelity", *args[:-1], "wall", "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"),
                  "--splits", "0", "--random", "0", "--rounds", "1", "--no-png", "--placer", "none"]) == 0
     assert "stale" in capsys.readouterr().out  # a CPU-clock profile is not used for wall-clock predictions
+    (stored,) = (tmp_path / "p").glob("*.json")
+    stored.write_text(stored.read_text().replace('"op_times_s": {', '"op_times_s": {"bogus op": -1, ', 1))
+    damaged = stored.read_text()
+    assert main(["fidelity", *args[:-1], "wall", "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"),
+                 "--splits", "0", "--random", "0", "--rounds", "1", "--no-png", "--placer", "none"]) == 2
+    assert stored.name in capsys.readouterr().err and stored.read_text() == damaged  # reported, not measured over
 
 
 def test_cli_errors_name_the_problem(capsys):
@@ -164,4 +170,10 @@ def test_cli_errors_name_the_problem(capsys):
     assert "unknown workload" in capsys.readouterr().err
     assert main(["profile", "rnnlm-2x2048-b64", "--set", "depth=2"]) == 2
     assert "unknown shape parameter" in capsys.readouterr().err
+    for bad in ("batch_size=-1", "batch_size=0", "batch_size=NaN", "batch_size=2.5"):
+        assert main(["profile", "rnnlm-2x2048-b64", "--set", bad]) == 2
+        assert f"shape parameter {bad.split('=')[0]}=" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "rnnlm-2x2048-b64", "--threads", "-2"])
+    assert exc.value.code == 2 and "must be in [0, 2**32)" in capsys.readouterr().err
     assert main(["profile", "rnnlm-2x2048-b64", "--device", "cuda:9"]) == 2

@@ -1,0 +1,32 @@
+"""What the simulator refuses: inputs under which a step would take forever, and backends that say `ok`
+without a finite time. A failure is a status or an error, never an infinite number."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from suite import simulate
+from suite.errors import ClusterError
+from suite.evaluator import Measurement
+from suite.graph import Op, OpGraph
+
+
+def _pair(nbytes: int) -> OpGraph:
+    return OpGraph.build("pair", [Op("a", "matmul", flops=1e9, output_bytes=nbytes), Op("b", "matmul", flops=1e9)],
+                         [("a", "b", nbytes)])
+
+
+def test_a_route_too_slow_for_the_largest_tensor_is_an_error(uniform_cluster):
+    slow = uniform_cluster(2, link_bandwidth=5e-324)  # finite and positive, so the cluster itself is valid
+    with pytest.raises(ClusterError, match=r"a 1000-byte tensor of 'pair' takes an infinite time from d0 to d1"):
+        simulate(_pair(1000), slow, [0, 1])
+    assert simulate(_pair(0), slow, [0, 1]).step_time_s == 2.0  # nothing to send: 1 s + 0 s + 1 s
+
+
+@pytest.mark.parametrize("t", [math.inf, math.nan, -1.0, None])
+def test_an_ok_measurement_needs_a_finite_time(t):
+    with pytest.raises(ValueError, match="status ok needs a finite step time"):
+        Measurement("ok", t)
+    assert Measurement("oom", None).status == "oom"
