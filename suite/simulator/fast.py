@@ -21,8 +21,9 @@ core, reusing one workspace.
 Cost: about 40 ns per op even with every op on one device (mostly unpredictable branches: loop lengths,
 readiness, reference counts), plus about 70 ns per cross-device transfer. An engine without transfer events
 (ready times known when the last input is produced, future memory deltas in per-device heaps) was built,
-matched this one exactly, and was slower (tests/suite/test_simulator_bench.py, 10,000 ops, 8 devices:
-0.84 / 1.20 / 1.36 ms against 0.45 / 0.91 / 1.31 ms for blocks / groups / random placements).
+matched this one exactly, and was slower: side by side on the graph and placements of
+tests/suite/test_simulator_bench.py (10,000 ops, 8 devices; best per-placement time over batches of 16),
+0.84 / 1.20 / 1.36 ms against this engine's 0.45 / 0.91 / 1.31 ms for blocks / groups / random placements.
 """
 
 from __future__ import annotations
