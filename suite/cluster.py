@@ -12,7 +12,7 @@ one channel that carries one transfer at a time.
 from __future__ import annotations
 
 import math
-import tomllib
+import numbers
 from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,9 +23,11 @@ import numpy as np
 
 from suite.errors import ClusterError
 from suite.graph import DEVICE_KINDS
+from suite.textfile import load_toml
 
 SCHEMA_VERSION = 1
 PRESET_DIR = Path(__file__).parent / "clusters"
+MAX_MEMORY_BYTES = 2**62  # fits int64 with room for the simulator's sums
 
 
 @dataclass(frozen=True)
@@ -142,17 +144,50 @@ class Cluster:
         return f"Cluster({self.name!r}, devices={[d.name for d in self.devices]})"
 
 
+def _as_float(value: Any) -> float:
+    """value as a float: NaN if it is not a real number (bools included), inf if it is too large for one."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _positive(where: str, key: str, value: Any, *, allow_zero: bool = False, at_most_one: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+    x = _as_float(value)
+    if math.isnan(x):
         raise ClusterError(f"{where}.{key}: expected a number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero) or math.isinf(value):
+    if x < 0 or (x == 0 and not allow_zero) or math.isinf(x):
         need = "non-negative" if allow_zero else "positive"
         raise ClusterError(f"{where}.{key}: {value!r} must be a finite {need} number")
-    if at_most_one and value > 1:
+    if at_most_one and x > 1:
         raise ClusterError(f"{where}.{key}: {value!r} must be at most 1")
 
 
+def _memory_bytes(where: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ClusterError(f"{where}.memory_bytes: expected a whole number of bytes (an integer), got {value!r}")
+    if not 1 <= value <= MAX_MEMORY_BYTES:
+        raise ClusterError(f"{where}.memory_bytes: {value!r} must be between 1 and 2**62")
+
+
+def _string(where: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise ClusterError(f"{where}: expected a string, got {value!r}")
+
+
+def _sources(where: str, value: Any) -> None:
+    """A `source` table: field name -> where its number comes from."""
+    if not isinstance(value, dict):
+        raise ClusterError(f"{where}: must be a table of field name -> source text, got {value!r}")
+    for key, text in value.items():
+        _string(f"{where}.{key}", text)
+
+
 def _validate(c: Cluster, where: str) -> None:
+    _string(f"{where}: description", c.description)
+    _sources(f"{where}: source", c.source)
     if not c.devices:
         raise ClusterError(f"{where}: no devices")
     names: set[str] = set()
@@ -167,17 +202,25 @@ def _validate(c: Cluster, where: str) -> None:
             raise ClusterError(f"{w} {d.name!r}.kind: {d.kind!r} is not one of {', '.join(DEVICE_KINDS)}")
         _positive(f"{w} {d.name!r}", "peak_flops", d.peak_flops)
         _positive(f"{w} {d.name!r}", "mem_bandwidth", d.mem_bandwidth)
-        _positive(f"{w} {d.name!r}", "memory_bytes", d.memory_bytes)
+        _memory_bytes(f"{w} {d.name!r}", d.memory_bytes)
         _positive(f"{w} {d.name!r}", "op_overhead_s", d.op_overhead_s, allow_zero=True)
         _positive(f"{w} {d.name!r}", "compute_efficiency", d.compute_efficiency, at_most_one=True)
         _positive(f"{w} {d.name!r}", "memory_efficiency", d.memory_efficiency, at_most_one=True)
+        _string(f"{w} {d.name!r}.model", d.model)
+        _sources(f"{w} {d.name!r}.source", d.source)
     for j, lk in enumerate(c.links):
         w = f"{where}: links[{j}]"
+        _string(f"{w}.name", lk.name)
+        _sources(f"{w}.source", lk.source)
         if len(lk.between) < 2:
             raise ClusterError(f"{w}.between: a link joins at least two devices, got {list(lk.between)!r}")
-        for name in lk.between:
+        for k, name in enumerate(lk.between):
+            if not isinstance(name, str):
+                raise ClusterError(f"{w}.between: expected device names, got {name!r}")
             if name not in names:
                 raise ClusterError(f"{w}.between: unknown device {name!r}")
+            if name in lk.between[:k]:
+                raise ClusterError(f"{w}.between: device {name!r} is listed twice")
         _positive(w, "bandwidth", lk.bandwidth)
         _positive(w, "latency_s", lk.latency_s, allow_zero=True)
     if len(c.devices) > 1:
@@ -186,21 +229,36 @@ def _validate(c: Cluster, where: str) -> None:
 
 _DEVICE_KEYS = {f for f in Device.__dataclass_fields__}
 _LINK_KEYS = {f for f in Link.__dataclass_fields__}
+_TOP_KEYS = {"schema_version", "name", "description", "source", "devices", "links"}
+
+
+def _tables(where: str, key: str, raw: Any) -> list[dict[str, Any]]:
+    """The array of tables `[[key]]`, each entry checked to be a table."""
+    if not isinstance(raw, list):
+        got = f"a single table ([{key}])" if isinstance(raw, dict) else repr(raw)
+        raise ClusterError(f"{where}: field {key!r} must be an array of tables ([[{key}]]), got {got}")
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise ClusterError(f"{where}: {key}[{i}] must be a table ([[{key}]]), got {entry!r}")
+    return raw
 
 
 def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
     where = source
     if not isinstance(data, dict):
         raise ClusterError(f"{where}: expected a table")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ClusterError(f"{where}: unknown top-level field(s) {sorted(unknown)}; expected {sorted(_TOP_KEYS)}")
     version = data.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
         raise ClusterError(f"{where}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise ClusterError(f"{where}: field 'name' is missing or empty")
     devices = []
-    raw_devices = data.get("devices")
-    if not isinstance(raw_devices, list) or not raw_devices:
+    raw_devices = _tables(where, "devices", data.get("devices", []))
+    if not raw_devices:
         raise ClusterError(f"{where}: field 'devices' must be a non-empty array of tables ([[devices]])")
     for i, raw in enumerate(raw_devices):
         unknown = set(raw) - _DEVICE_KEYS
@@ -211,7 +269,7 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
                 raise ClusterError(f"{where}: devices[{i}] has no field {key!r}")
         devices.append(Device(**raw))
     links = []
-    for j, raw in enumerate(data.get("links", [])):
+    for j, raw in enumerate(_tables(where, "links", data.get("links", []))):
         unknown = set(raw) - _LINK_KEYS
         if unknown:
             raise ClusterError(f"{where}: links[{j}] has unknown field(s) {sorted(unknown)}")
@@ -226,8 +284,8 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
             name=name,
             devices=tuple(devices),
             links=tuple(links),
-            description=str(data.get("description", "")),
-            source=dict(data.get("source", {})),
+            description=data.get("description", ""),
+            source=data.get("source", {}),
         )
     except ClusterError as exc:
         raise ClusterError(f"{where}: {exc}") from None
@@ -235,14 +293,7 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
 
 def load(path: str | Path) -> Cluster:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ClusterError(f"{path}: no such cluster file") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ClusterError(f"{path}: not valid TOML: {exc}") from None
+    data = load_toml(path, ClusterError, "cluster")
     return from_dict(data, source=str(path))
 
 

@@ -24,11 +24,13 @@ from typing import Any
 import numpy as np
 
 from suite.cluster import Cluster, Device
-from suite.errors import ProfileError
+from suite.errors import ClusterError, ProfileError
 from suite.graph import OpGraph
+from suite.textfile import load_json
 
 PROFILE_FORMAT = "placebench.profile"
 PROFILE_SCHEMA_VERSION = 1
+_PROFILE_KEYS = {"format", "schema_version", "workload", "workload_hash", "applies_to", "metadata", "op_times_s"}
 
 
 def roofline_time_s(flops: np.ndarray, bytes_accessed: np.ndarray, device: Device) -> np.ndarray:
@@ -70,46 +72,83 @@ class Profile:
         return path
 
 
+def _seconds(value: Any) -> float | None:
+    """value as a finite non-negative float, or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        t = float(value)
+    except OverflowError:
+        return None
+    return t if math.isfinite(t) and t >= 0 else None
+
+
 def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
         raise ProfileError(f"{source}: not a placebench profile (field 'format' must be {PROFILE_FORMAT!r})")
-    if data.get("schema_version") != PROFILE_SCHEMA_VERSION:
-        raise ProfileError(f"{source}: schema_version {data.get('schema_version')!r} is not supported")
+    version = data.get("schema_version")
+    if isinstance(version, bool) or version != PROFILE_SCHEMA_VERSION:
+        raise ProfileError(f"{source}: schema_version {version!r} is not supported")
+    unknown = set(data) - _PROFILE_KEYS
+    if unknown:
+        raise ProfileError(f"{source}: unknown field(s) {sorted(unknown)}; expected {sorted(_PROFILE_KEYS)}")
     for key in ("workload", "applies_to"):
         if not isinstance(data.get(key), str) or not data[key]:
             raise ProfileError(f"{source}: field {key!r} is missing or empty")
+    if not isinstance(data.get("workload_hash", ""), str):
+        raise ProfileError(f"{source}: field 'workload_hash' must be a string, got {data['workload_hash']!r}")
+    if not isinstance(data.get("metadata", {}), dict):
+        raise ProfileError(f"{source}: field 'metadata' must be an object, got {data['metadata']!r}")
     times = data.get("op_times_s")
     if not isinstance(times, dict):
         raise ProfileError(f"{source}: field 'op_times_s' must be an object of op name -> seconds")
-    for name, t in times.items():
-        if isinstance(t, bool) or not isinstance(t, int | float) or math.isnan(t) or math.isinf(t) or t < 0:
-            raise ProfileError(f"{source}: op_times_s[{name!r}] = {t!r} is not a finite non-negative number")
+    seconds = {name: _seconds(t) for name, t in times.items()}
+    for name, t in seconds.items():
+        if t is None:
+            raise ProfileError(f"{source}: op_times_s[{name!r}] = {times[name]!r} is not a finite non-negative number")
     return Profile(
         workload=data["workload"],
         applies_to=data["applies_to"],
-        op_times_s={k: float(v) for k, v in times.items()},
-        workload_hash=str(data.get("workload_hash", "")),
+        op_times_s=seconds,
+        workload_hash=data.get("workload_hash", ""),
         metadata=dict(data.get("metadata", {})),
     )
 
 
 def load_profile(path: str | Path) -> Profile:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile file") from None
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path}: not valid JSON: {exc}") from None
+    data = load_json(path, ProfileError, "profile")
     return profile_from_dict(data, source=str(path))
+
+
+def _devices_summary(cluster: Cluster) -> str:
+    """The names, kinds and models a profile's `applies_to` can match."""
+    names = ", ".join(d.name for d in cluster.devices)
+    kinds = ", ".join(dict.fromkeys(d.kind for d in cluster.devices))
+    models = ", ".join(repr(m) for m in dict.fromkeys(d.model for d in cluster.devices) if m)
+    return f"devices {names}; kinds {kinds}" + (f"; models {models}" if models else "")
+
+
+def _check_finite(out: np.ndarray, graph: OpGraph, cluster: Cluster) -> None:
+    bad = np.argwhere(~(np.isfinite(out) & (out >= 0)))
+    if len(bad):
+        i, d = bad[0]
+        dev = cluster.devices[d]
+        raise ClusterError(
+            f"cluster {cluster.name!r}: op {graph.ops[i].name!r} of workload {graph.name!r} on device {dev.name!r} "
+            f"takes {out[i, d]} s, not a finite non-negative time (peak_flops {dev.peak_flops!r}, "
+            f"compute_efficiency {dev.compute_efficiency!r}, mem_bandwidth {dev.mem_bandwidth!r}, "
+            f"memory_efficiency {dev.memory_efficiency!r})"
+        )
 
 
 def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> np.ndarray:
     """Time in seconds of every op on every device, float64 [num_ops, num_devices] (read-only)."""
     a = graph.arrays
     out = np.empty((graph.num_ops, cluster.num_devices), dtype=np.float64)
-    for d, dev in enumerate(cluster.devices):
-        out[:, d] = roofline_time_s(a.flops, a.bytes_accessed.astype(np.float64), dev)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked at the end
+        for d, dev in enumerate(cluster.devices):
+            out[:, d] = roofline_time_s(a.flops, a.bytes_accessed.astype(np.float64), dev)
     for prof in profiles:
         if prof.workload_hash and prof.workload_hash != graph.content_hash:
             raise ProfileError(
@@ -118,11 +157,15 @@ def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = 
             )
         cols = [d for d, dev in enumerate(cluster.devices) if prof.matches(dev)]
         if not cols:
-            continue
+            raise ProfileError(
+                f"profile for {prof.workload!r} applies to {prof.applies_to!r}, which is no device name, kind or "
+                f"model of cluster {cluster.name!r} ({_devices_summary(cluster)})"
+            )
         for name, t in prof.op_times_s.items():
             i = graph.index.get(name)
             if i is None:
                 raise ProfileError(f"profile for {prof.workload!r}: op {name!r} is not in graph {graph.name!r}")
             out[i, cols] = t
+    _check_finite(out, graph, cluster)
     out.setflags(write=False)
     return out

@@ -6,12 +6,12 @@ Rules are data (`suite/methodology/*.toml`); this module only loads and validate
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from suite.errors import SpecError
+from suite.textfile import load_toml
 
 METHODOLOGY_DIR = Path(__file__).parent / "methodology"
 DEFAULT = "v1"
@@ -58,23 +58,68 @@ class Methodology:
         }
 
 
+# the sections of a methodology file and the keys each may hold
+SECTIONS = {
+    "budget": {"max_evaluations", "max_seconds"},
+    "seeds": {"seeds"},
+    "remeasure": {"repetitions"},
+    "timing": {"warmup_steps", "measured_steps", "statistic", "synchronize"},
+    "scoring": {"failure_multiple"},
+    "timeout": {"cell_timeout_s"},
+}
+
+
 def _num(where: str, value: Any, *, integer: bool = False, minimum: float = 0.0) -> Any:
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
-    if isinstance(value, bool) or not ok or (not integer and (math.isnan(value) or math.isinf(value))):
+    if isinstance(value, bool) or not ok or (not integer and not _finite(value)):
         raise SpecError(f"{where}: expected a {'whole' if integer else 'finite'} number, got {value!r}")
     if value < minimum:
         raise SpecError(f"{where}: {value!r} is below the minimum {minimum}")
     return value
 
 
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _bool(where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _sections(data: Any, source: str) -> dict[str, dict[str, Any]]:
+    """Each section of `data` as a table (empty where absent); refuses unknown sections and keys."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a table, got {data!r}")
+    unknown = set(data) - set(SECTIONS) - {"version"}
+    if unknown:
+        raise SpecError(f"{source}: unknown section(s) or key(s) {sorted(unknown)}; expected version, "
+                        f"{', '.join(f'[{s}]' for s in SECTIONS)}")
+    out = {}
+    for name, keys in SECTIONS.items():
+        table = data.get(name, {})
+        if not isinstance(table, dict):
+            raise SpecError(f"{source}: field {name!r} must be a table ([{name}]), got {table!r}")
+        if set(table) - keys:
+            raise SpecError(f"{source}: [{name}] has unknown key(s) {sorted(set(table) - keys)}; expected {sorted(keys)}")
+        out[name] = table
+    return out
+
+
 def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Methodology:
+    sec = _sections(data, source)
     if not isinstance(data.get("version"), str) or not data["version"]:
-        raise SpecError(f"{source}: field 'version' is missing")
-    b = data.get("budget", {})
-    t = data.get("timing", {})
-    seeds = data.get("seeds", {}).get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise SpecError(f"{source}: seeds.seeds must be a non-empty list of integers, got {seeds!r}")
+        raise SpecError(f"{source}: field 'version' must be a non-empty string, got {data.get('version')!r}")
+    b, t = sec["budget"], sec["timing"]
+    seeds = sec["seeds"].get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(
+        isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds
+    ):
+        raise SpecError(f"{source}: seeds.seeds must be a non-empty list of integers in [0, 2**32), got {seeds!r}")
     statistic = t.get("statistic", "median")
     if statistic not in ("median", "mean"):
         raise SpecError(f"{source}: timing.statistic {statistic!r} is not 'median' or 'mean'")
@@ -85,15 +130,15 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Methodology:
             max_seconds=float(_num(f"{source}: budget.max_seconds", b.get("max_seconds", 300.0), minimum=0.001)),
         ),
         seeds=tuple(seeds),
-        repetitions=_num(f"{source}: remeasure.repetitions", data.get("remeasure", {}).get("repetitions", 1), integer=True, minimum=1),
+        repetitions=_num(f"{source}: remeasure.repetitions", sec["remeasure"].get("repetitions", 1), integer=True, minimum=1),
         timing=Timing(
             warmup_steps=_num(f"{source}: timing.warmup_steps", t.get("warmup_steps", 3), integer=True),
             measured_steps=_num(f"{source}: timing.measured_steps", t.get("measured_steps", 10), integer=True, minimum=1),
             statistic=statistic,
-            synchronize=bool(t.get("synchronize", True)),
+            synchronize=_bool(f"{source}: timing.synchronize", t.get("synchronize", True)),
         ),
-        failure_multiple=float(_num(f"{source}: scoring.failure_multiple", data.get("scoring", {}).get("failure_multiple", 10.0), minimum=1.0)),
-        cell_timeout_s=float(_num(f"{source}: timeout.cell_timeout_s", data.get("timeout", {}).get("cell_timeout_s", 900.0), minimum=0.001)),
+        failure_multiple=float(_num(f"{source}: scoring.failure_multiple", sec["scoring"].get("failure_multiple", 10.0), minimum=1.0)),
+        cell_timeout_s=float(_num(f"{source}: timeout.cell_timeout_s", sec["timeout"].get("cell_timeout_s", 900.0), minimum=0.001)),
     )
 
 
@@ -101,10 +146,5 @@ def load(name_or_path: str = DEFAULT) -> Methodology:
     path = Path(name_or_path)
     if not path.suffix:
         path = METHODOLOGY_DIR / f"{name_or_path}.toml"
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such methodology file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    data = load_toml(path, SpecError, "methodology")
     return from_dict(data, source=str(path))

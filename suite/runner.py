@@ -42,7 +42,6 @@ import signal
 import sys
 import threading
 import time
-import tomllib
 import traceback
 import uuid
 from collections import deque
@@ -65,6 +64,7 @@ from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
 from suite.placement import placement_hash
 from suite.store import Store, machine_info, package_versions
+from suite.textfile import load_toml
 
 SPEC_DIR = Path(__file__).parent / "specs"
 DEFAULT_SPEC = "quick"
@@ -263,12 +263,7 @@ def load_spec(name_or_path: str = DEFAULT_SPEC) -> Spec:
         path = SPEC_DIR / f"{name_or_path}.toml"
         if not path.is_file():
             raise UnknownNameError(f"unknown spec {name_or_path!r}; built-in: {', '.join(spec_names())}")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such spec file") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    data = load_toml(path, SpecError, "spec")
     return spec_from_dict(data, source=str(path), base=path.resolve().parent)
 
 

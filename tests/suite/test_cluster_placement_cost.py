@@ -61,6 +61,27 @@ def test_multi_hop_route_sums_latency_and_takes_min_bandwidth():
         (lambda d: d["devices"][0].update(compute_efficiency=1.5), "must be at most 1"),
         (lambda d: d["links"][0].update(between=["a", "zz"]), "unknown device 'zz'"),
         (lambda d: d.update(links=[]), "no link route from 'a' to 'b'"),
+        (lambda d: d.update(devices=[1, 2]), r"devices\[0\] must be a table \(\[\[devices\]\]\), got 1"),
+        (lambda d: d.update(links=[1]), r"links\[0\] must be a table \(\[\[links\]\]\), got 1"),
+        (lambda d: d.update(links={"between": ["a", "b"]}), r"field 'links' must be an array of tables \(\[\[links\]\]\)"),
+        (lambda d: d.update(source="x"), "source: must be a table of field name -> source text, got 'x'"),
+        (lambda d: d.update(source={"setup": 5}), r"source\.setup: expected a string, got 5"),
+        (lambda d: d["devices"][0].update(source="x"), r"devices\[0\] 'a'\.source: must be a table"),
+        (lambda d: d["links"][0].update(source={"bandwidth": 1.0}), r"links\[0\]\.source\.bandwidth: expected a string"),
+        (lambda d: d.update(description=5), "description: expected a string, got 5"),
+        (lambda d: d["devices"][0].update(model=5), r"devices\[0\] 'a'\.model: expected a string, got 5"),
+        (lambda d: d["links"][0].update(name=["l"]), r"links\[0\]\.name: expected a string"),
+        (lambda d: d.update(colour="red", notes=""), r"unknown top-level field\(s\) \['colour', 'notes'\]"),
+        (lambda d: d.update(schema_version=True), "schema_version True is not supported"),
+        (lambda d: d["links"][0].update(between=[["a"], "b"]), r"links\[0\]\.between: expected device names, got \['a'\]"),
+        (lambda d: d["links"][0].update(between=["a", "a", "b"]), r"links\[0\]\.between: device 'a' is listed twice"),
+        (lambda d: d["devices"][0].update(memory_bytes=1.5), r"memory_bytes: expected a whole number of bytes \(an integer\), got 1\.5"),
+        (lambda d: d["devices"][0].update(memory_bytes=8e10), "memory_bytes: expected a whole number of bytes"),
+        (lambda d: d["devices"][0].update(memory_bytes=1e20), "memory_bytes: expected a whole number of bytes"),
+        (lambda d: d["devices"][0].update(memory_bytes=True), "memory_bytes: expected a whole number of bytes"),
+        (lambda d: d["devices"][0].update(memory_bytes=2**62 + 1), r"memory_bytes: 4611686018427387905 must be between 1 and 2\*\*62"),
+        (lambda d: d["devices"][0].update(memory_bytes=0), r"memory_bytes: 0 must be between 1 and 2\*\*62"),
+        (lambda d: d["devices"][0].update(peak_flops=10**400), "peak_flops: .* must be a finite positive number"),
     ],
 )
 def test_cluster_errors(mutate, message):
@@ -68,14 +89,31 @@ def test_cluster_errors(mutate, message):
         dict(name=n, kind="gpu", peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=10, op_overhead_s=0) for n in "ab"],
         "links": [dict(between=["a", "b"], bandwidth=1.0, latency_s=0.0)]}
     mutate(data)
-    with pytest.raises(ClusterError, match=message):
+    with pytest.raises(ClusterError, match=message) as err:
         from_dict(data, source="my.toml")
+    assert str(err.value).startswith("my.toml: ")
+
+
+def test_largest_memory_is_accepted():
+    devs = [dict(name="a", kind="gpu", peak_flops=1.0, mem_bandwidth=1.0, memory_bytes=2**62, op_overhead_s=0)]
+    assert from_dict({"name": "c", "devices": devs}).devices[0].memory_bytes == 2**62
 
 
 def test_cluster_file_errors(tmp_path):
     (tmp_path / "bad.toml").write_text("name = [unclosed")
     with pytest.raises(ClusterError, match="bad.toml: not valid TOML"):
         load_cluster(str(tmp_path / "bad.toml"))
+    (tmp_path / "latin1.toml").write_bytes(b'name = "caf\xe9"\n')
+    with pytest.raises(ClusterError, match=r"latin1.toml: not valid UTF-8 text \(byte 0xe9 at offset 11\)"):
+        load_cluster(str(tmp_path / "latin1.toml"))
+    (tmp_path / "dir.toml").mkdir()
+    with pytest.raises(ClusterError, match="dir.toml: cannot read the cluster file: Is a directory"):
+        load_cluster(str(tmp_path / "dir.toml"))
+    (tmp_path / "table.toml").write_text(
+        'name = "c"\n[[devices]]\nname = "a"\nkind = "gpu"\npeak_flops = 1.0\nmem_bandwidth = 1.0\n'
+        'memory_bytes = 1\nop_overhead_s = 0.0\n[links]\nname = "x"\n')
+    with pytest.raises(ClusterError, match=r"table.toml: field 'links' must be an array of tables \(\[\[links\]\]\)"):
+        load_cluster(str(tmp_path / "table.toml"))
     with pytest.raises(UnknownNameError, match="unknown cluster 'nope'"):
         load_cluster("nope")
 
@@ -142,6 +180,55 @@ def test_profile_errors(tmp_path, times, message):
                                 "applies_to": "gpu", "op_times_s": times}))
     with pytest.raises(ProfileError, match=message):
         cost_matrix(g, c, [load_profile(path)])
+
+
+PROFILE = {"format": "placebench.profile", "schema_version": 1, "workload": "small", "applies_to": "gpu",
+           "op_times_s": {"fwd": 1.0}}
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (json.dumps(PROFILE).replace("1.0", "1" + "0" * 400), r"op_times_s\['fwd'\] = 1000.* is not a finite"),
+        (json.dumps({**PROFILE, "metadata": "x"}), "field 'metadata' must be an object, got 'x'"),
+        (json.dumps({**PROFILE, "metadata": [1]}), r"field 'metadata' must be an object, got \[1\]"),
+        (json.dumps({**PROFILE, "workload_hash": 5}), "field 'workload_hash' must be a string, got 5"),
+        (json.dumps({**PROFILE, "op_time_s": {}}), r"unknown field\(s\) \['op_time_s'\]"),
+        (json.dumps({**PROFILE, "op_times_s": {"fwd": True}}), r"op_times_s\['fwd'\] = True is not a finite"),
+        (b'{"workload": "caf\xe9"}', r"not valid UTF-8 text \(byte 0xe9 at offset 17\)"),
+        ('{"a": 1' + "0" * 5000 + "}", "not valid JSON: Exceeds the limit"),
+    ],
+    ids=["huge-time", "metadata-string", "metadata-list", "hash-number", "unknown-field", "bool-time", "latin1", "5000-digits"],
+)
+def test_profile_file_errors(tmp_path, text, message):
+    path = tmp_path / "p.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ProfileError, match=message) as err:
+        load_profile(path)
+    assert str(err.value).startswith(f"{path}: ")
+
+
+def test_profile_directory_is_refused(tmp_path):
+    with pytest.raises(ProfileError, match=f"{tmp_path}: cannot read the profile file: Is a directory"):
+        load_profile(tmp_path)
+
+
+def test_profile_that_applies_to_no_device_is_refused():
+    g, c = small(), load_cluster("haswell_2k80")
+    with pytest.raises(ProfileError, match=r"profile for 'small' applies to 'tpu', which is no device name, kind or "
+                                           r"model of cluster 'haswell_2k80' \(devices cpu:0, gpu:0, gpu:1; kinds cpu, gpu; "
+                                           r"models 'Intel"):
+        cost_matrix(g, c, [Profile("small", "tpu", {"fwd": 1.0})])
+
+
+def test_cost_matrix_refuses_a_non_finite_time():
+    devs = [dict(name=n, kind=k, peak_flops=5e-324, mem_bandwidth=5e-324, memory_bytes=2**40, op_overhead_s=0)
+            for n, k in (("c", "cpu"), ("g", "gpu"))]
+    c = from_dict({"name": "slow", "devices": devs, "links": [dict(between=["c", "g"], bandwidth=1.0, latency_s=0.0)]})
+    with pytest.raises(ClusterError, match=r"cluster 'slow': op 'emb' of workload 'small' on device 'c' takes inf s"):
+        cost_matrix(small(), c)
+    with pytest.raises(ClusterError, match="takes inf s"):
+        simulate(small(), c, [0, 1, 1])
 
 
 def test_profile_for_another_graph_is_refused():

@@ -26,3 +26,51 @@ def test_fidelity_variants_differ_from_v1_only_in_timing(name, measured):
 def test_unknown_methodology_names_the_file():
     with pytest.raises(SpecError, match="no-such-rules.toml: no such methodology file"):
         methodology.load("no-such-rules")
+
+
+def test_every_shipped_file_loads():
+    for path in sorted(methodology.METHODOLOGY_DIR.glob("*.toml")):
+        assert methodology.load(str(path)).version.startswith("placebench-methodology-")
+
+
+V1 = (methodology.METHODOLOGY_DIR / "v1.toml").read_text()
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('version = "x"\nbudget = 3\n', r"field 'budget' must be a table \(\[budget\]\), got 3"),
+        ('version = "x"\nseeds = [0, 1]\n', r"field 'seeds' must be a table \(\[seeds\]\), got \[0, 1\]"),
+        (V1.replace("max_evaluations =", "max_evaluation ="), r"\[budget\] has unknown key\(s\) \['max_evaluation'\]"),
+        (V1 + "\n[scorring]\nfailure_multiple = 5.0\n", r"unknown section\(s\) or key\(s\) \['scorring'\]"),
+        ('colour = "red"\n' + V1, r"unknown section\(s\) or key\(s\) \['colour'\]"),
+        (V1.replace("synchronize = true", 'synchronize = "no"'), "timing.synchronize: expected true or false, got 'no'"),
+        (V1.replace("synchronize = true", "synchronize = 0"), "timing.synchronize: expected true or false, got 0"),
+        (V1.replace("max_seconds = 300.0", "max_seconds = 1" + "0" * 400), "budget.max_seconds: expected a finite number"),
+        (V1.replace("max_evaluations = 1000", "max_evaluations = 1e3"), "budget.max_evaluations: expected a whole number"),
+        (V1.replace("max_seconds = 300.0", "max_seconds = true"), "budget.max_seconds: expected a finite number, got True"),
+        (V1.replace("seeds = [0]", "seeds = [-1]"), r"seeds.seeds must be a non-empty list of integers in \[0, 2\*\*32\)"),
+        (V1.replace("seeds = [0]", "seeds = 0"), r"seeds.seeds must be a non-empty list of integers"),
+        (V1.replace('statistic = "median"', "statistic = 1"), "timing.statistic 1 is not 'median' or 'mean'"),
+        (V1.replace('version = "placebench-methodology-v1"', "version = 1"), "field 'version' must be a non-empty string"),
+        ("version = 'x'\na = 1" + "0" * 5000 + "\n", "not valid TOML: Exceeds the limit"),
+    ],
+    ids=["budget-scalar", "seeds-top-level", "key-typo", "section-typo", "unknown-key", "bool-string", "bool-int",
+         "huge-float", "float-count", "bool-number", "negative-seed", "seeds-scalar", "statistic-number", "version-number",
+         "5000-digits"],
+)
+def test_methodology_file_errors(tmp_path, text, message):
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message) as err:
+        methodology.load(str(path))
+    assert str(err.value).startswith(f"{path}: ")
+
+
+def test_methodology_unreadable_files(tmp_path):
+    (tmp_path / "latin1.toml").write_bytes(b'version = "caf\xe9"\n')
+    with pytest.raises(SpecError, match=r"latin1.toml: not valid UTF-8 text \(byte 0xe9 at offset 14\)"):
+        methodology.load(str(tmp_path / "latin1.toml"))
+    (tmp_path / "dir.toml").mkdir()
+    with pytest.raises(SpecError, match="dir.toml: cannot read the methodology file: Is a directory"):
+        methodology.load(str(tmp_path / "dir.toml"))
