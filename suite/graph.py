@@ -11,6 +11,7 @@ output and carries `bytes` (normally equal to the producer's `output_bytes`).
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,10 @@ from suite.errors import GraphError
 
 PHASES = ("forward", "backward", "update")
 DEVICE_KINDS = ("cpu", "gpu")
+# Limit on every byte count and on each byte field's total over a graph: every sum formed from them
+# (bytes_read + bytes_written, per-device memory, totals over ops and edges) stays far inside int64.
+MAX_BYTES = 2**53
+_BYTE_FIELDS = ("bytes_read", "bytes_written", "output_bytes", "param_bytes")
 
 
 @dataclass(frozen=True)
@@ -54,18 +59,50 @@ class Edge:
     bytes: int
 
 
+def _shown(value: Any) -> str:
+    """`repr`, abbreviated for huge integers (whose repr Python may even refuse)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"a {value.bit_length()}-bit integer"
+    return repr(value)
+
+
 def _check_number(where: str, field_name: str, value: Any, *, integer: bool) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise GraphError(f"{where}.{field_name}: expected a number, got {value!r}")
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise GraphError(f"{where}.{field_name}: {value!r} is not a finite number")
     if value < 0:
-        raise GraphError(f"{where}.{field_name}: {value!r} is negative")
+        raise GraphError(f"{where}.{field_name}: {_shown(value)} is negative")
     if integer:
         if isinstance(value, float) and not value.is_integer():
             raise GraphError(f"{where}.{field_name}: {value!r} is not a whole number of bytes")
+        if value > MAX_BYTES:
+            raise GraphError(f"{where}.{field_name}: {_shown(value)} is above the limit of 2**53 bytes")
         return int(value)
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise GraphError(f"{where}.{field_name}: {_shown(value)} is too large for a float") from None
+
+
+def _check_totals(name: str, ops: Sequence[Op], edge_bytes: Iterable[int]) -> None:
+    """Each byte field's total over the graph is at most MAX_BYTES and the total FLOPs are finite."""
+    totals = {f"{f} over all ops": sum(getattr(op, f) for op in ops) for f in _BYTE_FIELDS}
+    totals["bytes over all edges"] = sum(edge_bytes)
+    for what, total in totals.items():
+        if total > MAX_BYTES:
+            raise GraphError(f"graph {name!r}: {what} total {total}, above the limit of 2**53 bytes")
+    if not math.isfinite(sum(op.flops for op in ops)):
+        raise GraphError(f"graph {name!r}: flops over all ops total more than a float can hold")
+
+
+def _check_metadata(metadata: Mapping[str, Any]) -> None:
+    """Metadata is hashed as JSON, so every value must be valid JSON (no NaN or Infinity)."""
+    for key, value in metadata.items():
+        try:
+            json.dumps(value, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise GraphError(f"metadata[{key!r}]: not valid JSON ({exc})") from None
 
 
 def _checked_op(op: Op, index: int) -> Op:
@@ -197,7 +234,13 @@ class OpGraph:
 
         An edge without bytes carries the producer's `output_bytes`. Duplicate edges are an error.
         """
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"graph name: expected a non-empty string, got {name!r}")
         ops = [_checked_op(op, i) for i, op in enumerate(ops)]
+        if not ops:
+            raise GraphError(f"graph {name!r} has no ops (a workload needs at least one op to place)")
+        metadata = dict(metadata or {})
+        _check_metadata(metadata)
         index: dict[str, int] = {}
         for i, op in enumerate(ops):
             if op.name in index:
@@ -206,10 +249,12 @@ class OpGraph:
         raw: list[tuple[int, int, int]] = []
         seen: set[tuple[int, int]] = set()
         for j, e in enumerate(edges):
-            if len(e) not in (2, 3):
+            if not isinstance(e, tuple | list) or len(e) not in (2, 3):
                 raise GraphError(f"edges[{j}]: expected (src, dst[, bytes]), got {e!r}")
             src, dst = e[0], e[1]
             for end, label in ((src, "src"), (dst, "dst")):
+                if not isinstance(end, str):
+                    raise GraphError(f"edges[{j}].{label}: expected an op name (a string), got {end!r}")
                 if end not in index:
                     raise GraphError(f"edges[{j}].{label}: unknown op {end!r}")
             s, d = index[src], index[dst]
@@ -220,6 +265,7 @@ class OpGraph:
             seen.add((s, d))
             nbytes = ops[s].output_bytes if len(e) == 2 else _check_number(f"edges[{j}]", "bytes", e[2], integer=True)
             raw.append((s, d, int(nbytes)))
+        _check_totals(name, ops, (b for _, _, b in raw))
         pairs = [(s, d) for s, d, _ in raw]
         cycle = find_cycle(len(ops), pairs)
         if cycle is not None:
@@ -229,7 +275,7 @@ class OpGraph:
         pos = {old: new for new, old in enumerate(order)}
         new_ops = tuple(ops[i] for i in order)
         new_edges = tuple(sorted((Edge(pos[s], pos[d], b) for s, d, b in raw), key=lambda e: (e.src, e.dst)))
-        graph = cls(name=name, ops=new_ops, edges=new_edges, metadata=dict(metadata or {}))
+        graph = cls(name=name, ops=new_ops, edges=new_edges, metadata=metadata)
         graph._check_groups()
         return graph
 

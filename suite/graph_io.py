@@ -85,7 +85,7 @@ def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> 
     if data.get("format") != FORMAT:
         raise GraphError(f"{source}: field 'format' is {data.get('format')!r}, expected {FORMAT!r}")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # not True, not 1.0
         raise GraphError(f"{source}: schema_version {version!r} is not supported (this placebench reads {SCHEMA_VERSION})")
     for key, typ in (("name", str), ("ops", list), ("edges", list)):
         if not isinstance(data.get(key), typ):
@@ -156,6 +156,6 @@ def load(path: str | Path, *, check_hash: bool = True) -> OpGraph:
         raise GraphError(f"{path}: cannot read graph file: {exc}") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: also integers too long to convert
         raise GraphError(f"{path}: not valid JSON: {exc}") from None
     return from_dict(data, source=str(path), check_hash=check_hash)

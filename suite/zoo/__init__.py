@@ -31,9 +31,10 @@ Cache: `results/graphs/<name>.json.gz` (gzipped graph JSON, written byte-reprodu
 `results/graphs/index.json` (name -> file, content hash, source hash, op/edge counts). The source hash
 covers the model definition files, the builder parameters and metadata, `suite.capture.CAPTURE_VERSION`
 and `ZOO_VERSION`; `load` uses the cached graph when the source hash matches and re-traces (then rewrites
-file and index atomically) when it does not. A cached file whose content does not match the index is an
-error, not silently replaced. `PLACEBENCH_GRAPH_DIR` overrides the cache directory (outside a checkout the
-default is ~/.cache/placebench/graphs). Loading from the cache does not import torch.
+file and index atomically) when it does not, or when the entry is missing or not an object. A cached file
+whose content does not match the index is an error, not silently replaced. `PLACEBENCH_GRAPH_DIR` overrides
+the cache directory (outside a checkout the default is ~/.cache/placebench/graphs). Loading from the cache
+does not import torch.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ _SPECS: tuple[Workload, ...] = (
     Workload("nmt-4x4096-b64", "nmt", "training",
              {"batch_size": 64, "hidden_size": 4096, "num_layers": 4, "src_steps": 40, "tgt_steps": 40,
               "vocab_size": 32000},
-             "Large NMT: 4-layer LSTM 4096 encoder-decoder with attention (1.6 G parameters), 40+40 steps, batch 64, "
+             "Large NMT: 4-layer LSTM 4096 encoder-decoder with attention (1.5 G parameters), 40+40 steps, batch 64, "
              "training step; OOM on one K80", MIRHOSEINI + " (large-model variant, our sizes)", large=True),
     Workload("inception_v3-b32", "inception_v3", "training", {"batch_size": 32, "image_size": 299},
              "Inception-V3, 299x299x3, batch 32, training step", MIRHOSEINI, _INCEPTION_REF),
@@ -203,7 +204,7 @@ def describe(name: str) -> dict[str, Any]:
         "large": w.large,
         "blocks": w.blocks(),
     }
-    entry = _read_index(cache_dir()).get(name)
+    entry = _index_entry(cache_dir(), name)
     if entry:
         out["cached"] = {k: entry[k] for k in ("num_ops", "num_edges", "content_hash") if k in entry}
     return out
@@ -251,7 +252,7 @@ def load(name: str, *, cache: str | Path | None = None) -> OpGraph:
     memo = _MEMO.get((str(directory), name))
     if memo is not None and memo[0] == src:
         return memo[1]
-    entry = _read_index(directory).get(name)
+    entry = _index_entry(directory, name)
     path = directory / f"{name}.json.gz"
     graph = None
     if entry and entry.get("source_hash") == src and path.exists():
@@ -275,13 +276,19 @@ def _read_index(directory: Path) -> dict[str, dict[str, Any]]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: also bad UTF-8, integers too long to convert
         raise GraphError(f"{path}: cannot read the graph index: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT or not isinstance(data.get("workloads"), dict):
         raise GraphError(f"{path}: not a placebench graph index (field 'format' must be {INDEX_FORMAT!r})")
     if data.get("schema_version") != INDEX_SCHEMA_VERSION:
         raise GraphError(f"{path}: schema_version {data.get('schema_version')!r} is not supported")
     return data["workloads"]
+
+
+def _index_entry(directory: Path, name: str) -> dict[str, Any] | None:
+    """A workload's index entry; one that is not an object counts as missing (re-traced, like a stale one)."""
+    entry = _read_index(directory).get(name)
+    return entry if isinstance(entry, dict) else None
 
 
 @contextlib.contextmanager

@@ -4,12 +4,14 @@ import gzip
 import json
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite import Op, OpGraph, graph_io
+from suite import Op, OpGraph, graph_io, load_cluster, simulate
 from suite.errors import GraphError
+from suite.graph import MAX_BYTES
 
 
 def diamond() -> OpGraph:
@@ -64,11 +66,66 @@ def test_cycle_is_named():
         ("bytes_read", "3", "expected a number"),
         ("phase", "sideways", "'a'.phase: 'sideways' is not one of"),
         ("allowed_kinds", ("tpu",), "'a'.allowed_kinds: 'tpu'"),
+        ("bytes_read", 10**30, "'a'.bytes_read: 10{30} is above the limit of 2\\*\\*53 bytes"),
+        ("output_bytes", 2**63, "'a'.output_bytes: 9223372036854775808 is above the limit"),
+        ("param_bytes", 2**53 + 1, "'a'.param_bytes: 9007199254740993 is above the limit"),
+        ("bytes_written", 1e300, "'a'.bytes_written: 1e\\+300 is above the limit"),
+        pytest.param("flops", 10**400, "'a'.flops: a 1329-bit integer is too large for a float", id="flops-10**400"),
+        pytest.param("output_bytes", -(10**400), "'a'.output_bytes: a 1329-bit integer is negative",
+                     id="output_bytes--10**400"),
     ],
 )
 def test_bad_numbers_and_fields_are_named(field, value, message):
     with pytest.raises(GraphError, match=message):
         OpGraph.build("bad", [Op("a", "x", **{field: value})], [])
+
+
+def test_byte_counts_stay_inside_int64():
+    """Two ops of 2**62 parameter bytes once wrapped the total to a negative number; now each value and
+    each total over the graph is at most 2**53, so every derived sum fits int64."""
+    with pytest.raises(GraphError, match=r"ops\[0\] 'a'.param_bytes: 4611686018427387904 is above the limit"):
+        OpGraph.build("big", [Op("a", "x", param_bytes=2**62), Op("b", "x", param_bytes=2**62)], [])
+    half = MAX_BYTES // 2
+    with pytest.raises(GraphError, match=r"graph 'big': param_bytes over all ops total \d+, above the limit"):
+        OpGraph.build("big", [Op(f"o{i}", "x", param_bytes=half) for i in range(3)], [])
+    with pytest.raises(GraphError, match=r"graph 'big': bytes over all edges total \d+, above the limit"):
+        OpGraph.build("big", [Op("a", "x"), Op("b", "x"), Op("c", "x")], [("a", "b", half), ("a", "c", half + 1)])
+    with pytest.raises(GraphError, match=r"edges\[0\].bytes: 18446744073709551616 is above the limit"):
+        OpGraph.build("big", [Op("a", "x"), Op("b", "x")], [("a", "b", 2**64)])
+    with pytest.raises(GraphError, match="graph 'big': flops over all ops total more than a float can hold"):
+        OpGraph.build("big", [Op("a", "x", flops=1e308), Op("b", "x", flops=1e308)], [])
+
+
+@pytest.mark.parametrize("engine", ["reference", "fast"])
+def test_totals_at_the_limit_are_exact(engine):
+    half = MAX_BYTES // 2
+    g = OpGraph.build("edge", [Op("a", "x", output_bytes=half, param_bytes=half), Op("b", "x", param_bytes=half)],
+                      [("a", "b")])
+    assert g.stats.param_bytes == MAX_BYTES
+    c = load_cluster("haswell_2k80")
+    r = simulate(g, c, np.zeros(2, dtype=np.int64), engine=engine)
+    assert r.peak_memory_bytes[0] == MAX_BYTES + half and r.status == "oom"
+
+
+def test_edge_endpoints_must_be_op_names():
+    ops = [Op("a", "x"), Op("b", "x")]
+    with pytest.raises(GraphError, match=r"edges\[0\].src: expected an op name \(a string\), got \{'a': 1\}"):
+        OpGraph.build("g", ops, [({"a": 1}, "b")])
+    with pytest.raises(GraphError, match=r"edges\[0\].dst: expected an op name \(a string\), got \['a'\]"):
+        OpGraph.build("g", ops, [("a", ["a"])])
+    with pytest.raises(GraphError, match=r"edges\[0\]: expected \(src, dst\[, bytes\]\), got 5"):
+        OpGraph.build("g", ops, [5])
+
+
+def test_graph_name_ops_and_metadata_are_checked():
+    with pytest.raises(GraphError, match="graph name: expected a non-empty string, got ''"):
+        OpGraph.build("", [Op("a", "x")], [])
+    with pytest.raises(GraphError, match="graph 'g' has no ops"):
+        OpGraph.build("g", [], [])
+    with pytest.raises(GraphError, match=r"metadata\['x'\]: not valid JSON"):
+        OpGraph.build("g", [Op("a", "x")], [], {"model": "toy", "x": {"y": [math.inf]}})
+    with pytest.raises(GraphError, match=r"metadata\['s'\]: not valid JSON"):
+        OpGraph.build("g", [Op("a", "x")], [], {"s": {1, 2}})
 
 
 def test_unknown_endpoint_and_duplicates():
@@ -118,6 +175,17 @@ def test_edited_file_fails_hash_check(tmp_path):
         (lambda d: d["edges"].append(["a", "ghost", 1]), "unknown op 'ghost'"),
         (lambda d: d["edges"].append(["d", "a", 1]), "cycle"),
         (lambda d: d.pop("ops"), "field 'ops' is missing"),
+        (lambda d: d.update(schema_version=True), "schema_version True is not supported"),
+        (lambda d: d.update(schema_version=1.0), "schema_version 1.0 is not supported"),
+        (lambda d: d.update(name=""), "graph name: expected a non-empty string"),
+        (lambda d: d.update(ops=[], edges=[]), "graph 'diamond' has no ops"),
+        (lambda d: d["edges"].append([{"a": 1}, "b", 1]), r"edges\[4\].src: expected an op name"),
+        (lambda d: d["edges"].append(["a", ["a"], 1]), r"edges\[4\].dst: expected an op name"),
+        (lambda d: d.update(metadata={"x": math.nan}), r"metadata\['x'\]: not valid JSON"),
+        (lambda d: d["ops"][0].update(bytes_read=10**30), r"ops\[0\] 'a'.bytes_read: 10{30} is above the limit"),
+        (lambda d: d["ops"][0].update(output_bytes=2**63), r"ops\[0\] 'a'.output_bytes: \d+ is above the limit"),
+        (lambda d: d["ops"][0].update(flops=10**400), r"ops\[0\] 'a'.flops: a 1329-bit integer is too large"),
+        (lambda d: [op.update(param_bytes=2**62) for op in d["ops"]], r"ops\[0\] 'a'.param_bytes: \d+ is above"),
     ],
 )
 def test_malformed_file_errors_name_file_and_field(tmp_path, mutate, message):
@@ -141,6 +209,9 @@ def test_not_json_and_truncated_gzip(tmp_path):
         graph_io.load(tmp_path / "x.json.gz")
     with pytest.raises(GraphError, match="no such graph file"):
         graph_io.load(tmp_path / "missing.json")
+    (tmp_path / "long.json").write_text('{"format": "placebench.opgraph", "x": ' + "9" * 5000 + "}")
+    with pytest.raises(GraphError, match="not valid JSON: Exceeds the limit"):  # not a bare ValueError
+        graph_io.load(tmp_path / "long.json")
 
 
 @settings(max_examples=50, deadline=None)

@@ -211,6 +211,42 @@ def test_mismatching_cache_file_is_an_error(tmp_path, monkeypatch):
     (cache / "index.json").write_text("{not json")
     with pytest.raises(GraphError, match="cannot read the graph index"):
         zoo.load(name, cache=cache)
+    (cache / "index.json").write_bytes(b'{"format": "\xff"}')  # not UTF-8: no bare UnicodeDecodeError
+    with pytest.raises(GraphError, match="cannot read the graph index"):
+        zoo.load(name, cache=cache)
+
+
+def test_malformed_index_entry_is_retraced_like_a_stale_one(tmp_path, monkeypatch, capsys):
+    """An entry that is not an object (here 5) counts as missing: describe and `list` show no cached
+    sizes, `load` re-traces and rewrites it; the other, valid entries are kept as they are."""
+    from suite.cli import main
+
+    good, bad = "resnet50-b1-infer", "resnet50-b32"
+    cache = _small_cache(tmp_path, good)
+    index = json.loads((cache / "index.json").read_text())
+    kept = index["workloads"][good]
+    index["workloads"][bad] = 5
+    (cache / "index.json").write_text(json.dumps(index))
+    traced = graph_io.load(zoo.DEFAULT_CACHE_DIR / f"{bad}.json.gz")
+    calls = []
+
+    def fake_build(n):
+        calls.append(n)
+        return traced
+
+    monkeypatch.setenv("PLACEBENCH_GRAPH_DIR", str(cache))
+    monkeypatch.setattr(zoo, "build", fake_build)
+    monkeypatch.setattr(zoo, "_MEMO", {})
+    assert "cached" not in zoo.describe(bad)
+    assert main(["list", "workloads"]) == 0
+    assert bad in capsys.readouterr().out
+    assert main(["show", bad]) == 0
+    assert calls == [bad] and str(traced.num_ops) in capsys.readouterr().out
+    workloads = json.loads((cache / "index.json").read_text())["workloads"]
+    assert workloads[good] == kept
+    assert workloads[bad]["content_hash"] == traced.content_hash
+    assert workloads[bad]["source_hash"] == zoo.source_hash(bad)
+    assert zoo.describe(bad)["cached"]["num_ops"] == traced.num_ops
 
 
 def test_build_reproduces_the_cached_graph(graphs):
