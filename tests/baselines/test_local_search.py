@@ -94,14 +94,56 @@ def test_never_worse_than_its_m_etf_start(random_graph, make_problem, haswell_4k
         assert p.evaluator.score(p.evaluator.measure(r.placement)) <= p.evaluator.score(p.evaluator.measure(start))
 
 
-def test_every_tried_placement_is_valid(random_graph, make_problem, haswell_2k80):
-    """Moves respect kinds and colocation: no evaluation is scored as invalid (2x the failure penalty)."""
+def test_every_tried_placement_is_valid(random_graph, make_problem, haswell_2k80, monkeypatch):
+    """Moves respect kinds and colocation: the evaluator measures no placement as invalid, and the search
+    spends its whole budget in batches."""
     g = random_graph(20, 6, groups=True, kinds=True)
     p = make_problem(g, haswell_2k80, max_evaluations=100)
+    statuses = []
+    evaluate_batch = p.evaluator.evaluate_batch
+
+    def spy(placements):
+        ms = evaluate_batch(placements)
+        statuses.extend(m.status for m in ms)
+        return ms
+
+    monkeypatch.setattr(p.evaluator, "evaluate_batch", spy)
     LocalSearch().place(p, Budget(), 0)
-    worst = max(c.best_score_s for c in p.evaluator.curve)
-    assert worst < 2 * p.evaluator.failure_score_s
-    assert p.evaluator.curve[-1].mean_score_s < 2 * p.evaluator.failure_score_s
+    assert len(statuses) == p.evaluator.evaluations_used == 100
+    assert "invalid" not in statuses
+
+
+@pytest.mark.parametrize("max_evaluations", [7, 13, 21])
+def test_returns_the_best_placement_it_evaluated(random_graph, make_problem, haswell_2k80, max_evaluations):
+    """The budget runs out in the middle of a climb: the result is still the best placement evaluated."""
+    for seed in range(4):
+        g = random_graph(30, seed, groups=True, kinds=True)
+        p = make_problem(g, haswell_2k80, max_evaluations=max_evaluations)
+        r = LocalSearch().place(p, Budget(max_evaluations=max_evaluations), seed)
+        assert r.evaluations == max_evaluations
+        assert p.evaluator.score(p.evaluator.measure(r.placement)) == p.evaluator.best_score_s
+        assert r.info["best_score_s"] == p.evaluator.best_score_s
+
+
+@pytest.mark.parametrize(("n", "max_evaluations"), [(10, 150), (24, 200)])
+def test_kicks_start_from_the_best_placement_so_far(random_graph, make_problem, haswell_2k80, n, max_evaluations):
+    """Iterated local search: each kick perturbs the best placement evaluated so far, not the local optimum
+    the last climb ended in, nor the best start (on these graphs the climbs improve on the starts)."""
+    g = random_graph(n, 23, groups=True, kinds=True)
+    con = _common.contract(g)
+    p = make_problem(g, haswell_2k80, max_evaluations=max_evaluations)
+    kicked_from = []
+
+    class Spy(LocalSearch):
+        def _kick(self, best, allowed, rng):
+            kicked_from.append((best.copy(), p.evaluator.best_score_s))
+            return super()._kick(best, allowed, rng)
+
+    Spy().place(p, Budget(), 3)
+    assert len(kicked_from) >= 5
+    assert p.evaluator.best_score_s < p.evaluator.curve[3].best_score_s  # the climbs beat the 4 starts
+    for best, best_score in kicked_from:
+        assert p.evaluator.score(p.evaluator.measure(con.expand(best))) == best_score
 
 
 def test_parameters_are_checked_at_construction():

@@ -1,4 +1,5 @@
-"""m-ETF on graphs small enough to schedule by hand (CPU 1e9 FLOP/s, GPUs 1e10 FLOP/s, 1 GB/s, no latency)."""
+"""m-ETF on graphs small enough to schedule by hand (CPU 1e9 FLOP/s, GPUs 1e10 FLOP/s, 1 GB/s, no latency
+unless a test says so)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,18 @@ def test_fork_uses_both_gpus_by_earliest_finish(make_problem, make_cluster):
     assert p.evaluator.measure(placement).step_time_s == pytest.approx(1.201)
 
 
+def test_transfers_pay_the_link_latency(make_problem, make_cluster):
+    """The fork with 10 ms per transfer (1 MB: 11 ms): c on gpu:1 starts 0.111 and ends 1.111; b's output
+    leaves gpu:0 at 1.1 and arrives 1.111, so d runs 1.111..1.211 on gpu:1 (on gpu:0 it would wait for c's
+    output until 1.122). The estimate is the simulated step time."""
+    g = fork()
+    p = make_problem(g, make_cluster(2, latency_s=0.01))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [1, 1, 2, 2]
+    assert info["estimated_step_time_s"] == pytest.approx(1.211)
+    assert p.evaluator.measure(placement).step_time_s == pytest.approx(1.211)
+
+
 def test_colocation_group_follows_its_first_op(make_problem, make_cluster):
     g = fork(groups={"a": "ad", "d": "ad"})
     placement, _ = m_etf_placement(make_problem(g, make_cluster(2)))
@@ -70,6 +83,74 @@ def test_live_outputs_and_received_copies_count_against_memory(make_problem, mak
     assert info["memory_overflows"] == 0
     assert p.evaluator.measure(placement).status == "ok"
     assert p.evaluator.measure([1, 1, 2, 2]).status == "oom"
+
+
+def test_a_received_copy_stays_live_until_its_last_consumer_is_placed(make_problem, make_cluster):
+    """a (CPU only, 1 MB) feeds c (GPU only) and d. Once c is placed, a's copy on the 1.5 MB GPU stays live
+    until d is placed: d there would hold it next to its own 1 MB output (OOM), so d runs on the CPU
+    (0.201..0.301) although the GPU would finish it at 0.211."""
+    ops = [Op("a", "x", flops=1e8, output_bytes=MB, allowed_kinds=("cpu",)),
+           Op("c", "x", flops=1e9, output_bytes=8, allowed_kinds=("gpu",)), Op("d", "x", flops=1e8, output_bytes=MB)]
+    g = OpGraph.build("copy", ops, [("a", "c"), ("a", "d"), ("c", "d")])
+    p = make_problem(g, make_cluster(1, gpu_memory_bytes=1_500_000))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [0, 1, 0]
+    assert info["memory_overflows"] == 0
+    assert info["estimated_step_time_s"] == pytest.approx(0.301)
+    assert p.evaluator.measure(placement).status == "ok"
+    assert p.evaluator.measure([0, 1, 1]).status == "oom"
+
+
+def test_a_sink_output_is_freed_once_placed(make_problem, make_cluster):
+    """Two independent ops with 1 MB outputs on a 1.5 MB GPU: an output without consumers does not stay
+    live once its op is placed, so both run on the GPU, one after the other."""
+    g = OpGraph.build("sinks", [Op(k, "x", flops=1e9, output_bytes=MB) for k in "st"], [])
+    p = make_problem(g, make_cluster(1, gpu_memory_bytes=1_500_000))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [1, 1]
+    assert info["estimated_step_time_s"] == pytest.approx(0.2)
+    assert p.evaluator.measure(placement).status == "ok"
+
+
+def test_an_exact_fit_fits(make_problem, make_cluster):
+    """An op whose 1 MB output exactly fills the 1 MB GPU goes there (the simulator's OOM is peak > capacity)."""
+    g = OpGraph.build("exact", [Op("a", "x", flops=1e9, output_bytes=MB)], [])
+    p = make_problem(g, make_cluster(1, gpu_memory_bytes=MB))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [1]
+    assert info["memory_overflows"] == 0
+    assert p.evaluator.measure(placement).status == "ok"
+
+
+def test_an_input_already_on_a_device_is_not_sent_again(make_problem, make_cluster):
+    """a (gpu:0, ends 0.1) sends 100 MB (0.1 s) to b (1 s, stays on gpu:0), c and e (10 ms each). c goes to
+    gpu:1, where a's copy arrives at 0.2, and ends at 0.21. e uses that copy on gpu:1 and ends at 0.22; a
+    second transfer would arrive at 0.3 (e would rather run on the CPU, ending at 0.3)."""
+    ops = [Op("a", "x", flops=1e9, output_bytes=100 * MB), Op("b", "x", flops=1e10, output_bytes=8),
+           Op("c", "x", flops=1e8, output_bytes=8), Op("e", "x", flops=1e8, output_bytes=8)]
+    g = OpGraph.build("reuse", ops, [("a", "b"), ("a", "c"), ("a", "e")])
+    p = make_problem(g, make_cluster(2))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [1, 1, 2, 2]
+    assert info["estimated_step_time_s"] == pytest.approx(1.1)
+    assert p.evaluator.measure(placement).step_time_s == pytest.approx(1.1)
+
+
+def test_a_busy_channel_delays_the_data(make_problem, make_cluster):
+    """a and p run on the CPU (0..0.1, 0.1..0.11), each with a 100 MB output (0.1 s on the link). a's output
+    takes the CPU->GPU channel 0.1..0.2 for c (GPU 0.2..0.23). p's output could only follow it (0.2..0.3),
+    so q (15 ms on the GPU, 0.15 s on the CPU) ends earlier on the CPU: 0.11..0.26 (the GPU would give
+    0.315; 0.245 if the channel were free)."""
+    ops = [Op("a", "x", flops=1e8, output_bytes=100 * MB, allowed_kinds=("cpu",)),
+           Op("p", "x", flops=1e7, output_bytes=100 * MB, allowed_kinds=("cpu",)),
+           Op("c", "x", flops=3e8, output_bytes=8), Op("q", "x", flops=1.5e8, output_bytes=8)]
+    g = OpGraph.build("contention", ops, [("a", "c"), ("p", "q")])
+    p = make_problem(g, make_cluster(1))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [0, 0, 1, 0]
+    assert info["estimated_step_time_s"] == pytest.approx(0.26)
+    assert p.evaluator.measure(placement).step_time_s == pytest.approx(0.26)
+    assert p.evaluator.measure([0, 0, 1, 1]).step_time_s == pytest.approx(0.315)
 
 
 def test_nothing_fits_goes_where_most_memory_is_left(make_problem, make_cluster):

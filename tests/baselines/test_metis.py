@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 from baselines.metis import Metis, metis_parts
+from suite.graph import Op, OpGraph
 from suite.methodology import Budget
 from suite.placement import validate
+
+MB = 10**6
 
 
 def test_valid_on_random_graphs_with_groups_and_kinds(random_graph, make_problem, haswell_4k80):
@@ -55,6 +58,44 @@ def test_memory_is_ignored_oom_stays_oom(make_problem, make_cluster, random_grap
     p = make_problem(random_graph(300, 8), cluster)
     r = Metis().place(p, Budget(), 0)
     assert p.evaluator.measure(r.placement).status == "oom"
+
+
+def test_vertex_weights_are_compute_times(make_problem, make_cluster):
+    """A chain o0..o7 on two equal GPUs, o0 with 3x the FLOPs of the others: equal compute halves are
+    o0..o2 (3+1+1) and o3..o7 (5x1), not four ops each."""
+    ops = [Op(f"o{i}", "x", flops=3e9 if i == 0 else 1e9, output_bytes=10) for i in range(8)]
+    g = OpGraph.build("chain", ops, [(f"o{i}", f"o{i + 1}") for i in range(7)])
+    cluster = make_cluster(2, cpu=False)
+    for seed in range(4):
+        r = Metis().place(make_problem(g, cluster), Budget(), seed)
+        assert r.placement.tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
+
+
+def test_edge_weights_are_bytes(make_problem, make_cluster):
+    """A ring a-b-c-d-e-f-a of equal ops, every edge 1 MB except c->d (1 byte): the halves are cut at c->d
+    (and f-a): {a, b, c} on one GPU, {d, e, f} on the other."""
+    ops = [Op(k, "x", flops=1e9, output_bytes=MB) for k in "abcdef"]
+    g = OpGraph.build("ring", ops, [("a", "b"), ("b", "c"), ("c", "d", 1), ("d", "e"), ("e", "f"), ("a", "f")])
+    cluster = make_cluster(2, cpu=False)
+    for seed in range(4):
+        placement = Metis().place(make_problem(g, cluster), Budget(), seed).placement.tolist()
+        assert len(set(placement[:3])) == len(set(placement[3:])) == 1 and placement[0] != placement[3], placement
+
+
+def test_fewer_ops_than_devices_go_to_the_fastest(make_problem, make_cluster):
+    """Two ops, three devices: the GPUs (1e10 FLOP/s) get one op each, the CPU (1e9 FLOP/s) none."""
+    g = OpGraph.build("two", [Op("a", "x", flops=1e9, output_bytes=MB), Op("b", "x", flops=1e9, output_bytes=MB)],
+                      [("a", "b")])
+    r = Metis().place(make_problem(g, make_cluster(2)), Budget(), 0)
+    assert sorted(r.placement.tolist()) == [1, 2]
+
+
+def test_fewer_vertices_than_parts_fill_the_largest_shares():
+    """Two vertices, three parts of shares 1:3:2: the heavier vertex gets the largest share, the other the
+    second largest."""
+    parts = metis_parts(np.array([0, 1, 2]), np.array([1, 0]), np.array([1, 5]), np.array([1, 1]),
+                        np.array([1.0, 3.0, 2.0]), seed=0)
+    assert parts.tolist() == [2, 1]
 
 
 def test_two_clusters_joined_by_one_edge_are_cut_there():
