@@ -137,6 +137,21 @@ def test_bad_cell_and_manifest_files_are_errors(tmp_path):
         s.manifest()
 
 
+def test_cell_file_with_another_format_is_refused(tmp_path):
+    s = Store(tmp_path)
+    path = s.write_cell(_record("abc"))
+    data = json.loads(path.read_text())
+    assert data["format"] == "placebench.cell"
+    path.write_text(json.dumps({**data, "format": "placebench.profile"}))
+    with pytest.raises(StoreError, match=r"abc\.json: not a placebench cell file"):
+        s.read_cell("abc")
+    with pytest.raises(StoreError, match=r"abc\.json: not a placebench cell file"):
+        s.rows()
+    path.write_text(json.dumps([data]))  # valid JSON, but not an object
+    with pytest.raises(StoreError, match=r"abc\.json: not a placebench cell file"):
+        s.read_cell("abc")
+
+
 def test_machine_description(tmp_path):
     info = st.machine_info()
     assert set(info) == {"hostname", "platform", "python", "cpu", "cpus"} and info["cpus"] >= 1

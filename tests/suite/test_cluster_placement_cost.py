@@ -131,6 +131,12 @@ def small() -> OpGraph:
     [
         ([0, 1], "placement has 2 entries, but workload 'small' has 3 ops"),
         ([0, 1, 7], r"placement\[2\] \(op 'bwd'\): device 7 does not exist"),
+        # haswell_2k80 has 3 devices: 3 (the count itself) and -1 are out of range, True is no index
+        ([0, 1, 3], r"placement\[2\] \(op 'bwd'\): device 3 does not exist; "
+                    r"cluster 'haswell_2k80' has devices 0\.\.2"),
+        ([0, 1, -1], r"placement\[2\] \(op 'bwd'\): device -1 does not exist; "
+                     r"cluster 'haswell_2k80' has devices 0\.\.2"),
+        ([0, True, 1], r"placement\[1\] \(op 'fwd'\): True is not a device index"),
         ([0, "gpu:0", "gpu:9"], "unknown device 'gpu:9'"),
         ([0, 1.5, 1], "1.5 is not a device index"),
         ([1, 1, 1], "op 'emb' is placed on gpu:0 \\(gpu\\), but allows only cpu"),
@@ -167,6 +173,20 @@ def test_profile_overrides_estimate_for_matching_devices(tmp_path):
     assert cm[1, 0] == base[1, 0] and (cm[[0, 2]] == base[[0, 2]]).all()
     r = simulate(g, c, [0, 1, 1], profiles=[prof])
     assert r.step_time_s == pytest.approx(base[0, 0] + c.transfer_time_s(0, 1, 100) + 0.25 + base[2, 1])
+
+
+def test_profile_matches_devices_by_model():
+    # haswell_2k80: cpu:0 is a Haswell Xeon, gpu:0 and gpu:1 are both "NVIDIA Tesla K80 (one GK210)".
+    g, c = small(), load_cluster("haswell_2k80")
+    base = cost_matrix(g, c)
+    k80 = c.devices[1].model
+    assert k80 == "NVIDIA Tesla K80 (one GK210)" and c.devices[2].model == k80 and c.devices[0].model != k80
+    cm = cost_matrix(g, c, [Profile(workload="small", applies_to=k80, op_times_s={"bwd": 0.5})])
+    assert cm[2, 1] == 0.5 and cm[2, 2] == 0.5  # op bwd on both K80s
+    assert cm[2, 0] == base[2, 0] and (cm[[0, 1]] == base[[0, 1]]).all()  # CPU and other ops: estimates
+    xeon = c.devices[0].model
+    cm = cost_matrix(g, c, [Profile(workload="small", applies_to=xeon, op_times_s={"emb": 0.125})])
+    assert cm[0, 0] == 0.125 and (cm[0, 1:] == base[0, 1:]).all() and (cm[1:] == base[1:]).all()
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,15 @@ def test_stats_by_hand():
     assert s.critical_path_flops == 32.0  # a -> c -> d = 10 + 20 + 2
 
 
+def test_critical_path_takes_the_longest_path_not_the_shortcut():
+    # chain a -> b -> c -> d plus the shortcut a -> d: d is reached by 4 ops (a, b, c, d) or by 2 (a, d);
+    # the critical path is the longer, 4 ops and 1 + 2 + 3 + 4 = 10 FLOPs (the shortcut has 1 + 4 = 5).
+    ops = [Op(n, "x", flops=f) for n, f in (("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0))]
+    s = OpGraph.build("shortcut", ops, [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d")]).stats
+    assert s.critical_path_ops == 4
+    assert s.critical_path_flops == 10.0
+
+
 def test_canonical_order_is_topological_and_smallest_index_first():
     ops = [Op("d", "x"), Op("c", "x"), Op("b", "x"), Op("a", "x")]
     g = OpGraph.build("rev", ops, [("a", "b"), ("b", "c"), ("c", "d")])
@@ -66,6 +75,8 @@ def test_cycle_is_named():
         ("bytes_read", "3", "expected a number"),
         ("phase", "sideways", "'a'.phase: 'sideways' is not one of"),
         ("allowed_kinds", ("tpu",), "'a'.allowed_kinds: 'tpu'"),
+        ("group", "", r"ops\[0\] 'a'.group: expected a non-empty string or null, got ''"),
+        ("output_shape", (-1,), r"ops\[0\] 'a'.output_shape: \(-1,\) is not a tuple of sizes"),
         ("bytes_read", 10**30, "'a'.bytes_read: 10{30} is above the limit of 2\\*\\*53 bytes"),
         ("output_bytes", 2**63, "'a'.output_bytes: 9223372036854775808 is above the limit"),
         ("param_bytes", 2**53 + 1, "'a'.param_bytes: 9007199254740993 is above the limit"),

@@ -123,6 +123,86 @@ def test_memory_bound_op_and_oom(engine, uniform_cluster):
     assert r2.status == "ok"
     assert r2.peak_memory_bytes.tolist() == [1100, 900]
     assert r2.step_time_s == 9.0 + 0.5  # 500 B over 1000 B/s
+    # OOM means peak > capacity: a peak of exactly the capacity (1500) fits, one byte less does not.
+    at_capacity = simulate(g, uniform_cluster(2, mem_bandwidth=1e9, memory_bytes=1500), [0, 0], engine=engine)
+    assert at_capacity.peak_memory_bytes.tolist() == [1500, 0]
+    assert at_capacity.status == "ok" and at_capacity.oom_devices == ()
+    one_short = simulate(g, uniform_cluster(2, mem_bandwidth=1e9, memory_bytes=1499), [0, 0], engine=engine)
+    assert one_short.status == "oom" and one_short.oom_devices == ("d0",)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("first, second", [(2000, 500), (500, 2000)])
+def test_transfer_carries_the_largest_edge_bytes_to_a_device(engine, first, second, uniform_cluster):
+    # p (1 s, 2000 B) on d0; c1 and c2 (1 s each) on d1; edges p->c1 and p->c2 of 2000 B and 500 B, in
+    # either order. One transfer to d1 carries max(2000, 500) = 2000 B: [1, 1 + 2000/1000 = 3]; c1 [3, 4],
+    # c2 [4, 5]. (The first or last edge's 500 B instead would give [1, 1.5] and a step of 3.5.)
+    # Memory d0: p's output 2000 [0, 3); d1: the 2000-byte copy [1, 5). Peak 2000 on each.
+    g = OpGraph.build(
+        "maxbytes",
+        [Op("p", "x", flops=G, output_bytes=2000), Op("c1", "x", flops=G), Op("c2", "x", flops=G)],
+        [("p", "c1", first), ("p", "c2", second)],
+    )
+    r = simulate(g, uniform_cluster(2), [0, 1, 1], engine=engine)
+    assert r.step_time_s == 5.0
+    assert r.link_bytes.tolist() == [[0, 2000], [0, 0]]
+    assert r.peak_memory_bytes.tolist() == [2000, 2000]
+    assert r.busy_s.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_received_copy_is_allocated_when_its_transfer_starts(engine, uniform_cluster):
+    # a (1 s, 1000 B) on d0 -> b on d1; x (1 s, 2000 B) -> y, both on d1; all ops 1 s.
+    # a [0, 1] on d0, x [0, 1] on d1; a->d1 1000 B [1, 2]; y [1, 2]; b [2, 3]. Step 3.
+    # d1: x's output 2000 [0, 2) (y ends at 2) and a's copy 1000 from the transfer's start: [1, 3).
+    # At t=1 both are live: 2000 + 1000 = 3000. (Allocated at the transfer's end, t=2, after x's output
+    # is freed, the peak would be only 2000.) d0: a's output 1000 [0, 2).
+    g = OpGraph.build(
+        "recvstart",
+        [Op("a", "x", flops=G, output_bytes=1000), Op("x", "x", flops=G, output_bytes=2000),
+         Op("y", "x", flops=G), Op("b", "x", flops=G)],
+        [("a", "b"), ("x", "y")],
+    )
+    assert [op.name for op in g.ops] == ["a", "x", "y", "b"]  # canonical order: the placement's order
+    r = simulate(g, uniform_cluster(2), [0, 1, 1, 1], engine=engine)
+    assert r.step_time_s == 3.0
+    assert r.peak_memory_bytes.tolist() == [1000, 3000]
+    assert r.busy_s.tolist() == [1.0, 3.0]
+    assert r.link_bytes.tolist() == [[0, 1000], [0, 0]]
+
+
+def _same_instant_graph() -> OpGraph:
+    """o0 (1 s, 1000 B) -> o1 (2 s); o2 (2 s) and o3 (2 s, 2000 B) independent."""
+    return OpGraph.build(
+        "instant",
+        [Op("o0", "x", flops=G, output_bytes=1000), Op("o1", "x", flops=2 * G), Op("o2", "x", flops=2 * G),
+         Op("o3", "x", flops=2 * G, output_bytes=2000)],
+        [("o0", "o1")],
+    )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_all_events_of_an_instant_are_handled_before_dispatch(engine, uniform_cluster):
+    # Placed [1, 0, 0, 0]: o0 [0, 1] on d1; d0 runs o2 [0, 2] (o1 waits for o0). o0->d0 1000 B [1, 2].
+    # At t=2 o2 finishes AND the transfer arrives: both are handled, then d0 picks the smallest ready
+    # index, o1 [2, 4], then o3 [4, 6]. Step 6.
+    # d0 memory: o0's copy 1000 [1, 4) (o1 ends at 4), o3's output 2000 [4, 6): at 4 the free comes
+    # first, so peak 2000. d1: o0's output 1000 [0, 2).
+    # (Dispatching after o2's event alone would start o3 at 2, o1 at 4: d0 holds 1000 + 2000 = 3000.)
+    r = simulate(_same_instant_graph(), uniform_cluster(2), [1, 0, 0, 0], engine=engine)
+    assert r.step_time_s == 6.0
+    assert r.peak_memory_bytes.tolist() == [2000, 1000]
+    assert r.busy_s.tolist() == [6.0, 1.0]
+    assert r.link_bytes.tolist() == [[0, 0], [1000, 0]]
+
+
+def test_all_events_of_an_instant_are_handled_before_dispatch_schedule(uniform_cluster):
+    # The same case op by op: o1 (index 1) wins d0 at t=2 over o3 (index 3).
+    inputs = SimInputs.build(_same_instant_graph(), uniform_cluster(2))
+    s = reference.simulate(np.array([1, 0, 0, 0]), *inputs.args())
+    assert s.start_s.tolist() == [0, 2, 0, 4]
+    assert s.finish_s.tolist() == [1, 4, 2, 6]
+    assert [(t[0], t[1], t[2], t[3], t[4]) for t in s.transfers] == [(0, 1, 0, 1.0, 2.0)]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
