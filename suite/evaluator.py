@@ -263,14 +263,15 @@ class Evaluator:
         if reps == 1:
             return ms[0]
         samples = tuple(s for m in ms for s in m.samples_s)
-        status = "oom" if any(m.status == "oom" for m in ms) else ms[0].status
+        worst = next((m for m in ms if m.status != "ok"), ms[0])  # one OOM repetition makes the result OOM
         return Measurement(
-            status=status,
+            status=worst.status,
             step_time_s=float(np.median(samples)) if samples else None,
             samples_s=samples,
-            peak_memory_bytes={k: max(m.peak_memory_bytes.get(k, 0) for m in ms) for k in ms[0].peak_memory_bytes},
-            oom_devices=ms[0].oom_devices,
-            message=ms[0].message,
-            bytes_transferred=ms[0].bytes_transferred,
-            busy_s=ms[0].busy_s,
+            peak_memory_bytes={k: max(m.peak_memory_bytes.get(k, 0) for m in ms)
+                               for k in dict.fromkeys(k for m in ms for k in m.peak_memory_bytes)},
+            oom_devices=worst.oom_devices,
+            message=worst.message,
+            bytes_transferred=worst.bytes_transferred,
+            busy_s=worst.busy_s,
         )

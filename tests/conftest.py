@@ -110,6 +110,7 @@ HARNESS_PLACERS = (
     "harness_not_applicable",
     "harness_over_budget",
     "harness_cheats",
+    "harness_misreports",
 )
 
 

@@ -113,6 +113,17 @@ class Cheats(BasePlacer):
         return PlacementResult.from_search(_all_on(problem, 0), problem, started)
 
 
+@register_placer("harness_misreports")
+class Misreports(BasePlacer):
+    """Evaluates everything on the CPU once (4 s on the tiny diamond: its evaluator's best), then returns
+    everything on the GPU and claims no evaluations, without `PlacementResult.from_search`. The row must hold
+    the returned placement, re-measured, and the evaluations its evaluator counted."""
+
+    def place(self, problem, budget, seed):
+        problem.evaluator.evaluate(_all_on(problem, 0))
+        return PlacementResult(_all_on(problem, 1), evaluations=0)
+
+
 @register_evaluator("harness_double")
 def double_time_backend(workload, cluster, methodology):
     """An evaluator plugin: the simulator with every step time doubled (to see which backend measured)."""

@@ -19,19 +19,25 @@ def _row(w, p, status, t=None, seed=0, cluster="c1"):
 
 
 # w1: everyone ok. w2: a is OOM. w3: a has seeds 0.2 s, 0.4 s and a timeout (median 0.4 s, 2 of 3 ok);
-# b errors; the reference is OOM.
+# b errors; the reference is OOM. w4: every placer fails (a invalid, b error; no reference row).
+# w5: only a, OOM although its row carries a (simulated) step time: a failure is a status, never a number.
 ROWS = [
     _row("w1", "a", "ok", 1.0), _row("w1", "b", "ok", 2.0), _row("w1", "ref", "ok", 2.0),
     _row("w2", "a", "oom"), _row("w2", "b", "ok", 0.5), _row("w2", "ref", "ok", 1.0),
     _row("w3", "a", "ok", 0.2, seed=0), _row("w3", "a", "ok", 0.4, seed=1), _row("w3", "a", "timeout", seed=2),
     _row("w3", "b", "error"), _row("w3", "ref", "oom"),
+    _row("w4", "a", "invalid"), _row("w4", "b", "error"),
+    _row("w5", "a", "oom", 0.1),
 ]
 
-# Speedups over ref: w1 a 2/1 = 2, b 2/2 = 1; w2 b 1/0.5 = 2; w3 none (ref failed).
+# Speedups over ref: w1 a 2/1 = 2, b 2/2 = 1; w2 b 1/0.5 = 2; w3 none (ref failed); w4, w5 none (no ref row).
 # geomean: a over {w1} = 2.00; b over {w1, w2} = sqrt(1 * 2) = 1.41; ref = 1.00.
 # Ranks (failures infinitely slow, ties averaged): w1 a 1, b/ref 2.5; w2 b 1, ref 2, a 3;
-# w3 a 1, b/ref 2.5. Mean: a (1 + 3 + 1) / 3 = 1.67, b (2.5 + 1 + 2.5) / 3 = 2.00, ref 7 / 3 = 2.33.
-# best: a on w1 and w3, b on w2. runs/ok/OOM/failed count seeds: a 5 runs, 3 ok, 1 OOM, 1 failed (timeout).
+# w3 a 1, b/ref 2.5; w4 a/b 1.5; w5 a 1. Mean: a (1 + 3 + 1 + 1.5 + 1) / 5 = 1.50,
+# b (2.5 + 1 + 2.5 + 1.5) / 4 = 1.875 -> 1.88, ref 7 / 3 = 2.33.
+# best (the fastest *ok* time): a on w1 and w3, b on w2; nobody on w4 or w5, where every placer failed.
+# runs/ok/OOM/failed count seeds; failed = invalid + timeout + error:
+# a 7 runs, 3 ok, 2 OOM (w2, w5), 2 failed (w3 timeout, w4 invalid); b 4 runs, 2 ok, 2 failed (w3, w4 error).
 EXPECTED_TEXT = """\
 Step time on c1
 workload                  a         b      ref
@@ -39,6 +45,8 @@ workload                  a         b      ref
 w1                  1.000 s   2.000 s  2.000 s
 w2                      OOM  500.0 ms  1.000 s
 w3        400.0 ms (2/3 ok)     error      OOM
+w4                  invalid     error        -
+w5                      OOM         -        -
 
 Speedup over ref on c1
 workload        a      b    ref
@@ -46,12 +54,14 @@ workload        a      b    ref
 w1          2.00x  1.00x  1.00x
 w2            OOM  2.00x  1.00x
 w3        ref OOM  error    OOM
+w4              -      -      -
+w5              -      -      -
 
 Summary on c1
 placer  runs  ok  OOM  failed  skipped  geomean speedup vs ref  both ok  mean rank  best
 ------  ----  --  ---  ------  -------  ----------------------  -------  ---------  ----
-a          5   3    1       1        0                   2.00x        1       1.67     2
-b          3   2    0       1        0                   1.41x        2       2.00     1
+a          7   3    2       2        0                   2.00x        1       1.50     2
+b          4   2    0       2        0                   1.41x        2       1.88     1
 ref        3   2    1       0        0                   1.00x        2       2.33     0
 """
 
@@ -68,12 +78,12 @@ def test_markdown_comparison_table():
     md = report.render(ROWS, "md", "ref")
     assert md.startswith("## c1\n\n**Step time on c1**\n\n| workload | a | b | ref |\n|:---|---:|---:|---:|\n")
     assert "| w3 | 400.0 ms (2/3 ok) | error | OOM |" in md
-    assert "| b | 3 | 2 | 0 | 1 | 0 | 1.41x | 2 | 2.00 | 1 |" in md
+    assert "| b | 4 | 2 | 0 | 2 | 0 | 1.41x | 2 | 1.88 | 1 |" in md
 
 
 def test_csv_is_the_long_table_with_numbers():
     rows = list(csv.DictReader(io.StringIO(report.render(ROWS, "csv", "ref"))))
-    assert len(rows) == 9
+    assert len(rows) == 12
     w3a = next(r for r in rows if r["workload"] == "w3" and r["placer"] == "a")
     assert w3a == {"cluster": "c1", "workload": "w3", "placer": "a", "seeds": "3", "ok_seeds": "2", "status": "ok",
                    "step_time_s": "0.4", "shown": "400.0 ms (2/3 ok)", "speedup_vs_ref": ""}
@@ -81,6 +91,8 @@ def test_csv_is_the_long_table_with_numbers():
     assert (w1a["step_time_s"], w1a["speedup_vs_ref"]) == ("1.0", "2.0")
     w2a = next(r for r in rows if r["workload"] == "w2" and r["placer"] == "a")
     assert (w2a["status"], w2a["step_time_s"]) == ("oom", "")
+    w5a = next(r for r in rows if r["workload"] == "w5" and r["placer"] == "a")  # its row had a time: no number
+    assert (w5a["status"], w5a["step_time_s"], w5a["shown"]) == ("oom", "", "OOM")
 
 
 def test_json_report():
@@ -88,7 +100,7 @@ def test_json_report():
     assert data["reference"] == "ref" and data["methodologies"] == ["m-v1"]
     [section] = data["sections"]
     summary = section["tables"][2]
-    assert summary["rows"][1][:6] == ["b", 3, 2, 0, 1, 0] and summary["rows"][1][6] == pytest.approx(math.sqrt(2))
+    assert summary["rows"][1][:6] == ["b", 4, 2, 0, 2, 0] and summary["rows"][1][6] == pytest.approx(math.sqrt(2))
 
 
 def test_latex_and_html_escape_and_mark_failures():
@@ -158,7 +170,7 @@ def test_leaderboard_files_say_they_are_generated(tmp_path):
     assert "commit" not in text  # no manifest given: no provenance line
     lines = csv_path.read_text().splitlines()
     assert lines[0] == f"# {report.GENERATED_NOTE}"
-    assert len(list(csv.DictReader(lines[1:]))) == 9
+    assert len(list(csv.DictReader(lines[1:]))) == 12
 
 
 def test_leaderboard_names_the_runs_that_made_it(tmp_path):

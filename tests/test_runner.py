@@ -107,6 +107,8 @@ def test_plan_is_the_cross_product_with_stable_keys(tiny_files, write_spec):
     # a different budget is a different experiment: different keys
     other = runner.make_plan(runner.spec_from_dict({**spec.as_dict(), "budget": {"max_evaluations": 5}}))
     assert not {c.cell_id for c in other.cells} & {c.cell_id for c in plan.cells}
+    slower = runner.make_plan(runner.spec_from_dict({**spec.as_dict(), "budget": {"max_seconds": 7.0}}))
+    assert not {c.cell_id for c in slower.cells} & {c.cell_id for c in plan.cells}
 
 
 def test_unknown_names_are_reported_before_running(tiny_files, write_spec):
@@ -149,6 +151,7 @@ ALL_PLACERS = [
     "harness_not_applicable",
     "harness_over_budget",
     "harness_cheats",
+    "harness_misreports",
 ]
 
 
@@ -219,6 +222,17 @@ def test_final_placement_is_re_measured_not_taken_from_the_search(outcome_run):
     assert (row["status"], row["step_time_s"]) == ("ok", 4.0)
 
 
+def test_the_row_is_the_returned_placement_with_the_evaluators_count(outcome_run):
+    """harness_misreports evaluated [0,0,0,0] (4 s, its search's best), then returned [1,1,1,1] and claimed
+    0 evaluations."""
+    _, result = outcome_run
+    row = _by(result.rows, "diamond", "harness_misreports")
+    assert (row["status"], row["step_time_s"], row["evaluations"]) == ("ok", pytest.approx(0.4), 1)  # on the GPU
+    record = result.store.read_cell(row["cell_id"])
+    assert record["placement"] == [1, 1, 1, 1]
+    assert [(p["evaluations"], p["best_score_s"]) for p in record["curve"]] == [(1, 4.0)]
+
+
 def test_the_table_shows_failed_cells_as_their_status(outcome_run):
     _, result = outcome_run
     text = report.render(result.rows, "text")
@@ -247,15 +261,21 @@ def test_rerun_skips_stored_cells_and_force_redoes_them(outcome_run):  # last of
     assert (again.ran, again.reused) == (0, len(first.rows))
     assert again.rows == first.rows
     # --retry-failed reruns only error and timeout cells; --force all (here: restricted to fast placers)
-    spec2 = runner.spec_from_dict({**runner.load_spec(str(spec)).as_dict(), "placers": ["single_cpu", "harness_raises"]})
-    retried = runner.run(spec2, store, jobs=1, retry_failed=True)
-    assert retried.ran == 2  # harness_raises on both workloads
+    base = runner.load_spec(str(spec)).as_dict()
+    with_hangs = runner.spec_from_dict({**base, "placers": ["single_cpu", "harness_raises", "harness_hangs"]})
+    retried = runner.run(with_hangs, store, jobs=2, retry_failed=True)
+    rerun = sorted((r["workload"], r["placer"], r["status"]) for r in retried.rows if r["run_id"] == retried.run_id)
+    assert rerun == [
+        ("big", "harness_hangs", "timeout"), ("big", "harness_raises", "error"),
+        ("diamond", "harness_hangs", "timeout"), ("diamond", "harness_raises", "error"),
+    ]
+    spec2 = runner.spec_from_dict({**base, "placers": ["single_cpu", "harness_raises"]})
     forced = runner.run(spec2, store, jobs=1, force=True)
     assert forced.ran == 4
     rows = Store(store).rows()
     assert len(rows) == len(first.rows) and len({r["cell_id"] for r in rows}) == len(rows)
     manifest = Store(store).manifest()
-    assert [r["cells_run"] for r in manifest["runs"]] == [len(first.rows), 0, 2, 4]
+    assert [r["cells_run"] for r in manifest["runs"]] == [len(first.rows), 0, 4, 4]
     assert all(r["complete"] for r in manifest["runs"])
 
 
@@ -311,6 +331,18 @@ def test_an_evaluator_plugin_measures_the_cells(tiny_files, write_spec, harness_
 
 
 # -- one cell, in process ------------------------------------------------------------------------------------
+def test_a_workload_changed_after_planning_is_an_error_row(tiny_files, write_spec, tmp_path):
+    workload = tmp_path / "w.json"
+    workload.write_bytes(tiny_files["diamond"].read_bytes())
+    spec = write_spec(workloads=[str(workload)], clusters=[str(tiny_files["cluster"])], placers=["single_cpu"])
+    [cell] = runner.make_plan(runner.load_spec(str(spec))).cells
+    graph_io.save(OpGraph.build("diamond", [Op("a", "matmul", flops=1e9)], []), workload)  # edited: not planned
+    record = runner.run_cell(cell)
+    message = f"workload {str(workload)!r} changed since the run was planned"
+    assert (record["status"], record["message"]) == ("error", message)
+    assert "step_time_s" not in record and "placement" not in record
+
+
 def test_evaluate_one(tiny_files):
     rec = runner.evaluate_one(str(tiny_files["big"]), str(tiny_files["cluster"]), "single_cpu")
     assert (rec["status"], rec["step_time_s"], rec["placement"]) == ("ok", 4.0, [0, 0, 0, 0])

@@ -1,11 +1,14 @@
 """The evaluator counts every evaluation against the budget, scores failures, and records the curve."""
 
+from dataclasses import replace
+
 import pytest
 
 from suite import Op, OpGraph
 from suite.errors import BudgetExhausted
-from suite.evaluator import Evaluator, serial_bound_s
+from suite.evaluator import Evaluator, Measurement, serial_bound_s
 from suite.methodology import Budget
+from suite.methodology import load as load_methodology
 
 G = 1e9
 
@@ -62,3 +65,62 @@ def test_measure_is_outside_the_budget(problem):
     ev = Evaluator(g, c, Budget(max_evaluations=1, max_seconds=60))
     m = ev.measure([0, 0, 0])
     assert m.status == "ok" and m.step_time_s == 5.0 and ev.evaluations_used == 0
+
+
+def test_time_budget_is_enforced(problem):
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
+    ev.started -= 61  # as if the search had started 61 s ago: evaluations are left, time is not
+    assert ev.remaining == 10 and ev.exhausted
+    with pytest.raises(BudgetExhausted, match="time budget"):
+        ev.evaluate([0, 0, 0])
+    assert ev.evaluations_used == 0 and ev.curve == []
+
+
+def test_serial_bound_takes_each_ops_slowest_device(tiny_graph, tiny_cluster):
+    # diamond: 4 ops of 1e9 FLOPs, 1 s each on the CPU (the slowest), 0.1 s on the GPU -> 4 x 1 s
+    assert serial_bound_s(tiny_graph, tiny_cluster) == 4.0
+
+
+class Scripted:
+    """A backend that answers with the given measurements in turn."""
+
+    name = "scripted"
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def measure(self, placement):
+        return self.answers.pop(0)
+
+    def measure_batch(self, placements):
+        return [self.measure(p) for p in placements]
+
+
+def _ok(t):
+    return Measurement(status="ok", step_time_s=t, samples_s=(t,))
+
+
+def test_measure_repeats_and_takes_the_median(tiny_graph, tiny_cluster):
+    backend = Scripted(_ok(1.0), _ok(3.0), _ok(8.0))
+    ev = Evaluator(tiny_graph, tiny_cluster, backend=backend)
+    m = ev.measure([0, 0, 0, 0], repetitions=3)
+    assert (m.status, m.step_time_s, m.samples_s) == ("ok", 3.0, (1.0, 3.0, 8.0))  # the mean would be 4.0
+    assert backend.answers == [] and ev.evaluations_used == 0
+
+
+def test_measure_repetitions_default_to_the_methodologys(tiny_graph, tiny_cluster):
+    three = replace(load_methodology(), repetitions=3)
+    backend = Scripted(_ok(1.0), _ok(3.0), _ok(8.0))
+    ev = Evaluator(tiny_graph, tiny_cluster, methodology=three, backend=backend)
+    assert ev.measure([0, 0, 0, 0]).samples_s == (1.0, 3.0, 8.0)
+
+
+def test_measure_is_oom_if_any_repetition_is(tiny_graph, tiny_cluster):
+    oom = Measurement(status="oom", step_time_s=8.0, samples_s=(8.0,), oom_devices=("gpu:0",),
+                      message="gpu:0 over capacity", peak_memory_bytes={"gpu:0": 9})
+    ev = Evaluator(tiny_graph, tiny_cluster, backend=Scripted(_ok(1.0), _ok(3.0), oom))
+    m = ev.measure([0, 0, 0, 0], repetitions=3)
+    # the OOM repetition decides the status and says which device overflowed and why
+    assert (m.status, m.oom_devices, m.message, m.peak_memory_bytes) == ("oom", ("gpu:0",), "gpu:0 over capacity",
+                                                                         {"gpu:0": 9})
