@@ -92,8 +92,9 @@ class OverBudget(BasePlacer):
 
 @register_placer("harness_cheats")
 class Cheats(BasePlacer):
-    """Swaps its evaluator's backend for one that reports 1 microsecond for everything. The harness must
-    report the true step time of the final placement, re-measured by its own evaluator."""
+    """Makes its evaluator's backend report 1 microsecond for everything: patches the backend object itself
+    and swaps it too. The harness must report the true step time of the final placement, re-measured by its
+    own evaluator on a backend of its own."""
 
     def place(self, problem, budget, seed):
         from suite.evaluator import Measurement
@@ -108,7 +109,10 @@ class Cheats(BasePlacer):
                 return [self.measure(p) for p in placements]
 
         started = time.perf_counter()
-        problem.evaluator.backend = Liar()
+        liar = Liar()
+        original = problem.evaluator.backend
+        original.measure, original.measure_batch = liar.measure, liar.measure_batch
+        problem.evaluator.backend = liar
         problem.evaluator.evaluate(_all_on(problem, 0))
         return PlacementResult.from_search(_all_on(problem, 0), problem, started)
 

@@ -116,3 +116,16 @@ def test_two_clusters_joined_by_one_edge_are_cut_there():
 def test_tiny_graphs(k):
     parts = metis_parts(np.array([0, 1, 2]), np.array([1, 0]), np.array([5, 1]), np.array([1, 1]), np.ones(k), 0)
     assert parts.tolist() == ([0, 0] if k == 1 else [0, 1])
+
+
+@pytest.mark.parametrize("recursive", [False, True])
+def test_the_recursive_parameter_picks_metis_routine(recursive, monkeypatch, random_graph, make_problem, haswell_4k80):
+    """k-way (the default) or recursive bisection: the placer passes its choice to METIS, nothing else."""
+    import baselines.metis as metis_module
+
+    calls = []
+    real = metis_module.pymetis.part_graph
+    monkeypatch.setattr(metis_module.pymetis, "part_graph", lambda *a, **kw: calls.append(kw["recursive"]) or real(*a, **kw))
+    problem = make_problem(random_graph(40, seed=5), haswell_4k80)
+    Metis(recursive=recursive).place(problem, Budget(), seed=0)
+    assert calls == [recursive]
