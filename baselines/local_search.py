@@ -62,7 +62,7 @@ class _Scorer:
         if todo:
             if self.ev.exhausted:
                 raise _Spent
-            todo = todo[: self.ev.remaining]
+            todo = todo[: self.ev.affordable(len(todo))]
             try:
                 ms = self.ev.evaluate_batch([self.con.expand(node_placements[j]) for j in todo])
             except BudgetExhausted:

@@ -6,9 +6,11 @@ so that any policy (LSTM, GNN, MLP) can take what it needs:
 * `op_features`: per op: kind (an index into the graph's kind vocabulary), numeric features (log-scaled
   FLOPs, bytes accessed, output bytes, parameter bytes; phase; position in the topological order; depth;
   in/out degree), the output shape (log-scaled dims, padded), and the adjacency (edge list with bytes).
-* `group_features`: the same aggregated over a `Grouping`, in the form of Mirhoseini et al. (2017): a
-  count of each op kind in the group, the summed output shapes, and the group adjacency (edges to and from
-  every other group), plus summed numeric features.
+* `group_features`: the same aggregated over a `Grouping`, after Mirhoseini et al. (2017): each op kind's
+  share of the group's ops, the mean output shape of its ops (log-scaled dims), and the group adjacency
+  (log-scaled edge counts to every other group), plus summed numeric features and the group's size. The
+  authors' code sums raw kind counts and output shapes and divides each row by its maximum + 1; shares and
+  means keep every feature in [0, 1] with no per-row rescaling (a deviation, also listed in rl/seq2seq.py).
 * `device_features`: per device: kind, log peak FLOP/s, memory bandwidth and capacity.
 * `cost_features`: the cost model's time of every op on every device (what Placeto-style policies use).
 

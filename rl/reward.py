@@ -10,6 +10,15 @@ Reward = -sqrt(score), where score is the step time in seconds of a placement th
 * and, for OOM (`oom_shaping`, ours, on by default), the failure score times the fraction by which memory
   overflows is added, so that the policy can tell nearly-fitting placements from hopeless ones.
 
+What these scores do and do not guarantee: the serial bound counts compute only, so a transfer-bound
+placement that runs can score above an OOM one; the shaping term is not capped, so an OOM placement that
+overflows by much can score above an invalid one; and it needs the simulator's peak memory (a real backend's
+OOM has none, so there it adds nothing). Adding the simulated step time ranks fast OOM placements (often the
+GPU-heavy ones that overflow) above slow ones. Which default works better depends on the workload (a
+reviewer's 3-seed runs: nmt-4x4096-b64 on haswell_4k80 ends OOM with the default and runs with
+`oom_score_s=100, oom_shaping=false`; rnnlm-4x6144-b64 the other way round), so both are parameters; the
+authors' configuration is `seq2seq(oom_score_s=100, invalid_score_s=100, oom_shaping=false)`.
+
 `RewardEvaluator` is what every learned placer samples through: it turns group placements into op
 placements, evaluates them in one `evaluate_batch` (each counted against the methodology's budget by the
 evaluator), and never asks for more than is left. The learning curve (best and mean score against
@@ -64,7 +73,7 @@ def score_s(m: Measurement, evaluator: Evaluator, config: RewardConfig = RewardC
 
     With `oom_shaping`, an OOM placement scores its penalty plus the methodology's failure score times
     its memory overflow fraction, so that among failing placements those closer to fitting rank better
-    and the policy has a direction out of OOM (all of them still score above every placement that runs).
+    (see the module docstring for what this does not guarantee).
     """
     if m.status == "oom":
         base = config.oom_score_s if config.oom_score_s is not None else evaluator.score(m)
@@ -112,9 +121,7 @@ class RewardEvaluator:
     def allowance(self, wanted: int, *, reserve: int = 0) -> int:
         """How many placements may be evaluated now (at most `wanted`), keeping `reserve` evaluations."""
         ev = self.evaluator
-        if ev.time_left_s <= 0.0:
-            return 0
-        return max(0, min(wanted, ev.remaining - reserve))
+        return max(0, min(ev.affordable(wanted), ev.remaining - reserve))
 
     def __call__(self, group_devices: np.ndarray) -> Rollout | None:
         """Evaluate [B, G] group placements; None if the budget ran out (e.g. its wall clock)."""

@@ -34,7 +34,11 @@ topological coarsening):
 | logits            | temperature 1, tanh constant, noise (authors')     | temperature 1, no tanh, no noise   |
 | samples / update  | asynchronous controllers and workers (paper)       | 16 placements per update           |
 | entropy bonus     | none                                               | 0 (available)                      |
-| advantage scaling | none                                               | divided by the batch std           |
+| advantage scaling | none                                               | divided by the batch std (B >= 2)  |
+| group features    | raw kind counts and summed shapes / (row max + 1)  | kind shares, mean shapes           |
+| baseline start    | the failing signal (authors' code)                 | the first batch's mean score       |
+| learning rate     | x0.95 every 50 steps after step 400 (authors')     | constant                           |
+| failing samples   | dropped from loss and baseline after 1000 steps    | kept                               |
 """
 
 from __future__ import annotations

@@ -197,13 +197,7 @@ class IterativePlacementEnv(gym.Env):
         self.problem = _PlacementProblem(workload, cluster, evaluator, budget, groups)
         self.reward_mode = reward
         G, D = self.problem.num_groups, self.problem.cluster.num_devices
-        if not isinstance(initial, str):
-            initial = np.asarray(initial, dtype=np.int64)
-            if initial.shape != (G,) or (initial < 0).any() or (initial >= D).any():
-                raise PlacebenchError(f"initial placement must be {G} device indices in 0..{D - 1}")
-        elif initial != "random":
-            raise PlacebenchError(f"initial must be 'random' or an array of {G} group devices, got {initial!r}")
-        self.initial = initial
+        self.initial = self._start("initial", initial)
         self.observation_space = spaces.Dict(
             {
                 "features": spaces.Box(0.0, 1.0, shape=self.problem.features.shape, dtype=np.float32),
@@ -231,9 +225,24 @@ class IterativePlacementEnv(gym.Env):
         mask = self.problem.mask
         return np.array([self.np_random.choice(np.flatnonzero(row)) for row in mask], dtype=np.int64)
 
+    def _start(self, what: str, start: Any) -> str | np.ndarray:
+        """'random', or G group devices in 0..D-1 (checked: the observation must stay in its space)."""
+        G, D = self.problem.num_groups, self.problem.cluster.num_devices
+        if isinstance(start, str):
+            if start != "random":
+                raise PlacebenchError(f"{what} must be 'random' or an array of {G} group devices, got {start!r}")
+            return start
+        try:
+            arr = np.asarray(start, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            arr = None
+        if arr is None or arr.shape != (G,) or (arr < 0).any() or (arr >= D).any():
+            raise PlacebenchError(f"{what} placement must be {G} device indices in 0..{D - 1}, got {start!r}")
+        return arr
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        start = (options or {}).get("placement", self.initial)
+        start = self._start("reset option 'placement'", (options or {}).get("placement", self.initial))
         self._placement = self._random_placement() if isinstance(start, str) else np.array(start, dtype=np.int64)
         self._cursor = 0
         info: dict[str, Any] = {"action_mask": self.problem.mask[0].copy()}

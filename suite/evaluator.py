@@ -171,6 +171,8 @@ class Evaluator:
         self.best_score_s = math.inf
         self.best_placement: np.ndarray | None = None
         self._score_sum = 0.0
+        self._measured = 0  # placements the backend measured during the search, and the seconds it took
+        self._measuring_s = 0.0
 
     # -- budget ------------------------------------------------------------------------------------
     @property
@@ -188,6 +190,20 @@ class Evaluator:
     @property
     def exhausted(self) -> bool:
         return self.remaining == 0 or self.time_left_s == 0.0
+
+    @property
+    def seconds_per_evaluation(self) -> float | None:
+        """The backend's mean time per measured placement so far (None before the first)."""
+        return self._measuring_s / self._measured if self._measured else None
+
+    def affordable(self, k: int) -> int:
+        """How many of k more evaluations fit now: no more than are left, and no more than the time left
+        allows at the seconds per evaluation measured so far (at least one while any time is left)."""
+        k = min(k, self.remaining)
+        if k <= 0 or self.time_left_s == 0.0:
+            return 0
+        per = self.seconds_per_evaluation
+        return k if not per else max(1, min(k, int(self.time_left_s / per)))
 
     def _check_budget(self, k: int) -> None:
         """Raise `BudgetExhausted` unless k more evaluations fit the budget."""
@@ -231,19 +247,32 @@ class Evaluator:
         """Measure one placement; costs one evaluation. An invalid placement gives status 'invalid'."""
         self._check_budget(1)
         arr, bad = self._validated(placement)
-        m = bad if bad is not None else self.backend.measure(arr)
+        m = bad if bad is not None else self._timed(lambda: [self.backend.measure(arr)])[0]
         self._record(arr if arr is not None else np.asarray(placement), m)
         return m
 
+    def _timed(self, measure: Any) -> list[Measurement]:
+        t0 = time.perf_counter()
+        ms = measure()
+        self._measuring_s += time.perf_counter() - t0
+        self._measured += len(ms)
+        return ms
+
     def evaluate_batch(self, placements: Sequence[Any] | np.ndarray) -> list[Measurement]:
-        """Measure many placements; costs one evaluation each."""
+        """Measure many placements; costs one evaluation each. A batch that would not fit the time left (at
+        the seconds per evaluation measured so far) is refused before it starts: size batches with
+        `affordable`."""
         placements = list(placements)
         self._check_budget(len(placements))
         checked = [self._validated(p) for p in placements]
         good = [i for i, (a, _) in enumerate(checked) if a is not None]
+        per = self.seconds_per_evaluation
+        if len(good) > 1 and per and per * len(good) > self.time_left_s:
+            raise BudgetExhausted(f"{len(good)} evaluations would take about {per * len(good):.3g} s; "
+                                  f"{self.time_left_s:.3g} s of the search time budget is left")
         out: list[Measurement | None] = [bad for _, bad in checked]
         if good:
-            ms = self.backend.measure_batch(np.stack([checked[i][0] for i in good]))
+            ms = self._timed(lambda: self.backend.measure_batch(np.stack([checked[i][0] for i in good])))
             for i, m in zip(good, ms, strict=True):
                 out[i] = m
         for p, m in zip(placements, out, strict=True):

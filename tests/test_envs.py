@@ -108,6 +108,18 @@ def test_random_initial_placement_respects_masks_and_seed():
     assert p1[0] == 0 and p1[3] in (1, 2)
 
 
+@pytest.mark.parametrize("start", [[7, 7, 7, 7], [0, 1], [0, -1, 1, 1], "best", [[0, 1, 1, 1]]])
+def test_a_start_placement_out_of_the_space_is_refused(start):
+    """From the constructor or from reset's options: the observation must stay in its space."""
+    with pytest.raises(PlacebenchError, match="(4 device indices in 0..2|'random' or an array of 4)"):
+        IterativePlacementEnv(evaluator=evaluator(), reward="improvement", initial=start)
+    env = IterativePlacementEnv(evaluator=evaluator(), reward="improvement")
+    with pytest.raises(PlacebenchError, match="reset option 'placement'"):
+        env.reset(seed=0, options={"placement": start})
+    obs, _ = env.reset(seed=0, options={"placement": [0, 1, 2, 1]})
+    assert env.observation_space.contains(obs) and obs["placement"].tolist() == [0, 1, 2, 1]
+
+
 def test_budget_is_enforced():
     env = OneShotPlacementEnv(evaluator=evaluator(max_evaluations=2))
     env.reset(seed=0)

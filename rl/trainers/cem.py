@@ -59,9 +59,10 @@ class CrossEntropyMethod:
     def sample(self, k: int) -> np.ndarray:
         """[k, G] device indices."""
         cdf = np.cumsum(self.probs, axis=1)
-        u = self.rng.random((k, len(self.probs), 1))
-        out = (u > cdf[None]).sum(axis=2)
-        return np.minimum(out, self.probs.shape[1] - 1).astype(np.int64)
+        # u scaled to each row's total (which rounding may leave just below 1): a masked device, whose cdf
+        # step is zero, is never drawn, not even the last one
+        u = self.rng.random((k, len(self.probs), 1)) * cdf[None, :, -1:]
+        return (u >= cdf[None]).sum(axis=2).astype(np.int64)
 
     def update(self, samples: np.ndarray, rewards: np.ndarray) -> dict[str, Any]:
         samples = np.asarray(samples, dtype=np.int64)

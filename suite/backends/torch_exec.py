@@ -500,7 +500,7 @@ class TorchBackend:
             ex.copies = Copies()
             ex.step()  # one step to count the copies of a step
             copied = ex.copies.bytes
-            reset_peak_memory(devices)
+            reset_peak_memory(list(dict.fromkeys([*devices, *self.device_map.cuda_devices])))  # all: peaks are per process
             samples = time_steps(ex.step, self.timing, devices, self.clock)
         except PlacebenchError:
             raise
@@ -519,9 +519,12 @@ class TorchBackend:
             free_memory(self.device_map.cuda_devices)
             return Measurement(status="oom", step_time_s=None, oom_devices=oom,
                                message=f"out of memory on {', '.join(oom) or 'an unknown device'}: {first}")
+        used = {str(t) for t in devices}
         peaks = {}
         for d, name in enumerate(names):
-            peaks[name] = peak_memory_bytes(self.device_map.torch_device(d))
+            t = self.device_map.torch_device(d)
+            # a GPU this placement leaves unused reports 0, not what earlier placements left allocated there
+            peaks[name] = peak_memory_bytes(t) if t.type != "cuda" or str(t) in used else 0
         return Measurement(
             status="ok",
             step_time_s=statistic_s(samples, self.timing),

@@ -48,6 +48,11 @@ def test_rollouts_respect_budget_and_track_best(train2, k80x2, make_problem):
     assert rollouts.best_score_s == r.scores_s[:2].min()
     assert problem.evaluator.evaluations_used == 3
     assert rollouts.allowance(8, reserve=1) == 6
+    ev = problem.evaluator
+    saved = ev._measured, ev._measuring_s
+    ev._measured, ev._measuring_s = 1, ev.time_left_s / 2.5  # two more evaluations fit the time left
+    assert rollouts.allowance(8) == 2
+    ev._measured, ev._measuring_s = saved
     rollouts(np.tile(batch[:1], (7, 1)))
     assert rollouts.allowance(8) == 0
     assert rollouts(batch[:1]) is None  # over budget: None, not an exception

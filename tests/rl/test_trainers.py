@@ -107,6 +107,19 @@ def test_cem_respects_mask():
         CrossEntropyMethod(np.zeros((1, 2), dtype=bool))
 
 
+@pytest.mark.parametrize("u", [0.0, 1.0 - 2.0**-53])
+def test_cem_never_draws_a_masked_device_at_the_edges_of_the_unit_interval(u):
+    """The row's cdf can end at 0.9999999999999998; the largest draw then must not fall past the last allowed
+    device, and a draw of exactly 0 must not pick a masked first device."""
+    mask = np.array([[True, True, True, True, True, False], [False, True, True, True, True, True]])
+    cem = CrossEntropyMethod(mask, seed=0)
+    row = [0.1465147241904673, 0.30421738506123214, 0.030096550931734904, 0.24559111422382107, 0.2735802255927444]
+    cem.probs = np.array([row + [0.0], [0.0] + row])
+    assert np.cumsum(cem.probs[0])[-1] < 1.0 - 2.0**-53  # the rounding this test is about
+    cem.rng = type("FixedDraws", (), {"random": lambda self, shape: np.full(shape, u)})()
+    assert mask[np.arange(2), cem.sample(1)[0]].all()
+
+
 def test_cem_trainer_learns_bandit():
     gen = torch.Generator().manual_seed(2)
     logits = torch.zeros(3, 3, requires_grad=True)

@@ -246,6 +246,43 @@ def test_other_failures_are_status_error(three_cpus, monkeypatch):
     assert m.status == "error" and "RuntimeError" in m.message
 
 
+def test_unused_gpus_report_no_peak_from_earlier_placements(monkeypatch):
+    """CUDA peak statistics are per process: a placement that leaves a GPU unused must not report what an
+    earlier placement allocated there. Mocked (no CUDA here): two fake GPUs whose used ones peak at 5 GiB."""
+    import suite.backends.devices as devices
+    import suite.backends.timing as timing
+    import suite.backends.torch_exec as tx
+    from suite.cluster import Cluster, Device, Link
+
+    monkeypatch.setattr(devices, "check_torch_device", lambda *a, **k: None)  # pretend cuda:0 and cuda:1 exist
+    peak = {"cuda:0": 0, "cuda:1": 0}
+    monkeypatch.setattr(tx, "reset_peak_memory", lambda devs: [peak.__setitem__(str(d), 0) for d in devs])
+    monkeypatch.setattr(tx, "peak_memory_bytes", lambda d: peak[str(d)])
+    monkeypatch.setattr(timing, "synchronize", lambda devs: None)
+
+    class FakeExecutor:
+        copies, concurrent_now, used = tx.Copies(), False, []
+
+        def apply(self, p):
+            self.used = sorted({f"cuda:{int(x)}" for x in p})
+
+        @property
+        def devices(self):
+            return [torch.device(u) for u in self.used]
+
+        def step(self):
+            for u in self.used:
+                peak[u] = 5 * 2**30
+
+    gpus = tuple(Device(f"gpu:{i}", "gpu", 1e12, 1e11, 10**10, 1e-5) for i in range(2))
+    backend = TorchBackend.__new__(TorchBackend)
+    backend.cluster = Cluster("2gpu", gpus, (Link(("gpu:0", "gpu:1"), 1e10, 1e-5),))
+    backend.device_map, backend.clock = DeviceMap(("gpu:0", "gpu:1"), ("cuda:0", "cuda:1")), "wall"
+    backend.timing, backend.executor = Timing(warmup_steps=1, measured_steps=2), FakeExecutor()
+    assert backend.measure(np.array([0, 1])).peak_memory_bytes == {"gpu:0": 5 * 2**30, "gpu:1": 5 * 2**30}
+    assert backend.measure(np.array([0, 0])).peak_memory_bytes == {"gpu:0": 5 * 2**30, "gpu:1": 0}
+
+
 def test_device_maps():
     cluster = zoo_cluster = __import__("suite").load_cluster("xeon_h100")
     dmap = DeviceMap.parse(cluster, ["gpu:0=cpu"])

@@ -36,6 +36,25 @@ def test_budget_is_counted_and_enforced(problem):
     assert ev.best_placement.tolist() == [0, 1, 0]
 
 
+def test_batches_are_sized_to_the_time_left(problem):
+    """After measurements averaging 2 s, 11 s left fit 5 more evaluations: `affordable` says so, and a batch
+    of 6 is refused before it starts instead of overrunning the time budget (no clock is asserted: the
+    seconds per evaluation are set, only the few microseconds of this test elapse)."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=100, max_seconds=11))
+    assert ev.seconds_per_evaluation is None and ev.affordable(16) == 16  # nothing measured yet: no estimate
+    ev.evaluate([0, 0, 0])
+    assert ev.seconds_per_evaluation is not None and ev._measured == 1
+    ev._measured, ev._measuring_s = 4, 8.0
+    assert ev.affordable(16) == 5 and ev.affordable(3) == 3
+    with pytest.raises(BudgetExhausted, match="6 evaluations would take about 12 s"):
+        ev.evaluate_batch([[0, 0, 0]] * 6)
+    assert ev.evaluations_used == 1
+    assert len(ev.evaluate_batch([[0, 0, 0]] * 5)) == 5 and ev._measured == 9
+    ev._measuring_s = 1e9  # one evaluation longer than the time left: still one at a time while time is left
+    assert ev.affordable(16) == 1
+
+
 def test_batch_larger_than_budget_is_refused_whole(problem):
     g, c = problem
     ev = Evaluator(g, c, Budget(max_evaluations=2, max_seconds=60))
