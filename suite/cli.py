@@ -19,7 +19,9 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from suite.errors import PlacebenchError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
 
 
 class UsageError(PlacebenchError):
@@ -37,6 +40,17 @@ class UsageError(PlacebenchError):
 # -- output helpers -----------------------------------------------------------------------------------------
 def _tty(stream: Any) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
+
+
+_JSON_TEXT_FIELDS = ("peak_memory_bytes", "params")  # stored as JSON text (flat tables); objects in --json
+
+
+def _row_objects(record: dict[str, Any]) -> dict[str, Any]:
+    out = dict(record)
+    for k in _JSON_TEXT_FIELDS:
+        if isinstance(out.get(k), str) and out[k]:
+            out[k] = json.loads(out[k])
+    return out
 
 
 def _print_json(data: Any) -> None:
@@ -173,7 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "ran": result.ran,
                 "reused": result.reused,
                 "wall_time_s": result.wall_time_s,
-                "rows": result.rows,
+                "rows": [_row_objects(r) for r in result.rows],
                 "report": report.as_json(res, args.reference) if res.cells else None,
             }
         )
@@ -213,7 +227,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         simulator_engine=args.engine,
     )
     if args.json:
-        _print_json(record)
+        _print_json(_row_objects(record))
         return 0
     status = record["status"]
     lines = [
@@ -241,11 +255,29 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 # -- table and leaderboard ----------------------------------------------------------------------------------
+def _warn_if_incomplete(store: str | Path) -> str:
+    """A store whose last run stopped early makes tables that look final: say so on stderr (and return it)."""
+    from suite.store import Store
+
+    if not Path(store).is_dir():
+        return ""
+    runs = Store(store, create=False).manifest().get("runs") or []
+    last = runs[-1] if runs else None
+    if not last or last.get("complete", True):
+        return ""
+    stored = len(Store(store, create=False).cell_ids())
+    text = (f"incomplete store: its last run (spec {last.get('spec', '?')}) stopped before it finished; "
+            f"{stored} cells stored, {last.get('cells_planned', '?')} planned; rerun the same command to complete it")
+    print(f"placebench: warning: {text}", file=sys.stderr)
+    return text
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     from suite import report
     from suite.store import atomic_write_text, open_rows
 
     rows = open_rows(args.store)
+    _warn_if_incomplete(args.store)
     if args.cluster:
         known = sorted({r["cluster"] for r in rows})
         if args.cluster not in known:
@@ -253,7 +285,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         rows = [r for r in rows if r["cluster"] == args.cluster]
     fmt = "json" if args.json else args.format
     if args.chart:
-        report.bar_chart(rows, args.chart, args.reference)
+        report.bar_chart(rows, args.chart, args.reference, note=f"made by placebench table from {args.store}")
     if fmt == "text" and not args.output:
         res = report.Results.from_rows(rows)
         if not res.cells:
@@ -274,7 +306,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
     rows = open_rows(args.store)
     runs = Store(args.store, create=False).manifest().get("runs", []) if Path(args.store).is_dir() else []
-    md, csv_path = report.write_leaderboard(rows, args.out, args.reference, source=str(args.store), runs=runs)
+    incomplete = _warn_if_incomplete(args.store)
+    md, csv_path = report.write_leaderboard(rows, args.out, args.reference, source=str(args.store), runs=runs,
+                                            note=f"**Warning: {incomplete}.**" if incomplete else "")
     written = [str(md), str(csv_path)]
     if not args.no_chart:
         written.append(str(report.bar_chart(rows, Path(args.out) / "leaderboard.png", args.reference)))
@@ -326,6 +360,7 @@ def _list_placers() -> list[dict[str, Any]]:
             cls = placer_class(name)
             entry["status"] = "ok"
             entry["description"] = ((cls.__doc__ or "").strip().splitlines() or [""])[0]
+            entry["parameters"] = dict(getattr(cls, "defaults", {}))
         except PlacebenchError as exc:  # a broken plugin is reported, not fatal
             entry["status"] = "broken"
             entry["description"] = str(exc)
@@ -359,6 +394,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             extra.append("BROKEN")
         if item.get("description"):
             extra.append(item["description"])
+        if item.get("parameters"):
+            extra.append("parameters: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in item["parameters"].items()))
         print(item["name"] + ("  " + " - ".join(extra) if extra else ""))
     return 0
 
@@ -400,7 +437,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("resident bytes", f"{_fmt_bytes(s['param_bytes'])} (parameters, and optimizer state in training)"),
         ("critical path", f"{s['critical_path_ops']} ops, {s['critical_path_flops']:.4g} FLOPs"),
         ("colocation groups", str(info["colocation_groups"])),
-        ("op kinds", ", ".join(f"{k} {v}" for k, v in list(info["op_kinds"].items())[:12])),
+        ("op kinds", ", ".join(f"{k} {v}" for k, v in list(info["op_kinds"].items())[:12])
+         + (f" (12 most frequent of {len(info['op_kinds'])} kinds; --json lists all)" if len(info["op_kinds"]) > 12 else "")),
     ]
     lines += [(f"metadata.{k}", json.dumps(v) if not isinstance(v, str) else v) for k, v in info["metadata"].items()]
     lines += [(f"published.{k}", f"{v:,.0f}" if isinstance(v, int | float) else str(v))
@@ -498,8 +536,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler, `timeout`): stop like Ctrl-C, storing what is finished."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return int(args.func(args) or 0)
     except PlacebenchError as exc:
@@ -511,9 +560,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # an unwritable --out, a missing directory: the user's input, not a bug
         print(f"placebench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("placebench: interrupted; finished cells are stored, rerun the same command to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        if getattr(args, "force", False) or getattr(args, "retry_failed", False):
+            print("placebench: interrupted; the cells redone so far are stored and the others keep their earlier "
+                  "rows: rerun the same command to redo them all", file=sys.stderr)
+        else:
+            print("placebench: interrupted; finished cells are stored, rerun the same command to resume",
+                  file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

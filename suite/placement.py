@@ -93,6 +93,25 @@ def validate(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray:
     return arr
 
 
+def random_placements(graph: OpGraph, cluster: Cluster, rng: np.random.Generator, k: int = 1) -> np.ndarray:
+    """k uniformly random valid placements, int64 [k, n]: every colocation group (and every op outside one)
+    gets one device drawn among those of a kind all its ops allow. For baselines and examples."""
+    unit = np.arange(graph.num_ops)
+    for members in graph.groups.values():
+        unit[members] = members[0]
+    kinds = np.array([d.kind for d in cluster.devices])
+    allowed = np.ones((graph.num_ops, cluster.num_devices), dtype=bool)
+    for i, op in enumerate(graph.ops):
+        if op.allowed_kinds:
+            allowed[unit[i]] &= np.isin(kinds, op.allowed_kinds)
+    if not allowed[unit].any(axis=1).all():
+        i = int(np.flatnonzero(~allowed[unit].any(axis=1))[0])
+        raise PlacementError(f"op {graph.ops[i].name!r} (or its colocation group) allows no device of {cluster.name!r}")
+    # a uniform draw among the allowed devices of each unit: the argmax of random keys over allowed columns
+    keys = np.where(allowed[None, :, :], rng.random((k, graph.num_ops, cluster.num_devices)), -1.0)
+    return keys.argmax(axis=2)[:, unit].astype(np.int64)
+
+
 def placement_hash(placement: np.ndarray) -> str:
     return "sha256:" + hashlib.sha256(np.ascontiguousarray(placement, dtype=np.int64).tobytes()).hexdigest()[:16]
 

@@ -76,6 +76,10 @@ def register_placer(name: str) -> Callable[[type], type]:
     """Class decorator: make a placer available under `name` in this process."""
 
     def deco(cls: type) -> type:
+        ep = _entry_points().get(name)
+        if ep is not None:  # a plugin must not pass its results off as an installed placer's
+            raise PlacebenchError(f"placer name {name!r} is taken by the installed placer {ep.value}; "
+                                  f"register {cls.__name__} under another name")
         cls.name = name
         _REGISTERED[name] = cls
         return cls

@@ -112,20 +112,32 @@ class Results:
     placers: dict[str, list[str]]  # per cluster
     methodologies: list[str] = field(default_factory=list)
     evaluators: list[str] = field(default_factory=list)
+    # (cluster, workload, placer, seed, status, message) of every invalid, timeout and error row: why it failed
+    failures: list[tuple[str, str, str, int, str, str]] = field(default_factory=list)
 
     @classmethod
     def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> Results:
         groups: dict[tuple[str, str, str], list[tuple[int, str, float]]] = defaultdict(list)
         meths, evals = set(), set()
+        failures = []
         for r in rows:
             ok = r["status"] == "ok" and r.get("step_time_s") is not None
             t = float(r["step_time_s"]) if ok else math.inf
             groups[(r["cluster"], r["workload"], r["placer"])].append((int(r["seed"]), r["status"], t))
+            if r["status"] in ("invalid", "timeout", "error"):
+                failures.append((r["cluster"], r["workload"], r["placer"], int(r["seed"]), r["status"],
+                                 " ".join(str(r.get("message") or "").split())))
             meths.add(r.get("methodology") or "")
             evals.add(r.get("evaluator") or "")
         cells = {}
         for k, seeds in groups.items():
             seeds.sort()
+            twice = sorted({s for (s, _, _), (s2, _, _) in zip(seeds, seeds[1:], strict=False) if s == s2})
+            if twice:
+                raise ReportError(
+                    f"{' / '.join(k)}: seed {twice[0]} has several rows (different budgets, methodologies or "
+                    f"evaluators in one store?); a table compares one setup: report them from separate stores"
+                )
             cells[k] = Cell(tuple(s for _, s, _ in seeds), tuple(t for _, _, t in seeds))
         clusters = sorted({k[0] for k in cells})
         return cls(
@@ -135,6 +147,7 @@ class Results:
             placers={c: sorted({k[2] for k in cells if k[0] == c}) for c in clusters},
             methodologies=sorted(m for m in meths if m),
             evaluators=sorted(e for e in evals if e),
+            failures=sorted(failures),
         )
 
     def all_placers(self) -> list[str]:
@@ -273,7 +286,18 @@ def tables(res: Results, reference: str | None = None) -> list[tuple[str, list[T
         out.append((c, ts))
     if len(res.clusters) > 1:
         out.append(("all clusters", [summary_table(res, res.clusters, ref, "Summary over all clusters")]))
+    if res.failures:
+        out.append(("failures", [failures_table(res)]))
     return out
+
+
+def failures_table(res: Results, width: int = 100) -> Table:
+    """Why each invalid, timeout and error cell failed (OOM cells name their devices in the store)."""
+    columns = ["cluster", "workload", "placer", "seed", "status", "message"]
+    raw = [list(f) for f in res.failures]
+    rows = [[c, w, p, str(seed), st, msg if len(msg) <= width else msg[: width - 3] + "..."]
+            for c, w, p, seed, st, msg in res.failures]
+    return Table("Failed cells (invalid, timeout, error) and why", columns, rows, raw, ["l", "l", "l", "r", "l", "l"])
 
 
 def long_table(res: Results, reference: str | None = None) -> Table:
@@ -412,6 +436,8 @@ def as_json(res: Results, reference: str | None = None) -> dict[str, Any]:
         "methodologies": res.methodologies,
         "evaluators": res.evaluators,
         "cells": [dict(zip(lt.columns, r, strict=True)) for r in lt.raw],
+        "failures": [dict(zip(("cluster", "workload", "placer", "seed", "status", "message"), f, strict=True))
+                     for f in res.failures],
         "sections": [{"name": n, "tables": [_table_json(t) for t in ts]} for n, ts in tables(res, reference)],
     }
 
@@ -434,7 +460,7 @@ def provenance(runs: Iterable[Mapping[str, Any]]) -> str:
 
 
 def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | None = None, source: str = "",
-                         runs: Iterable[Mapping[str, Any]] = ()) -> str:
+                         runs: Iterable[Mapping[str, Any]] = (), note: str = "") -> str:
     rows = list(rows)
     made_by = provenance(runs)
     res = Results.from_rows(rows)
@@ -455,6 +481,7 @@ def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | Non
         "seed counts as infinitely slow). OOM, invalid, timeout and error are results, not numbers.",
         "",
         *([made_by, ""] if made_by else []),
+        *([note, ""] if note else []),
         "",
     ]
     return "\n".join(header) + render(rows, "md", reference)
@@ -462,31 +489,39 @@ def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | Non
 
 def write_leaderboard(
     rows: Iterable[Mapping[str, Any]], out_dir: str | Path, reference: str | None = None, source: str = "",
-    runs: Iterable[Mapping[str, Any]] = (),
+    runs: Iterable[Mapping[str, Any]] = (), note: str = "",
 ) -> tuple[Path, Path]:
     from suite.store import atomic_write_text
 
     rows = list(rows)
     out_dir = Path(out_dir)
-    md = atomic_write_text(out_dir / "leaderboard.md", leaderboard_markdown(rows, reference, source, runs))
+    md = atomic_write_text(out_dir / "leaderboard.md", leaderboard_markdown(rows, reference, source, runs, note))
     csv_text = f"# {GENERATED_NOTE}\n" + render(rows, "csv", reference)
     return md, atomic_write_text(out_dir / "leaderboard.csv", csv_text)
 
 
-def bar_chart(rows: Iterable[Mapping[str, Any]], path: str | Path, reference: str | None = None) -> Path:
+def bar_chart(rows: Iterable[Mapping[str, Any]], path: str | Path, reference: str | None = None,
+              note: str = GENERATED_NOTE) -> Path:
     """PNG: per cluster, grouped bars of speedup over the reference (log scale) per workload; a failed cell
-    has no bar and its status written at the axis."""
+    has no bar and its status written at the axis. `note` goes in the footer and the PNG's metadata."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     res = Results.from_rows(rows)
     if not res.cells:
         raise ReportError("no result rows to chart")
-    ref = res.pick_reference(reference) or res.all_placers()[0]
+    ref = res.pick_reference(reference)
+    if ref is None:
+        raise ReportError(f"no {DEFAULT_REFERENCE} rows to compute speedups against: pass --reference with one of "
+                          f"{', '.join(res.all_placers())}")
+    placers_all = res.all_placers()
+    colours = plt.get_cmap("tab20" if len(placers_all) > 10 else "tab10")
+    colour = {p: colours(i % colours.N) for i, p in enumerate(placers_all)}
     n = len(res.clusters)
-    fig, axes = plt.subplots(n, 1, figsize=(max(6.0, 1.2 * max(len(res.workloads[c]) for c in res.clusters) + 2), 3.2 * n),
+    fig, axes = plt.subplots(n, 1, figsize=(max(6.0, 1.2 * max(len(res.workloads[c]) for c in res.clusters) + 4), 3.2 * n),
                              squeeze=False)
     for ax, c in zip(axes[:, 0], res.clusters, strict=True):
         placers, workloads = res.placers[c], res.workloads[c]
@@ -497,23 +532,27 @@ def bar_chart(rows: Iterable[Mapping[str, Any]], path: str | Path, reference: st
             for x, w in zip(xs, workloads, strict=True):
                 text, value = _speedup(res, c, w, p, ref)
                 if isinstance(value, float):
-                    ax.bar(x, value, width, color=f"C{j % 10}", label=None if labelled else p)
+                    ax.bar(x, value, width, color=colour[p], label=None if labelled else p)
                     labelled = True
                 elif text != MISSING:
-                    ax.text(x, 1.0, text, rotation=90, ha="center", va="bottom", fontsize=6, color="#b00")
+                    ax.text(x, 1.0, text, rotation=90, ha="center", va="bottom", fontsize=5, color="#b00")
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_locator(LogLocator(subs="auto"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.axhline(1.0, color="black", linewidth=0.6)
         ax.set_xticks(np.arange(len(workloads)), workloads, rotation=20, ha="right", fontsize=7)
         ax.set_ylabel(f"speedup vs {ref}")
         ax.set_title(c)
         handles, labels = ax.get_legend_handles_labels()
         if handles:
-            ax.legend(fontsize=6, ncols=min(4, len(handles)))
-    fig.text(0.995, 0.002, GENERATED_NOTE.replace("`", ""), ha="right", va="bottom", fontsize=5, color="#777")
+            ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fig.text(0.995, 0.002, note.replace("`", ""), ha="right", va="bottom", fontsize=5, color="#777")
     fig.tight_layout(rect=(0, 0.012, 1, 1))
     path = Path(path)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, metadata={"Description": GENERATED_NOTE})
+    fig.savefig(buf, format="png", dpi=120, metadata={"Description": note})
     plt.close(fig)
     from suite.store import atomic_write_bytes
 

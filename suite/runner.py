@@ -434,7 +434,17 @@ def _one_definition_per_name(kind: str, loaded: Mapping[str, OpGraph | Cluster])
 
 
 def _check_store_matches(store: Store, plan: Plan) -> None:
-    """A store holds one definition per workload and cluster name: refuse to mix in a changed one."""
+    """A store holds one setup (methodology, search budget, evaluator) and one definition per workload and
+    cluster name: refuse to mix in another, which tables would merge as if it were more seeds."""
+    stored = sorted(store.cell_ids())
+    if plan.cells and stored:  # one stored row tells the store's setup: this check keeps it to one
+        row, cell = store.read_cell(stored[0]), plan.cells[0].key
+        setup = ("methodology", "budget_evaluations", "budget_seconds", "evaluator")
+        if any(row.get(k) != cell[k] for k in setup):
+            theirs = ", ".join(f"{k} {row.get(k)}" for k in setup)
+            ours = ", ".join(f"{k} {cell[k]}" for k in setup)
+            raise SpecError(f"{store.root}: its rows were made with {theirs}; this run has {ours}; "
+                            f"tables would mix them: use another --out")
     m = store.manifest()
     for kind, new in (("workload", plan.workloads), ("cluster", plan.clusters)):
         old = m.get(f"{kind}s", {})
@@ -684,9 +694,11 @@ def _warm_up(graph: OpGraph, cluster: Cluster, backend: Any, key: tuple[str, str
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
-    # Ctrl-C reaches the whole process group: the runner handles it (and stops the workers); a worker that
-    # took it as a placer's exception would report a bogus error row.
+    # Ctrl-C (and a SIGTERM sent to the process group) reaches the workers too: the runner handles it (and
+    # stops the workers); a worker that took it as a placer's exception, or died of it, would report a bogus
+    # error row.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     while True:
         try:

@@ -107,11 +107,21 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared like any file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _read_umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it: done once, at import
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -80,6 +80,7 @@ def test_evaluate(capsys, tiny_files):
     code, out, _ = _run(capsys, *args, "--placer", "single_gpu", "--json")
     rec = json.loads(out)
     assert code == 0 and (rec["status"], rec["oom_devices"], rec["placement"]) == ("oom", "gpu:0", [1, 1, 1, 1])
+    assert isinstance(rec["peak_memory_bytes"], dict) and rec["params"] == {}  # objects, not JSON text
     code, out, _ = _run(capsys, *args, "--placer", "single_cpu")
     assert "status       ok" in out and "step time    4.000 s" in out
 
@@ -184,3 +185,28 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_the_second():
     assert ci.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in ci
     assert 'python -m pip install -e ".[test]"' in ci and "python -m pytest" in ci and "-eq 5" in ci
     assert os.access(root / ".ci" / "run", os.X_OK)
+
+
+def test_a_plugin_cannot_take_an_installed_placers_name(capsys, tiny_files, tmp_path):
+    plugin = tmp_path / "shadow.py"
+    plugin.write_text("from suite.placer import BasePlacer, register_placer\n\n"
+                      "@register_placer('m_etf')\nclass Shadow(BasePlacer):\n    pass\n")
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]),
+                              "-p", "m_etf", "--plugin", str(plugin)),
+                        "placer name 'm_etf' is taken by the installed placer baselines.m_etf:")
+
+
+def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tmp_path):
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    store = tmp_path / "store"
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    code, _, err = _run(capsys, "table", str(store))
+    assert code == 0 and "warning" not in err
+    manifest = json.loads((store / "manifest.json").read_text())
+    manifest["runs"][-1].update(complete=False, cells_planned=5)  # as a killed run leaves it
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = _run(capsys, "table", str(store))
+    assert code == 0 and "placebench: warning: incomplete store" in err and "1 cells stored, 5 planned" in err
+    assert _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "lb"), "--no-chart")[0] == 0
+    assert "**Warning: incomplete store" in (tmp_path / "lb" / "leaderboard.md").read_text()

@@ -26,7 +26,7 @@ ROWS = [
     _row("w2", "a", "oom"), _row("w2", "b", "ok", 0.5), _row("w2", "ref", "ok", 1.0),
     _row("w3", "a", "ok", 0.2, seed=0), _row("w3", "a", "ok", 0.4, seed=1), _row("w3", "a", "timeout", seed=2),
     _row("w3", "b", "error"), _row("w3", "ref", "oom"),
-    _row("w4", "a", "invalid"), _row("w4", "b", "error"),
+    {**_row("w4", "a", "invalid"), "message": "colocation group 'g' is split:\n op x on d0"}, _row("w4", "b", "error"),
     _row("w5", "a", "oom", 0.1),
 ]
 
@@ -63,6 +63,14 @@ placer  runs  ok  OOM  failed  skipped  geomean speedup vs ref  both ok  mean ra
 a          7   3    2       2        0                   2.00x        1       1.50     2
 b          4   2    0       2        0                   1.41x        2       1.88     1
 ref        3   2    1       0        0                   1.00x        2       2.33     0
+
+Failed cells (invalid, timeout, error) and why
+cluster  workload  placer  seed  status   message
+-------  --------  ------  ----  -------  -----------------------------------------
+c1       w3        a          2  timeout
+c1       w3        b          0  error
+c1       w4        a          0  invalid  colocation group 'g' is split: op x on d0
+c1       w4        b          0  error
 """
 
 
@@ -98,9 +106,12 @@ def test_csv_is_the_long_table_with_numbers():
 def test_json_report():
     data = json.loads(report.render(ROWS, "json", "ref"))
     assert data["reference"] == "ref" and data["methodologies"] == ["m-v1"]
-    [section] = data["sections"]
+    section, failures = data["sections"]
     summary = section["tables"][2]
     assert summary["rows"][1][:6] == ["b", 4, 2, 0, 2, 0] and summary["rows"][1][6] == pytest.approx(math.sqrt(2))
+    assert failures["name"] == "failures" and len(data["failures"]) == 4
+    assert data["failures"][2] == {"cluster": "c1", "workload": "w4", "placer": "a", "seed": 0, "status": "invalid",
+                                   "message": "colocation group 'g' is split: op x on d0"}
 
 
 def test_latex_and_html_escape_and_mark_failures():
@@ -141,8 +152,8 @@ def test_skipped_cells_are_not_ranked():
 def test_several_clusters_get_an_overall_summary():
     rows = ROWS + [_row("w1", "a", "ok", 1.0, cluster="c2"), _row("w1", "ref", "ok", 3.0, cluster="c2")]
     sections = report.tables(report.Results.from_rows(rows), "ref")
-    assert [name for name, _ in sections] == ["c1", "c2", "all clusters"]
-    overall = sections[-1][1][0]
+    assert [name for name, _ in sections] == ["c1", "c2", "all clusters", "failures"]
+    overall = sections[-2][1][0]
     a = next(r for r in overall.raw if r[0] == "a")
     assert a[6] == pytest.approx(math.sqrt(2 * 3)) and a[7] == 2  # speedups 2 (c1 w1) and 3 (c2 w1)
 

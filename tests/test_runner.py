@@ -138,6 +138,19 @@ def test_one_definition_per_workload_name(tiny_files, write_spec, tmp_path):
     assert (sorted(p.name for p in (store / "cells").iterdir()), (store / "manifest.json").read_text()) == before
 
 
+def test_one_setup_per_store(tiny_files, write_spec, tmp_path):
+    """Rows of another search budget would be tabled as extra seeds of the same cells: refused."""
+    spec = {"workloads": [str(tiny_files["diamond"])], "clusters": ["xeon_h100"], "placers": ["single_cpu"]}
+    store = tmp_path / "store"
+    runner.run(runner.load_spec(str(write_spec("a", **spec, budget={"max_evaluations": 5}))), store)
+    with pytest.raises(SpecError, match="budget_evaluations 5.*this run has .*budget_evaluations 6.* use another --out"):
+        runner.run(runner.load_spec(str(write_spec("b", **spec, budget={"max_evaluations": 6}))), store)
+    assert len(Store(store).cell_ids()) == 1
+    rows = Store(store).rows()
+    with pytest.raises(report.ReportError, match="seed 0 has several rows"):
+        report.Results.from_rows(rows + [{**rows[0], "budget_evaluations": 6}])
+
+
 # -- running: every way a cell can end --------------------------------------------------------------------
 ALL_PLACERS = [
     "single_cpu",
@@ -313,6 +326,38 @@ def test_sigkill_mid_run_then_resume_loses_and_duplicates_nothing(tiny_files, wr
     assert len(rows) == total and len(set(keys)) == total
     assert {r["status"] for r in rows} == {"ok"}
     assert len(list(cells.iterdir())) == total  # no temporary files left behind
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_or_sigint_to_the_group_stops_like_ctrl_c(sig, code, tiny_files, write_spec, harness_plugin, tmp_path):
+    """A scheduler's SIGTERM (to the whole process group) stops the run as Ctrl-C does: the finished cells,
+    the results tables and the manifest are written, no worker reports a bogus error, and it resumes."""
+    spec = write_spec(
+        "termed",
+        workloads=[str(tiny_files["diamond"])],
+        clusters=[str(tiny_files["cluster"])],
+        placers=[{"name": "harness_sleepy", "params": {"sleep_s": 0.25}}],
+        plugins=[harness_plugin],
+        seeds=list(range(12)),
+    )
+    out = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite.cli", "run", str(spec), "--out", str(out), "--jobs", "2", "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    cells = out / "cells"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not cells.is_dir() or len(list(cells.glob("*.json"))) < 3):
+        time.sleep(0.05)
+    os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code and "interrupted; finished cells are stored" in err
+    rows = Store(out).rows()
+    assert 3 <= len(rows) < 12 and {r["status"] for r in rows} == {"ok"}
+    assert (out / "results.csv").exists() and (out / "results.parquet").exists()
+    run = json.loads((out / "manifest.json").read_text())["runs"][-1]
+    assert run["finished_at"] is not None and run["complete"] is False and run["cells_run"] == len(rows)
+    assert runner.run(str(spec), out, jobs=2).ran == 12 - len(rows)
 
 
 def test_a_broken_plugin_is_an_error_row_not_a_failed_run(tiny_files, write_spec, broken_entry_point, tmp_path):

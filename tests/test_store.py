@@ -47,6 +47,12 @@ def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path):
     assert [x.name for x in tmp_path.iterdir()] == ["f.json"]
 
 
+def test_written_files_get_the_usual_permissions(tmp_path):
+    """Not mkstemp's 0600: a results directory is shared like any other files (here: the umask's default)."""
+    path = st.atomic_write_text(tmp_path / "x.json", "{}")
+    assert st._UMASK & 0o600 == 0 and path.stat().st_mode & 0o777 == 0o666 & ~st._UMASK != 0o600
+
+
 def test_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
     p = tmp_path / "f.json"
     st.atomic_write_text(p, "old")
