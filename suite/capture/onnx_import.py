@@ -4,7 +4,7 @@
   shape inference; pass `input_shapes={"input": [1, 3, 224, 224]}` to fix symbolic (dynamic) dimensions.
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); integer and scalar
-  initializers and Constant nodes are constants.
+  initializers, BatchNormalization's running statistics and Constant nodes are constants.
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Expand, and Dropout
   in inference) are folded into their producers; Shape/Size outputs and anything computed only from
   constants are constants.
@@ -187,10 +187,13 @@ def import_onnx(
             infos[vi.name] = TensorInfo(tuple(int(d.dim_value) for d in t.shape.dim), _itemsize(t.elem_type))
     b = ForwardBuilder()
     vals: dict[str, Value] = {"": b.constant()}  # "" = an omitted optional input
+    # BatchNormalization's running mean and variance (inputs 3 and 4) are buffers, not trained parameters:
+    # constants, as the torch.fx capture treats them
+    buffers = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization" for k in (3, 4) if len(n.input) > k}
     for init in graph.initializer:
         info = TensorInfo(tuple(int(d) for d in init.dims), _itemsize(init.data_type))
         infos[init.name] = info
-        if _is_float(init.data_type) and info.numel > 1:
+        if _is_float(init.data_type) and info.numel > 1 and init.name not in buffers:
             vals[init.name] = b.param(init.name, info.nbytes, info.numel)
         else:
             vals[init.name] = b.constant()

@@ -80,3 +80,54 @@ def test_scale_to_int_keeps_proportions_and_minimum():
 def test_device_speeds_are_relative_to_the_reference(make_cluster):
     cost = np.array([[10.0, 1.0, 2.0], [10.0, 1.0, 2.0]])
     assert _common.device_speeds(cost, [0, 1, 2], ref=1).tolist() == [0.1, 1.0, 0.5]
+
+
+def test_scale_to_int_rounds_to_nearest():
+    # 1 and 2 of 3, total 4: 1.33 -> 1, 2.67 -> 3 (rounded, not truncated)
+    assert _common.scale_to_int(np.array([1.0, 2.0]), total=4).tolist() == [1, 3]
+
+
+def test_reference_device_and_speed_order_use_effective_flops():
+    from suite.cluster import Cluster, Device, Link
+
+    devs = (Device("cpu:0", "cpu", peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=2**30, op_overhead_s=0.0),
+            # a higher peak but 25% efficiency: 5e9 effective FLOP/s
+            Device("gpu:0", "gpu", peak_flops=2e10, compute_efficiency=0.25, mem_bandwidth=1e9, memory_bytes=2**30,
+                   op_overhead_s=0.0),
+            Device("gpu:1", "gpu", peak_flops=1e10, mem_bandwidth=1e9, memory_bytes=2**30, op_overhead_s=0.0),
+            Device("gpu:2", "gpu", peak_flops=1e10, mem_bandwidth=1e9, memory_bytes=2**30, op_overhead_s=0.0))
+    c = Cluster("eff", devs, (Link(tuple(d.name for d in devs), bandwidth=1e9, latency_s=0.0),))
+    assert _common.reference_device(c, [1, 2, 3]) == 2  # 1e10 effective beats 5e9; gpu:1 before its twin gpu:2
+    assert _common.reference_device(c, [3, 2]) == 2  # ties go to the lowest index, whatever the list order
+    assert _common.speed_order(c).tolist() == [2, 3, 1, 0]  # fastest first, ties by index
+
+
+def test_enforce_kinds_ties_follow_the_speed_rank():
+    """An isolated node on a forbidden device: no neighbour bytes, so the preference order decides."""
+    con = _common.contract(OpGraph.build("one", [Op("x", "x", output_bytes=1)], []))
+    allowed = np.array([[True, True, False]])
+    # rank [1, 2, 0]: device 1 is the fastest, device 0 the slowest
+    fixed, moved = _common.enforce_kinds(np.array([2]), con, allowed, np.array([1, 2, 0]))
+    assert fixed.tolist() == [1] and moved == 1
+    fixed, _ = _common.enforce_kinds(np.array([2]), con, allowed)  # no rank: lowest index
+    assert fixed.tolist() == [0]
+
+
+def test_enforce_kinds_sees_the_nodes_it_already_moved():
+    """n0 -(100 B)- n1 -(1 B)- n2. n0 and n1 sit on device 2, which they forbid; n2 is on device 1. n0 moves
+    first (tie: device 0); n1 then follows n0 to device 0 (100 B) rather than n2 to device 1 (1 B)."""
+    g = OpGraph.build("chain", [Op(f"n{i}", "x", output_bytes=100) for i in range(3)], [("n0", "n1", 100), ("n1", "n2", 1)])
+    con = _common.contract(g)
+    allowed = np.array([[True, True, False], [True, True, False], [True, True, True]])
+    fixed, moved = _common.enforce_kinds(np.array([2, 2, 1]), con, allowed)
+    assert fixed.tolist() == [0, 0, 1] and moved == 2
+
+
+def test_problem_costs_use_the_evaluators_profiles(make_cluster):
+    from suite.costmodel import Profile
+    from suite.placer import Problem
+
+    g, cluster = grouped_graph(), make_cluster(2)
+    p = Problem.make(g, cluster, profiles=[Profile(workload="grouped", applies_to="gpu:1", op_times_s={"c": 0.5})])
+    cost = _common.problem_costs(p)
+    assert cost[2, 2] == 0.5 and cost[2, 1] == pytest.approx(4.0 / 1e10)  # measured on gpu:1, estimated on gpu:0

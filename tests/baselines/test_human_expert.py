@@ -135,3 +135,65 @@ def test_balanced_contiguous():
     assert balanced_contiguous([1, 1, 1], 1).tolist() == [0, 0, 0]
     parts = balanced_contiguous(np.random.default_rng(0).uniform(size=100), 7)
     assert (np.diff(parts) >= 0).all() and parts[0] == 0 and parts[-1] == 6
+
+
+def _cluster(gpu_flops: list[float], cpu_flops: list[float], *, cpu_mem_bandwidth: float = 1e30):
+    from suite.cluster import Cluster, Device, Link
+
+    devs = [Device(f"cpu:{k}", "cpu", peak_flops=f, mem_bandwidth=cpu_mem_bandwidth, memory_bytes=2**40, op_overhead_s=0.0)
+            for k, f in enumerate(cpu_flops)]
+    devs += [Device(f"gpu:{k}", "gpu", peak_flops=f, mem_bandwidth=1e30, memory_bytes=2**40, op_overhead_s=0.0)
+             for k, f in enumerate(gpu_flops)]
+    return Cluster("het", tuple(devs), (Link(tuple(d.name for d in devs), bandwidth=1e9, latency_s=0.0),))
+
+
+def test_cnn_single_gpu_is_the_fastest_not_the_first(make_problem):
+    cluster = _cluster([1e10, 3e10, 2e10], [1e9])  # cpu:0, gpu:0, gpu:1 (fastest), gpu:2
+    r = HumanExpert().place(make_problem(resnet_like(), cluster), Budget(), 0)
+    assert set(r.placement.tolist()) == {2}
+
+
+def test_no_gpu_uses_the_fastest_cpu(layered_graph, make_problem):
+    cluster = _cluster([], [1e9, 4e9])
+    for placer in (HumanExpert(), HumanExpertPipeline()):
+        r = placer.place(make_problem(layered_graph("rnnlm", RNNLM), cluster), Budget(), 0)
+        assert set(r.placement.tolist()) == {1}
+
+
+def test_nmt_attention_goes_to_the_last_gpu(layered_graph, make_problem, haswell_4k80):
+    """One layer each: encoder.lstm.0 on G[0], decoder.lstm.0 on G[1]; attention and softmax on G[-1], not
+    after the decoder layer."""
+    scopes = ["encoder.embedding", "encoder.lstm.0", "decoder.embedding", "decoder.lstm.0", "attention", "softmax"]
+    g = layered_graph("nmt", scopes)
+    devs = forward_devices(HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0), g)
+    assert [devs[s] for s in scopes] == [1, 1, 1, 2, 4, 4]
+
+
+def test_splits_balance_compute_time_on_the_fastest_gpu(make_problem):
+    """Four equal-FLOP ops; "a" reads 2e10 B, which makes it 20x slower on the CPU (1 GB/s) but not on the
+    GPUs. Balanced on GPU time (1:1:1:1) the split is a, b | c, d; on CPU time (20:1:1:1) it would be a | b, c, d."""
+    cluster = _cluster([1e10, 1e10], [1e9], cpu_mem_bandwidth=1e9)
+    ops = [Op(s, "x", flops=1e9, bytes_read=int(2e10) if s == "a" else 0, output_bytes=10, scope=s) for s in "abcd"]
+    edges = [("a", "b"), ("b", "c"), ("c", "d")]
+    with_blocks = OpGraph.build("blocks", ops, edges, {"model": "cnn", "blocks": list("abcd")})
+    without = OpGraph.build("plain", ops, edges, {"model": "other"})
+    r = HumanExpertPipeline().place(make_problem(with_blocks, cluster), Budget(), 0)
+    assert r.info["rule"] == "block_pipeline" and r.placement.tolist() == [1, 1, 2, 2]
+    for placer in (HumanExpertPipeline(), HumanExpert()):
+        r = placer.place(make_problem(without, cluster), Budget(), 0)
+        assert r.info["rule"] == "balanced_topological" and r.placement.tolist() == [1, 1, 2, 2]
+
+
+def test_scope_matching_is_by_whole_path_components():
+    from baselines.human_expert import _block_of, in_scope
+
+    assert in_scope("layer1.1", "layer1.1") and in_scope("layer1.1.conv1", "layer1.1")
+    assert not in_scope("layer1.10.conv1", "layer1.1") and not in_scope("embeddings", "embedding")
+    # the longest (innermost) block that contains the scope wins
+    assert _block_of("encoder.layer.1.attn", ["encoder", "encoder.layer.1"]) == 1
+    assert _block_of("decoder.x", ["encoder", "encoder.layer.1"]) == -1
+
+
+def test_balanced_contiguous_without_costs_splits_by_count():
+    assert balanced_contiguous([0, 0, 0, 0], 2).tolist() == [0, 0, 1, 1]
+    assert balanced_contiguous([0.0] * 5, 3).tolist() == [0, 0, 1, 1, 2]  # floor(3k/5) for k = 0..4

@@ -84,3 +84,75 @@ def test_nodes_are_colocation_groups(random_graph, make_problem, haswell_2k80):
     g = random_graph(100, 2, groups=True)
     r = Scotch().place(make_problem(g, haswell_2k80), Budget(), 0)
     assert r.info["nodes"] == _common.contract(g).num_nodes == 50
+
+
+def heterogeneous_cluster():
+    """cpu:0 1 GFLOP/s with 1 GB/s memory; gpu:0 10 GFLOP/s and gpu:1 20 GFLOP/s (the fastest, not the first),
+    memory time negligible on the GPUs; one crossbar link."""
+    from suite.cluster import Cluster, Device, Link
+
+    devs = (Device("cpu:0", "cpu", peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=2**40, op_overhead_s=0.0),
+            Device("gpu:0", "gpu", peak_flops=1e10, mem_bandwidth=1e30, memory_bytes=2**40, op_overhead_s=0.0),
+            Device("gpu:1", "gpu", peak_flops=2e10, mem_bandwidth=1e30, memory_bytes=2**40, op_overhead_s=0.0))
+    return Cluster(name="het", devices=devs, links=(Link(tuple(d.name for d in devs), bandwidth=1e9, latency_s=0.0),))
+
+
+def scotch_inputs_graph():
+    """Nodes: {a, b} (group g, 1e9 + 3e9 FLOPs), c (4e9 FLOPs, 2e10 B read: memory-bound on the CPU), d (8e9
+    FLOPs, GPU only). Node edges: (0,1) 20+12 = 32 B, (0,2) 16 B, (1,2) 16 B; a->b (10 B) is inside the group."""
+    from suite.graph import Op, OpGraph
+
+    ops = [Op("a", "x", flops=1e9, output_bytes=32, group="g"), Op("b", "x", flops=3e9, output_bytes=32, group="g"),
+           Op("c", "x", flops=4e9, bytes_read=int(2e10), output_bytes=16),
+           Op("d", "x", flops=8e9, output_bytes=1, allowed_kinds=("gpu",))]
+    return OpGraph.build("w", ops, [("a", "b", 10), ("a", "c", 20), ("b", "c", 12), ("c", "d", 16), ("b", "d", 16)])
+
+
+@pytest.fixture
+def scotch_spy(monkeypatch):
+    """Replace the Scotch call: record what it is handed, map every node to terminal 0."""
+    import baselines.scotch as scotch_module
+
+    seen = {}
+
+    def fake_map_graph(xadj, adjncy, vw, ew, tw, lc, seed=0):
+        seen.update(xadj=xadj.tolist(), adjncy=adjncy.tolist(), vw=vw.tolist(), ew=ew.tolist(), tw=tw.tolist(),
+                    lc=lc.tolist(), seed=seed)
+        return np.zeros(len(xadj) - 1, dtype=np.int64)
+
+    monkeypatch.setattr(scotch_module, "map_graph", fake_map_graph)
+    return seen
+
+
+def test_what_scotch_is_handed_by_hand(scotch_spy, make_problem):
+    cluster, g = heterogeneous_cluster(), scotch_inputs_graph()
+    r = Scotch().place(make_problem(g, cluster), Budget(), 5)
+    seen = scotch_spy
+    # node weights: time on the reference device gpu:1 (the fastest): 0.2, 0.2, 0.4 s -> 1:1:2 of 2**28
+    # (on the CPU c is memory-bound, 20 s, which would give other proportions)
+    assert seen["vw"] == [2**26, 2**26, 2**27]
+    # edge weights: bytes 32, 16, 16 of 64 -> 2**27, 2**26, 2**26, in symmetric CSR order
+    assert seen["adjncy"] == [1, 2, 0, 2, 0, 1]
+    assert seen["ew"] == [2**27, 2**26, 2**27, 2**26, 2**26, 2**26]
+    # target: speed = total time on gpu:1 (0.8 s) / total on the device: cpu 4+20+8 = 32 s, gpu:0 1.6 s
+    assert r.info["device_speeds"] == [0.025, 0.5, 1.0] and seen["tw"] == [25, 500, 1000]
+    assert seen["lc"] == [[0, 10, 10], [10, 0, 10], [10, 10, 0]] and seen["seed"] == 5
+    # terminal 0 is the CPU; d (GPU only, neighbours all on the CPU) goes to the fastest GPU, gpu:1
+    assert r.placement.tolist() == [0, 0, 0, 2] and r.info["kind_moves"] == 1
+
+
+def test_target_weights_scale_the_fastest_device_to_1000():
+    # a device may be faster on a workload than the reference (e.g. more memory bandwidth): speeds above 1
+    assert target_weights(np.array([0.5, 2.0])).tolist() == [250, 1000]
+    assert target_weights(np.array([1e-6, 1.0])).tolist() == [1, 1000]  # at least 1
+
+
+def test_link_costs_are_rounded_to_nearest():
+    from suite.cluster import Cluster, Device, Link
+
+    devs = tuple(Device(n, k, peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=2**30, op_overhead_s=0.0)
+                 for n, k in (("cpu:0", "cpu"), ("gpu:0", "gpu"), ("gpu:1", "gpu")))
+    c = Cluster("links", devs, (Link(("gpu:0", "gpu:1"), bandwidth=3e11, latency_s=0.0),
+                                Link(("cpu:0", "gpu:0", "gpu:1"), bandwidth=7e10, latency_s=0.0)))
+    # GPU pair on the 300 GB/s link: 10; CPU routes 70 GB/s: 10 * 300 / 70 = 42.86 -> 43
+    assert link_costs(c, [0, 1, 2]).tolist() == [[0, 43, 43], [43, 0, 10], [43, 10, 0]]

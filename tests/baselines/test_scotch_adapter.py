@@ -131,3 +131,22 @@ def test_edgeless_graph_and_single_terminal():
 def test_scotch_seed_spreads_nearby_seeds():
     seeds = {scotch_seed(s) for s in range(100)}
     assert len(seeds) == 100 and all(0 <= s < 2**31 for s in seeds)
+
+
+def test_decomposition_tree_joins_by_average_not_worst_link_cost():
+    """After {0, 1} (cost 2) join, 2 is 3 from terminal 0 and 14 from terminal 1 (average 8.5, worst 14) while
+    3 is 9 from both: 2 joins {0, 1} first, then 3 (heap: ((0, 1), 2) under the root's left child)."""
+    costs = np.array([[0, 2, 3, 9], [2, 0, 14, 9], [3, 14, 0, 12], [9, 9, 12, 0]])
+    assert decomposition_tree(np.ones(4), costs) == [8, 9, 5, 3]
+
+
+@pytest.mark.parametrize("bad", ["asymmetric", "zero"])
+def test_map_graph_refuses_bad_link_costs(bad):
+    xadj, adj, ew = csr(3, [(0, 1), (1, 2)])
+    costs = complete_costs(3)
+    if bad == "asymmetric":
+        costs[0, 1] = 2
+    else:
+        costs[0, 1] = costs[1, 0] = 0
+    with pytest.raises(ValueError, match="symmetric and at least 1"):
+        map_graph(xadj, adj, np.ones(3), ew, np.array([1, 1, 1]), costs)

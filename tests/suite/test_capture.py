@@ -282,3 +282,238 @@ def test_grad_input_of_concat_with_many_consumers_sums():
     (cat_grad,) = by_kind(g, "concat_grad")
     assert cat_grad.flops == (2 - 1) * 2 * 6
     assert math.isclose(g.stats.total_flops, sum(op.flops for op in g.ops))
+
+
+# -- exact FLOPs of the fused and attention rules (hand-computed) -----------------------------------------
+def test_bidirectional_multilayer_lstm_counts_both_directions():
+    g = capture(nn.LSTM(3, 5, num_layers=2, bidirectional=True), (torch.randn(7, 2, 3),), name="bi")
+    (op,) = by_kind(g, "lstm")
+    # per cell 8BH(I+H) + 21BH, B=2, H=5: layer 0 (I=3) 8*10*8 + 210 = 850; layer 1 reads both directions (I=10)
+    # 8*10*15 + 210 = 1410; 7 steps x 2 directions: 14 * (850 + 1410) = 31640
+    assert op.flops == 31640 == 14 * (lstm_cell_flops(2, 3, 5)[0] + lstm_cell_flops(2, 10, 5)[0])
+    assert g.metadata["forward_macs"] == 14 * (4 * 2 * 5 * 8 + 4 * 2 * 5 * 15)  # 14 * (320 + 600) = 12880
+
+
+def test_fused_gru_formula_and_lstm_saved_gates_in_training():
+    class Gru(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru = nn.GRU(4, 6)
+
+        def forward(self, x):
+            return self.gru(x)[0].sum()
+
+    (gru,) = by_kind(capture(Gru(), (torch.randn(5, 3, 4),), name="gru"), "gru")
+    # per step MACs 3 gates B H (I + H) = 3*3*6*10 = 540; FLOPs 2*540 + 6 per gate unit (6*3*3*6 = 324); 5 steps
+    assert gru.flops == 5 * (2 * 540 + 324) == 7020
+
+    class Lstm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(3, 5)
+
+        def forward(self, x):
+            return self.lstm(x)[0].sum()
+
+    x = torch.randn(4, 2, 3)
+    infer = capture(Lstm(), (x,), name="l")
+    train = capture(Lstm(), (x,), name="l", mode="training")
+    # outputs: (4,2,5) + h_n (1,2,5) + c_n (1,2,5) fp32 = (40 + 10 + 10) * 4 = 240 B
+    assert infer.ops[infer.index["lstm"]].output_bytes == 240
+    # training keeps 5 B H per step (4 gates + tanh c): 5*2*5*4 steps*4 B = 800 B
+    assert train.ops[train.index["lstm"]].output_bytes == 240 + 800
+    assert edge_bytes(train, "lstm", "lstm/grad_weight") == 1040
+
+
+def test_multihead_attention_formula_by_hand():
+    class Cross(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mha = nn.MultiheadAttention(8, 2)
+
+        def forward(self, q, kv):
+            return self.mha(q, kv, kv)[0]
+
+    g = capture(Cross(), (torch.randn(3, 2, 8), torch.randn(5, 2, 8)), name="mha")  # Lq=3, Lk=5, B=2, E=8
+    (op,) = by_kind(g, "multihead_attention")
+    # projections: q B Lq E^2 + k, v 2 B Lk E^2 + out B Lq E^2 = 2*(3+10)*64 + 2*3*64 = 2048 MACs;
+    # scores and weighted sum 2 B Lq Lk E = 480 MACs; softmax 5 per score, B heads Lq Lk = 2*2*3*5 = 60 scores
+    assert g.metadata["forward_macs"] == 2048 + 480
+    assert op.flops == 2 * 2528 + 5 * 60 == 5356
+
+
+def test_scaled_dot_product_attention_and_addmm_rules_by_hand():
+    class Fns(nn.Module):
+        def forward(self, q, k, v, x, w, b):
+            return F.scaled_dot_product_attention(q, k, v), torch.addmm(b, x, w)
+
+    args = (torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4),
+            torch.randn(4, 3), torch.randn(3, 6), torch.randn(6))
+    g = capture(Fns(), args, name="fns")
+    (att,) = by_kind(g, "attention")
+    # q k^T and p v: 2 x (B H Lq) Lk d = 2 * 12 * 5 * 4 = 480 MACs; softmax 5 * 12 * 5 = 300
+    assert att.flops == 2 * 480 + 300 == 1260
+    (mm,) = by_kind(g, "matmul")
+    # addmm(b, x[4,3], w[3,6]): the inner dimension is x's (3), not the bias's (6): 4*6*3 = 72 MACs
+    assert g.metadata["forward_macs"] == 480 + 72 and mm.flops == 2 * 72
+
+
+def test_norm_pool_and_reduction_rules_by_hand():
+    class Norms(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn, self.ln = nn.BatchNorm2d(3), nn.LayerNorm(4)
+            self.gap, self.mp = nn.AdaptiveAvgPool2d(1), nn.MaxPool2d(2)
+
+        def forward(self, x):
+            a = self.bn(x)
+            return self.gap(a).sum() + self.mp(a).sum() + a.mean(dim=(2, 3)).sum() + self.ln(a).sum()
+
+    x = torch.randn(2, 3, 4, 4)  # 96 elements
+    for mode, bn_per_element in (("inference", 2), ("training", 4)):
+        g = capture(Norms(), (x,), name="norms", mode=mode)
+        f = {op.name: op for op in g.ops}
+        assert f["bn"].flops == bn_per_element * 96
+        assert f["ln"].flops == 5 * 96
+        assert f["gap"].flops == 96  # 1 per input element, not per output element (6)
+        assert f["mean"].flops == 96
+        assert f["mp"].flops == 24 * 2 * 2  # output elements (2*3*2*2) x kernel elements
+
+
+def test_cross_entropy_cost_and_saved_log_probabilities(mlp_training):
+    f = {op.name: op for op in mlp_training.ops}
+    # logits [2, 4]: log-softmax 5 * 8 + 1 per sample (2) = 42
+    assert f["loss"].flops == 42 and f["loss/grad"].flops == 42
+    # training keeps the log-probabilities (8 * 4 B) beside the scalar loss (4 B)
+    assert f["loss"].output_bytes == 4 + 32
+    infer = capture(MLPLoss(), (torch.randn(2, 8), torch.zeros(2, dtype=torch.long)), name="mlp")
+    assert infer.ops[infer.index["loss"]].output_bytes == 4
+
+
+def test_sizes_follow_the_recorded_dtypes():
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.fc = nn.Linear(4, 3).double()
+
+        def forward(self, tokens, x):
+            return self.emb(tokens), self.fc(x)
+
+    g = capture(Mixed(), (torch.zeros(2, 5, dtype=torch.long), torch.randn(2, 4, dtype=torch.float64)), name="dt")
+    f = {op.name: op for op in g.ops}
+    assert f["tokens"].output_bytes == 10 * 8  # int64 token ids
+    assert f["x"].output_bytes == 8 * 8  # float64
+    assert f["emb"].output_bytes == 2 * 5 * 4 * 4 and f["emb"].param_bytes == 40 * 4  # fp32 embedding table
+    assert f["fc"].output_bytes == 6 * 8 and f["fc"].param_bytes == (12 + 3) * 8  # float64 layer
+
+
+def test_reading_a_value_twice_reads_its_producer_once_and_single_shared_weight_naming():
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4, bias=False)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return F.linear(y * y, self.fc.weight)
+
+    g = capture(Tied(), (torch.randn(3, 4),), name="tied")
+    assert edge_bytes(g, "fc", "mul") == 3 * 4 * 4  # y * y reads y once: 48 B, not 96
+    assert g.ops[g.index["mul"]].bytes_read == 48
+    # one shared parameter: the variable is named after its module, not after the parameter
+    (var,) = by_kind(g, "variable")
+    assert var.name == "fc/variable" and var.param_bytes == 64
+    assert edge_bytes(g, "fc/variable", "linear") == 64
+    assert g.ops[g.index["linear"]].bytes_read == 48 + 64  # its input and the shared weights it reads
+
+
+# -- training graphs: exact edges and bytes ---------------------------------------------------------------
+def test_backward_ops_read_saved_activations_inputs_and_weights(mlp_training):
+    g = mlp_training
+    f = {op.name: op for op in g.ops}
+    # shapes: x [2,8] 64 B, fc1/relu out [2,16] 128 B, fc2 out [2,4] 32 B, fc2 params (64+4)*4 = 272 B
+    # grad weight = grad output x saved inputs: reads the loss gradient, fc2's output and fc2's input (relu)
+    assert edge_bytes(g, "loss/grad", "fc2/grad_weight") == 32
+    assert edge_bytes(g, "fc2", "fc2/grad_weight") == 32
+    assert edge_bytes(g, "relu", "fc2/grad_weight") == 128
+    assert edge_bytes(g, "x", "fc1/grad_weight") == 64
+    # grad input = grad output x weights: 32 (grad) + 32 (saved output) + 272 (own weights)
+    assert f["fc2/grad"].bytes_read == 336 and f["fc2/grad"].output_bytes == 128
+    # an op without weights reads its gradient, its output and its inputs: 3 * 128
+    assert f["relu/grad"].bytes_read == 384 and edge_bytes(g, "fc1", "relu/grad") == 128
+    # the loss's backward op reads its saved output (4 + 32 B) and inputs (logits 32 B, labels 16 B)
+    assert edge_bytes(g, "loss", "loss/grad") == 36 and f["loss/grad"].bytes_read == 36 + 32 + 16
+    # update: reads weights, gradient, momentum; writes weights and momentum
+    assert (f["fc2/update"].bytes_read, f["fc2/update"].bytes_written, f["fc2/update"].output_bytes) == (816, 544, 0)
+
+
+def test_accumulation_and_variable_update_bytes():
+    class Unrolled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cell = LSTMCell(4, 4)
+
+        def forward(self, x):
+            state = None
+            for t in range(3):
+                out = self.cell(x[:, t], state)
+                state = (out[0], out[1])
+            return state[0].sum()
+
+    g = capture(Unrolled(), (torch.randn(2, 3, 4),), name="rnn", mode="training")
+    f = {op.name: op for op in g.ops}
+    count = 4 * 4 * 4 + 4 * 4 * 4 + 2 * 16  # 160 parameters
+    w = 4 * count  # 640 B
+    assert f["cell/variable"].param_bytes == w and f["cell/variable"].group == "cell/variable"
+    # the first accumulation (last use) only copies the gradient; the others also read the running sum
+    assert (f["cell/variable/acc2"].bytes_read, f["cell/variable/acc1"].bytes_read, f["cell/variable/acc0"].bytes_read) \
+        == (w, 2 * w, 2 * w)
+    assert all(f[f"cell/variable/acc{i}"].flops == count for i in range(3))
+    upd = f["cell/variable/update"]
+    assert (upd.flops, upd.bytes_read, upd.bytes_written, upd.param_bytes) == (4 * count, 3 * w, 2 * w, w)
+    # grad input of a step reads the shared weights; the first step reads only the (inactive) input: none
+    assert edge_bytes(g, "cell/variable", "cell/1/grad") == w and "cell/0/grad" not in f
+    assert f["cell/2/grad_weight"].output_bytes == w
+
+
+def test_embedding_scatter_pass_through_concat_and_inactive_ops():
+    class Emb(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.fc = nn.Linear(8, 1)
+
+        def forward(self, tokens, z):
+            e = self.emb(tokens)  # [2, 2, 4] = 64 B
+            return self.fc(torch.cat([e[:, 0], F.dropout(z, 0.5)], dim=1)).sum()
+
+    g = capture(Emb(), (torch.zeros(2, 2, dtype=torch.long), torch.randn(2, 4)), name="emb", mode="training")
+    f = {op.name: op for op in g.ops}
+    # the embedding's weight gradient scatters its output gradient: 1 FLOP per output element (2*2*4)
+    assert f["emb/grad_weight"].flops == 16 and "emb/grad" not in f
+    # the concat (no FLOPs, one consumer) gets no backward op: fc's input gradient flows straight to the
+    # embedding, and only for the slice e[:, 0] (32 B) that went into the concat
+    assert "cat/grad" not in f and f["cat"].group is None
+    assert edge_bytes(g, "fc/grad", "emb/grad_weight") == 32
+    # dropout of the model input needs no gradient: no backward op, no group, no mask kept
+    assert f["dropout"].group is None and f["dropout"].output_bytes == 2 * 4 * 4
+    assert not any(op.name.startswith("dropout/") for op in g.ops)
+
+
+def test_ops_that_do_not_reach_the_loss_get_no_backward():
+    class Dead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(4, 4)
+            self.fc2 = nn.Linear(4, 4)
+
+        def forward(self, x):
+            self.fc2(x)  # computed, never used
+            return self.fc1(x).sum()
+
+    g = capture(Dead(), (torch.randn(2, 4),), name="dead", mode="training")
+    names = {op.name for op in g.ops}
+    assert "fc2" in names and g.ops[g.index["fc2"]].group is None
+    assert not {n for n in names if n.startswith("fc2/")}
+    assert {"fc1/grad_weight", "fc1/update"} <= names

@@ -265,3 +265,21 @@ def test_cost_matrix_is_read_only_and_roofline():
     with pytest.raises(ValueError):
         cm[0, 0] = 1.0
     assert np.all(cm > 0)
+
+
+def test_roofline_by_hand_on_every_device():
+    """Each column uses its own device's peak, bandwidth, efficiencies and overhead (round numbers)."""
+    devs = [dict(name="c", kind="cpu", peak_flops=1e9, compute_efficiency=0.5, mem_bandwidth=1e9, memory_efficiency=0.25,
+                 memory_bytes=2**40, op_overhead_s=1e-3),
+            dict(name="g", kind="gpu", peak_flops=4e9, compute_efficiency=1.0, mem_bandwidth=2e9, memory_efficiency=0.5,
+                 memory_bytes=2**40, op_overhead_s=0.0)]
+    c = from_dict({"name": "rf", "devices": devs, "links": [dict(between=["c", "g"], bandwidth=1.0, latency_s=0.0)]})
+    g = OpGraph.build("rf", [Op("compute", "matmul", flops=1e9, bytes_read=5e5, bytes_written=5e5),
+                             Op("memory", "add", flops=1e3, bytes_read=6e8, bytes_written=4e8)], [("compute", "memory")])
+    cm = cost_matrix(g, c)
+    # cpu: compute-bound 1e9 / (1e9*0.5) = 2 s vs 1e6 / (1e9*0.25) = 0.004 s; + 1 ms overhead
+    assert cm[0, 0] == pytest.approx(2.001)
+    # cpu: memory-bound 1e9 B / (1e9*0.25) = 4 s vs 1e3 / 5e8 = 2 us; + 1 ms
+    assert cm[1, 0] == pytest.approx(4.001)
+    # gpu: 1e9 / 4e9 = 0.25 s vs 1e6 / (2e9*0.5) = 1 ms; memory op 1e9 / 1e9 = 1 s vs 1e3 / 4e9
+    assert cm[0, 1] == pytest.approx(0.25) and cm[1, 1] == pytest.approx(1.0)

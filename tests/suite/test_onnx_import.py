@@ -134,3 +134,98 @@ def test_conv_and_gemm_rules_by_hand():
     assert f["gap"].flops == out
     assert f["fc"].flops == 2 * 5 * 96
     assert f["conv"].param_bytes == (6 * 2 * 9 + 6) * 4
+
+
+def edge_bytes(g, src: str, dst: str) -> int:
+    s, d = g.index[src], g.index[dst]
+    (e,) = [e for e in g.edges if e.src == s and e.dst == d]
+    return e.bytes
+
+
+def _f32(shape, name: str):
+    return numpy_helper.from_array(np.zeros(shape, dtype=np.float32), name)
+
+
+def test_gemm_trans_a_and_conv_transpose_rules_by_hand():
+    nodes = [helper.make_node("Gemm", ["a", "B", "C"], ["y"], name="gemm", transA=1),
+             helper.make_node("ConvTranspose", ["x", "Wt"], ["z"], name="deconv")]
+    proto = _model(
+        nodes,
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [6, 2]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [_f32((6, 5), "B"), _f32((5,), "C"), _f32((2, 4, 3, 3), "Wt")],
+    )
+    f = {op.name: op for op in import_onnx(proto).ops}
+    # A^T [2, 6] x B [6, 5]: the inner dimension is A's first (6), not its second (2): 2*5*6 = 60 MACs, + bias 10
+    assert f["gemm"].flops == 2 * 60 + 10
+    # each input element scatters into C_out/group x kernel outputs: 18 inputs * (4*3*3) = 648 MACs (no bias)
+    assert f["deconv"].flops == 2 * 648
+    assert f["deconv"].output_bytes == 1 * 4 * 5 * 5 * 4 and f["deconv"].param_bytes == 2 * 4 * 9 * 4
+
+
+def _norm_model() -> onnx.ModelProto:
+    """x [2,4] -> MatMul W[4,3] -> Dropout -> LayerNormalization -> Mul by a float scalar -> Reshape [2,3,1,1]
+    -> BatchNormalization -> ReduceSum (the loss)."""
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+             helper.make_node("Dropout", ["a"], ["d"], name="drop"),
+             helper.make_node("LayerNormalization", ["d", "g", "b"], ["l"], name="ln", axis=-1),
+             helper.make_node("Mul", ["l", "s"], ["m"], name="mul"),
+             helper.make_node("Reshape", ["m", "shape"], ["m4"], name="rs"),
+             helper.make_node("BatchNormalization", ["m4", "bs", "bb", "bm", "bv"], ["n"], name="bn"),
+             helper.make_node("ReduceSum", ["n"], ["y"], name="sum", keepdims=0)]
+    inits = [_f32((4, 3), "W"), _f32((3,), "g"), _f32((3,), "b"),
+             numpy_helper.from_array(np.array(2.0, dtype=np.float32), "s"),
+             numpy_helper.from_array(np.array([2, 3, 1, 1], dtype=np.int64), "shape"),
+             _f32((3,), "bs"), _f32((3,), "bb"), _f32((3,), "bm"), _f32((3,), "bv")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], inits)
+
+
+def test_norms_reductions_dropout_and_scalar_initializers_by_hand():
+    infer = import_onnx(_norm_model())
+    train = import_onnx(_norm_model(), mode="training")
+    fi, ft = {op.name: op for op in infer.ops}, {op.name: op for op in train.ops}
+    # 6 elements everywhere after the MatMul
+    assert fi["ln"].flops == ft["ln"].flops == 5 * 6
+    assert fi["bn"].flops == 2 * 6 and ft["bn"].flops == 4 * 6  # inference vs training batch norm
+    assert fi["sum"].flops == 6 and not infer.metadata.get("fallback_cost_kinds")  # 1 per input element
+    # the float scalar is a constant: the Mul owns no parameter
+    assert fi["mul"].param_bytes == 0 and fi["ln"].param_bytes == 2 * 3 * 4
+    # dropout: folded in inference; in training an op that keeps its mask (1 B per element) for backward
+    assert "drop" not in fi and fi["ln"].bytes_read == 24 + 24
+    assert ft["drop"].flops == 6 and ft["drop"].output_bytes == 6 * 4 + 6
+    assert edge_bytes(train, "drop", "drop/grad") == 30
+
+
+def test_split_and_multi_output_nodes_edges_carry_the_bytes_read_and_dtype_sizes():
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+             helper.make_node("Split", ["a"], ["s1", "s2"], name="split", axis=1),
+             helper.make_node("Relu", ["s1"], ["r"], name="relu"),
+             helper.make_node("TopK", ["s2", "k"], ["v", "i"], name="topk"),
+             helper.make_node("Tanh", ["v"], ["t"], name="tanh")]
+    proto = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 4])],
+        [helper.make_tensor_value_info("r", TensorProto.DOUBLE, [2, 2]),
+         helper.make_tensor_value_info("t", TensorProto.DOUBLE, [2, 1])],
+        [numpy_helper.from_array(np.zeros((4, 4)), "W"), numpy_helper.from_array(np.array([1], dtype=np.int64), "k")],
+    )
+    g = import_onnx(proto)
+    f = {op.name: op for op in g.ops}
+    assert f["x"].output_bytes == 2 * 4 * 8 and f["mm"].param_bytes == 16 * 8  # float64: 8 B per element
+    assert "split" not in f  # shape-only: folded
+    assert edge_bytes(g, "mm", "relu") == edge_bytes(g, "mm", "topk") == 2 * 2 * 8  # each half, not all 64 B
+    # TopK writes values (2x1 float64) and indices (2x1 int64); Tanh reads only the values
+    assert f["topk"].output_bytes == 16 + 16 and edge_bytes(g, "topk", "tanh") == 16
+
+
+def test_batch_norm_running_statistics_are_not_parameters():
+    nodes = [helper.make_node("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["y"], name="bn")]
+    inits = [numpy_helper.from_array(np.full(3, v, dtype=np.float32), n)
+             for v, n in ((1.0, "bs"), (0.5, "bb"), (0.25, "bm"), (2.0, "bv"))]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 2, 2])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 2, 2])], inits)
+    g = import_onnx(proto)
+    assert g.metadata["params"] == 2 * 3  # scale and bias only, as nn.BatchNorm2d(3).parameters()

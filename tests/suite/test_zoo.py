@@ -302,3 +302,55 @@ def test_zoo_models_run_in_plain_pytorch(family):
     assert loss.shape == () and torch.isfinite(loss)
     check_training_structure(g)
     assert g.metadata["params"] == sum(p.numel() for p in model.parameters())
+
+
+NAME_RE = r"^(?P<model>[a-z0-9_]+?)(?:-(?P<layers>\d+)x(?P<hidden>\d+))?(?:-s(?P<seq>\d+))?-b(?P<batch>\d+)(?P<infer>-infer)?$"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_name_states_the_shape_and_the_documented_sizes_hold(name):
+    """`{model}-{layers}x{hidden}[-s{seq}]-b{batch}[-infer]`, and the sizes the module docstring and the
+    papers fix (steps, vocabularies, image sizes) are the registered parameters."""
+    import re
+
+    m = re.match(NAME_RE, name)
+    w = zoo.spec(name)
+    p = w.params
+    assert m and m["model"] == w.family, name
+    assert int(m["batch"]) == p["batch_size"]
+    assert (w.mode == "inference") == bool(m["infer"])
+    if m["layers"]:
+        assert int(m["layers"]) == p.get("num_layers", 12)
+        assert int(m["hidden"]) == p.get("hidden_size", 768)
+    if m["seq"]:
+        assert int(m["seq"]) == p["seq_len"]
+    documented = {
+        "rnnlm": {"num_steps": 40, "vocab_size": 10000},
+        "nmt": {"src_steps": 40, "tgt_steps": 40, "vocab_size": 32000},
+        "inception_v3": {"image_size": 299},
+        "resnet50": {"image_size": 224},
+        "bert_base": {},
+    }[w.family]
+    assert {k: p[k] for k in documented} == documented
+
+
+def _fwd_preds(g: OpGraph, name: str) -> set[str]:
+    return {g.ops[p].name for p in g.predecessors(g.index[name]) if g.ops[p].kind != "variable"}
+
+
+def test_nmt_decoder_starts_from_the_encoder_states_and_attends_to_the_top_layer(graphs):
+    g, n, s = graphs["nmt-2x1024-b64"], 2, 40
+    for layer in range(n):
+        below = "decoder.embedding" if layer == 0 else f"decoder.lstm.{layer - 1}/0"
+        assert _fwd_preds(g, f"decoder.lstm.{layer}/0") == {below, f"encoder.lstm.{layer}/{s - 1}"}
+        assert f"encoder.lstm.{layer}/{s - 2}" in _fwd_preds(g, f"encoder.lstm.{layer}/{s - 1}")
+    assert _fwd_preds(g, "attention.memory/stack") == {f"encoder.lstm.{n - 1}/{t}" for t in range(s)}
+    assert _fwd_preds(g, "attention.step/3") == {"attention.memory/stack", f"decoder.lstm.{n - 1}/3"}
+
+
+def test_rnnlm_cells_read_the_layer_below_and_their_previous_step(graphs):
+    g = graphs["rnnlm-2x2048-b64"]
+    assert _fwd_preds(g, "lstm.0/0") == {"embedding"}
+    assert _fwd_preds(g, "lstm.0/5") == {"embedding", "lstm.0/4"}
+    assert _fwd_preds(g, "lstm.1/5") == {"lstm.0/5", "lstm.1/4"}
+    assert _fwd_preds(g, "softmax.proj/5") == {"lstm.1/5"}
