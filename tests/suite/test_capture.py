@@ -239,22 +239,27 @@ def check_training_structure(g: OpGraph) -> None:
     assert owners == {op.name for op in g.ops if op.param_bytes > 0 and op.phase == "forward"}
 
 
+class UnrolledCell(nn.Module):
+    """One LSTMCell(4, 4) applied at 3 time steps: its weights are shared by 3 ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = LSTMCell(4, 4)
+
+    def forward(self, x):
+        state = None
+        for t in range(3):
+            out = self.cell(x[:, t], state)
+            state = (out[0], out[1])
+        return state[0].sum()
+
+
+def _unrolled_training_graph():
+    return capture(UnrolledCell(), (torch.randn(2, 3, 4),), name="rnn", mode="training")
+
+
 def test_shared_weights_accumulate_then_update_once():
-    cell = LSTMCell(4, 4)
-
-    class Unrolled(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.cell = cell
-
-        def forward(self, x):
-            state = None
-            for t in range(3):
-                out = self.cell(x[:, t], state)
-                state = (out[0], out[1])
-            return state[0].sum()
-
-    g = capture(Unrolled(), (torch.randn(2, 3, 4),), name="rnn", mode="training")
+    g = _unrolled_training_graph()
     w = g.ops[g.index["cell/variable"]].param_bytes
     accs = by_kind(g, "accumulate_grad")
     assert len(accs) == 3 and all(a.group == "cell/variable" for a in accs)
@@ -449,19 +454,7 @@ def test_backward_ops_read_saved_activations_inputs_and_weights(mlp_training):
 
 
 def test_accumulation_and_variable_update_bytes():
-    class Unrolled(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.cell = LSTMCell(4, 4)
-
-        def forward(self, x):
-            state = None
-            for t in range(3):
-                out = self.cell(x[:, t], state)
-                state = (out[0], out[1])
-            return state[0].sum()
-
-    g = capture(Unrolled(), (torch.randn(2, 3, 4),), name="rnn", mode="training")
+    g = _unrolled_training_graph()
     f = {op.name: op for op in g.ops}
     count = 4 * 4 * 4 + 4 * 4 * 4 + 2 * 16  # 160 parameters
     w = 4 * count  # 640 B
