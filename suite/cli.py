@@ -272,17 +272,30 @@ def _warn_if_incomplete(store: str | Path) -> str:
     return text
 
 
+def _names(text: str | None) -> list[str]:
+    return [x for x in (text or "").split(",") if x]
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     from suite import report
     from suite.store import atomic_write_text, open_rows
 
     rows = open_rows(args.store)
     _warn_if_incomplete(args.store)
-    if args.cluster:
-        known = sorted({r["cluster"] for r in rows})
-        if args.cluster not in known:
-            raise UsageError(f"--cluster {args.cluster!r} has no rows in {args.store}; clusters: {', '.join(known)}")
-        rows = [r for r in rows if r["cluster"] == args.cluster]
+    placers = _names(args.placers)
+    reference = args.reference or report.DEFAULT_REFERENCE
+    if placers and reference not in placers and any(r["placer"] == reference for r in rows):
+        placers.append(reference)  # speedups need the reference's column
+    for field, wanted in (("cluster", [args.cluster] if args.cluster else []), ("placer", placers),
+                          ("workload", _names(args.workloads))):
+        if wanted:
+            known = sorted({r[field] for r in rows})
+            unknown = [w for w in wanted if w not in known]
+            if unknown:
+                raise UsageError(f"--{field}s: {unknown[0]!r} has no rows in {args.store}; {field}s: {', '.join(known)}"
+                                 if field != "cluster" else
+                                 f"--cluster {unknown[0]!r} has no rows in {args.store}; clusters: {', '.join(known)}")
+            rows = [r for r in rows if r[field] in wanted]
     fmt = "json" if args.json else args.format
     if args.chart:
         report.bar_chart(rows, args.chart, args.reference, note=f"made by placebench table from {args.store}")
@@ -507,6 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--format", "-f", choices=[f for f in ("text", "md", "csv", "latex", "html", "json")], default="text")
     t.add_argument("--reference", help="placer that speedups are relative to (default: single_gpu)")
     t.add_argument("--cluster", help="only this cluster")
+    t.add_argument("--placers", help="only these placers, comma-separated (the reference is kept for speedups)")
+    t.add_argument("--workloads", help="only these workloads, comma-separated")
     t.add_argument("--output", "-o", help="write to this file instead of stdout")
     t.add_argument("--chart", help="also write a bar chart PNG to this file")
     t.add_argument("--json", action="store_true", help="same as --format json")

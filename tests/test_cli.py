@@ -106,6 +106,9 @@ def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
     assert (data["ran"], data["reused"], len(data["rows"])) == (0, 4, 4)
     code, out, _ = _run(capsys, "table", str(store), "--format", "md", "--reference", "single_cpu")
     assert "| big | 4.000 s | OOM |" in out and "Speedup over single_cpu" in out
+    code, out, _ = _run(capsys, "table", str(store), "--placers", "single_cpu", "--workloads", "big")
+    assert code == 0 and "single_cpu  single_gpu" in out and "diamond" not in out  # the reference is kept
+    _assert_usage_error(*_run(capsys, "table", str(store), "--placers", "nope"), "--placers: 'nope' has no rows")
     code, out, _ = _run(capsys, "table", str(store / "results.csv"), "-f", "csv")
     assert out.splitlines()[0].startswith("cluster,workload,placer,seeds,ok_seeds,status,step_time_s")
     code, out, _ = _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "results"))
