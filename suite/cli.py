@@ -207,8 +207,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from suite import runner
     from suite.report import format_seconds
 
-    if not 0 <= args.seed < 2**32:
-        raise UsageError(f"--seed {args.seed}: must be in [0, 2**32)")
     budget = {}
     if args.max_evaluations is not None:
         budget["max_evaluations"] = args.max_evaluations
@@ -255,13 +253,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 # -- table and leaderboard ----------------------------------------------------------------------------------
-def _warn_if_incomplete(store: str | Path) -> str:
+def _store_runs(store: str | Path) -> list[dict[str, Any]]:
+    """The runs recorded in a store's manifest (none for a results table file)."""
+    from suite.store import Store
+
+    return (Store(store, create=False).manifest().get("runs") or []) if Path(store).is_dir() else []
+
+
+def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]]) -> str:
     """A store whose last run stopped early makes tables that look final: say so on stderr (and return it)."""
     from suite.store import Store
 
-    if not Path(store).is_dir():
-        return ""
-    runs = Store(store, create=False).manifest().get("runs") or []
     last = runs[-1] if runs else None
     if not last or last.get("complete", True):
         return ""
@@ -281,20 +283,18 @@ def cmd_table(args: argparse.Namespace) -> int:
     from suite.store import atomic_write_text, open_rows
 
     rows = open_rows(args.store)
-    _warn_if_incomplete(args.store)
+    _warn_if_incomplete(args.store, _store_runs(args.store))
     placers = _names(args.placers)
     reference = args.reference or report.DEFAULT_REFERENCE
     if placers and reference not in placers and any(r["placer"] == reference for r in rows):
         placers.append(reference)  # speedups need the reference's column
-    for field, wanted in (("cluster", [args.cluster] if args.cluster else []), ("placer", placers),
-                          ("workload", _names(args.workloads))):
+    for flag, field, wanted in (("--cluster", "cluster", [args.cluster] if args.cluster else []),
+                                ("--placers", "placer", placers), ("--workloads", "workload", _names(args.workloads))):
         if wanted:
             known = sorted({r[field] for r in rows})
             unknown = [w for w in wanted if w not in known]
             if unknown:
-                raise UsageError(f"--{field}s: {unknown[0]!r} has no rows in {args.store}; {field}s: {', '.join(known)}"
-                                 if field != "cluster" else
-                                 f"--cluster {unknown[0]!r} has no rows in {args.store}; clusters: {', '.join(known)}")
+                raise UsageError(f"{flag} {unknown[0]!r} has no rows in {args.store}; {field}s: {', '.join(known)}")
             rows = [r for r in rows if r[field] in wanted]
     fmt = "json" if args.json else args.format
     if args.chart:
@@ -315,11 +315,11 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from suite import report
-    from suite.store import Store, open_rows
+    from suite.store import open_rows
 
     rows = open_rows(args.store)
-    runs = Store(args.store, create=False).manifest().get("runs", []) if Path(args.store).is_dir() else []
-    incomplete = _warn_if_incomplete(args.store)
+    runs = _store_runs(args.store)
+    incomplete = _warn_if_incomplete(args.store, runs)
     md, csv_path = report.write_leaderboard(rows, args.out, args.reference, source=str(args.store), runs=runs,
                                             note=f"**Warning: {incomplete}.**" if incomplete else "")
     written = [str(md), str(csv_path)]
@@ -472,14 +472,23 @@ def _positive_float(text: str) -> float:
     return x
 
 
-def _positive_int(text: str) -> int:
-    try:
-        x = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if x < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return x
+def whole_number(low: int, high: int | None = None) -> Any:
+    """An argparse type: an integer >= low (and < high when given)."""
+    shown = f"2**{high.bit_length() - 1}" if high and high & (high - 1) == 0 else str(high)
+
+    def parse(text: str) -> int:
+        try:
+            x = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if x < low or (high is not None and x >= high):
+            raise argparse.ArgumentTypeError(f"{text!r} must be " + (f"in [{low}, {shown})" if high else f"at least {low}"))
+        return x
+
+    return parse
+
+
+SEED = whole_number(0, 2**32)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -492,7 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a suite spec (default: quick) and print the comparison table")
     r.add_argument("spec", nargs="?", default="quick", help="built-in spec name (placebench list specs) or spec file")
     r.add_argument("--out", help="results store directory (default: runs/<spec name>)")
-    r.add_argument("--jobs", "-j", type=_positive_int, help="parallel worker processes (default: usable CPUs)")
+    r.add_argument("--jobs", "-j", type=whole_number(1), help="parallel worker processes (default: usable CPUs)")
     r.add_argument("--force", action="store_true", help="rerun cells already in the store")
     r.add_argument("--retry-failed", action="store_true", help="rerun stored cells whose status is error or timeout")
     r.add_argument("--reference", help="placer that speedups are relative to (default: single_gpu)")
@@ -505,9 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--cluster", "-c", required=True, help="cluster preset name or file")
     e.add_argument("--placer", "-p", required=True, help="placer name (placebench list placers)")
     e.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="placer parameter (JSON value)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=SEED, default=0)
     e.add_argument("--methodology", default="v1", help="methodology name or file (default: v1)")
-    e.add_argument("--max-evaluations", type=_positive_int, help="override the search budget's evaluations")
+    e.add_argument("--max-evaluations", type=whole_number(1), help="override the search budget's evaluations")
     e.add_argument("--max-seconds", type=_positive_float, help="override the search budget's seconds")
     e.add_argument("--timeout", type=_positive_float, help="cell timeout in seconds (default: the methodology's)")
     e.add_argument("--plugin", action="append", default=[], help="module or .py file to import first (repeatable)")

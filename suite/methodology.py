@@ -85,6 +85,15 @@ def _finite(value: int | float) -> bool:
         return False
 
 
+def check_seeds(where: str, seeds: Any) -> list[int]:
+    """Seeds of a methodology or a spec: a non-empty list of integers in [0, 2**32) (numpy's seed range)."""
+    if not isinstance(seeds, list) or not seeds or not all(
+        isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds
+    ):
+        raise SpecError(f"{where} must be a non-empty list of integers in [0, 2**32), got {seeds!r}")
+    return seeds
+
+
 def _bool(where: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise SpecError(f"{where}: expected true or false, got {value!r}")
@@ -115,11 +124,7 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Methodology:
     if not isinstance(data.get("version"), str) or not data["version"]:
         raise SpecError(f"{source}: field 'version' must be a non-empty string, got {data.get('version')!r}")
     b, t = sec["budget"], sec["timing"]
-    seeds = sec["seeds"].get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(
-        isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds
-    ):
-        raise SpecError(f"{source}: seeds.seeds must be a non-empty list of integers in [0, 2**32), got {seeds!r}")
+    seeds = check_seeds(f"{source}: seeds.seeds", sec["seeds"].get("seeds", [0]))
     statistic = t.get("statistic", "median")
     if statistic not in ("median", "mean"):
         raise SpecError(f"{source}: timing.statistic {statistic!r} is not 'median' or 'mean'")

@@ -149,7 +149,7 @@ def check_parameter(placer: str, key: str, value: Any, default: Any, bounds: tup
     elif isinstance(default, float):
         if not isinstance(value, int | float) or isinstance(value, bool) or not np.isfinite(value):
             raise PlacebenchError(f"{where}: expected a finite number")
-    if value is not None and bounds is not None and not bounds[0] <= value <= bounds[1]:
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
         raise PlacebenchError(f"{where}: must be in [{bounds[0]}, {bounds[1]}]")
 
 

@@ -132,7 +132,7 @@ class Results:
         cells = {}
         for k, seeds in groups.items():
             seeds.sort()
-            twice = sorted({s for (s, _, _), (s2, _, _) in zip(seeds, seeds[1:], strict=False) if s == s2})
+            twice = [a[0] for a, b in zip(seeds, seeds[1:], strict=False) if a[0] == b[0]]
             if twice:
                 raise ReportError(
                     f"{' / '.join(k)}: seed {twice[0]} has several rows (different budgets, methodologies or "

@@ -209,11 +209,8 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
         if key not in data:
             raise SpecError(f"{source}: field {key!r} is missing")
     seeds = data.get("seeds")
-    if seeds is not None and (
-        not isinstance(seeds, list) or not seeds
-        or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds)
-    ):
-        raise SpecError(f"{source}: seeds must be a non-empty list of integers in [0, 2**32), got {seeds!r}")
+    if seeds is not None:
+        _methodology.check_seeds(f"{source}: seeds", seeds)
     evaluator = data.get("evaluator", "simulator")
     if not isinstance(evaluator, str) or not evaluator:
         raise SpecError(f"{source}: evaluator must be a name, got {evaluator!r}")
@@ -433,12 +430,11 @@ def _one_definition_per_name(kind: str, loaded: Mapping[str, OpGraph | Cluster])
         by_name.setdefault(x.name, (ref, x.content_hash))
 
 
-def _check_store_matches(store: Store, plan: Plan) -> None:
+def _check_store_matches(store: Store, stored: set[str], plan: Plan) -> None:
     """A store holds one setup (methodology, search budget, evaluator) and one definition per workload and
     cluster name: refuse to mix in another, which tables would merge as if it were more seeds."""
-    stored = sorted(store.cell_ids())
     if plan.cells and stored:  # one stored row tells the store's setup: this check keeps it to one
-        row, cell = store.read_cell(stored[0]), plan.cells[0].key
+        row, cell = store.read_cell(min(stored)), plan.cells[0].key
         setup = ("methodology", "budget_evaluations", "budget_seconds", "evaluator")
         if any(row.get(k) != cell[k] for k in setup):
             theirs = ", ".join(f"{k} {row.get(k)}" for k in setup)
@@ -921,8 +917,8 @@ def run(
     spec = load_spec(spec) if isinstance(spec, str) else spec
     plan = make_plan(spec)
     store = Store(out)
-    _check_store_matches(store, plan)
     stored = store.cell_ids()
+    _check_store_matches(store, stored, plan)
     if force:
         todo = list(plan.cells)
     else:

@@ -165,26 +165,15 @@ def _fidelity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _int_at_least(low: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value < 2**32:
-            raise argparse.ArgumentTypeError(f"{text!r} must be in [{low}, 2**32)")
-        return value
-
-    return parse
-
-
 def _common(p: argparse.ArgumentParser) -> None:
+    from suite.cli import SEED, whole_number
+
     p.add_argument("workload", help="zoo workload name")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="shape override of the workload (JSON value), e.g. batch_size=1; repeatable")
     p.add_argument("--mode", choices=("inference", "training"), help="step to run (default: the workload's)")
-    p.add_argument("--threads", type=_int_at_least(0), default=1, help="intra-op threads (default 1; 0: library default)")
-    p.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of the weights, inputs and random placements")
+    p.add_argument("--threads", type=whole_number(0, 2**32), default=1, help="intra-op threads (default 1; 0: library default)")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the weights, inputs and random placements")
     p.add_argument("--methodology", default="v1", help="methodology name or file (timing protocol)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall time (default) or this process's CPU time (one-thread CPU runs on a shared machine)")

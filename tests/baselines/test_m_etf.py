@@ -23,6 +23,14 @@ def fork(groups: dict[str, str] | None = None, param_bytes: dict[str, int] | Non
     return OpGraph.build("fork", ops, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
 
 
+def _placed_as(problem, expected: list[int], *, step_s: float) -> None:
+    """m-ETF's placement is `expected`, and both its own estimate and the simulator give `step_s`."""
+    placement, info = m_etf_placement(problem)
+    assert placement.tolist() == expected
+    assert info["estimated_step_time_s"] == pytest.approx(step_s)
+    assert problem.evaluator.measure(placement).step_time_s == pytest.approx(step_s)
+
+
 def test_chain_stays_on_one_gpu(make_problem, make_cluster):
     ops = [Op(f"o{i}", "x", flops=1e9, output_bytes=MB) for i in range(3)]
     g = OpGraph.build("chain", ops, [("o0", "o1"), ("o1", "o2")])
@@ -38,10 +46,7 @@ def test_fork_uses_both_gpus_by_earliest_finish(make_problem, make_cluster):
     1.101); d on gpu:1: b's output arrives 1.101, so d runs 1.101..1.201 (on gpu:0 it would end 1.202)."""
     g = fork()
     p = make_problem(g, make_cluster(2))
-    placement, info = m_etf_placement(p)
-    assert placement.tolist() == [1, 1, 2, 2]
-    assert info["estimated_step_time_s"] == pytest.approx(1.201)
-    assert p.evaluator.measure(placement).step_time_s == pytest.approx(1.201)
+    _placed_as(p, [1, 1, 2, 2], step_s=1.201)
 
 
 def test_transfers_pay_the_link_latency(make_problem, make_cluster):
@@ -50,10 +55,7 @@ def test_transfers_pay_the_link_latency(make_problem, make_cluster):
     output until 1.122). The estimate is the simulated step time."""
     g = fork()
     p = make_problem(g, make_cluster(2, latency_s=0.01))
-    placement, info = m_etf_placement(p)
-    assert placement.tolist() == [1, 1, 2, 2]
-    assert info["estimated_step_time_s"] == pytest.approx(1.211)
-    assert p.evaluator.measure(placement).step_time_s == pytest.approx(1.211)
+    _placed_as(p, [1, 1, 2, 2], step_s=1.211)
 
 
 def test_colocation_group_follows_its_first_op(make_problem, make_cluster):
@@ -130,10 +132,7 @@ def test_an_input_already_on_a_device_is_not_sent_again(make_problem, make_clust
            Op("c", "x", flops=1e8, output_bytes=8), Op("e", "x", flops=1e8, output_bytes=8)]
     g = OpGraph.build("reuse", ops, [("a", "b"), ("a", "c"), ("a", "e")])
     p = make_problem(g, make_cluster(2))
-    placement, info = m_etf_placement(p)
-    assert placement.tolist() == [1, 1, 2, 2]
-    assert info["estimated_step_time_s"] == pytest.approx(1.1)
-    assert p.evaluator.measure(placement).step_time_s == pytest.approx(1.1)
+    _placed_as(p, [1, 1, 2, 2], step_s=1.1)
 
 
 def test_a_busy_channel_delays_the_data(make_problem, make_cluster):
@@ -146,10 +145,7 @@ def test_a_busy_channel_delays_the_data(make_problem, make_cluster):
            Op("c", "x", flops=3e8, output_bytes=8), Op("q", "x", flops=1.5e8, output_bytes=8)]
     g = OpGraph.build("contention", ops, [("a", "c"), ("p", "q")])
     p = make_problem(g, make_cluster(1))
-    placement, info = m_etf_placement(p)
-    assert placement.tolist() == [0, 0, 1, 0]
-    assert info["estimated_step_time_s"] == pytest.approx(0.26)
-    assert p.evaluator.measure(placement).step_time_s == pytest.approx(0.26)
+    _placed_as(p, [0, 0, 1, 0], step_s=0.26)
     assert p.evaluator.measure([0, 0, 1, 1]).step_time_s == pytest.approx(0.315)
 
 
