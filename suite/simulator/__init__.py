@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -62,18 +62,22 @@ class SimInputs:
         )
 
     def fast_args(self) -> tuple:
+        """The fast engine's arguments, index arrays as uint64 (converted once per SimInputs)."""
         return (
             self.cost,
-            self.succ_ptr,
-            self.succ_idx,
-            self.succ_bytes,
-            self.pred_ptr,
-            self.pred_idx,
+            *self._unsigned_index,
             self.output_bytes,
             self.param_bytes,
             self.latency_s,
             self.bandwidth,
         )
+
+    @cached_property
+    def _unsigned_index(self) -> tuple:
+        from suite.simulator import fast
+
+        return (fast.unsigned(self.succ_ptr), fast.unsigned(self.succ_idx), self.succ_bytes,
+                fast.unsigned(self.pred_ptr), fast.unsigned(self.pred_idx))
 
     def args(self) -> tuple:
         return (

@@ -13,17 +13,24 @@ It differs from the reference in implementation only, and relies on three facts 
   indices; popping scans forward from the lowest word that may be non-empty.
 
 Memory is tracked online with reference counts: `live` changes at once, and each device's peak takes its
-`live` at the end of every instant, which equals the reference's sweep with frees before allocations at
-equal times. A transfer queued behind a busy channel starts, and allocates its receive buffer, when the
+`live` at the end of every instant in which it grew, which equals the reference's sweep with frees before
+allocations at equal times (an instant that only frees cannot raise the peak). A transfer queued behind a busy channel starts, and allocates its receive buffer, when the
 transfer ahead of it ends. `simulate_batch` runs many placements in one compiled call, sequentially on one
 core, reusing one workspace.
 
-Cost: about 40 ns per op even with every op on one device (mostly unpredictable branches: loop lengths,
-readiness, reference counts), plus about 70 ns per cross-device transfer. An engine without transfer events
+Every index (op, device, channel, transfer, bitmap word) is unsigned, with `NONE` as "no such": numba
+wraps negative indices around, which costs a sign test and keeps every array's length live in the hot loop;
+with unsigned indices those disappear and the loop spills fewer registers (about 20% faster, measured on
+tests/suite/test_simulator_bench.py). `fast_args` therefore hands the graph's index arrays over as uint64;
+other arrays are converted on each call.
+
+Cost: about 30 ns per op even with every op on one device (unpredictable branches: loop lengths,
+readiness, reference counts), plus about 60 ns per cross-device transfer. An engine without transfer events
 (ready times known when the last input is produced, future memory deltas in per-device heaps) was built,
 matched this one exactly, and was slower: side by side on the graph and placements of
 tests/suite/test_simulator_bench.py (10,000 ops, 8 devices; best per-placement time over batches of 16),
-0.84 / 1.20 / 1.36 ms against this engine's 0.45 / 0.91 / 1.31 ms for blocks / groups / random placements.
+0.84 / 1.20 / 1.36 ms against this engine's 0.45 / 0.91 / 1.31 ms (before unsigned indices) for blocks /
+groups / random placements.
 """
 
 from __future__ import annotations
@@ -32,24 +39,28 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+U = np.uint64
+ONE = U(1)
+NONE = U(0xFFFFFFFFFFFFFFFF)  # no op, transfer or device; also "empty" for channel heads and devices
+
 
 @njit(cache=True, inline="always")
 def _queue_push(qt, qs, size, t, s):
     """Insert event source `s` at time `t`; the queue is kept in descending time order."""
     j = size
-    while j > 0 and qt[j - 1] < t:
-        qt[j] = qt[j - 1]
-        qs[j] = qs[j - 1]
-        j -= 1
+    while j > U(0) and qt[j - ONE] < t:
+        qt[j] = qt[j - ONE]
+        qs[j] = qs[j - ONE]
+        j -= ONE
     qt[j] = t
     qs[j] = s
-    return size + 1
+    return size + ONE
 
 
 @njit(cache=True, inline="always")
 def _ready_add(bits, low, d, i):
-    w = i >> 6
-    bits[d, w] |= np.uint64(1) << np.uint64(i & 63)
+    w = i >> U(6)
+    bits[d, w] |= ONE << (i & U(63))
     if w < low[d]:
         low[d] = w
 
@@ -58,36 +69,36 @@ def _ready_add(bits, low, d, i):
 def _ready_pop(bits, low, d):
     """Remove and return the smallest ready op of device d (the caller knows there is one)."""
     w = low[d]
-    while bits[d, w] == 0:
-        w += 1
+    while bits[d, w] == U(0):
+        w += ONE
     x = bits[d, w]
-    bits[d, w] = x & (x - np.uint64(1))
+    bits[d, w] = x & (x - ONE)
     low[d] = w
-    return w * 64 + trailing_zeros(x)
+    return w * U(64) + U(trailing_zeros(x))
 
 
 @njit(cache=True)
 def _workspace(n, ndev, n_edges):
     """Scratch arrays for one graph size, reused across the placements of a batch.
 
-    The arrays built with zeros or -1 are returned to that state by every run.
+    The arrays built with zeros, -1 or NONE are returned to that state by every run.
     """
     n_sources = ndev + ndev * ndev  # one per device, one per channel (diagonal unused)
     n_xfer = min(n_edges, n * max(ndev - 1, 0)) + 1  # at most one transfer per (producer, other device)
     return (
         np.empty(n_sources, np.float64),  # event queue: times
-        np.empty(n_sources, np.int64),  # event queue: source (device d, or ndev + channel)
-        np.empty(n_xfer, np.int64),  # transfer: producer
+        np.empty(n_sources, np.uint64),  # event queue: source (device d, or ndev + channel)
+        np.empty(n_xfer, np.uint64),  # transfer: producer
         np.empty(n_xfer, np.int64),  # transfer: bytes
         np.empty(n_xfer, np.float64),  # transfer: end time
-        np.empty(n_xfer, np.int64),  # transfer: next transfer on its channel, or -1
-        np.full(ndev * ndev, -1, np.int64),  # channel: first transfer not yet done, or -1
-        np.empty(ndev * ndev, np.int64),  # channel: last transfer
+        np.empty(n_xfer, np.uint64),  # transfer: next transfer on its channel, or NONE
+        np.full(ndev * ndev, NONE, np.uint64),  # channel: first transfer not yet done, or NONE
+        np.empty(ndev * ndev, np.uint64),  # channel: last transfer
         np.zeros(ndev * ndev, np.float64),  # channel: time it becomes free
         np.zeros((ndev, (n + 63) // 64), np.uint64),  # ready bitmaps per device
-        np.empty(ndev, np.int64),  # lowest word of each bitmap that may be non-empty
+        np.empty(ndev, np.uint64),  # lowest word of each bitmap that may be non-empty
         np.empty(ndev, np.int64),  # ready ops per device
-        np.empty(ndev, np.int64),  # running op per device, or -1
+        np.empty(ndev, np.uint64),  # running op per device, or NONE
         np.empty(n, np.int64),  # inputs not yet on the op's device
         np.empty(n, np.int64),  # references to each op's own output copy
         np.zeros((n, ndev), np.int64),  # references to each received copy
@@ -95,10 +106,10 @@ def _workspace(n, ndev, n_edges):
         np.empty(ndev, np.int64),  # live bytes per device
         np.full(ndev, -1, np.int64),  # scratch: bytes to send to each device, -1 = none
         np.zeros(ndev, np.int64),  # scratch: consumers on each other device
-        np.empty(ndev, np.int64),  # scratch: destinations of the op that just finished
-        np.empty(ndev, np.int64),  # devices to consider at the next dispatch
+        np.empty(ndev, np.uint64),  # scratch: destinations of the op that just finished
+        np.empty(ndev, np.uint64),  # devices to consider at the next dispatch
         np.zeros(ndev, np.bool_),  # device is in that list
-        np.empty(n, np.int32),  # the placement, narrowed (fewer cache lines on the hot path)
+        np.empty(n, np.uint64),  # the placement, unsigned
         np.empty(n, np.float64),  # duration of each op on its device, gathered in one pass
     )
 
@@ -107,37 +118,39 @@ def _workspace(n, ndev, n_edges):
 def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, param_bytes,
               latency_s, bandwidth, busy_s, peak, link_bytes, ws):
     """One placement; fills busy_s [D], peak [D] and link_bytes [D, D]; returns the step time."""
-    n = placement.shape[0]
-    ndev = cost.shape[1]
+    n = U(placement.shape[0])
+    ndev = U(cost.shape[1])
     busy_s[:] = 0.0
     peak[:] = 0
     link_bytes[:, :] = 0
-    if n == 0:
+    if n == U(0):
         return 0.0
     (qt, qs, x_op, x_bytes, x_end, x_next, ch_head, ch_tail, ch_free, ready, low, n_ready, running, pending,
      own_refs, recv_refs, recv_bytes, live, send_bytes, n_remote, dsts, cand, is_cand, dev_of, dur_of) = ws
     ch_free[:] = 0.0
     live[:] = 0
-    n_words = ready.shape[1]
+    n_words = U(ready.shape[1])
     for d in range(ndev):
         low[d] = n_words
         n_ready[d] = 0
-        running[d] = -1
+        running[d] = NONE
         cand[d] = d
         is_cand[d] = True
     n_cand = ndev
     for i in range(n):
-        dev_of[i] = placement[i]
-        dur_of[i] = cost[i, placement[i]]
-        pending[i] = pred_ptr[i + 1] - pred_ptr[i]
-        own_refs[i] = 1 + succ_ptr[i + 1] - succ_ptr[i]  # its own run + every consumer (see OP_DONE)
+        d = U(placement[i])
+        dev_of[i] = d
+        dur_of[i] = cost[i, d]
+        pending[i] = pred_ptr[i + ONE] - pred_ptr[i]
+        own_refs[i] = ONE + succ_ptr[i + ONE] - succ_ptr[i]  # its own run + every consumer (see OP_DONE)
     for i in range(n):
         if pending[i] == 0:
             d = dev_of[i]
             _ready_add(ready, low, d, i)
             n_ready[d] += 1
-    q = 0  # queue size
-    nx = 0  # transfers created
+    q = U(0)  # queue size
+    nx = U(0)  # transfers created
+    grown = U(0)  # bitmask of the devices whose live bytes grew in this instant (device d is bit d % 64)
     step = 0.0
     t = 0.0
     while True:
@@ -146,7 +159,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
         for k in range(n_cand):
             d = cand[k]
             is_cand[d] = False
-            if running[d] < 0 and n_ready[d] > 0:
+            if running[d] == NONE and n_ready[d] > 0:
                 i = _ready_pop(ready, low, d)
                 n_ready[d] -= 1
                 running[d] = i
@@ -155,27 +168,34 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 step = max(step, end)
                 busy_s[d] += dur
                 live[d] += output_bytes[i]
+                grown |= ONE << (d & U(63))
                 q = _queue_push(qt, qs, q, end, d)
-        n_cand = 0
-        if q == 0 or qt[q - 1] != t:  # the instant is over: its end state is a peak candidate
-            for d in range(ndev):
+        n_cand = U(0)
+        if q == U(0) or qt[q - ONE] != t:  # the instant is over: its end state is a peak candidate
+            if ndev > U(64):  # the bitmask cannot name every device
+                for d in range(ndev):
+                    peak[d] = max(peak[d], live[d])
+                grown = U(0)
+            while grown != U(0):
+                d = U(trailing_zeros(grown))
+                grown &= grown - ONE
                 peak[d] = max(peak[d], live[d])
-            if q == 0:
+            if q == U(0):
                 break
-            t = qt[q - 1]
-        while q > 0 and qt[q - 1] == t:
-            q -= 1
+            t = qt[q - ONE]
+        while q > U(0) and qt[q - ONE] == t:
+            q -= ONE
             s = qs[q]
             if s < ndev:  # OP_DONE: the op running on device s finished
                 src = s
                 p = running[src]
-                running[src] = -1
+                running[src] = NONE
                 if not is_cand[src]:
                     is_cand[src] = True
                     cand[n_cand] = src
-                    n_cand += 1
-                n_dst = 0
-                for j in range(succ_ptr[p], succ_ptr[p + 1]):
+                    n_cand += ONE
+                n_dst = U(0)
+                for j in range(succ_ptr[p], succ_ptr[p + ONE]):
                     c = succ_idx[j]
                     dc = dev_of[c]
                     if dc == src:
@@ -186,7 +206,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                     else:
                         if send_bytes[dc] < 0:
                             dsts[n_dst] = dc
-                            n_dst += 1
+                            n_dst += ONE
                         send_bytes[dc] = max(send_bytes[dc], succ_bytes[j])
                         n_remote[dc] += 1
                 # the own copy was referenced once per consumer: remote consumers now hold it through
@@ -208,18 +228,19 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                     x_op[nx] = p
                     x_bytes[nx] = nb
                     x_end[nx] = end
-                    x_next[nx] = -1
-                    if ch_head[ch] < 0:  # the channel is free: the transfer starts now
+                    x_next[nx] = NONE
+                    if ch_head[ch] == NONE:  # the channel is free: the transfer starts now
                         ch_head[ch] = nx
                         q = _queue_push(qt, qs, q, end, ndev + ch)
                         live[dst] += nb
+                        grown |= ONE << (dst & U(63))
                     else:
                         x_next[ch_tail[ch]] = nx
                     ch_tail[ch] = nx
-                    nx += 1
+                    nx += ONE
                 if own_refs[p] == 0:
                     live[src] -= output_bytes[p]
-                for j in range(pred_ptr[p], pred_ptr[p + 1]):  # the inputs lose a consumer
+                for j in range(pred_ptr[p], pred_ptr[p + ONE]):  # the inputs lose a consumer
                     r = pred_idx[j]
                     if dev_of[r] == src:
                         own_refs[r] -= 1
@@ -237,10 +258,11 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 dst = ch - src * ndev
                 nxt = x_next[x]
                 ch_head[ch] = nxt
-                if nxt >= 0:  # the next transfer on this channel starts now
+                if nxt != NONE:  # the next transfer on this channel starts now
                     q = _queue_push(qt, qs, q, x_end[nxt], s)
                     live[dst] += x_bytes[nxt]
-                for j in range(succ_ptr[p], succ_ptr[p + 1]):
+                    grown |= ONE << (dst & U(63))
+                for j in range(succ_ptr[p], succ_ptr[p + ONE]):
                     c = succ_idx[j]
                     if dev_of[c] == dst:
                         pending[c] -= 1
@@ -250,12 +272,12 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                             if not is_cand[dst]:
                                 is_cand[dst] = True
                                 cand[n_cand] = dst
-                                n_cand += 1
+                                n_cand += ONE
                 own_refs[p] -= 1
                 if own_refs[p] == 0:
                     live[src] -= output_bytes[p]
     for i in range(n):
-        peak[placement[i]] += param_bytes[i]
+        peak[dev_of[i]] += param_bytes[i]
     return step
 
 
@@ -270,16 +292,26 @@ def _simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, 
 
 def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
                    output_bytes, param_bytes, latency_s, bandwidth):
-    """Placements [B, n] -> (steps [B], busy [B, D], peak [B, D], link_bytes [B, D, D])."""
+    """Placements [B, n] -> (steps [B], busy [B, D], peak [B, D], link_bytes [B, D, D]).
+
+    The index arrays (succ_ptr, succ_idx, pred_ptr, pred_idx) are used as uint64; `SimInputs.fast_args`
+    gives them so, other callers pay a conversion per call.
+    """
     bsz = placements.shape[0]
     ndev = cost.shape[1]
     steps = np.zeros(bsz, np.float64)
     busy = np.zeros((bsz, ndev), np.float64)
     peak = np.zeros((bsz, ndev), np.int64)
     link = np.zeros((bsz, ndev, ndev), np.int64)
-    _simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), cost, succ_ptr, succ_idx, succ_bytes,
-                    pred_ptr, pred_idx, output_bytes, param_bytes, latency_s, bandwidth, steps, busy, peak, link)
+    _simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), cost, unsigned(succ_ptr), unsigned(succ_idx),
+                    succ_bytes, unsigned(pred_ptr), unsigned(pred_idx), output_bytes, param_bytes, latency_s,
+                    bandwidth, steps, busy, peak, link)
     return steps, busy, peak, link
+
+
+def unsigned(index: np.ndarray) -> np.ndarray:
+    """An index array as the uint64 the engine reads (no copy if it already is one)."""
+    return np.ascontiguousarray(index, dtype=np.uint64)
 
 
 def simulate_one(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,

@@ -104,3 +104,23 @@ def test_schedule_invariants_on_random_graphs(uniform_cluster):
             assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
             assert s.busy_s[d] == pytest.approx(sum(s.finish_s[idx] - s.start_s[idx]), rel=1e-12)
         assert s.step_time_s == s.finish_s.max()
+
+
+@pytest.mark.parametrize("ndev", [63, 64, 65, 130])
+def test_fast_equals_reference_with_more_than_64_devices(ndev):
+    """The fast engine tracks peaks with a 64-bit device mask; larger clusters take another path."""
+    rng = np.random.default_rng(ndev)
+    n = 300
+    ops = [Op(f"o{i}", "x", flops=float(rng.integers(0, 4)) * 1e9, output_bytes=int(rng.choice([0, 500, 1000])),
+              param_bytes=int(rng.integers(0, 500))) for i in range(n)]
+    edges = {(int(i), j) for j in range(1, n) for i in rng.integers(max(0, j - 20), j, size=2)}
+    g = OpGraph.build("wide", ops, [(f"o{i}", f"o{j}") for i, j in sorted(edges)])
+    devices = tuple(Device(f"d{k}", "gpu", 1e9, 1e30, 10**6, 0.0) for k in range(ndev))
+    c = Cluster("wide", devices, (Link(tuple(d.name for d in devices), 1000.0, 0.5),))
+    placements = rng.integers(0, ndev, size=(3, n))
+    placements[0, :] = rng.integers(ndev - 3, ndev, size=n)  # only the devices past bit 63 when ndev > 64
+    for p, rb in zip(placements, simulate_batch(g, c, placements), strict=True):
+        ref = simulate(g, c, p, engine="reference")
+        assert ref.peak_memory_bytes[-3:].max() > 0
+        _same(ref, simulate(g, c, p, engine="fast"))
+        _same(ref, rb)
