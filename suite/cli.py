@@ -274,6 +274,25 @@ def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]]) -> str:
     return text
 
 
+def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    """Rows of runs made by different code side by side (stored cells are reused, not rerun, when a placer
+    changes): say so on stderr (and return it). Uncommitted changes count as code that may differ."""
+    used = {r.get("run_id") for r in rows}
+    versions: dict[tuple[str, bool], int] = {}
+    for run in runs:
+        git = run.get("git") or {}
+        if run.get("run_id") in used and git.get("commit"):
+            v = (str(git["commit"]), bool(git.get("dirty")))
+            versions[v] = versions.get(v, 0) + 1
+    if len(versions) < 2 and not any(dirty and k > 1 for (_, dirty), k in versions.items()):
+        return ""
+    code = ", ".join(c[:12] + (" with uncommitted changes" if d else "") for c, d in versions)
+    text = (f"mixed code: these rows come from {sum(versions.values())} runs of {code}; a stored cell is not "
+            f"rerun when its placer changes: rerun the spec with --force to make every row with one version")
+    print(f"placebench: warning: {text}", file=sys.stderr)
+    return text
+
+
 def _names(text: str | None) -> list[str]:
     return [x for x in (text or "").split(",") if x]
 
@@ -283,7 +302,8 @@ def cmd_table(args: argparse.Namespace) -> int:
     from suite.store import atomic_write_text, open_rows
 
     rows = open_rows(args.store)
-    _warn_if_incomplete(args.store, _store_runs(args.store))
+    runs = _store_runs(args.store)
+    _warn_if_incomplete(args.store, runs)
     placers = _names(args.placers)
     reference = args.reference or report.DEFAULT_REFERENCE
     if placers and reference not in placers and any(r["placer"] == reference for r in rows):
@@ -296,6 +316,7 @@ def cmd_table(args: argparse.Namespace) -> int:
             if unknown:
                 raise UsageError(f"{flag} {unknown[0]!r} has no rows in {args.store}; {field}s: {', '.join(known)}")
             rows = [r for r in rows if r[field] in wanted]
+    _warn_if_mixed_code(runs, rows)
     fmt = "json" if args.json else args.format
     if args.chart:
         report.bar_chart(rows, args.chart, args.reference, note=f"made by placebench table from {args.store}")
@@ -319,9 +340,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
     rows = open_rows(args.store)
     runs = _store_runs(args.store)
-    incomplete = _warn_if_incomplete(args.store, runs)
+    warnings = [w for w in (_warn_if_incomplete(args.store, runs), _warn_if_mixed_code(runs, rows)) if w]
     md, csv_path = report.write_leaderboard(rows, args.out, args.reference, source=str(args.store), runs=runs,
-                                            note=f"**Warning: {incomplete}.**" if incomplete else "")
+                                            note="\n\n".join(f"**Warning: {w}.**" for w in warnings))
     written = [str(md), str(csv_path)]
     if not args.no_chart:
         written.append(str(report.bar_chart(rows, Path(args.out) / "leaderboard.png", args.reference)))

@@ -215,3 +215,31 @@ def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tm
     assert code == 0 and "placebench: warning: incomplete store" in err and "1 cells stored, 5 planned" in err
     assert _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "lb"), "--no-chart")[0] == 0
     assert "**Warning: incomplete store" in (tmp_path / "lb" / "leaderboard.md").read_text()
+
+
+def test_tables_say_when_rows_come_from_different_code(capsys, tiny_files, write_spec, tmp_path):
+    store, lb = tmp_path / "store", tmp_path / "lb"
+    for placer in ("single_cpu", "m_etf"):  # two runs, each leaving rows
+        spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                          placers=[placer])
+        assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    manifest = json.loads((store / "manifest.json").read_text())
+
+    def table_warns(first, second):
+        manifest["runs"][0]["git"], manifest["runs"][1]["git"] = first, second
+        (store / "manifest.json").write_text(json.dumps(manifest))
+        code, _, err = _run(capsys, "table", str(store))
+        assert code == 0
+        return "mixed code" in err
+
+    clean_a, clean_b = {"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": False}
+    assert not table_warns(clean_a, clean_a)
+    assert not table_warns(clean_a, {"commit": None, "dirty": None})  # outside git: nothing to compare
+    assert table_warns(clean_a, {"commit": "a" * 40, "dirty": True})
+    assert table_warns({"commit": "a" * 40, "dirty": True}, {"commit": "a" * 40, "dirty": True})
+    assert table_warns(clean_a, clean_b)
+    _, _, err = _run(capsys, "table", str(store), "--placers", "m_etf")  # only the second run's rows: one code
+    assert "mixed code" not in err
+    assert _run(capsys, "leaderboard", str(store), "--out", str(lb), "--no-chart")[0] == 0
+    text = (lb / "leaderboard.md").read_text()
+    assert "**Warning: mixed code: these rows come from 2 runs of aaaaaaaaaaaa, bbbbbbbbbbbb;" in text
