@@ -274,21 +274,31 @@ def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]]) -> str:
     return text
 
 
+def _code_version(run: dict[str, Any]) -> str | None:
+    """The code a run was made with: its commit (and whether the checkout had changes), else outside git the
+    placebench version; None when the manifest says neither."""
+    git = run.get("git") or {}
+    if git.get("commit"):
+        return str(git["commit"])[:12] + (" with uncommitted changes" if git.get("dirty") else "")
+    version = (run.get("packages") or {}).get("placebench")
+    return f"placebench {version} (no commit recorded)" if version else None
+
+
 def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
     """Rows of runs made by different code side by side (stored cells are reused, not rerun, when a placer
-    changes): say so on stderr (and return it). Uncommitted changes count as code that may differ."""
+    changes): say so on stderr (and return it). Two runs of a checkout with changes count as different code:
+    the changes may differ."""
     used = {r.get("run_id") for r in rows}
-    versions: dict[tuple[str, bool], int] = {}
+    versions: dict[str | None, int] = {}
     for run in runs:
-        git = run.get("git") or {}
-        if run.get("run_id") in used and git.get("commit"):
-            v = (str(git["commit"]), bool(git.get("dirty")))
+        if run.get("run_id") in used:
+            v = _code_version(run)
             versions[v] = versions.get(v, 0) + 1
-    if len(versions) < 2 and not any(dirty and k > 1 for (_, dirty), k in versions.items()):
+    if len(versions) < 2 and not any(v and "with uncommitted changes" in v and k > 1 for v, k in versions.items()):
         return ""
-    code = ", ".join(c[:12] + (" with uncommitted changes" if d else "") for c, d in versions)
-    text = (f"mixed code: these rows come from {sum(versions.values())} runs of {code}; a stored cell is not "
-            f"rerun when its placer changes: rerun the spec with --force to make every row with one version")
+    code = ", ".join(v or "unknown code" for v in versions)
+    text = (f"mixed code: these rows come from {sum(versions.values())} runs of {code}; a stored cell is not rerun "
+            f"when its placer changes: rerun the spec(s) that made them with --force to use one version")
     print(f"placebench: warning: {text}", file=sys.stderr)
     return text
 

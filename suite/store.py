@@ -317,21 +317,22 @@ def package_versions(names: Iterable[str] = MANIFEST_PACKAGES) -> dict[str, str]
     return out
 
 
+CODE_FOLDERS = ("suite", "baselines", "rl")  # an untracked file there (a new placer) is a code change
+
+
 def git_state(where: Path | None = None) -> dict[str, Any]:
-    """The commit of the checkout that holds the code (None outside git) and whether it has local changes."""
+    """The commit of the checkout that holds the code (None outside git) and whether it has local changes:
+    changed tracked files anywhere, or untracked files in the code folders."""
     where = where or Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=where,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no") or git(
+            "ls-files", "--others", "--exclude-standard", "--", *CODE_FOLDERS)
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
     return {"commit": commit or None, "dirty": bool(dirty)}

@@ -233,8 +233,12 @@ def test_tables_say_when_rows_come_from_different_code(capsys, tiny_files, write
         return "mixed code" in err
 
     clean_a, clean_b = {"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": False}
+    outside_git = {"commit": None, "dirty": None}
     assert not table_warns(clean_a, clean_a)
-    assert not table_warns(clean_a, {"commit": None, "dirty": None})  # outside git: nothing to compare
+    assert not table_warns(outside_git, outside_git)  # same placebench version
+    assert table_warns(clean_a, outside_git)
+    manifest["runs"][1]["packages"]["placebench"] = "0.0.1"
+    assert table_warns(outside_git, outside_git)  # outside git the version tells the code apart
     assert table_warns(clean_a, {"commit": "a" * 40, "dirty": True})
     assert table_warns({"commit": "a" * 40, "dirty": True}, {"commit": "a" * 40, "dirty": True})
     assert table_warns(clean_a, clean_b)

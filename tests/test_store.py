@@ -163,3 +163,27 @@ def test_machine_description(tmp_path):
     assert set(info) == {"hostname", "platform", "python", "cpu", "cpus"} and info["cpus"] >= 1
     assert st.package_versions()["numpy"]
     assert st.git_state(tmp_path) == {"commit": None, "dirty": None}  # not a git checkout
+
+
+def test_git_state_counts_new_files_in_the_code_folders_as_changes(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "a.py").write_text("x = 1\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    state = st.git_state(tmp_path)
+    assert len(state["commit"]) == 40 and state["dirty"] is False
+    (tmp_path / "notes.txt").write_text("not code\n")  # untracked, outside the code folders
+    assert st.git_state(tmp_path)["dirty"] is False
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "new_placer.py").write_text("y = 2\n")  # a new placer, not yet added
+    assert st.git_state(tmp_path)["dirty"] is True
+    (tmp_path / "baselines" / "new_placer.py").unlink()
+    (tmp_path / "suite" / "a.py").write_text("x = 2\n")  # a changed tracked file
+    assert st.git_state(tmp_path)["dirty"] is True

@@ -76,8 +76,10 @@ class SimInputs:
     def _unsigned_index(self) -> tuple:
         from suite.simulator import fast
 
-        return (fast.unsigned(self.succ_ptr), fast.unsigned(self.succ_idx), self.succ_bytes,
-                fast.unsigned(self.pred_ptr), fast.unsigned(self.pred_idx))
+        index = [fast.unsigned(a) for a in (self.succ_ptr, self.succ_idx, self.pred_ptr, self.pred_idx)]
+        for a in index:  # copies shared by every later simulation of this workload and cluster
+            a.setflags(write=False)
+        return index[0], index[1], self.succ_bytes, index[2], index[3]
 
     def args(self) -> tuple:
         return (

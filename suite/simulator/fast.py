@@ -12,20 +12,23 @@ It differs from the reference in implementation only, and relies on three facts 
 * The ready op with the smallest index wins a device, so each device's ready set is a bitmap over op
   indices; popping scans forward from the lowest word that may be non-empty.
 
-Memory is tracked online with reference counts: `live` changes at once, and each device's peak takes its
-`live` at the end of every instant in which it grew, which equals the reference's sweep with frees before
-allocations at equal times (an instant that only frees cannot raise the peak). A transfer queued behind a busy channel starts, and allocates its receive buffer, when the
-transfer ahead of it ends. `simulate_batch` runs many placements in one compiled call, sequentially on one
-core, reusing one workspace.
+Memory is tracked online with reference counts: `live` changes at once, and at the end of every instant
+each device that got an allocation in it has its `live` sampled into its peak. This equals the reference's
+sweep with frees before allocations at equal times: a device with no allocation in an instant ends it no
+higher than before. A transfer queued behind a busy channel starts, and allocates its receive buffer, when
+the transfer ahead of it ends. `simulate_batch` runs many placements in one compiled call, sequentially on
+one core, reusing one workspace.
 
 Every index (op, device, channel, transfer, bitmap word) is unsigned, with `NONE` as "no such": numba
 wraps negative indices around, which costs a sign test and keeps every array's length live in the hot loop;
 with unsigned indices those disappear and the loop spills fewer registers (blocks / groups / random
-placements of tests/suite/test_simulator_bench.py: 0.44 / 0.91 / 1.26 ms before, 0.31 / 0.69 / 1.04 ms after). `fast_args` therefore hands the graph's index arrays over as uint64;
-other arrays are converted on each call.
+placements of tests/suite/test_simulator_bench.py: 0.44 / 0.91 / 1.26 ms before, 0.31 / 0.69 / 1.04 ms
+after). `SimInputs.fast_args` hands the graph's index arrays over as uint64 (converted once); index arrays
+from other callers are converted on each call.
 
-Cost: about 30 ns per op even with every op on one device (unpredictable branches: loop lengths,
-readiness, reference counts), plus about 60 ns per cross-device transfer. An engine without transfer events
+Cost (one core, 10,000-op benchmark graph): about 27 ns per op with every op on one device (unpredictable
+branches: loop lengths, readiness, reference counts), plus about 65 ns per cross-device transfer (the
+random placement makes about 12,000). An engine without transfer events
 (ready times known when the last input is produced, future memory deltas in per-device heaps) was built,
 matched this one exactly, and was slower: side by side on the graph and placements of
 tests/suite/test_simulator_bench.py (10,000 ops, 8 devices; best per-placement time over batches of 16),

@@ -30,3 +30,15 @@ def test_an_ok_measurement_needs_a_finite_time(t):
     with pytest.raises(ValueError, match="status ok needs a finite step time"):
         Measurement("ok", t)
     assert Measurement("oom", None).status == "oom"
+
+
+def test_the_cached_fast_engine_inputs_cannot_be_changed(uniform_cluster):
+    """The uint64 index arrays are converted once per (workload, cluster) and shared by every later call."""
+    from suite.simulator import inputs_for
+
+    g, c = _pair(1000), uniform_cluster(2)
+    before = simulate(g, c, [0, 0]).step_time_s
+    for a in inputs_for(g, c).fast_args():
+        with pytest.raises(ValueError, match="read-only"):
+            a.flat[0] = 0
+    assert simulate(g, c, [0, 0]).step_time_s == before == simulate(g, c, [0, 0], engine="reference").step_time_s
