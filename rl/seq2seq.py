@@ -166,12 +166,9 @@ class Seq2SeqPlacer(BasePlacer):
             raise PlacebenchError(f"seq2seq: reward {p['reward']!r} is not one of {', '.join(TRANSFORMS)}")
         if p["final"] not in FINAL_CHOICES:
             raise PlacebenchError(f"seq2seq: final {p['final']!r} is not one of {', '.join(FINAL_CHOICES)}")
-        if int(p["batch_size"]) < 1:
-            raise PlacebenchError(f"seq2seq: batch_size must be at least 1, got {p['batch_size']}")
 
     def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
         started = time.perf_counter()
-        self._check()
         threads = torch.get_num_threads()
         torch.set_num_threads(int(self.params["threads"]))
         try:

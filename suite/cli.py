@@ -274,14 +274,15 @@ def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]]) -> str:
     return text
 
 
-def _code_version(run: dict[str, Any]) -> str | None:
-    """The code a run was made with: its commit (and whether the checkout had changes), else outside git the
-    placebench version; None when the manifest says neither."""
+def _code_version(run: dict[str, Any]) -> tuple[str | None, bool]:
+    """The code a run was made with: its commit, else outside git the placebench version (None when the
+    manifest says neither); and whether the checkout had uncommitted changes."""
     git = run.get("git") or {}
     if git.get("commit"):
-        return str(git["commit"])[:12] + (" with uncommitted changes" if git.get("dirty") else "")
+        dirty = bool(git.get("dirty"))
+        return str(git["commit"])[:12] + (" with uncommitted changes" if dirty else ""), dirty
     version = (run.get("packages") or {}).get("placebench")
-    return f"placebench {version} (no commit recorded)" if version else None
+    return (f"placebench {version} (no commit recorded)" if version else None), False
 
 
 def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
@@ -289,15 +290,13 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     changes): say so on stderr (and return it). Two runs of a checkout with changes count as different code:
     the changes may differ."""
     used = {r.get("run_id") for r in rows}
-    versions: dict[str | None, int] = {}
-    for run in runs:
-        if run.get("run_id") in used:
-            v = _code_version(run)
-            versions[v] = versions.get(v, 0) + 1
-    if len(versions) < 2 and not any(v and "with uncommitted changes" in v and k > 1 for v, k in versions.items()):
+    versions = [_code_version(run) for run in runs if run.get("run_id") in used]
+    dirty_runs = sum(dirty for _, dirty in versions)
+    labels = list(dict.fromkeys(label for label, _ in versions))
+    if len(labels) < 2 and dirty_runs < 2:
         return ""
-    code = ", ".join(v or "unknown code" for v in versions)
-    text = (f"mixed code: these rows come from {sum(versions.values())} runs of {code}; a stored cell is not rerun "
+    code = ", ".join(label or "unknown code" for label in labels)
+    text = (f"mixed code: these rows come from {len(versions)} runs of {code}; a stored cell is not rerun "
             f"when its placer changes: rerun the spec(s) that made them with --force to use one version")
     print(f"placebench: warning: {text}", file=sys.stderr)
     return text

@@ -23,7 +23,7 @@ import numpy as np
 
 from suite.errors import ClusterError
 from suite.graph import DEVICE_KINDS
-from suite.textfile import load_toml
+from suite.textfile import as_float, load_toml
 
 SCHEMA_VERSION = 1
 PRESET_DIR = Path(__file__).parent / "clusters"
@@ -144,18 +144,8 @@ class Cluster:
         return f"Cluster({self.name!r}, devices={[d.name for d in self.devices]})"
 
 
-def _as_float(value: Any) -> float:
-    """value as a float: NaN if it is not a real number (bools included), inf if it is too large for one."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return math.nan
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
-
-
 def _positive(where: str, key: str, value: Any, *, allow_zero: bool = False, at_most_one: bool = False) -> None:
-    x = _as_float(value)
+    x = as_float(value)
     if math.isnan(x):
         raise ClusterError(f"{where}.{key}: expected a number, got {value!r}")
     if x < 0 or (x == 0 and not allow_zero) or math.isinf(x):

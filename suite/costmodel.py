@@ -26,7 +26,7 @@ import numpy as np
 from suite.cluster import Cluster, Device
 from suite.errors import ClusterError, ProfileError
 from suite.graph import OpGraph
-from suite.textfile import load_json
+from suite.textfile import as_float, load_json
 
 PROFILE_FORMAT = "placebench.profile"
 PROFILE_SCHEMA_VERSION = 1
@@ -74,12 +74,7 @@ class Profile:
 
 def _seconds(value: Any) -> float | None:
     """value as a finite non-negative float, or None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        t = float(value)
-    except OverflowError:
-        return None
+    t = as_float(value)
     return t if math.isfinite(t) and t >= 0 else None
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from suite.errors import GraphError
 from suite.graph import Op, OpGraph
+from suite.textfile import parse_json
 
 FORMAT = "placebench.opgraph"
 SCHEMA_VERSION = 1
@@ -154,8 +155,4 @@ def load(path: str | Path, *, check_hash: bool = True) -> OpGraph:
         raise GraphError(f"{path}: no such graph file") from None
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise GraphError(f"{path}: cannot read graph file: {exc}") from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # ValueError: also integers too long to convert
-        raise GraphError(f"{path}: not valid JSON: {exc}") from None
-    return from_dict(data, source=str(path), check_hash=check_hash)
+    return from_dict(parse_json(text, path, GraphError), source=str(path), check_hash=check_hash)

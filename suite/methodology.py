@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SpecError
-from suite.textfile import load_toml
+from suite.textfile import as_float, load_toml
 
 METHODOLOGY_DIR = Path(__file__).parent / "methodology"
 DEFAULT = "v1"
@@ -71,18 +71,11 @@ SECTIONS = {
 
 def _num(where: str, value: Any, *, integer: bool = False, minimum: float = 0.0) -> Any:
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
-    if isinstance(value, bool) or not ok or (not integer and not _finite(value)):
+    if isinstance(value, bool) or not ok or (not integer and not math.isfinite(as_float(value))):
         raise SpecError(f"{where}: expected a {'whole' if integer else 'finite'} number, got {value!r}")
     if value < minimum:
         raise SpecError(f"{where}: {value!r} is below the minimum {minimum}")
     return value
-
-
-def _finite(value: int | float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float
-        return False
 
 
 def check_seeds(where: str, seeds: Any) -> list[int]:

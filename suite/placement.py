@@ -18,6 +18,7 @@ import numpy as np
 from suite.cluster import Cluster
 from suite.errors import PlacementError
 from suite.graph import OpGraph
+from suite.textfile import load_json
 
 
 def as_placement(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray:
@@ -136,14 +137,7 @@ def save_placement(placement: np.ndarray, graph: OpGraph, cluster: Cluster, path
 def load_placement(path: str | Path, graph: OpGraph, cluster: Cluster) -> np.ndarray:
     """Read a placement file (an object with a 'placement' field: a list or an {op: device} object)."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PlacementError(f"{path}: no such placement file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlacementError(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise PlacementError(f"{path}: not valid JSON: {exc}") from None
+    data = load_json(path, PlacementError, "placement")
     raw = data.get("placement") if isinstance(data, dict) else data
     if raw is None:
         raise PlacementError(f"{path}: no field 'placement'")

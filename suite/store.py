@@ -31,6 +31,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from suite.errors import PlacebenchError
+from suite.textfile import load_json
 
 STORE_FORMAT = "placebench.store"
 STORE_SCHEMA_VERSION = 1
@@ -240,12 +241,7 @@ class Store:
 
     def read_cell(self, cell_id: str) -> dict[str, Any]:
         path = self.cell_path(cell_id)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise StoreError(f"{path}: no such cell") from None
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{path}: not valid JSON: {exc}") from None
+        data = load_json(path, StoreError, "cell")
         if not isinstance(data, dict) or data.get("format") != CELL_FORMAT:
             raise StoreError(f"{path}: not a placebench cell file")
         return data
@@ -259,12 +255,9 @@ class Store:
 
     # manifest
     def manifest(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not self.manifest_path.exists():
             return {"format": STORE_FORMAT, "schema_version": STORE_SCHEMA_VERSION, "runs": []}
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{self.manifest_path}: not valid JSON: {exc}") from None
+        data = load_json(self.manifest_path, StoreError, "store manifest")
         if not isinstance(data, dict) or data.get("format") != STORE_FORMAT:
             raise StoreError(f"{self.manifest_path}: not a placebench store manifest")
         return data

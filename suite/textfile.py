@@ -1,4 +1,4 @@
-"""Reading the project's text inputs (TOML and JSON files) with one kind of error per caller.
+"""Reading the project's text inputs (TOML and JSON files) with one kind of error per caller, and their numbers.
 
 A missing file, a directory, bytes that are not UTF-8 or text that does not parse become the caller's error
 class with a message that starts with the file's path; never a bare OSError or decoder traceback.
@@ -7,6 +7,8 @@ class with a message that starts with the file's path; never a bare OSError or d
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -36,8 +38,23 @@ def load_toml(path: str | Path, error: type[PlacebenchError], what: str) -> dict
 
 
 def load_json(path: str | Path, error: type[PlacebenchError], what: str) -> Any:
-    text = read_text(path, error, what)
+    return parse_json(read_text(path, error, what), path, error)
+
+
+def parse_json(text: str, path: str | Path, error: type[PlacebenchError]) -> Any:
+    """JSON text read from `path` (by the caller, e.g. from a gzip file)."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an integer too long to convert
         raise error(f"{path}: not valid JSON: {exc}") from None
+
+
+def as_float(value: Any) -> float:
+    """A number from a data file as a float: NaN if it is not a real number (bools included), +-inf if it is
+    too large for one; callers check the range they need."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf

@@ -138,6 +138,12 @@ def test_bad_cell_and_manifest_files_are_errors(tmp_path):
     (s.cells_dir / "bad.json").write_text("{not json")
     with pytest.raises(StoreError, match=r"bad\.json: not valid JSON"):
         s.rows()
+    (s.cells_dir / "bad.json").write_text('{"n": 1' + "0" * 5000 + "}")  # json's ValueError, not a JSONDecodeError
+    with pytest.raises(StoreError, match=r"bad\.json: not valid JSON: Exceeds the limit"):
+        s.rows()
+    s.manifest_path.write_bytes(b'{"format": "\xff"}')
+    with pytest.raises(StoreError, match=r"manifest\.json: not valid UTF-8 text"):
+        s.manifest()
     s.manifest_path.write_text('{"format": "something else"}')
     with pytest.raises(StoreError, match="not a placebench store manifest"):
         s.manifest()

@@ -54,6 +54,7 @@ from suite import graph_io
 from suite.capture import CAPTURE_VERSION
 from suite.errors import GraphError, UnknownNameError
 from suite.graph import OpGraph
+from suite.textfile import load_json
 
 ZOO_VERSION = 1  # bump when this file changes how graphs or their metadata are made
 INDEX_FORMAT = "placebench.graph_index"
@@ -274,10 +275,7 @@ def _read_index(directory: Path) -> dict[str, dict[str, Any]]:
     path = directory / "index.json"
     if not path.exists():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # ValueError: also bad UTF-8, integers too long to convert
-        raise GraphError(f"{path}: cannot read the graph index: {exc}") from None
+    data = load_json(path, GraphError, "graph index")
     if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT or not isinstance(data.get("workloads"), dict):
         raise GraphError(f"{path}: not a placebench graph index (field 'format' must be {INDEX_FORMAT!r})")
     if data.get("schema_version") != INDEX_SCHEMA_VERSION:

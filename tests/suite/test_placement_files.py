@@ -58,7 +58,10 @@ def test_unreadable_files_are_placement_errors(tmp_path):
     g, c = _graph(), load_cluster("haswell_2k80")
     bad = tmp_path / "bad.json"
     bad.write_bytes(b'{"placement": ["\xff"]}')
-    with pytest.raises(PlacementError, match="bad.json: cannot read"):
+    with pytest.raises(PlacementError, match=r"bad\.json: not valid UTF-8 text \(byte 0xff"):
         load_placement(bad, g, c)
-    with pytest.raises(PlacementError, match="cannot read"):
+    with pytest.raises(PlacementError, match="cannot read the placement file"):
         load_placement(tmp_path, g, c)
+    bad.write_text('{"placement": [1' + "0" * 5000 + "]}")  # json's ValueError, not a JSONDecodeError
+    with pytest.raises(PlacementError, match=r"bad\.json: not valid JSON: Exceeds the limit"):
+        load_placement(bad, g, c)
