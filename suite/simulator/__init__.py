@@ -16,7 +16,7 @@ import numpy as np
 
 from suite.cluster import Cluster
 from suite.costmodel import Profile, cost_matrix
-from suite.errors import ClusterError
+from suite.errors import ClusterError, PlacementError
 from suite.graph import OpGraph
 from suite.placement import validate
 from suite.simulator import reference
@@ -199,18 +199,37 @@ def simulate_batch(
     profiles: Iterable[Profile] = (),
     validate_each: bool = True,
 ) -> list[SimResult]:
-    """Simulate many placements ([B, n] array) with the fast engine."""
+    """Simulate many placements ([B, n] array) with the fast engine.
+
+    `validate_each=False` skips the per-placement checks of device kinds and colocation groups (for callers
+    that made them already); device indices are still checked, since the engine would read out of bounds.
+    """
     from suite.simulator import fast
 
     placements = np.asarray(placements)
     if placements.ndim != 2 or placements.shape[1] != workload.num_ops:
-        from suite.errors import PlacementError
-
         raise PlacementError(
             f"batch of placements must have shape [B, {workload.num_ops}], got {placements.shape}"
         )
     if validate_each:
         placements = np.stack([validate(p, workload, cluster) for p in placements]) if len(placements) else placements
+    else:
+        _check_device_indices(placements, workload, cluster)
     inputs = inputs_for(workload, cluster, profiles)
     steps, busy, peak, link = fast.simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), *inputs.fast_args())
     return [_result(inputs, cluster, steps[b], busy[b], peak[b], link[b]) for b in range(len(placements))]
+
+
+def _check_device_indices(placements: np.ndarray, workload: OpGraph, cluster: Cluster) -> None:
+    """Every entry of a [B, n] batch is an integer device index of `cluster` (PlacementError naming one that is not)."""
+    if placements.size == 0:
+        return
+    if placements.dtype.kind not in "iu":
+        raise PlacementError(f"a batch of placements must hold integer device indices, got dtype {placements.dtype}")
+    bad = (placements < 0) | (placements >= cluster.num_devices)
+    if bad.any():
+        b, i = (int(x) for x in np.argwhere(bad)[0])
+        raise PlacementError(
+            f"placement {b} of the batch, entry {i} (op {workload.ops[i].name!r}): device {int(placements[b, i])} "
+            f"does not exist; cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
+        )

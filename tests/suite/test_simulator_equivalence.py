@@ -124,3 +124,29 @@ def test_fast_equals_reference_with_more_than_64_devices(ndev):
         assert ref.peak_memory_bytes[-3:].max() > 0
         _same(ref, simulate(g, c, p, engine="fast"))
         _same(ref, rb)
+
+
+def test_the_kept_workspace_gives_every_call_the_result_of_a_fresh_one():
+    """The fast engine keeps its scratch arrays between calls with equal sizes: two graphs of the same size
+    simulated in turn, single and batched, equal the reference every time."""
+    from suite.simulator import fast
+
+    rng = np.random.default_rng(7)
+    c = Cluster("three", tuple(Device(f"d{k}", "gpu", 1e9, 1e30, 10**9, 0.0) for k in range(3)),
+                (Link(("d0", "d1", "d2"), 1000.0, 0.5),))
+    graphs = []
+    for s in range(2):
+        ops = [Op(f"o{i}", "x", flops=float(rng.integers(0, 4)) * 1e9, output_bytes=int(rng.choice([0, 500, 1000])),
+                  param_bytes=int(rng.integers(0, 500))) for i in range(60)]
+        edges = [(f"o{i}", f"o{j}") for j in range(1, 60) for i in sorted({int(x) for x in rng.integers(0, j, size=2)})]
+        graphs.append(OpGraph.build(f"g{s}", ops, edges[:80]))
+    assert graphs[0].num_edges == graphs[1].num_edges == 80
+    placements = rng.integers(0, 3, size=(4, 60))
+    expected = {(k, b): simulate(g, c, p, engine="reference") for k, g in enumerate(graphs) for b, p in enumerate(placements)}
+    for _ in range(2):
+        for k, g in enumerate(graphs):
+            for b, p in enumerate(placements):
+                _same(expected[k, b], simulate(g, c, p))
+            for b, r in enumerate(simulate_batch(g, c, placements[::-1])):
+                _same(expected[k, len(placements) - 1 - b], r)
+    assert fast._kept.sizes == (60, 3, 80)

@@ -42,3 +42,21 @@ def test_the_cached_fast_engine_inputs_cannot_be_changed(uniform_cluster):
         with pytest.raises(ValueError, match="read-only"):
             a.flat[0] = 0
     assert simulate(g, c, [0, 0]).step_time_s == before == simulate(g, c, [0, 0], engine="reference").step_time_s
+
+
+def test_a_batch_without_per_placement_checks_still_refuses_unknown_devices(uniform_cluster):
+    """`validate_each=False` skips kind and colocation checks only: an index the engine would read out of
+    bounds (negative, or past the last device) is an error naming it."""
+    import numpy as np
+
+    from suite import simulate_batch
+    from suite.errors import PlacementError
+
+    g, c = _pair(1000), uniform_cluster(2)
+    assert [r.step_time_s for r in simulate_batch(g, c, np.array([[0, 1], [1, 1]]), validate_each=False)] == [3.0, 2.0]
+    with pytest.raises(PlacementError, match=r"placement 1 of the batch, entry 0 \(op 'a'\): device -1 does not"):
+        simulate_batch(g, c, np.array([[0, 1], [-1, 1]]), validate_each=False)
+    with pytest.raises(PlacementError, match=r"entry 1 \(op 'b'\): device 2 does not exist; .* devices 0..1"):
+        simulate_batch(g, c, np.array([[0, 2]]), validate_each=False)
+    with pytest.raises(PlacementError, match="integer device indices, got dtype float64"):
+        simulate_batch(g, c, np.array([[0.0, 1.5]]), validate_each=False)
