@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +43,7 @@ from suite.evaluator import SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Methodology, Timing
 from suite.placement import validate
+from suite.textfile import load_json
 
 _REPO_RESULTS = Path(__file__).resolve().parents[1] / "results"
 # in a checkout: the committed results/fidelity; in an installed package: results/fidelity under the current directory
@@ -460,16 +462,29 @@ def _mode(d: dict[str, Any]) -> str:
 
 
 def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
-    """`summary.md`: per fidelity JSON in `out`, the single-device rows and the placement-set statistics."""
+    """`summary.md`: per fidelity JSON in `out`, the single-device rows and the placement-set statistics.
+
+    A JSON file that cannot be read, or a fidelity report with missing or malformed fields, is listed in the
+    summary as left out (and on stderr), with the reason; it is neither skipped silently nor fatal, since the
+    report just written is already on disk.
+    """
     out = Path(out)
-    results = []
+    singles: list[str] = []
+    overall: list[str] = []
+    left_out: list[str] = []
     for path in sorted(out.glob("*.json")):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            data = load_json(path, PlacebenchError, "fidelity report")
+        except PlacebenchError as exc:
+            left_out.append(str(exc))
             continue
-        if isinstance(data, dict) and data.get("format") == "placebench.fidelity":
-            results.append(data)
+        if not (isinstance(data, dict) and data.get("format") == "placebench.fidelity"):
+            continue  # not a fidelity report
+        try:
+            singles += _single_rows(data)
+            overall.append(_overall_row(data))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            left_out.append(f"{path}: a malformed fidelity report ({type(exc).__name__}: {exc})")
     lines = [
         "# Simulator fidelity summary",
         "",
@@ -480,29 +495,41 @@ def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
         "| workload | backend | clock | device | predicted ms | measured ms | rel. error | uncalibrated predicted ms | "
         "uncalibrated rel. error |",
         "|---|---|---|---|---:|---:|---:|---:|---:|",
+        *singles,
+        "",
+        "## All placements",
+        "",
+        "| workload | cluster | backend | clock | placements ok | median abs. rel. error | Spearman | within 15% |",
+        "|---|---|---|---|---:|---:|---:|---:|",
+        *overall,
     ]
-    for d in results:
-        for r in d["rows"]:
-            if r["label"].startswith("single:") and r["status"] == "ok":
-                lines.append(f"| {d['workload']} | {d['backend']} | {_mode(d)} | "
-                             f"{r['label'][7:]} | {_ms(r['predicted_s'])} | "
-                             f"{_ms(r['measured_s'])} | {_pct(r['rel_error'])} | {_ms(r.get('predicted_raw_s'))} | "
-                             f"{_pct(r.get('rel_error_raw'))} |")
-    lines += ["", "## All placements", "",
-              "| workload | cluster | backend | clock | placements ok | median abs. rel. error | Spearman | within 15% |",
-              "|---|---|---|---|---:|---:|---:|---:|"]
-    for d in results:
-        s = d["stats"]
-        med = s["median_abs_rel_error"]
-        rho = s["spearman"]
-        lines.append(f"| {d['workload']} | {d['cluster']} | {d['backend']} | {_mode(d)} | "
-                     f"{s['measured_ok']}/{s['placements']} | "
-                     f"{'-' if med is None else f'{med * 100:.1f}%'} | {'-' if rho is None else f'{rho:.3f}'} | "
-                     f"{s['within_15pct']} |")
+    if left_out:
+        lines += ["", "## Files left out", "", *(f"- {m}" for m in left_out)]
+        for m in left_out:
+            print(f"warning: the fidelity summary leaves out {m}", file=sys.stderr)
     lines += ["", "## Reading these numbers", "", *NOTES]
     path = out / "summary.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _single_rows(d: dict[str, Any]) -> list[str]:
+    return [
+        f"| {d['workload']} | {d['backend']} | {_mode(d)} | {r['label'][7:]} | {_ms(r['predicted_s'])} | "
+        f"{_ms(r['measured_s'])} | {_pct(r['rel_error'])} | {_ms(r.get('predicted_raw_s'))} | "
+        f"{_pct(r.get('rel_error_raw'))} |"
+        for r in d["rows"]
+        if r["label"].startswith("single:") and r["status"] == "ok"
+    ]
+
+
+def _overall_row(d: dict[str, Any]) -> str:
+    s = d["stats"]
+    med = s["median_abs_rel_error"]
+    rho = s["spearman"]
+    return (f"| {d['workload']} | {d['cluster']} | {d['backend']} | {_mode(d)} | {s['measured_ok']}/{s['placements']} | "
+            f"{'-' if med is None else f'{med * 100:.1f}%'} | {'-' if rho is None else f'{rho:.3f}'} | "
+            f"{s['within_15pct']} |")
 
 
 NOTES = [

@@ -22,6 +22,7 @@ from suite.fidelity import (
     run_fidelity,
     spearman,
     write_report,
+    write_summary,
 )
 from suite.methodology import Timing
 from suite.placement import validate
@@ -125,6 +126,24 @@ def test_fidelity_study_and_reports(tmp_path):
     assert data["stats"] == json.loads(json.dumps(s)) and len(data["rows"]) == 4
     assert "| single:cpu:0 |" in paths["md"].read_text()
     assert rw.graph.name in paths["summary"].read_text()
+
+
+def test_summary_lists_the_reports_it_cannot_read(tmp_path, capsys):
+    """A broken JSON file or a fidelity report without its fields is named in the summary, not skipped."""
+    rows = [Row("single:cpu:0", "single", 1.0, 1.25, "ok"), Row("random:0", "random", 2.0, 2.0, "ok")]
+    (tmp_path / "good.json").write_text(json.dumps(FidelityResult("w", "h", "c", "torch", {}, rows).to_dict()))
+    (tmp_path / "broken.json").write_text('{"format": "placebench.fidelity", ')
+    (tmp_path / "partial.json").write_text(json.dumps({"format": "placebench.fidelity", "workload": "w2"}))
+    (tmp_path / "other.json").write_text(json.dumps({"format": "something else"}))
+    text = write_summary(tmp_path).read_text()
+    assert "| w | torch | wall | cpu:0 | 1000.00 | 1250.00 | -20.0% |" in text
+    assert "| w | c | torch | wall | 2/2 | 10.0% |" in text
+    left = text.split("## Files left out")[1].split("##")[0]
+    assert f"- {tmp_path / 'broken.json'}: not valid JSON" in left
+    assert f"- {tmp_path / 'partial.json'}: a malformed fidelity report (KeyError: 'rows')" in left
+    assert "other.json" not in text and "w2" not in text.split("## Files left out")[0]
+    err = capsys.readouterr().err
+    assert err.count("warning: the fidelity summary leaves out") == 2
 
 
 def test_statistics_ignore_failed_placements():
