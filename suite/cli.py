@@ -66,6 +66,7 @@ def _print_tables(tables: Sequence[Any]) -> None:
     texts = [report.to_text(t) for t in tables]
     if _tty(sys.stdout):
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table as RichTable
 
         console = Console()
@@ -73,12 +74,14 @@ def _print_tables(tables: Sequence[Any]) -> None:
         needed = max(max(len(line) for line in text.splitlines()) + 3 * len(t.columns) for t, text in zip(tables, texts, strict=True))
     if _tty(sys.stdout) and needed <= console.width:
         for t in tables:
-            rt = RichTable(title=t.title, title_justify="left")
+            rt = RichTable(title=escape(t.title), title_justify="left")
             for col, align in zip(t.columns, t.align, strict=True):
-                rt.add_column(col, justify="left" if align == "l" else "right")
+                rt.add_column(escape(col), justify="left" if align == "l" else "right")
             for row, raw in zip(t.rows, t.raw, strict=True):
+                # labels and messages are text, not rich markup: "ls[b=8]" or a path with "[/x]" in it
                 styled = [
-                    f"[red]{c}[/red]" if isinstance(v, str) and v in ("oom", "invalid", "timeout", "error") else c
+                    f"[red]{escape(c)}[/red]" if isinstance(v, str) and v in ("oom", "invalid", "timeout", "error")
+                    else escape(c)
                     for c, v in zip(row, raw, strict=True)
                 ]
                 rt.add_row(*styled)
@@ -261,15 +264,20 @@ def _store_runs(store: str | Path) -> list[dict[str, Any]]:
 
 
 def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]]) -> str:
-    """A store whose last run stopped early makes tables that look final: say so on stderr (and return it)."""
-    from suite.store import Store
-
-    last = runs[-1] if runs else None
-    if not last or last.get("complete", True):
+    """A store where the last run of some spec stopped early makes tables that look final: say so on stderr
+    (and return it). Every spec counts, not only the last run's: a later complete run of another spec does
+    not fill the gaps."""
+    latest: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        latest[str(run.get("spec", "?"))] = run
+    stopped = [run for run in latest.values() if not run.get("complete", True)]
+    if not stopped:
         return ""
-    stored = len(Store(store, create=False).cell_ids())
-    text = (f"incomplete store: its last run (spec {last.get('spec', '?')}) stopped before it finished; "
-            f"{stored} cells stored, {last.get('cells_planned', '?')} planned; rerun the same command to complete it")
+    what = "; ".join(f"spec {run.get('spec', '?')}: {run.get('cells_run', '?')} of its "
+                     f"{run.get('cells_to_run', '?')} cells to run were run ({run.get('cells_planned', '?')} planned)"
+                     for run in stopped)
+    text = (f"incomplete store: the last run of {len(stopped)} spec(s) stopped before it finished ({what}); "
+            f"rerun the same command to complete it")
     print(f"placebench: warning: {text}", file=sys.stderr)
     return text
 
@@ -308,17 +316,18 @@ def _names(text: str | None) -> list[str]:
 
 def cmd_table(args: argparse.Namespace) -> int:
     from suite import report
-    from suite.store import atomic_write_text, open_rows
+    from suite.store import atomic_write_bytes, atomic_write_text, open_rows
 
     rows = open_rows(args.store)
     runs = _store_runs(args.store)
     _warn_if_incomplete(args.store, runs)
-    placers = _names(args.placers)
     reference = args.reference or report.DEFAULT_REFERENCE
-    if placers and reference not in placers and any(r["placer"] == reference for r in rows):
-        placers.append(reference)  # speedups need the reference's column
     for flag, field, wanted in (("--cluster", "cluster", [args.cluster] if args.cluster else []),
-                                ("--placers", "placer", placers), ("--workloads", "workload", _names(args.workloads))):
+                                ("--workloads", "workload", _names(args.workloads)), ("--placers", "placer", None)):
+        if wanted is None:  # placers last: the reference joins them only if it has rows left after the others
+            wanted = _names(args.placers)
+            if wanted and reference not in wanted and any(r["placer"] == reference for r in rows):
+                wanted.append(reference)  # speedups need the reference's column
         if wanted:
             known = sorted({r[field] for r in rows})
             unknown = [w for w in wanted if w not in known]
@@ -327,16 +336,19 @@ def cmd_table(args: argparse.Namespace) -> int:
             rows = [r for r in rows if r[field] in wanted]
     _warn_if_mixed_code(runs, rows)
     fmt = "json" if args.json else args.format
-    if args.chart:
-        report.bar_chart(rows, args.chart, args.reference, note=f"made by placebench table from {args.store}")
-    if fmt == "text" and not args.output:
-        res = report.Results.from_rows(rows)
-        if not res.cells:
-            raise report.ReportError(f"{args.store}: no result rows")
-        _print_tables([t for _, ts in report.tables(res, args.reference) for t in ts])
-        return 0
-    text = report.render(rows, fmt, args.reference)
-    if args.output:
+    # everything is made before anything is written: a failure leaves no half-written output
+    png = report.chart_png(rows, args.reference, note=f"made by placebench table from {args.store}") if args.chart else None
+    res = report.Results.from_rows(rows)
+    if not res.cells:
+        raise report.ReportError(f"{args.store}: no result rows")
+    terminal = fmt == "text" and not args.output
+    text = None if terminal else report.render(rows, fmt, args.reference)
+    shown = [t for _, ts in report.tables(res, args.reference) for t in ts] if terminal else None
+    if png is not None:
+        atomic_write_bytes(Path(args.chart), png)
+    if shown is not None:
+        _print_tables(shown)
+    elif args.output:
         atomic_write_text(Path(args.output), text)
     else:
         sys.stdout.write(text)
@@ -350,11 +362,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     rows = open_rows(args.store)
     runs = _store_runs(args.store)
     warnings = [w for w in (_warn_if_incomplete(args.store, runs), _warn_if_mixed_code(runs, rows)) if w]
-    md, csv_path = report.write_leaderboard(rows, args.out, args.reference, source=str(args.store), runs=runs,
-                                            note="\n\n".join(f"**Warning: {w}.**" for w in warnings))
-    written = [str(md), str(csv_path)]
-    if not args.no_chart:
-        written.append(str(report.bar_chart(rows, Path(args.out) / "leaderboard.png", args.reference)))
+    written = [str(p) for p in report.write_leaderboard(
+        rows, args.out, args.reference, source=str(args.store), runs=runs,
+        note="\n\n".join(f"**Warning: {w}.**" for w in warnings), chart=not args.no_chart)]
     if args.json:
         _print_json({"written": written})
     else:

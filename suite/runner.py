@@ -63,7 +63,7 @@ from suite.evaluator import Evaluator, Measurement, SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
 from suite.placement import placement_hash
-from suite.store import Store, machine_info, package_versions
+from suite.store import Store, _json_safe, machine_info, package_versions
 from suite.textfile import load_toml
 
 SPEC_DIR = Path(__file__).parent / "specs"
@@ -442,6 +442,20 @@ def _check_store_matches(store: Store, stored: set[str], plan: Plan) -> None:
             raise SpecError(f"{store.root}: its rows were made with {theirs}; this run has {ours}; "
                             f"tables would mix them: use another --out")
     m = store.manifest()
+    old_meth = m.get("methodologies", {}).get(plan.methodology.version)
+    if isinstance(old_meth, Mapping) and old_meth != plan.methodology.as_dict():
+        changed = sorted(k for k in {*old_meth, *plan.methodology.as_dict()}
+                         if old_meth.get(k) != plan.methodology.as_dict().get(k))
+        raise SpecError(f"{store.root}: its rows were made under another methodology named "
+                        f"{plan.methodology.version!r} (differs in {', '.join(changed)}); tables would mix them: "
+                        f"give the changed methodology its own version, or use another --out")
+    labels = _stored_placer_labels(store, m, stored)
+    for p in {c.placer.shown: c.placer for c in plan.cells}.values():
+        was = labels.get(p.shown)
+        if was is not None and (was["name"], was["params_hash"]) != (p.name, p.params_hash):
+            raise SpecError(f"{store.root}: placer label {p.shown!r} is stored for {was['name']} with params "
+                            f"{was.get('params', '?')}; this run gives it to {p.name} with params {p.params_json}; "
+                            f"tables would show both in one column: give it another label, or use another --out")
     for kind, new in (("workload", plan.workloads), ("cluster", plan.clusters)):
         old = m.get(f"{kind}s", {})
         for x in new.values():
@@ -451,6 +465,18 @@ def _check_store_matches(store: Store, stored: set[str], plan: Plan) -> None:
                     f"{store.root}: its rows for {kind} {x.name!r} were made from a different definition (hash "
                     f"{str(entry['hash'])[:12]}, now {x.content_hash[:12]}); tables would mix them: use another --out"
                 )
+
+
+def _stored_placer_labels(store: Store, manifest: Mapping[str, Any], stored: set[str]) -> dict[str, dict[str, Any]]:
+    """Placer label -> {name, params, params_hash} of a store: from its manifest, or for stores written before
+    the manifest kept them, from its cells."""
+    if isinstance(manifest.get("placers"), Mapping):
+        return dict(manifest["placers"])
+    labels: dict[str, dict[str, Any]] = {}
+    for r in store.records() if stored else ():
+        labels.setdefault(r["placer"], {"name": r.get("placer_name"), "params": r.get("params"),
+                                        "params_hash": r.get("params_hash")})
+    return labels
 
 
 def placer_labels(spec: Spec) -> list[str]:
@@ -707,8 +733,8 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int) -
             record = run_cell(cell, lambda cell=cell: conn.send(("start", cell.cell_id)))
         except BaseException as exc:  # even a SystemExit or KeyboardInterrupt in a placer is a row
             record = failure_record(cell, "error", f"{type(exc).__name__}: {exc}")
-        try:
-            conn.send(("done", record))
+        try:  # as the store writes it: a placer's info holding a function or a socket cannot stop the send
+            conn.send(("done", _json_safe(record)))
         except (OSError, ValueError):
             return
 
@@ -890,6 +916,9 @@ def _manifest_update(store: Store, plan: Plan, run_entry: dict[str, Any]) -> Non
     m = store.manifest()
     m.setdefault("specs", {})[plan.spec.name] = {**plan.spec.as_dict(), "source": plan.spec.source}
     m.setdefault("methodologies", {})[plan.methodology.version] = plan.methodology.as_dict()
+    m.setdefault("placers", _stored_placer_labels(store, m, store.cell_ids()))
+    for p in {c.placer.shown: c.placer for c in plan.cells}.values():
+        m["placers"][p.shown] = {"name": p.name, "params": p.params_json, "params_hash": p.params_hash}
     ws = m.setdefault("workloads", {})
     for ref, g in plan.workloads.items():
         ws[g.name] = {"hash": g.content_hash, "ref": ref, "num_ops": g.num_ops, "metadata": dict(g.metadata)}

@@ -212,9 +212,70 @@ def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tm
     manifest["runs"][-1].update(complete=False, cells_planned=5)  # as a killed run leaves it
     (store / "manifest.json").write_text(json.dumps(manifest))
     code, _, err = _run(capsys, "table", str(store))
-    assert code == 0 and "placebench: warning: incomplete store" in err and "1 cells stored, 5 planned" in err
+    assert code == 0 and "placebench: warning: incomplete store" in err and "spec test: 1 of its 1 cells to run were run (5 planned)" in err
     assert _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "lb"), "--no-chart")[0] == 0
     assert "**Warning: incomplete store" in (tmp_path / "lb" / "leaderboard.md").read_text()
+
+
+def test_a_complete_run_of_another_spec_does_not_hide_an_incomplete_one(capsys, tiny_files, write_spec, tmp_path):
+    store = tmp_path / "store"
+    for name, placer in (("first", "single_cpu"), ("second", "m_etf")):
+        spec = write_spec(name, workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                          placers=[placer])
+        assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+        if name == "first":  # as a run stopped part-way leaves it
+            manifest = json.loads((store / "manifest.json").read_text())
+            manifest["runs"][-1].update(complete=False, cells_planned=4, cells_to_run=4, cells_run=1)
+            (store / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = _run(capsys, "table", str(store))
+    assert code == 0 and "incomplete store: the last run of 1 spec(s) stopped" in err
+    assert "spec first: 1 of its 4 cells to run were run (4 planned)" in err and "second" not in err
+
+
+def test_a_filtered_table_adds_the_reference_only_where_it_has_rows(capsys, tiny_files, write_spec, tmp_path):
+    store = tmp_path / "store"
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=["xeon_h100", str(tiny_files["cluster"])],
+                      placers=["single_cpu", "single_gpu"])
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    rows = [json.loads(p.read_text()) for p in (store / "cells").iterdir()]
+    tiny = next(r["cluster"] for r in rows if r["cluster"] != "xeon_h100")
+    for p in (store / "cells").iterdir():  # no single_gpu rows on the tiny cluster
+        r = json.loads(p.read_text())
+        if r["cluster"] == tiny and r["placer"] == "single_gpu":
+            p.unlink()
+    code, out, err = _run(capsys, "table", str(store), "--cluster", tiny, "--placers", "single_cpu")
+    assert code == 0 and "single_gpu" not in out and "single_cpu" in out, err
+    code, out, _ = _run(capsys, "table", str(store), "--cluster", "xeon_h100", "--placers", "single_cpu")
+    assert code == 0 and "Speedup over single_gpu on xeon_h100" in out
+
+
+def test_a_leaderboard_that_cannot_be_made_leaves_the_old_one(capsys, tiny_files, write_spec, tmp_path):
+    store, lb = tmp_path / "store", tmp_path / "lb"
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=["xeon_h100"], placers=["single_cpu"])
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    lb.mkdir()
+    for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.png"):
+        (lb / name).write_text("old")
+    _assert_usage_error(*_run(capsys, "leaderboard", str(store), "--out", str(lb)), "no single_gpu rows")
+    assert all((lb / name).read_text() == "old" for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.png"))
+    _assert_usage_error(*_run(capsys, "table", str(store), "--chart", str(lb / "c.png"), "--output", str(lb / "t.md"),
+                              "--format", "md"), "no single_gpu rows")
+    assert sorted(p.name for p in lb.iterdir()) == ["leaderboard.csv", "leaderboard.md", "leaderboard.png"]
+
+
+def test_terminal_tables_show_labels_and_messages_as_text(capsys, monkeypatch, tiny_files, write_spec, tmp_path):
+    """On a terminal the tables go through rich: brackets in labels are text, not markup."""
+    import suite.cli
+
+    store = tmp_path / "store"
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=["xeon_h100"],
+                      placers=[{"name": "local_search", "params": {"batch_size": 2}, "label": "ls[b=2]"},
+                               {"name": "single_cpu", "label": "cpu[/x]"}])
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    monkeypatch.setattr(suite.cli, "_tty", lambda stream: True)
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = _run(capsys, "table", str(store))
+    assert code == 0 and "ls[b=2]" in out and "cpu[/x]" in out and "─" in out, err  # rich's box drawing
 
 
 def test_tables_say_when_rows_come_from_different_code(capsys, tiny_files, write_spec, tmp_path):

@@ -125,7 +125,10 @@ def test_latex_and_html_escape_and_mark_failures():
 @pytest.mark.parametrize(
     "seconds, text",
     [(1.234, "1.234 s"), (4.0, "4.000 s"), (0.4, "400.0 ms"), (0.01234, "12.34 ms"), (2.5e-5, "25.00 µs"),
-     (1234.0, "1234 s"), (0.0, "0.000 µs")],
+     (1234.0, "1234 s"), (0.0, "0.000 µs"),
+     # rounding to four digits may reach the next unit or decade: the rounded value decides
+     (0.99996, "1.000 s"), (9.99996, "10.00 s"), (0.00099996, "1.000 ms"), (0.099996, "100.0 ms"),
+     (9999.4, "9999 s"), (9999.6, "10000 s"), (12345.6, "12346 s")],
 )
 def test_format_seconds(seconds, text):
     assert format_seconds(seconds) == text
@@ -179,9 +182,8 @@ def test_leaderboard_files_say_they_are_generated(tmp_path):
     assert text.splitlines()[0] == f"<!-- {report.GENERATED_NOTE} (runs/x) -->"
     assert "# placebench leaderboard" in text and "| w2 | OOM | 500.0 ms | 1.000 s |" in text
     assert "commit" not in text  # no manifest given: no provenance line
-    lines = csv_path.read_text().splitlines()
-    assert lines[0] == f"# {report.GENERATED_NOTE}"
-    assert len(list(csv.DictReader(lines[1:]))) == 12
+    rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))  # plain CSV: the header is the first line
+    assert len(rows) == 12 and rows[0]["cluster"] == "c1"
 
 
 def test_leaderboard_names_the_runs_that_made_it(tmp_path):
@@ -197,3 +199,41 @@ def test_bar_chart_is_a_png(tmp_path):
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"Description\x00" + report.GENERATED_NOTE.encode() in data  # says it is generated, as the md and csv do
+
+
+def test_rows_a_report_cannot_use_are_errors_naming_them():
+    """Rows read from a hand-made CSV or Parquet file: an unknown status or an ok row without a usable time."""
+    with pytest.raises(ReportError, match=r"c1 / w / a / seed 0: unknown status 'crashed'; expected one of ok, oom"):
+        report.render([_row("w", "a", "crashed")], "text")
+    for t in (None, "", float("nan"), -1.0, "fast"):
+        with pytest.raises(ReportError, match=r"c1 / w / a / seed 0: status ok needs a finite step time >= 0"):
+            report.render([_row("w", "a", "ok", t)], "text")
+    with pytest.raises(ReportError, match="a result row has no placer"):
+        report.render([{**_row("w", "a", "ok", 1.0), "placer": ""}], "text")
+
+
+def test_a_zero_step_time_has_no_speedup():
+    """A workload with no work on a cluster without per-op overhead takes 0 s: n/a, not a division by zero."""
+    rows = [_row("w", "a", "ok", 0.0), _row("w", "ref", "ok", 0.0), _row("v", "a", "ok", 0.0),
+            _row("v", "ref", "ok", 2.0), _row("u", "a", "ok", 1.0), _row("u", "ref", "ok", 2.0)]
+    text = report.render(rows, "text", "ref")
+    assert "u         2.00x  1.00x\nv           n/a  1.00x\nw           n/a    n/a" in text
+    summary = report.tables(report.Results.from_rows(rows), "ref")[0][1][2]
+    assert summary.raw[0][:1] + summary.raw[0][6:8] == ["a", 2.0, 1]  # geomean over u only
+    assert report.render(rows, "csv", "ref").count(",0.0,") == 3
+
+
+def test_cells_with_an_unusual_number_of_seeds_say_so():
+    rows = [_row(w, p, "ok", 1.0, seed=s) for w in ("w1", "w2") for p in ("a", "b") for s in (0, 1, 2)]
+    rows += [_row("w1", "c", "ok", 2.0), _row("w2", "c", "oom")]
+    text = report.render(rows, "text")
+    assert "w1        1.000 s  1.000 s  2.000 s [1 seed]\nw2        1.000 s  1.000 s      OOM [1 seed]" in text
+    assert "seed]" not in report.render(rows[:12], "text")
+
+
+def test_markdown_and_latex_escape_what_they_would_interpret():
+    rows = [_row("w", "a|b", "error"), {**_row("w", "c", "error"), "message": "<lambda> at *x* `y`"}]
+    md = report.render(rows, "md")
+    assert "| a\\|b |" in md and "\\<lambda\\> at \\*x\\* \\`y\\`" in md
+    tex = report.render(rows, "latex")
+    assert r"a\textbar{}b" in tex and r"\textless{}lambda\textgreater{}" in tex

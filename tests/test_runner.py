@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+import suite
 from suite import graph_io, report, runner
 from suite.errors import SpecError, UnknownNameError
 from suite.graph import Op, OpGraph
@@ -149,6 +152,45 @@ def test_one_setup_per_store(tiny_files, write_spec, tmp_path):
     rows = Store(store).rows()
     with pytest.raises(report.ReportError, match="seed 0 has several rows"):
         report.Results.from_rows(rows + [{**rows[0], "budget_evaluations": 6}])
+
+
+def test_a_label_keeps_its_placer_and_parameters_in_a_store(tiny_files, write_spec, tmp_path):
+    """Retuning a labelled placer and rerunning into the same store would put two setups in one column:
+    refused before anything is written, naming the label and both parameter sets."""
+    spec = {"workloads": [str(tiny_files["diamond"])], "clusters": ["xeon_h100"]}
+    store = tmp_path / "store"
+    ls = {"name": "local_search", "params": {"batch_size": 4}, "label": "ls"}
+    runner.run(runner.load_spec(str(write_spec("a", **spec, placers=[ls]))), store)
+    before = sorted(p.name for p in (store / "cells").iterdir())
+    for other in ({**ls, "params": {"batch_size": 16}}, {"name": "m_etf", "label": "ls"}):
+        with pytest.raises(SpecError, match=r"placer label 'ls' is stored for local_search with params "
+                                            r"\{\"batch_size\":4\}; this run gives it to .* another label"):
+            runner.run(runner.load_spec(str(write_spec("b", **spec, placers=[other]))), store)
+    assert sorted(p.name for p in (store / "cells").iterdir()) == before
+    runner.run(runner.load_spec(str(write_spec("c", **spec, placers=[{**ls, "params": {"batch_size": 16},
+                                                                       "label": "ls16"}]))), store)
+    assert len(Store(store).cell_ids()) == 2
+    # a store written before the manifest kept labels: its cells tell them
+    manifest = json.loads((store / "manifest.json").read_text())
+    del manifest["placers"]
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecError, match="placer label 'ls' is stored for local_search"):
+        runner.run(runner.load_spec(str(write_spec("b", **spec, placers=[{**ls, "params": {"batch_size": 16}}]))), store)
+
+
+def test_a_methodology_is_known_by_its_content_not_only_its_version(tiny_files, write_spec, tmp_path):
+    spec = {"workloads": [str(tiny_files["diamond"])], "clusters": ["xeon_h100"], "placers": ["single_cpu"]}
+    store = tmp_path / "store"
+    runner.run(runner.load_spec(str(write_spec("a", **spec))), store)
+    v1 = (Path(suite.__file__).parent / "methodology" / "v1.toml").read_text()
+    changed = tmp_path / "fake_v1.toml"
+    changed.write_text(re.sub(r"failure_multiple = [0-9.]+", "failure_multiple = 1.0", v1))
+    assert changed.read_text() != v1
+    with pytest.raises(SpecError, match=r"another methodology named 'placebench-methodology-v1' \(differs in "
+                                        r"failure_multiple\)"):
+        runner.run(runner.load_spec(str(write_spec("b", **spec, methodology=str(changed)))), store)
+    assert json.loads((store / "manifest.json").read_text())["methodologies"]["placebench-methodology-v1"][
+        "failure_multiple"] != 1.0
 
 
 # -- running: every way a cell can end --------------------------------------------------------------------
@@ -391,6 +433,19 @@ def test_a_workload_changed_after_planning_is_an_error_row(tiny_files, write_spe
 def test_evaluate_one(tiny_files):
     rec = runner.evaluate_one(str(tiny_files["big"]), str(tiny_files["cluster"]), "single_cpu")
     assert (rec["status"], rec["step_time_s"], rec["placement"]) == ("ok", 4.0, [0, 0, 0, 0])
+
+
+def test_a_placer_info_that_cannot_be_pickled_does_not_lose_the_result(tiny_files, tmp_path):
+    """The worker sends the record as the store writes it (JSON-safe): a function in `info` becomes text."""
+    plugin = tmp_path / "odd_info.py"
+    plugin.write_text("import time\nimport numpy as np\nfrom suite.placer import BasePlacer, PlacementResult, register_placer\n\n"
+                      "@register_placer('odd_info')\nclass OddInfo(BasePlacer):\n"
+                      "    def place(self, problem, budget, seed):\n"
+                      "        p = np.zeros(problem.workload.num_ops, dtype=np.int64)\n"
+                      "        return PlacementResult.from_search(p, problem, time.perf_counter(), fn=lambda: 0)\n")
+    rec = runner.evaluate_one(str(tiny_files["big"]), str(tiny_files["cluster"]), "odd_info", plugins=[str(plugin)])
+    assert (rec["status"], rec["step_time_s"]) == ("ok", 4.0), rec["message"]
+    assert rec["info"]["fn"].startswith("<function OddInfo.place.<locals>.<lambda>")
 
 
 # -- the quick suite's wall time (run with: python -m pytest -m benchmark tests/test_runner.py) ---------------
