@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,12 @@ def as_placement(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray
         raise PlacementError(f"placement must be a sequence of device indices or names, got {type(placement).__name__}")
     if len(placement) != n:
         raise PlacementError(f"placement has {len(placement)} entries, but workload {graph.name!r} has {n} ops")
+    ints = _integer_array(placement)
+    if ints is not None:  # the common case, checked in one pass
+        bad = (ints < 0) | (ints >= d)
+        if not bad.any():
+            return ints
+        placement = ints  # the loop below names the first bad entry
     out = np.empty(n, dtype=np.int64)
     for i, v in enumerate(placement):
         if isinstance(v, str):
@@ -67,22 +75,65 @@ def as_placement(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray
     return out
 
 
-def check_placement(placement: np.ndarray, graph: OpGraph, cluster: Cluster) -> None:
-    """Check device-kind constraints and colocation groups; raise `PlacementError` on the first violation."""
-    kinds = [dev.kind for dev in cluster.devices]
+def _integer_array(placement: Any) -> np.ndarray | None:
+    """A new int64 array of the entries if they are all integers (an integer array, or a list of ints and
+    no bools), else None."""
+    if isinstance(placement, np.ndarray):
+        return placement.astype(np.int64) if placement.dtype.kind in "iu" and placement.dtype != np.uint64 else None
+    if all(type(v) is int for v in placement):
+        try:
+            return np.array(placement, dtype=np.int64)
+        except OverflowError:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class _Rules:
+    allowed: np.ndarray | None  # bool [n, D]: op i may run on device d (None: every op allows every device)
+    leader: np.ndarray | None  # int [n]: the first op of each op's colocation group, else the op (None: no groups)
+    group_of: dict[int, str]  # op index -> its group's name
+
+
+@lru_cache(maxsize=32)
+def _rules(graph: OpGraph, cluster: Cluster) -> _Rules:
+    allowed = None
+    kinds = np.array([dev.kind for dev in cluster.devices])
     for i, op in enumerate(graph.ops):
-        if op.allowed_kinds and kinds[placement[i]] not in op.allowed_kinds:
-            dev = cluster.devices[placement[i]]
+        if op.allowed_kinds:
+            if allowed is None:
+                allowed = np.ones((graph.num_ops, cluster.num_devices), dtype=bool)
+            allowed[i] = np.isin(kinds, op.allowed_kinds)
+    leader, group_of = None, {}
+    if graph.groups:
+        leader = np.arange(graph.num_ops)
+        for group, members in graph.groups.items():
+            leader[members] = members[0]
+            group_of.update(dict.fromkeys(members, group))
+    return _Rules(allowed, leader, group_of)
+
+
+def check_placement(placement: np.ndarray, graph: OpGraph, cluster: Cluster) -> None:
+    """Check device-kind constraints, then colocation groups; raise `PlacementError` on the first violation
+    (the lowest op index) of the first rule broken."""
+    rules = _rules(graph, cluster)
+    if rules.allowed is not None:
+        ok = rules.allowed[np.arange(graph.num_ops), placement]
+        if not ok.all():
+            i = int(np.argmin(ok))
+            op, dev = graph.ops[i], cluster.devices[placement[i]]
             raise PlacementError(
                 f"op {op.name!r} is placed on {dev.name} ({dev.kind}), but allows only {', '.join(op.allowed_kinds)}"
             )
-    for group, members in graph.groups.items():
-        devs = placement[members]
-        if (devs != devs[0]).any():
-            j = members[int(np.argmax(devs != devs[0]))]
+    if rules.leader is not None:
+        split = placement != placement[rules.leader]
+        if split.any():
+            j = int(np.argmax(split))
+            first = int(rules.leader[j])
             raise PlacementError(
-                f"colocation group {group!r} is split: op {graph.ops[members[0]].name!r} on "
-                f"{cluster.devices[devs[0]].name}, op {graph.ops[j].name!r} on {cluster.devices[placement[j]].name}"
+                f"colocation group {rules.group_of[j]!r} is split: op {graph.ops[first].name!r} on "
+                f"{cluster.devices[placement[first]].name}, op {graph.ops[j].name!r} on "
+                f"{cluster.devices[placement[j]].name}"
             )
 
 
@@ -97,14 +148,11 @@ def validate(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray:
 def random_placements(graph: OpGraph, cluster: Cluster, rng: np.random.Generator, k: int = 1) -> np.ndarray:
     """k uniformly random valid placements, int64 [k, n]: every colocation group (and every op outside one)
     gets one device drawn among those of a kind all its ops allow. For baselines and examples."""
-    unit = np.arange(graph.num_ops)
-    for members in graph.groups.values():
-        unit[members] = members[0]
-    kinds = np.array([d.kind for d in cluster.devices])
+    rules = _rules(graph, cluster)
+    unit = rules.leader if rules.leader is not None else np.arange(graph.num_ops)
     allowed = np.ones((graph.num_ops, cluster.num_devices), dtype=bool)
-    for i, op in enumerate(graph.ops):
-        if op.allowed_kinds:
-            allowed[unit[i]] &= np.isin(kinds, op.allowed_kinds)
+    if rules.allowed is not None:  # a unit allows the devices every one of its ops allows
+        np.logical_and.at(allowed, unit, rules.allowed)
     if not allowed[unit].any(axis=1).all():
         i = int(np.flatnonzero(~allowed[unit].any(axis=1))[0])
         raise PlacementError(f"op {graph.ops[i].name!r} (or its colocation group) allows no device of {cluster.name!r}")

@@ -4,11 +4,13 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from suite import Op, OpGraph, load_cluster, simulate
 from suite.cluster import from_dict, preset_names
 from suite.costmodel import Profile, cost_matrix, load_profile
-from suite.errors import ClusterError, PlacementError, ProfileError, UnknownNameError
+from suite.errors import ClusterError, GraphError, PlacementError, ProfileError, UnknownNameError
 from suite.placement import load_placement, save_placement, validate
 
 PRESETS = ["dgx_a100x8", "haswell_2k80", "haswell_4k80", "hgx_a100x4", "xeon_h100"]
@@ -148,6 +150,58 @@ def small() -> OpGraph:
 def test_placement_errors(placement, message):
     with pytest.raises(PlacementError, match=message):
         validate(placement, small(), load_cluster("haswell_2k80"))
+
+
+def _reference_violation(p, graph, cluster):
+    """The rules of `check_placement` as plain loops: None, ("kind", op), or ("group", group, its first op,
+    the first op placed elsewhere than that one)."""
+    for i, op in enumerate(graph.ops):
+        if op.allowed_kinds and cluster.devices[p[i]].kind not in op.allowed_kinds:
+            return "kind", op.name
+    for j, op in enumerate(graph.ops):
+        first = graph.groups[op.group][0] if op.group else j
+        if p[j] != p[first]:
+            return "group", op.group, graph.ops[first].name, op.name
+    return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_vectorized_validation_equals_the_rules_as_loops(data):
+    c = load_cluster("haswell_4k80")  # cpu:0 and four GPUs
+    n = data.draw(st.integers(1, 12))
+    groups = data.draw(st.lists(st.sampled_from(["", "", "g1", "g2"]), min_size=n, max_size=n))
+    kinds = data.draw(st.lists(st.sampled_from([(), (), ("cpu",), ("gpu",)]), min_size=n, max_size=n))
+    ops = [Op(f"o{i}", "x", flops=1.0, group=groups[i] or None, allowed_kinds=kinds[i]) for i in range(n)]
+    try:
+        g = OpGraph.build("v", ops, [])
+    except GraphError:  # a group whose ops allow no common device kind
+        assume(False)
+    p = np.array(data.draw(st.lists(st.integers(0, c.num_devices - 1), min_size=n, max_size=n)))
+    expected = _reference_violation(p, g, c)
+    for form in (p, p.tolist(), p.astype(np.int32), p.astype(np.uint8)):
+        if expected is None:
+            assert validate(form, g, c).tolist() == p.tolist()
+        elif expected[0] == "kind":
+            with pytest.raises(PlacementError, match=rf"op '{expected[1]}' is placed on .* but allows only"):
+                validate(form, g, c)
+        else:
+            with pytest.raises(PlacementError, match=rf"colocation group '{expected[1]}' is split: op '{expected[2]}' "
+                                                     rf"on \S+, op '{expected[3]}' on"):
+                validate(form, g, c)
+
+
+def test_validation_copies_and_names_bad_entries_of_arrays():
+    g, c = small(), load_cluster("haswell_2k80")
+    mine = np.array([0, 1, 1])
+    out = validate(mine, g, c)
+    mine[0] = 2
+    assert out.tolist() == [0, 1, 1] and not out.flags.writeable
+    for bad in (np.array([0, 1, 2**40]), np.array([0, 1, 2**63], dtype=np.uint64), [0, 1, 2**70]):
+        with pytest.raises(PlacementError, match=rf"placement\[2\] \(op 'bwd'\): device {bad[2]} does not exist"):
+            validate(bad, g, c)
+    with pytest.raises(PlacementError, match=r"placement\[0\] \(op 'emb'\): np.False_ is not a device index"):
+        validate(np.array([False, True, True]), g, c)
 
 
 def test_placement_file_round_trip_and_errors(tmp_path):
