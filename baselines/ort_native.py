@@ -20,9 +20,11 @@ GPU makes ort_gpu not applicable. A training graph uses the static rule (ONNX Ru
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
+from suite.errors import PlacebenchError
 from suite.graph import OpGraph
 from suite.methodology import Budget
 from suite.placer import BasePlacer, NotApplicable, PlacementResult, Problem
@@ -56,6 +58,13 @@ class OrtGPU(BasePlacer):
 
     name = "ort_gpu"
     defaults = {"assignment": "auto"}  # "auto": measured where CUDA is available, else static; or force one
+    ASSIGNMENTS = ("auto", "measured", "static")
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        if self.params["assignment"] not in self.ASSIGNMENTS:  # at construction: a spec fails before it runs
+            raise PlacebenchError(f"placer 'ort_gpu': parameter assignment={self.params['assignment']!r}: expected "
+                                  f"one of {', '.join(self.ASSIGNMENTS)}")
 
     def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
         started = time.perf_counter()
@@ -66,8 +75,6 @@ class OrtGPU(BasePlacer):
             raise NotApplicable(f"cluster {cluster.name!r} has no CPU device for ONNX Runtime's CPU fallback")
         gpu, cpu = cluster.fastest("gpu"), cluster.fastest("cpu")
         mode = self.params["assignment"]
-        if mode not in ("auto", "measured", "static"):
-            raise ValueError(f"ort_gpu: assignment {mode!r} is not 'auto', 'measured' or 'static'")
         if mode == "auto":
             training = graph.metadata.get("mode") == "training"  # ONNX Runtime runs inference graphs only
             mode = "measured" if _cuda_ort_available() and not training else "static"

@@ -58,6 +58,7 @@ from rl.trainers import Reinforce
 from suite.errors import PlacebenchError
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem
+from suite.textfile import as_float, short_repr
 
 FINAL_CHOICES = ("best_or_greedy", "best", "greedy")
 
@@ -156,8 +157,9 @@ class Seq2SeqPlacer(BasePlacer):
             raise PlacebenchError(f"seq2seq: max_groups must be None or an integer >= 1, got {g!r}")
         for key in ("oom_score_s", "invalid_score_s"):
             v = p[key]
-            if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v) or v <= 0):
-                raise PlacebenchError(f"seq2seq: {key} must be None or a finite number > 0, got {v!r}")
+            if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(as_float(v))
+                                  or v <= 0):
+                raise PlacebenchError(f"seq2seq: {key} must be None or a finite number > 0, got {short_repr(v)}")
         if p["grouping"] not in GROUPINGS:
             raise PlacebenchError(f"seq2seq: grouping {p['grouping']!r} is not one of {', '.join(GROUPINGS)}")
         if p["coarsen"] not in COARSEN_METHODS:

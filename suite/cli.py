@@ -97,6 +97,16 @@ def _fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def _parse_params(texts: Sequence[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for text in texts:
+        key, value = _parse_param(text)
+        if key in params:
+            raise UsageError(f"--param {key} is given twice")
+        params[key] = value
+    return params
+
+
 def _parse_param(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -219,7 +229,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         args.workload,
         args.cluster,
         args.placer,
-        params=dict(_parse_param(p) for p in args.param),
+        params=_parse_params(args.param),
         seed=args.seed,
         methodology=args.methodology,
         budget=budget,

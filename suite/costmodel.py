@@ -101,6 +101,14 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
     for name, t in seconds.items():
         if t is None:
             raise ProfileError(f"{source}: op_times_s[{name!r}] = {times[name]!r} is not a finite non-negative number")
+    if not math.isfinite(sum(seconds.values())):
+        raise ProfileError(f"{source}: op_times_s add up to more than the largest float (a step time would be infinite)")
+    calibration = data.get("metadata", {}).get("calibration")
+    if calibration is not None:
+        _check_calibration(calibration, source)
+        if not math.isfinite(sum(raw_op_times(seconds, calibration).values())):
+            raise ProfileError(f"{source}: op_times_s without metadata.calibration (divided by factor "
+                               f"{calibration['factor']!r}) add up to more than the largest float")
     return Profile(
         workload=data["workload"],
         applies_to=data["applies_to"],
@@ -108,6 +116,42 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
         workload_hash=data.get("workload_hash", ""),
         metadata=dict(data.get("metadata", {})),
     )
+
+
+CALIBRATION_METHODS = ("none", "additive", "scale")
+
+
+def _check_calibration(c: Any, source: str) -> None:
+    """`metadata.calibration` as `suite.profiling` writes it: a method, and the number that method needs."""
+    where = f"{source}: metadata.calibration"
+    if not isinstance(c, dict):
+        raise ProfileError(f"{where} must be an object, got {c!r}")
+    if c.get("method") not in CALIBRATION_METHODS:
+        raise ProfileError(f"{where}.method = {c.get('method')!r} is not one of {', '.join(CALIBRATION_METHODS)}")
+    needed = {"additive": ["op_overhead_s"], "scale": ["factor"]}.get(c["method"], [])
+    for key in needed:
+        if key not in c:
+            raise ProfileError(f"{where}: method {c['method']!r} needs field {key!r}")
+    for key in ("op_overhead_s", "raw_sum_s", "measured_step_s"):
+        if key in c and _seconds(c[key]) is None:
+            raise ProfileError(f"{where}.{key} = {c[key]!r} is not a finite non-negative number")
+    if "factor" in c:
+        f = as_float(c["factor"])
+        if not (math.isfinite(f) and f > 0):
+            raise ProfileError(f"{where}.factor = {c['factor']!r} is not a finite positive number")
+
+
+def raw_op_times(times: Mapping[str, float], calibration: Mapping[str, Any]) -> dict[str, float]:
+    """The per-op times before `calibration` (a checked `metadata.calibration`): the additive overhead
+    subtracted from the ops that ran, or the scale factor divided out."""
+    method = calibration.get("method")
+    if method == "additive":
+        overhead = float(calibration["op_overhead_s"])
+        return {k: max(0.0, t - overhead) if t > 0 else t for k, t in times.items()}
+    if method == "scale":
+        factor = float(calibration["factor"])
+        return {k: t / factor for k, t in times.items()}
+    return dict(times)
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -7,8 +7,9 @@ and measured on this machine.
 * `split:<k>`: contiguous random splits: the ops, in topological order, cut at random points into pieces
   given to devices in turn (pipeline-like placements, seeded);
 * `random:<k>`: every colocation group (or op) on a uniformly random device (seeded);
-* baselines: the placements of registered placers (`placers=("metis", "m_etf", ...)`), where they apply
-  (searching the roofline simulator with a small budget); one equal to an earlier placement is left out;
+* baselines: the placements of registered placers (`placers=("metis", "m_etf", ...)`, searching the
+  roofline simulator with a small budget); one equal to an earlier placement is left out, and a placer that
+  does not apply or fails gets a row with status "skipped" or "error" and why (an unknown name is an error);
 
 each predicted by `SimulatorBackend` with the profiles and measured by the real backend (PyTorch or ONNX
 Runtime) with the methodology's timing protocol, `rounds` times in interleaved rounds (every placement
@@ -196,8 +197,13 @@ def random_placement(graph: OpGraph, num_devices: int, rng: np.random.Generator)
 
 
 def placements_for(graph: OpGraph, cluster: Cluster, *, n_split: int = 3, n_random: int = 2, seed: int = 0,
-                   placers: Sequence[str] = ()) -> list[tuple[str, str, np.ndarray]]:
-    """(label, family, placement) of the fidelity set (see the module docstring); invalid ones are left out."""
+                   placers: Sequence[str] = ()) -> tuple[list[tuple[str, str, np.ndarray]], list[tuple[str, str, str]]]:
+    """The fidelity set (see the module docstring): (label, family, placement) of the valid placements
+    (invalid single, split and random ones are left out), and (placer, status, message) of the placers
+    that gave no valid placement (status "skipped" where the placer does not apply, else "error")."""
+    from suite.placer import NotApplicable
+
+    check_placers(placers)
     rng = np.random.default_rng(seed)
     out = [(label, "single", p) for label, p in single_device_placements(graph, cluster)]
     if cluster.num_devices > 1:
@@ -205,10 +211,14 @@ def placements_for(graph: OpGraph, cluster: Cluster, *, n_split: int = 3, n_rand
             out.append((f"split:{k}", "split", random_split_placement(graph, cluster.num_devices, rng)))
         for k in range(n_random):
             out.append((f"random:{k}", "random", random_placement(graph, cluster.num_devices, rng)))
+    failed: list[tuple[str, str, str]] = []
     for name in placers:
-        p = _placer_placement(name, graph, cluster, seed)
-        if p is not None:
-            out.append((name, "baseline", p))
+        try:
+            out.append((name, "baseline", validate(_placer_placement(name, graph, cluster, seed), graph, cluster)))
+        except NotApplicable as exc:
+            failed.append((name, "skipped", f"does not apply: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - a failing placer is a row of the report, not the end of the study
+            failed.append((name, "error", f"{type(exc).__name__}: {exc}"))
     valid: list[tuple[str, str, np.ndarray]] = []
     for label, fam, p in out:
         try:
@@ -217,20 +227,25 @@ def placements_for(graph: OpGraph, cluster: Cluster, *, n_split: int = 3, n_rand
             continue
         if not any(np.array_equal(p, q) for _, _, q in valid):  # a baseline equal to a single-device one
             valid.append((label, fam, p))
-    return valid
+    return valid, failed
 
 
-def _placer_placement(name: str, graph: OpGraph, cluster: Cluster, seed: int) -> np.ndarray | None:
-    """A registered placer's placement (simulator-backed search with a small budget), None if it does not apply."""
+def check_placers(names: Sequence[str]) -> None:
+    """Every name is an available placer (UnknownNameError otherwise): before anything is measured."""
+    from suite.placer import placer_class
+
+    for name in names:
+        placer_class(name)
+
+
+def _placer_placement(name: str, graph: OpGraph, cluster: Cluster, seed: int) -> np.ndarray:
+    """A registered placer's placement (simulator-backed search with a small budget)."""
     from suite.methodology import Budget
     from suite.placer import Problem, make_placer
 
     budget = Budget(max_evaluations=200, max_seconds=60.0)
-    try:
-        placer = make_placer(name)
-        return np.asarray(placer.place(Problem.make(graph, cluster, budget), budget, seed).placement, dtype=np.int64)
-    except Exception:  # noqa: BLE001 - a baseline that does not apply is left out of the set
-        return None
+    placer = make_placer(name)
+    return np.asarray(placer.place(Problem.make(graph, cluster, budget), budget, seed).placement, dtype=np.int64)
 
 
 # -- the study -------------------------------------------------------------------------------------------
@@ -254,10 +269,15 @@ def run_fidelity(
     engine: str | None = None,
     progress: Any = None,
 ) -> FidelityResult:
-    """Predict and measure the fidelity set of `rw` on `cluster` (see the module docstring)."""
+    """Predict and measure the fidelity set of `rw` on `cluster` (see the module docstring). Unknown placer
+    names and bad counts are refused, and every placement predicted, before anything is measured."""
     from suite import methodology as _m
     from suite.profiling import uncalibrated
 
+    for what, value, low in (("rounds", rounds, 1), ("n_split", n_split, 0), ("n_random", n_random, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise PlacebenchError(f"fidelity: {what} = {value!r} must be a whole number >= {low}")
+    check_placers(placers)
     timing = timing or (methodology or _m.load()).timing
     graph = rw.graph
     sim = SimulatorBackend(graph, cluster, profiles, engine=engine)
@@ -273,15 +293,14 @@ def run_fidelity(
     else:
         raise PlacebenchError(f"fidelity: backend {backend!r} is not 'torch' or 'onnxruntime'")
     rows = []
-    chosen = placements_for(graph, cluster, n_split=n_split, n_random=n_random, seed=seed, placers=placers)
+    chosen, failed = placements_for(graph, cluster, n_split=n_split, n_random=n_random, seed=seed, placers=placers)
+    predicted = [(sim.measure(p), sim_raw.measure(p)) for _, _, p in chosen]  # a bad profile fails here, early
     measured: list[list[Any]] = [[] for _ in chosen]
     for r in range(rounds):  # interleaved rounds: a slow phase of the machine hits every placement alike
         for k, (_, _, p) in enumerate(chosen):
             if r == 0 or measured[k][-1].ok:
                 measured[k].append(real.measure(p))
-    for (label, family, p), ms in zip(chosen, measured, strict=True):
-        pred = sim.measure(p)
-        raw = sim_raw.measure(p)
+    for (label, family, _), (pred, raw), ms in zip(chosen, predicted, measured, strict=True):
         bad = [m for m in ms if not m.ok]
         meas = bad[0] if bad else ms[-1]
         samples = [x for m in ms for x in m.samples_s]
@@ -294,6 +313,10 @@ def run_fidelity(
                         meas.status if pred.ok else f"sim-{pred.status}",
                         float(q[0]) if q is not None else None, float(q[1]) if q is not None else None,
                         int(meas.bytes_transferred), meas.message, raw.step_time_s if raw.ok else None))
+        if progress:
+            progress(rows[-1])
+    for label, status, message in failed:  # a baseline placer that gave no placement: its row says why
+        rows.append(Row(label, "baseline", None, None, status, message=message))
         if progress:
             progress(rows[-1])
     if backend == "onnxruntime" and native:
@@ -392,6 +415,16 @@ def _calib_text(c: dict[str, Any]) -> str:
 
 
 def plot(result: FidelityResult, path: Path) -> Path:
+    """Write the predicted-vs-measured chart (PNG) to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(plot_png(result))
+    return path
+
+
+def plot_png(result: FidelityResult) -> bytes:
+    """The predicted-vs-measured chart: log-log, with the y = x line and the +-15 % band, as PNG bytes."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -433,26 +466,56 @@ def plot(result: FidelityResult, path: Path) -> Path:
                  fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
 
 
 def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: bool = True) -> dict[str, Path]:
+    """Write the report's `.md`, `.json` (and `.png`) and then `summary.md` to `out`. Every output is made
+    before any is written, so a report that cannot be made (a number JSON cannot hold) writes nothing; each
+    file is replaced whole (written beside it, then renamed)."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     clock = result.info.get("clock", "wall")
     stem = f"{result.workload}__{result.cluster}__{result.backend}" + ("" if clock == "wall" else f"__{clock}")
     if result.info.get("concurrent") is True:
         stem += "__concurrent"
-    paths = {"md": out / f"{stem}.md", "json": out / f"{stem}.json"}
-    paths["md"].write_text(markdown(result))
-    paths["json"].write_text(json.dumps(result.to_dict(), indent=1, allow_nan=False) + "\n")
+    data = result.to_dict()
+    bad = None
+    for r in data["rows"]:  # a row names the placement
+        bad = bad or _first_non_finite(r, f"row {r['label']!r}")
+    bad = bad or _first_non_finite(data)
+    if bad:  # e.g. the relative error of an absurd profile's prediction overflows
+        raise PlacebenchError(f"fidelity report {stem}: {bad} is not a finite number, which JSON cannot hold; "
+                              f"nothing was written (check the profiles)")
+    json_text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    contents = {"md": markdown(result).encode(), "json": json_text.encode()}
     if png:
-        paths["png"] = plot(result, out / f"{stem}.png")
+        contents["png"] = plot_png(result)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for kind, data in contents.items():
+        paths[kind] = out / f"{stem}.{kind}"
+        tmp = paths[kind].with_name(paths[kind].name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(paths[kind])
     paths["summary"] = write_summary(out)
     return paths
+
+
+def _first_non_finite(x: Any, where: str = "report") -> str | None:
+    """`where.key[i] = value` of the first infinite or NaN float in `x` (JSON data), or None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return f"{where} = {x}"
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
+        bad = _first_non_finite(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
+        if bad:
+            return bad
+    return None
 
 
 def _mode(d: dict[str, Any]) -> str:

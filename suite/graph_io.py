@@ -79,6 +79,9 @@ def to_dict(graph: OpGraph) -> dict[str, Any]:
     return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "hash": graph.content_hash, **body}
 
 
+TOP_KEYS = frozenset({"format", "schema_version", "hash", "name", "metadata", "ops", "edges"})
+
+
 def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> OpGraph:
     """Build a graph from its JSON form; every problem is a `GraphError` naming `source` and the field."""
     if not isinstance(data, dict):
@@ -88,6 +91,9 @@ def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> 
     version = data.get("schema_version")
     if type(version) is not int or version != SCHEMA_VERSION:  # not True, not 1.0
         raise GraphError(f"{source}: schema_version {version!r} is not supported (this placebench reads {SCHEMA_VERSION})")
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise GraphError(f"{source}: unknown field(s) {unknown}; known: {', '.join(sorted(TOP_KEYS))}")
     for key, typ in (("name", str), ("ops", list), ("edges", list)):
         if not isinstance(data.get(key), typ):
             raise GraphError(f"{source}: field {key!r} is missing or not a {typ.__name__}")

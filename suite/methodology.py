@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SpecError
-from suite.textfile import as_float, load_toml
+from suite.textfile import as_float, load_toml, short_repr
 
 METHODOLOGY_DIR = Path(__file__).parent / "methodology"
 DEFAULT = "v1"
@@ -69,12 +69,17 @@ SECTIONS = {
 }
 
 
+INT_MAX = 2**63 - 1  # counts are stored as int64 (results tables) and used as numpy integers
+
+
 def _num(where: str, value: Any, *, integer: bool = False, minimum: float = 0.0) -> Any:
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
     if isinstance(value, bool) or not ok or (not integer and not math.isfinite(as_float(value))):
-        raise SpecError(f"{where}: expected a {'whole' if integer else 'finite'} number, got {value!r}")
+        raise SpecError(f"{where}: expected a {'whole' if integer else 'finite'} number, got {short_repr(value)}")
     if value < minimum:
-        raise SpecError(f"{where}: {value!r} is below the minimum {minimum}")
+        raise SpecError(f"{where}: {short_repr(value)} is below the minimum {minimum}")
+    if integer and value > INT_MAX:
+        raise SpecError(f"{where}: {short_repr(value)} is above the largest allowed count, 2**63 - 1")
     return value
 
 
@@ -84,6 +89,9 @@ def check_seeds(where: str, seeds: Any) -> list[int]:
         isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds
     ):
         raise SpecError(f"{where} must be a non-empty list of integers in [0, 2**32), got {seeds!r}")
+    twice = [s for i, s in enumerate(seeds) if s in seeds[:i]]
+    if twice:
+        raise SpecError(f"{where}: seed {twice[0]} is listed twice")
     return seeds
 
 

@@ -145,9 +145,9 @@ def validate(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray:
     return arr
 
 
-def random_placements(graph: OpGraph, cluster: Cluster, rng: np.random.Generator, k: int = 1) -> np.ndarray:
-    """k uniformly random valid placements, int64 [k, n]: every colocation group (and every op outside one)
-    gets one device drawn among those of a kind all its ops allow. For baselines and examples."""
+def _units(graph: OpGraph, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's unit (its colocation group's first op, or itself) and the devices each unit may use,
+    bool [n, D] (rows of ops that lead no unit are unused); PlacementError if a unit may use none."""
     rules = _rules(graph, cluster)
     unit = rules.leader if rules.leader is not None else np.arange(graph.num_ops)
     allowed = np.ones((graph.num_ops, cluster.num_devices), dtype=bool)
@@ -155,7 +155,22 @@ def random_placements(graph: OpGraph, cluster: Cluster, rng: np.random.Generator
         np.logical_and.at(allowed, unit, rules.allowed)
     if not allowed[unit].any(axis=1).all():
         i = int(np.flatnonzero(~allowed[unit].any(axis=1))[0])
-        raise PlacementError(f"op {graph.ops[i].name!r} (or its colocation group) allows no device of {cluster.name!r}")
+        kinds = ", ".join(sorted({d.kind for d in cluster.devices}))
+        raise PlacementError(f"{graph.name!r} cannot be placed on {cluster.name!r}: op {graph.ops[i].name!r} (or its "
+                             f"colocation group) allows none of its device kinds ({kinds})")
+    return unit, allowed
+
+
+def check_placeable(graph: OpGraph, cluster: Cluster) -> None:
+    """PlacementError unless some placement of `graph` on `cluster` is valid (every op, or colocation group,
+    has a device of a kind it allows)."""
+    _units(graph, cluster)
+
+
+def random_placements(graph: OpGraph, cluster: Cluster, rng: np.random.Generator, k: int = 1) -> np.ndarray:
+    """k uniformly random valid placements, int64 [k, n]: every colocation group (and every op outside one)
+    gets one device drawn among those of a kind all its ops allow. For baselines and examples."""
+    unit, allowed = _units(graph, cluster)
     # a uniform draw among the allowed devices of each unit: the argmax of random keys over allowed columns
     keys = np.where(allowed[None, :, :], rng.random((k, graph.num_ops, cluster.num_devices)), -1.0)
     return keys.argmax(axis=2)[:, unit].astype(np.int64)

@@ -8,6 +8,7 @@ with the `register_placer` decorator. `suite/` never imports a placer module by 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from suite.errors import PlacebenchError, UnknownNameError
 from suite.evaluator import CurvePoint, Evaluator
 from suite.graph import OpGraph
 from suite.methodology import Budget
+from suite.textfile import as_float, short_repr
 
 ENTRY_POINT_GROUP = "placebench.placers"
 
@@ -136,7 +138,7 @@ def make_placer(name: str, **params: Any) -> Placer:
 def check_parameter(placer: str, key: str, value: Any, default: Any, bounds: tuple[float, float] | None) -> None:
     """A parameter must have its default's type (a float one takes an int too), be finite, and lie in
     `bounds` (inclusive) when given; a None default accepts anything (the placer checks it)."""
-    where = f"placer {placer!r}: parameter {key}={value!r}"
+    where = f"placer {placer!r}: parameter {key}={short_repr(value)}"
     if default is None:
         return
     if isinstance(default, bool) or isinstance(default, str):
@@ -147,7 +149,7 @@ def check_parameter(placer: str, key: str, value: Any, default: Any, bounds: tup
         if not isinstance(value, int) or isinstance(value, bool):
             raise PlacebenchError(f"{where}: expected an integer")
     elif isinstance(default, float):
-        if not isinstance(value, int | float) or isinstance(value, bool) or not np.isfinite(value):
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(as_float(value)):
             raise PlacebenchError(f"{where}: expected a finite number")
     if bounds is not None and not bounds[0] <= value <= bounds[1]:
         raise PlacebenchError(f"{where}: must be in [{bounds[0]}, {bounds[1]}]")

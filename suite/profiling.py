@@ -31,6 +31,7 @@ Profiles are written as `results/profiles/<workload>__<device>.json` (`suite.cos
 
 from __future__ import annotations
 
+import numbers
 import platform
 import time
 from collections import defaultdict
@@ -46,8 +47,8 @@ from suite.backends.devices import DeviceMap, check_torch_device, cpu_model_name
 from suite.backends.timing import check_cpu_clock, clock_function, statistic_s, time_steps
 from suite.backends.torch_exec import ExecGraph, TorchExecutor
 from suite.backends.workload import RealWorkload
-from suite.costmodel import Profile, load_profile
-from suite.errors import ProfileError
+from suite.costmodel import Profile, load_profile, raw_op_times
+from suite.errors import PlacebenchError, ProfileError
 from suite.graph import OpGraph
 from suite.methodology import Methodology, Timing
 
@@ -60,8 +61,15 @@ def profile_path(directory: str | Path, workload: str, device: str) -> Path:
     return Path(directory) / f"{workload}__{device.replace(':', '')}.json"
 
 
+MAX_THREADS = 4096
+
+
 def set_threads(threads: int | None) -> int:
-    """Set torch's intra-op threads (None or 0: leave torch's default); returns the number in use."""
+    """Set torch's intra-op threads (None or 0: leave torch's default; at most MAX_THREADS); returns the
+    number in use."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
+                                or not 0 <= threads <= MAX_THREADS):
+        raise PlacebenchError(f"threads {threads!r}: expected a whole number in [0, {MAX_THREADS}]")
     if threads:
         torch.set_num_threads(int(threads))
     return torch.get_num_threads()
@@ -359,11 +367,7 @@ def uncalibrated(profile: Profile) -> Profile:
     from dataclasses import replace
 
     c = dict(profile.metadata.get("calibration", {}))
-    times = dict(profile.op_times_s)
-    if c.get("method") == "additive":
-        times = {k: max(0.0, t - c["op_overhead_s"]) if t > 0 else t for k, t in times.items()}
-    elif c.get("method") == "scale":
-        times = {k: t / c["factor"] for k, t in times.items()}
+    times = raw_op_times(profile.op_times_s, c)
     c["method"] = "none"
     return replace(profile, op_times_s=times, metadata={**profile.metadata, "calibration": c})
 

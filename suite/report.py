@@ -522,7 +522,10 @@ def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | Non
         f"Methodology: {', '.join(res.methodologies) or 'unknown'}; evaluator: {', '.join(res.evaluators) or 'unknown'}; "
         f"search budget per cell: {budget_text}; seeds: {', '.join(map(str, seeds))}. "
         "Each cell is the re-measured step time of the placer's final placement (median over seeds; a failed "
-        "seed counts as infinitely slow). OOM, invalid, timeout and error are results, not numbers.",
+        "seed counts as infinitely slow). OOM, invalid, timeout and error are results, not numbers."
+        + (" With the simulator evaluator a step time is a prediction from an analytic cost model and the "
+           "cluster file's device parameters (assumed efficiencies and overheads), not a measurement on the "
+           "named hardware, and not comparable with the papers' tables." if "simulator" in res.evaluators else ""),
         "",
         *([made_by, ""] if made_by else []),
         *([note, ""] if note else []),

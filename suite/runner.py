@@ -38,6 +38,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import signal
 import sys
 import threading
@@ -62,9 +63,9 @@ from suite.errors import BudgetExhausted, PlacebenchError, SpecError, UnknownNam
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
-from suite.placement import placement_hash
+from suite.placement import check_placeable, placement_hash
 from suite.store import Store, _json_safe, machine_info, package_versions
-from suite.textfile import load_toml
+from suite.textfile import as_float, load_toml, short_repr
 
 SPEC_DIR = Path(__file__).parent / "specs"
 DEFAULT_SPEC = "quick"
@@ -161,6 +162,9 @@ def _str_list(where: str, value: Any) -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         raise SpecError(f"{where}: expected a non-empty list of names, got {value!r}")
+    twice = [v for i, v in enumerate(value) if v in value[:i]]
+    if twice:
+        raise SpecError(f"{where}: {twice[0]!r} is listed twice")
     return tuple(value)
 
 
@@ -194,7 +198,25 @@ def _placer_entries(where: str, value: Any) -> tuple[PlacerEntry, ...]:
             out.append(PlacerEntry(name, params, label))
         else:
             raise SpecError(f"{where}[{i}]: expected a placer name or a table, got {item!r}")
+        if out[-1] in out[:-1]:
+            raise SpecError(f"{where}[{i}]: the same placer entry as placers[{out.index(out[-1])}]")
     return tuple(out)
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _nul_free(where: str, value: Any) -> None:
+    """No string of a spec holds a NUL character (file names cannot; it is never meant)."""
+    if isinstance(value, str) and "\x00" in value:
+        raise SpecError(f"{where}: {value!r} contains a NUL character")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _nul_free(f"{where}.{k}", k)
+            _nul_free(f"{where}.{k}", v)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _nul_free(f"{where}[{i}]", v)
 
 
 def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Path | None = None) -> Spec:
@@ -202,9 +224,13 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
     unknown = set(data) - _SPEC_KEYS
     if unknown:
         raise SpecError(f"{source}: unknown field(s) {sorted(unknown)}; known: {', '.join(sorted(_SPEC_KEYS))}")
+    _nul_free(source, dict(data))
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise SpecError(f"{source}: field 'name' is missing or empty")
+    if not _PLAIN_NAME.fullmatch(name):
+        raise SpecError(f"{source}: name {name!r} must be a plain name (letters, digits, '.', '_', '-'): it names "
+                        f"the default store, runs/<name>")
     for key in ("workloads", "clusters", "placers"):
         if key not in data:
             raise SpecError(f"{source}: field {key!r} is missing")
@@ -220,8 +246,8 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
     timeout = data.get("cell_timeout_s")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
         raise SpecError(f"{source}: cell_timeout_s must be a positive number of seconds, got {timeout!r}")
-    if timeout is not None and math.isinf(timeout):
-        raise SpecError(f"{source}: cell_timeout_s must be finite, got {timeout!r}")
+    if timeout is not None and not math.isfinite(as_float(timeout)):
+        raise SpecError(f"{source}: cell_timeout_s must be a finite number of seconds, got {short_repr(timeout)}")
     budget = data.get("budget", {})
     if not isinstance(budget, dict) or set(budget) - {"max_evaluations", "max_seconds"}:
         raise SpecError(f"{source}: budget must be a table with max_evaluations and/or max_seconds, got {budget!r}")
@@ -499,6 +525,9 @@ def make_plan(spec: Spec) -> Plan:
     clusters = {ref: suite.load_cluster(ref) for ref in _expand_clusters(spec.clusters)}
     _one_definition_per_name("workload", workloads)
     _one_definition_per_name("cluster", clusters)
+    for graph in workloads.values():  # a combination no placement can satisfy: a clear error now, not odd rows
+        for cluster in clusters.values():
+            check_placeable(graph, cluster)
     if spec.evaluator == "simulator":  # op and transfer times must be finite: a clear error now, not error rows
         for graph in workloads.values():
             for cluster in clusters.values():
@@ -947,6 +976,7 @@ def run(
     plan = make_plan(spec)
     store = Store(out)
     stored = store.cell_ids()
+    store.records()  # every stored cell is readable: a malformed one is an error now, before any work
     _check_store_matches(store, stored, plan)
     if force:
         todo = list(plan.cells)

@@ -31,11 +31,12 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from suite.errors import PlacebenchError
-from suite.textfile import load_json
+from suite.textfile import as_float, load_json
 
 STORE_FORMAT = "placebench.store"
 STORE_SCHEMA_VERSION = 1
 CELL_FORMAT = "placebench.cell"
+CELL_STATUSES = ("ok", "oom", "invalid", "timeout", "error", "skipped")
 
 # The flat row: one column per field, in this order, with these types (None is a null).
 ROW_SCHEMA = pa.schema(
@@ -195,19 +196,81 @@ def read_table(path: Path) -> list[dict[str, Any]]:
             table = pacsv.read_csv(path, convert_options=opts)
         else:
             raise StoreError(f"{path}: expected a store directory, a .parquet or a .csv results table")
+        columns = table.column_names  # decodes the names: a non-UTF-8 name fails here
     except FileNotFoundError:
         raise StoreError(f"{path}: no such results table") from None
+    except UnicodeDecodeError as exc:
+        raise StoreError(f"{path}: not a placebench results table: a column name is not valid UTF-8 "
+                         f"(byte 0x{exc.object[exc.start]:02x})") from None
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         raise StoreError(f"{path}: not a placebench results table: {exc}") from None
-    missing = [c for c in ("cell_id", "workload", "cluster", "placer", "seed", "status", "step_time_s") if c not in table.column_names]
+    missing = [c for c in ("cell_id", "workload", "cluster", "placer", "seed", "status", "step_time_s") if c not in columns]
     if missing:
         raise StoreError(f"{path}: not a placebench results table: missing column(s) {', '.join(missing)}")
     return sorted((flat_row(r) for r in table.to_pylist()), key=sort_key)
 
 
+# -- checks of what a store's files hold --------------------------------------------------------------------
+def _shown(value: Any) -> str:
+    """A JSON value for an error message: scalars as written in JSON, containers by their kind."""
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_cell(data: Mapping[str, Any], path: Path) -> None:
+    """Raise StoreError naming `path` and the field unless the cell names its cell, workload, cluster and
+    placer (non-empty strings), has an integer seed, a known status, and a step time that is null or a
+    finite number >= 0."""
+    missing = [f for f in ("cell_id", "workload", "cluster", "placer", "seed", "status") if f not in data]
+    if missing:
+        raise StoreError(f"{path}: cell file is missing field(s) {', '.join(missing)}")
+    for field in ("cell_id", "workload", "cluster", "placer"):
+        if not isinstance(data[field], str) or not data[field]:
+            raise StoreError(f"{path}: {field} must be a non-empty string, got {_shown(data[field])}")
+    seed = data["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
+        raise StoreError(f"{path}: seed must be a 64-bit integer, got {_shown(seed)}")
+    if data["status"] not in CELL_STATUSES:
+        raise StoreError(f"{path}: status must be one of {', '.join(CELL_STATUSES)}, got {_shown(data['status'])}")
+    t = data.get("step_time_s")
+    if t is not None and not (math.isfinite(as_float(t)) and as_float(t) >= 0):
+        raise StoreError(f"{path}: step_time_s must be null or a finite number >= 0, got {_shown(t)}")
+
+
+MANIFEST_TABLES = ("methodologies", "workloads", "clusters", "specs", "placers")
+RUN_OBJECTS = ("git", "packages", "machine")
+
+
+def check_manifest(data: Mapping[str, Any], path: Path) -> None:
+    """Raise StoreError naming `path` and the field unless the manifest's runs are a list of objects (their
+    git, packages and machine objects where present), its tables are objects, and each placer label is an
+    object with name and params_hash."""
+    runs = data.get("runs", [])
+    if not isinstance(runs, list):
+        raise StoreError(f"{path}: runs must be a list of objects, got {_shown(runs)}")
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            raise StoreError(f"{path}: runs[{i}] must be an object, got {_shown(run)}")
+        for key in RUN_OBJECTS:
+            if key in run and not isinstance(run[key], dict):
+                raise StoreError(f"{path}: runs[{i}].{key} must be an object, got {_shown(run[key])}")
+    for key in MANIFEST_TABLES:
+        if key in data and not isinstance(data[key], dict):
+            raise StoreError(f"{path}: {key} must be an object, got {_shown(data[key])}")
+    for label, entry in data.get("placers", {}).items():
+        if not isinstance(entry, dict) or not {"name", "params_hash"} <= entry.keys():
+            raise StoreError(f"{path}: placers[{json.dumps(label)}] must be an object with name and params_hash, "
+                             f"got {_shown(entry)}")
+
+
 # -- the store ------------------------------------------------------------------------------------------
 class Store:
-    """A results directory (see the module docstring). Creating one makes the directory."""
+    """A results directory (see the module docstring). Creating one makes the directory, which must be new,
+    empty or a store already: results.csv and results.parquet are rewritten in it."""
 
     def __init__(self, root: str | Path, *, create: bool = True):
         self.root = Path(root)
@@ -215,10 +278,25 @@ class Store:
             raise StoreError(f"{self.root}: exists and is not a directory")
         if not create and not self.cells_dir.is_dir():
             raise StoreError(f"{self.root}: not a placebench store (no cells/ directory)")
+        if create and self.root.is_dir() and not self._is_store() and any(self.root.iterdir()):
+            raise StoreError(f"{self.root}: not empty and not a placebench store (no cells/ directory or store "
+                             f"manifest.json); to keep its files, write the results to a new or empty directory")
         if create:
             self.cells_dir.mkdir(parents=True, exist_ok=True)
             for tmp in self.cells_dir.glob(".*.tmp"):  # left by a killed writer: never a finished cell
                 tmp.unlink(missing_ok=True)
+
+    def _is_store(self) -> bool:
+        """Whether the directory has a cells/ directory or a manifest.json of the store format."""
+        if self.cells_dir.is_dir():
+            return True
+        if not self.manifest_path.is_file():
+            return False
+        try:
+            data = load_json(self.manifest_path, StoreError, "store manifest")
+        except StoreError:
+            return False
+        return isinstance(data, dict) and data.get("format") == STORE_FORMAT
 
     @property
     def cells_dir(self) -> Path:
@@ -240,10 +318,15 @@ class Store:
         return atomic_write_text(self.cell_path(record["cell_id"]), dumps(body))
 
     def read_cell(self, cell_id: str) -> dict[str, Any]:
+        """The record of a cell file, checked (`check_cell`) and stored under its own cell_id."""
         path = self.cell_path(cell_id)
         data = load_json(path, StoreError, "cell")
         if not isinstance(data, dict) or data.get("format") != CELL_FORMAT:
             raise StoreError(f"{path}: not a placebench cell file")
+        check_cell(data, path)
+        if data["cell_id"] != cell_id:
+            raise StoreError(f"{path}: holds cell_id {_shown(data['cell_id'])}, not the one of its file name; "
+                             f"a cell file is named <cell_id>.json")
         return data
 
     def records(self) -> list[dict[str, Any]]:
@@ -260,6 +343,7 @@ class Store:
         data = load_json(self.manifest_path, StoreError, "store manifest")
         if not isinstance(data, dict) or data.get("format") != STORE_FORMAT:
             raise StoreError(f"{self.manifest_path}: not a placebench store manifest")
+        check_manifest(data, self.manifest_path)
         return data
 
     def write_manifest(self, manifest: Mapping[str, Any]) -> Path:

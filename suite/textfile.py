@@ -27,6 +27,8 @@ def read_text(path: str | Path, error: type[PlacebenchError], what: str) -> str:
         raise error(f"{path}: cannot read the {what} file: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not valid UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+    except ValueError as exc:  # a NUL character in the path
+        raise error(f"{str(path)!r}: not a usable {what} file name: {exc}") from None
 
 
 def load_toml(path: str | Path, error: type[PlacebenchError], what: str) -> dict[str, Any]:
@@ -41,10 +43,26 @@ def load_json(path: str | Path, error: type[PlacebenchError], what: str) -> Any:
     return parse_json(read_text(path, error, what), path, error)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
 def parse_json(text: str, path: str | Path, error: type[PlacebenchError]) -> Any:
-    """JSON text read from `path` (by the caller, e.g. from a gzip file)."""
+    """JSON text read from `path` (by the caller, e.g. from a gzip file). A key given twice in one object is
+    an error (json would keep the last silently)."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise error(f"{path}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an integer too long to convert
         raise error(f"{path}: not valid JSON: {exc}") from None
 
@@ -58,3 +76,10 @@ def as_float(value: Any) -> float:
         return float(value)
     except OverflowError:
         return math.inf if value > 0 else -math.inf
+
+
+def short_repr(value: Any) -> str:
+    """repr, with a huge integer shown by its size rather than its hundreds of digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+    return repr(value)

@@ -63,6 +63,15 @@ def test_spec_fields_are_read(tmp_path):
         ({"placers": [{"name": "x", "parms": {}}]}, r"placers\[0\]: unknown field\(s\) \['parms'\]"),
         ({"placers": [{"name": "x", "params": 3}]}, r"placers\[0\].params: expected a table, got 3"),
         ({"simulator_engine": "turbo"}, "simulator_engine 'turbo'"),
+        ({"budget": {"max_evaluations": 99999999999999999999}}, "above the largest allowed count, 2\\*\\*63 - 1"),
+        ({"cell_timeout_s": 10**400}, "cell_timeout_s must be a finite number of seconds, got an integer of about "
+                                      "401 digits"),
+        ({"seeds": [0, 1, 0]}, "seeds: seed 0 is listed twice"),
+        ({"workloads": ["a", "b", "a"]}, "workloads: 'a' is listed twice"),
+        ({"placers": ["a", {"name": "a"}]}, r"placers\[1\]: the same placer entry as placers\[0\]"),
+        ({"name": "../../escaped"}, "name '../../escaped' must be a plain name"),
+        ({"name": "/tmp/abs"}, "name '/tmp/abs' must be a plain name"),
+        ({"workloads": ["ok", "bad\x00.json"]}, r"t.toml\.workloads\[1\]: 'bad\\x00.json' contains a NUL character"),
     ],
 )
 def test_bad_specs_name_file_field_and_value(change, message):
@@ -455,3 +464,19 @@ def test_quick_suite_wall_time(benchmark, tmp_path):
     result = benchmark.pedantic(lambda: runner.run("quick", tmp_path / "quick", jobs=2), rounds=1, iterations=1)
     assert result.ran == len(result.plan.cells) == len(result.rows)
     assert all(r["status"] in ("ok", "oom", "invalid", "timeout", "error", "skipped") for r in result.rows)
+
+
+def test_a_workload_no_device_of_a_cluster_can_run_is_refused_when_planned(write_spec, tmp_path):
+    g = graph_io.save(OpGraph.build("gpu_only", [Op("a", "matmul", flops=1e9, allowed_kinds=("gpu",))], []),
+                      tmp_path / "gpu_only.json")
+    from suite.errors import PlacementError
+
+    cpu = tmp_path / "cpu.toml"
+    cpu.write_text('schema_version = 1\nname = "cpu_only"\n[[devices]]\nname = "cpu:0"\nkind = "cpu"\npeak_flops = 1e9\n'
+                   'mem_bandwidth = 1e30\nmemory_bytes = 1073741824\nop_overhead_s = 0.0\n')
+    spec = write_spec(workloads=[str(g)], clusters=[str(cpu)], placers=["single_cpu", "m_etf"])
+    with pytest.raises(PlacementError, match=r"'gpu_only' cannot be placed on 'cpu_only': op 'a' \(or its colocation "
+                                             r"group\) allows none of its device kinds \(cpu\)"):
+        runner.make_plan(runner.load_spec(str(spec)))
+    assert len(runner.make_plan(runner.load_spec(str(write_spec("ok", workloads=[str(g)], clusters=["xeon_h100"],
+                                                                  placers=["single_gpu"])))).cells) == 1

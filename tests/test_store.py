@@ -193,3 +193,160 @@ def test_git_state_counts_new_files_in_the_code_folders_as_changes(tmp_path):
     (tmp_path / "baselines" / "new_placer.py").unlink()
     (tmp_path / "suite" / "a.py").write_text("x = 2\n")  # a changed tracked file
     assert st.git_state(tmp_path)["dirty"] is True
+
+
+# -- bad stores: clear errors naming the file and field, nothing written ---------------------------------------
+def test_a_non_empty_directory_that_is_not_a_store_is_refused_before_anything_is_written(tmp_path):
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "results.csv").write_text("my own results\n")
+    with pytest.raises(StoreError, match=r"user: not empty and not a placebench store .*new or empty directory"):
+        Store(user)
+    assert [p.name for p in user.iterdir()] == ["results.csv"]
+    assert (user / "results.csv").read_text() == "my own results\n"
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "manifest.json").write_text('{"format": "something else"}')
+    with pytest.raises(StoreError, match="not a placebench store"):
+        Store(foreign)
+    assert [p.name for p in foreign.iterdir()] == ["manifest.json"]
+    (tmp_path / "empty").mkdir()
+    for fine in (tmp_path / "empty", tmp_path / "missing" / "run"):
+        assert Store(fine).cells_dir.is_dir()
+    store = Store(tmp_path / "store")  # a store with cells/, or with only its manifest, is reopened
+    store.write_cell(_record("abc"))
+    store.compact()
+    assert Store(tmp_path / "store").cell_ids() == {"abc"}
+    only_manifest = tmp_path / "only_manifest"
+    only_manifest.mkdir()
+    (only_manifest / "manifest.json").write_text(json.dumps({"format": "placebench.store", "runs": []}))
+    assert Store(only_manifest).cells_dir.is_dir()
+
+
+def test_run_into_a_users_directory_is_one_line_and_keeps_the_files(capsys, tiny_files, write_spec, tmp_path):
+    from suite.cli import main
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "results.csv").write_text("my own results\n")
+    code = main(["run", str(spec), "--out", str(user), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("placebench: error: ") and err.count("\n") == 1, err
+    assert "not a placebench store" in err
+    assert [p.name for p in user.iterdir()] == ["results.csv"]
+    assert (user / "results.csv").read_text() == "my own results\n"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"seed": "zero"}, r'seed must be a 64-bit integer, got "zero"'),
+        ({"seed": 0.5}, "seed must be a 64-bit integer, got 0.5"),
+        ({"seed": True}, "seed must be a 64-bit integer, got true"),
+        ({"seed": 2**64}, "seed must be a 64-bit integer"),
+        ({"cluster": None}, "cluster must be a non-empty string, got null"),
+        ({"placer": 3}, "placer must be a non-empty string, got 3"),
+        ({"workload": ""}, 'workload must be a non-empty string, got ""'),
+        ({"workload": ["w"]}, "workload must be a non-empty string, got a list"),
+        ({"status": "fine"}, r'status must be one of ok, oom, invalid, timeout, error, skipped, got "fine"'),
+        ({"step_time_s": "1.0"}, r'step_time_s must be null or a finite number >= 0, got "1.0"'),
+        ({"step_time_s": -1.0}, "step_time_s must be null or a finite number >= 0, got -1.0"),
+        ({"step_time_s": float("nan")}, "step_time_s must be null or a finite number >= 0, got NaN"),
+        ({"step_time_s": False}, "step_time_s must be null or a finite number >= 0, got false"),
+        ({"status": None, "seed": 1}, "status must be one of"),
+    ],
+)
+def test_a_malformed_cell_is_an_error_naming_the_file_and_field(tmp_path, change, message):
+    s = Store(tmp_path)
+    s.write_cell(_record("good"))
+    path = s.cell_path("bad")
+    path.write_text(json.dumps({"format": "placebench.cell", **_record("bad", **change)}))
+    with pytest.raises(StoreError, match=r"bad\.json: " + message):
+        s.read_cell("bad")
+    with pytest.raises(StoreError, match=r"bad\.json: " + message):
+        s.rows()
+
+
+@pytest.mark.parametrize("field", ["cell_id", "workload", "cluster", "placer", "seed", "status"])
+def test_a_cell_without_a_required_field_is_an_error(tmp_path, field):
+    s = Store(tmp_path)
+    record = {"format": "placebench.cell", **_record("bad")}
+    del record[field]
+    s.cell_path("bad").write_text(json.dumps(record))
+    with pytest.raises(StoreError, match=rf"bad\.json: cell file is missing field\(s\) {field}$"):
+        s.rows()
+
+
+def test_a_failed_cell_needs_no_step_time(tmp_path):
+    s = Store(tmp_path)
+    record = _record("x", status="timeout")
+    del record["step_time_s"]
+    s.write_cell(record)
+    assert s.rows()[0]["step_time_s"] is None
+
+
+def test_a_cell_stored_under_another_name_is_an_error(tmp_path):
+    s = Store(tmp_path)
+    s.write_cell(_record("abc")).rename(s.cells_dir / "other.json")
+    with pytest.raises(StoreError, match=r"other\.json: holds cell_id \"abc\", not the one of its file name"):
+        s.rows()
+    with pytest.raises(StoreError, match=r"other\.json: holds cell_id"):
+        s.read_cell("other")
+
+
+def test_table_of_a_store_with_a_malformed_cell_is_one_line(capsys, tmp_path):
+    from suite.cli import main
+
+    s = Store(tmp_path / "store")
+    s.write_cell(_record("abc", seed="zero"))
+    for command in (["table", str(s.root)], ["leaderboard", str(s.root), "--out", str(tmp_path / "lb")]):
+        code = main(command)
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("placebench: error: ") and err.count("\n") == 1, err
+        assert "abc.json: seed must be a 64-bit integer" in err
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"runs": {}}, "runs must be a list of objects, got an object"),
+        ({"runs": None}, "runs must be a list of objects, got null"),
+        ({"runs": ["r1"]}, r'runs\[0\] must be an object, got "r1"'),
+        ({"runs": [{"run_id": "r1"}, {"git": "abc"}]}, r'runs\[1\]\.git must be an object, got "abc"'),
+        ({"runs": [{"packages": ["numpy"]}]}, r"runs\[0\]\.packages must be an object, got a list"),
+        ({"runs": [{"machine": 3}]}, r"runs\[0\]\.machine must be an object, got 3"),
+        ({"methodologies": []}, "methodologies must be an object, got a list"),
+        ({"workloads": []}, "workloads must be an object, got a list"),
+        ({"clusters": "tiny"}, r'clusters must be an object, got "tiny"'),
+        ({"specs": []}, "specs must be an object, got a list"),
+        ({"placers": []}, "placers must be an object, got a list"),
+        ({"placers": {"p": "random"}}, r'placers\["p"\] must be an object with name and params_hash, got "random"'),
+        ({"placers": {"p": {"name": "random"}}}, r'placers\["p"\] must be an object with name and params_hash'),
+    ],
+)
+def test_a_malformed_manifest_is_an_error_naming_the_field(tmp_path, change, message):
+    s = Store(tmp_path)
+    s.manifest_path.write_text(json.dumps({"format": "placebench.store", "schema_version": 1, "runs": [], **change}))
+    with pytest.raises(StoreError, match=r"manifest\.json: " + message):
+        s.manifest()
+
+
+def test_a_manifest_as_a_run_writes_it_is_accepted(tmp_path):
+    s = Store(tmp_path)
+    run = {"run_id": "r1", "git": {"commit": None, "dirty": None}, "packages": {"numpy": "2"}, "machine": {}}
+    manifest = {"format": "placebench.store", "schema_version": 1, "runs": [run], "specs": {}, "methodologies": {},
+                "workloads": {}, "clusters": {}, "placers": {"p": {"name": None, "params": None, "params_hash": None}}}
+    s.write_manifest(manifest)
+    assert s.manifest() == manifest
+
+
+def test_a_csv_table_with_a_non_utf8_header_is_an_error(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_bytes(b"cell_id,w\xffrkload\n1,2\n")
+    with pytest.raises(StoreError, match=r"x\.csv: not a placebench results table: a column name is not valid UTF-8"):
+        st.open_rows(path)
+    path.write_bytes("cell_id,workload,cluster,placer,seed,status,step_time_s\n1,w\xff,c,p,0,ok,1\n".encode("latin-1"))
+    with pytest.raises(StoreError, match=r"x\.csv: not a placebench results table"):
+        st.open_rows(path)

@@ -77,7 +77,7 @@ def _cluster_and_map(args: argparse.Namespace):
 
         cluster = suite.load_cluster(args.cluster)
         return cluster, DeviceMap.parse(cluster, args.map)
-    logical = args.logical_cpus or (1 if torch.cuda.is_available() else 2)
+    logical = args.logical_cpus if args.logical_cpus is not None else (1 if torch.cuda.is_available() else 2)
     cluster, dmap = local_cluster(logical, measure=True)
     if args.map:
         dmap = DeviceMap.parse(cluster, args.map)
@@ -116,8 +116,13 @@ def profiles_for(rw: Any, cluster: Any, dmap: Any, directory: Path, *, threads: 
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
+    import importlib.util
+
     import torch
 
+    if args.backend == "onnxruntime" and importlib.util.find_spec("onnxruntime") is None:
+        raise PlacebenchError("--backend onnxruntime needs ONNX Runtime: pip install -e \".[cpu]\" (or \".[gpu]\" "
+                              "with CUDA; never both in one environment)")
     before = torch.get_num_threads()
     try:
         return _fidelity(args)
@@ -128,9 +133,13 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 def _fidelity(args: argparse.Namespace) -> int:
     from suite import fidelity
     from suite import methodology as _m
+    from suite.cli import UsageError
     from suite.profiling import DEFAULT_DIR as PROFILE_DIR
     from suite.profiling import set_threads
 
+    if "none" in args.placer and len(args.placer) > 1:
+        raise UsageError(f"--placer none (no baseline) cannot be combined with other placers: {args.placer}")
+    fidelity.check_placers([] if args.placer == ["none"] else args.placer)  # a typo fails before anything runs
     threads = set_threads(args.threads)
     meth = _m.load(args.methodology)
     rw = _workload(args)
@@ -143,7 +152,8 @@ def _fidelity(args: argparse.Namespace) -> int:
         err = "-" if row.rel_error is None else f"{row.rel_error * 100:+.1f}%"
         pred = "-" if row.predicted_s is None else f"{row.predicted_s * 1e3:.2f}"
         meas = "-" if row.measured_s is None else f"{row.measured_s * 1e3:.2f}"
-        log(f"  {row.label:<22} predicted {pred:>9} ms  measured {meas:>9} ms  {err:>8}  {row.status}")
+        log(f"  {row.label:<22} predicted {pred:>9} ms  measured {meas:>9} ms  {err:>8}  {row.status}"
+            + (f": {row.message}" if row.message and row.status != "ok" else ""))
 
     placers = args.placer or list(DEFAULT_PLACERS) + (["ort_gpu"] if cluster.device_indices("gpu") else [])
     if placers == ["none"]:
@@ -172,7 +182,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="shape override of the workload (JSON value), e.g. batch_size=1; repeatable")
     p.add_argument("--mode", choices=("inference", "training"), help="step to run (default: the workload's)")
-    p.add_argument("--threads", type=whole_number(0, 2**32), default=1, help="intra-op threads (default 1; 0: library default)")
+    p.add_argument("--threads", type=whole_number(0, 4097), default=1,  # suite.profiling.MAX_THREADS = 4096
+                   help="intra-op threads, at most 4096 (default 1; 0: library default)")
     p.add_argument("--seed", type=SEED, default=0, help="seed of the weights, inputs and random placements")
     p.add_argument("--methodology", default="v1", help="methodology name or file (timing protocol)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -182,6 +193,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def add_commands(sub: Any) -> None:
     """Add `profile` and `fidelity` to the CLI's subparsers."""
+    from suite.cli import whole_number
+
     pr = sub.add_parser("profile", help="measure per-op times of a workload on a device of this machine")
     _common(pr)
     pr.add_argument("--device", default="cpu", help="torch device: cpu or cuda:N (default cpu)")
@@ -195,17 +208,17 @@ def add_commands(sub: Any) -> None:
     fi.add_argument("--cluster", "-c", help="cluster preset or file (default: this machine; without a GPU, 2 logical CPUs)")
     fi.add_argument("--map", action="append", default=[], metavar="DEV=TORCH",
                     help="map a cluster device to a torch device, e.g. gpu:0=cpu (default: cpu -> cpu, k-th gpu -> cuda:k)")
-    fi.add_argument("--logical-cpus", type=int, help="logical CPU devices of this machine's cluster")
+    fi.add_argument("--logical-cpus", type=whole_number(1), help="logical CPU devices of this machine's cluster")
     fi.add_argument("--backend", choices=("torch", "onnxruntime"), default="torch")
     fi.add_argument("--profiles", help="profile directory (default: results/profiles); missing profiles are measured")
     fi.add_argument("--reprofile", action="store_true",
                     help="measure the profiles again now (a stored profile may be from another load of the machine)")
     fi.add_argument("--out", help="report directory (default: results/fidelity)")
-    fi.add_argument("--splits", type=int, default=3, help="random contiguous splits (default 3)")
-    fi.add_argument("--random", type=int, default=2, help="random per-op placements (default 2)")
+    fi.add_argument("--splits", type=whole_number(0), default=3, help="random contiguous splits (default 3)")
+    fi.add_argument("--random", type=whole_number(0), default=2, help="random per-op placements (default 2)")
     fi.add_argument("--concurrent", choices=("auto", "on", "off"), default="auto",
                     help="one thread per device (on), one thread for all (off), or on only across torch devices (auto)")
-    fi.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds per placement (default 3)")
+    fi.add_argument("--rounds", type=whole_number(1), default=3, help="interleaved measurement rounds per placement (default 3)")
     fi.add_argument("--placer", action="append", default=[],
                     help="a registered placer's placement to include (repeatable; default: "
                          f"{', '.join(DEFAULT_PLACERS)}, and ort_gpu with a GPU; 'none': no baseline)")

@@ -16,7 +16,7 @@ import numpy as np
 
 from suite.cluster import Cluster
 from suite.costmodel import Profile, cost_matrix
-from suite.errors import ClusterError, PlacementError
+from suite.errors import ClusterError, PlacementError, ProfileError
 from suite.graph import OpGraph
 from suite.placement import validate
 from suite.simulator import reference
@@ -45,9 +45,11 @@ class SimInputs:
     def build(cls, graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> SimInputs:
         a = graph.arrays
         lat, bw = cluster.routes if cluster.num_devices > 1 else (np.zeros((1, 1)), np.full((1, 1), np.inf))
-        _check_transfer_times(graph, cluster, lat, bw)
+        worst_transfer = _check_transfer_times(graph, cluster, lat, bw)
+        cost = cost_matrix(graph, cluster, profiles)
+        _check_step_bound(graph, cluster, cost, worst_transfer, bool(profiles))
         return cls(
-            cost=cost_matrix(graph, cluster, profiles),
+            cost=cost,
             succ_ptr=a.succ_ptr,
             succ_idx=a.succ_idx,
             succ_bytes=a.succ_bytes,
@@ -95,10 +97,11 @@ class SimInputs:
         )
 
 
-def _check_transfer_times(graph: OpGraph, cluster: Cluster, lat: np.ndarray, bw: np.ndarray) -> None:
-    """The largest tensor must cross every route in a finite time (a step time is never infinite)."""
+def _check_transfer_times(graph: OpGraph, cluster: Cluster, lat: np.ndarray, bw: np.ndarray) -> float:
+    """The largest tensor must cross every route in a finite time (a step time is never infinite); returns
+    that worst transfer time."""
     if cluster.num_devices < 2 or graph.arrays.succ_bytes.size == 0:
-        return
+        return 0.0
     largest = float(graph.arrays.succ_bytes.max())
     with np.errstate(over="ignore", divide="ignore"):
         worst = lat + largest / bw
@@ -108,6 +111,22 @@ def _check_transfer_times(graph: OpGraph, cluster: Cluster, lat: np.ndarray, bw:
         raise ClusterError(
             f"cluster {cluster.name!r}: a {largest:.0f}-byte tensor of {graph.name!r} takes an infinite time from "
             f"{cluster.devices[a].name} to {cluster.devices[b].name} (bandwidth {bw[a, b]:g} B/s)"
+        )
+    return float(worst[off].max())
+
+
+def _check_step_bound(graph: OpGraph, cluster: Cluster, cost: np.ndarray, worst_transfer: float,
+                      profiled: bool) -> None:
+    """Every step time, busy time and event time of any placement is at most the sum of the slowest time of
+    every op plus a worst-case transfer per edge (something is always running or in flight): that sum must
+    be a finite float, or a simulation could overflow to an infinite step time."""
+    with np.errstate(over="ignore"):
+        bound = float(cost.max(axis=1).sum()) + graph.num_edges * worst_transfer
+    if not np.isfinite(bound):
+        error = ProfileError if profiled else ClusterError
+        raise error(
+            f"{graph.name!r} on {cluster.name!r}: its op and transfer times add up to more than the largest float "
+            f"(an op overhead, latency, or profiled op time that large would make step times infinite)"
         )
 
 

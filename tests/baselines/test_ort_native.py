@@ -61,9 +61,14 @@ def test_ort_gpu_training_graph_uses_the_static_rule_even_with_cuda(make_problem
 
 
 def test_ort_gpu_not_applicable_and_bad_assignment(make_problem):
+    from suite.errors import PlacebenchError
+    from suite.placer import make_placer
+
     with pytest.raises(NotApplicable, match="no GPU"):
         OrtGPU().place(make_problem(graph(), cluster([], [1e9])), Budget(), 0)
     with pytest.raises(NotApplicable, match="no CPU"):
         OrtGPU().place(make_problem(graph(), cluster([1e10], [])), Budget(), 0)
-    with pytest.raises(ValueError, match="'sometimes'"):
-        OrtGPU(assignment="sometimes").place(make_problem(graph(), cluster([1e10], [1e9])), Budget(), 0)
+    # at construction, so a spec with a typo fails before it runs
+    with pytest.raises(PlacebenchError, match=r"ort_gpu': parameter assignment='statc': expected one of auto, measured"):
+        make_placer("ort_gpu", assignment="statc")
+    assert make_placer("ort_gpu", assignment="static").params == {"assignment": "static"}

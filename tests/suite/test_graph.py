@@ -197,6 +197,7 @@ def test_edited_file_fails_hash_check(tmp_path):
         (lambda d: d["ops"][0].update(output_bytes=2**63), r"ops\[0\] 'a'.output_bytes: \d+ is above the limit"),
         (lambda d: d["ops"][0].update(flops=10**400), r"ops\[0\] 'a'.flops: a 1329-bit integer is too large"),
         (lambda d: [op.update(param_bytes=2**62) for op in d["ops"]], r"ops\[0\] 'a'.param_bytes: \d+ is above"),
+        (lambda d: d.update(metdata={"batch": 2}), r"unknown field\(s\) \['metdata'\]; known: edges, format"),
     ],
 )
 def test_malformed_file_errors_name_file_and_field(tmp_path, mutate, message):
@@ -208,6 +209,14 @@ def test_malformed_file_errors_name_file_and_field(tmp_path, mutate, message):
     with pytest.raises(GraphError, match=message) as info:
         graph_io.load(path)
     assert str(path) in str(info.value)
+
+
+def test_a_key_given_twice_is_an_error_not_the_last_one(tmp_path):
+    text = json.dumps(graph_io.to_dict(diamond()), indent=1)
+    path = tmp_path / "twice.json"
+    path.write_text(text.replace('"name": "diamond",', '"name": "diamond", "name": "other",', 1))
+    with pytest.raises(GraphError, match=r"twice.json: key 'name' appears twice in one object"):
+        graph_io.load(path)
 
 
 def test_not_json_and_truncated_gzip(tmp_path):

@@ -13,6 +13,7 @@ from suite.backends.devices import local_cluster
 from suite.backends.workload import SMALL_SHAPES, from_module, small_workload
 from suite.cli import main
 from suite.costmodel import load_profile
+from suite.errors import PlacebenchError, ProfileError, UnknownNameError
 from suite.evaluator import SimulatorBackend
 from suite.fidelity import (
     FidelityResult,
@@ -26,7 +27,14 @@ from suite.fidelity import (
 )
 from suite.methodology import Timing
 from suite.placement import validate
-from suite.profiling import _distribute, find_profiles, profile_path, profile_workload
+from suite.profiling import (
+    _distribute,
+    find_profiles,
+    profile_path,
+    profile_workload,
+    set_threads,
+    uncalibrated,
+)
 
 FAST = Timing(warmup_steps=1, measured_steps=3)
 
@@ -102,9 +110,9 @@ def test_placement_sets_are_valid_and_respect_groups():
     validate(p, g, cluster)
     for members in g.groups.values():
         assert len(set(p[members].tolist())) == 1
-    chosen = placements_for(g, cluster, n_split=2, n_random=2, seed=1)
-    assert [fam for _, fam, _ in chosen] == ["single"] * 3 + ["split"] * 2 + ["random"] * 2
-    again = placements_for(g, cluster, n_split=2, n_random=2, seed=1)  # same seed, same set
+    chosen, failed = placements_for(g, cluster, n_split=2, n_random=2, seed=1)
+    assert [fam for _, fam, _ in chosen] == ["single"] * 3 + ["split"] * 2 + ["random"] * 2 and failed == []
+    again, _ = placements_for(g, cluster, n_split=2, n_random=2, seed=1)  # same seed, same set
     assert all(a[0] == b[0] and (a[2] == b[2]).all() for a, b in zip(chosen, again, strict=True))
     for _, _, p in chosen:
         validate(p, g, cluster)
@@ -115,8 +123,11 @@ def test_fidelity_study_and_reports(tmp_path):
     cluster, dmap = local_cluster(2)
     prof = profile_workload(rw, "cpu", timing=FAST, threads=1)
     profs = [prof.__class__(**{**prof.__dict__, "applies_to": name}) for name in dmap.cluster_devices]
-    result = run_fidelity(rw, cluster, dmap, profs, timing=FAST, n_split=1, n_random=1, rounds=2, seed=0)
-    assert [r.family for r in result.rows] == ["single", "single", "split", "random"]
+    result = run_fidelity(rw, cluster, dmap, profs, timing=FAST, n_split=1, n_random=1, rounds=2, seed=0,
+                          placers=["single_gpu"])
+    assert [r.family for r in result.rows] == ["single", "single", "split", "random", "baseline"]
+    failed = result.rows.pop()  # a placer that fails is a row saying why, not left out
+    assert failed.label == "single_gpu" and failed.status == "error" and "no device of kind 'gpu'" in failed.message
     assert all(r.status == "ok" and r.predicted_s > 0 and r.measured_s > 0 for r in result.rows)
     s = result.stats()
     assert s["measured_ok"] == 4 and s["median_abs_rel_error"] >= 0 and -1 <= s["spearman"] <= 1
@@ -194,5 +205,129 @@ def test_cli_errors_name_the_problem(capsys):
         assert f"shape parameter {bad.split('=')[0]}=" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["profile", "rnnlm-2x2048-b64", "--threads", "-2"])
-    assert exc.value.code == 2 and "must be in [0, 2**32)" in capsys.readouterr().err
+    assert exc.value.code == 2 and "must be in [0, 4097)" in capsys.readouterr().err
     assert main(["profile", "rnnlm-2x2048-b64", "--device", "cuda:9"]) == 2
+
+
+def test_a_report_that_cannot_be_made_writes_nothing(tmp_path):
+    """An infinite number (the relative error of an absurd prediction) is refused before any file is written:
+    the earlier report stays whole, md and json alike."""
+    good = FidelityResult("w", "h", "c", "torch", {}, [Row("single:cpu:0", "single", 1.0, 1.25, "ok")])
+    paths = write_report(good, tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    bad = FidelityResult("w", "h", "c", "torch", {}, [Row("single:cpu:0", "single", 1e308, 1e-3, "ok")])
+    with pytest.raises(PlacebenchError, match=r"row 'single:cpu:0'\.rel_error = inf .* nothing was written"):
+        write_report(bad, tmp_path)
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before and paths["png"] in before
+
+
+def _profile_file(tmp_path, times, calibration=None):
+    data = {"format": "placebench.profile", "schema_version": 1, "workload": "w", "applies_to": "cpu",
+            "op_times_s": times, "metadata": {} if calibration is None else {"calibration": calibration}}
+    path = tmp_path / "w__cpu.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_profile_whose_times_add_up_to_infinity_is_refused(tmp_path):
+    path = _profile_file(tmp_path, {"a": 1e308, "b": 1e308})  # each finite, the step infinite
+    with pytest.raises(ProfileError, match=rf"^{path}: op_times_s add up to more than the largest float"):
+        load_profile(path)
+    path = _profile_file(tmp_path, {"a": 1e-3}, {"method": "scale", "factor": 1e-320})  # raw times overflow
+    with pytest.raises(ProfileError, match=rf"^{path}: op_times_s without metadata.calibration"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize("calibration, field", [
+    ([1], "metadata.calibration must be an object"),
+    ({"factor": 2.0}, "metadata.calibration.method = None"),
+    ({"method": "magic"}, "metadata.calibration.method = 'magic'"),
+    ({"method": "additive"}, "method 'additive' needs field 'op_overhead_s'"),
+    ({"method": "additive", "op_overhead_s": -1e-6}, "metadata.calibration.op_overhead_s = -1e-06"),
+    ({"method": "scale"}, "method 'scale' needs field 'factor'"),
+    ({"method": "scale", "factor": 0}, "metadata.calibration.factor = 0 "),
+    ({"method": "scale", "factor": "x"}, "metadata.calibration.factor = 'x' "),
+    ({"method": "scale", "factor": True}, "metadata.calibration.factor = True "),
+    ({"method": "none", "raw_sum_s": "1"}, "metadata.calibration.raw_sum_s = '1' "),
+    ({"method": "none", "measured_step_s": None}, "metadata.calibration.measured_step_s = None "),
+])
+def test_profile_calibration_is_checked_when_loaded(tmp_path, calibration, field):
+    path = _profile_file(tmp_path, {"a": 1e-3}, calibration)
+    with pytest.raises(ProfileError, match=rf"^{path}: ") as exc:
+        load_profile(path)
+    assert field in str(exc.value)
+
+
+def test_uncalibrated_undoes_a_checked_calibration(tmp_path):
+    prof = load_profile(_profile_file(tmp_path, {"a": 3e-3, "b": 0.0}, {"method": "additive", "op_overhead_s": 1e-3}))
+    assert uncalibrated(prof).op_times_s == pytest.approx({"a": 2e-3, "b": 0.0})
+    prof = load_profile(_profile_file(tmp_path, {"a": 3e-3, "b": 0.0}, {"method": "scale", "factor": 0.5}))
+    assert uncalibrated(prof).op_times_s == pytest.approx({"a": 6e-3, "b": 0.0})
+    assert uncalibrated(load_profile(_profile_file(tmp_path, {"a": 3e-3}))).op_times_s == {"a": 3e-3}
+
+
+def test_unknown_placer_is_refused_before_anything_runs(tmp_path, capsys):
+    g = small_workload("rnnlm-2x2048-b64", mode="inference").graph
+    cluster, dmap = local_cluster(2)
+    with pytest.raises(UnknownNameError, match="unknown placer 'nope'"):
+        placements_for(g, cluster, placers=["metis", "nope"])
+    with pytest.raises(UnknownNameError, match="unknown placer 'nope'"):
+        run_fidelity(None, cluster, dmap, [], placers=["nope"])  # before the workload is even looked at
+    args = ["fidelity", "rnnlm-2x2048-b64", *_shape_args("rnnlm"), "--profiles", str(tmp_path / "p"),
+            "--out", str(tmp_path / "f"), "--no-png"]
+    assert main([*args, "--placer", "nope"]) == 2
+    assert "unknown placer 'nope'" in capsys.readouterr().err
+    assert main([*args, "--placer", "none", "--placer", "metis"]) == 2
+    assert "cannot be combined" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists() and not (tmp_path / "f").exists()  # nothing profiled, nothing written
+
+
+def test_failing_placers_give_rows_not_silence():
+    g = small_workload("rnnlm-2x2048-b64", mode="inference").graph
+    cluster, _ = local_cluster(2)
+    chosen, failed = placements_for(g, cluster, n_split=0, n_random=0, placers=["single_gpu", "ort_gpu", "metis"])
+    assert [label for label, _, _ in chosen] == ["single:cpu:0", "single:cpu:1", "metis"]
+    assert [(label, status) for label, status, _ in failed] == [("single_gpu", "error"), ("ort_gpu", "skipped")]
+    assert "ClusterError" in failed[0][2] and "no GPU" in failed[1][2]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["fidelity", "--rounds", "0"], "argument --rounds: '0' must be at least 1"),
+    (["fidelity", "--rounds", "-1"], "argument --rounds: '-1' must be at least 1"),
+    (["fidelity", "--splits", "-5"], "argument --splits: '-5' must be at least 0"),
+    (["fidelity", "--random", "-5"], "argument --random: '-5' must be at least 0"),
+    (["fidelity", "--logical-cpus", "0"], "argument --logical-cpus: '0' must be at least 1"),
+    (["fidelity", "--threads", "2147483648"], "argument --threads: '2147483648' must be in [0, 4097)"),
+    (["profile", "--threads", "2147483648"], "argument --threads: '2147483648' must be in [0, 4097)"),
+    (["profile", "--threads", "4097"], "argument --threads: '4097' must be in [0, 4097)"),
+])
+def test_cli_counts_are_bounded(argv, message, tmp_path, capsys):
+    small = [*_shape_args("rnnlm"), "--out", str(tmp_path / "out")]
+    if argv[0] == "fidelity":
+        small += ["--profiles", str(tmp_path / "p"), "--placer", "none", "--no-png"]
+    with pytest.raises(SystemExit) as exc:
+        main([argv[0], "rnnlm-2x2048-b64", *small, *argv[1:]])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_library_counts_are_bounded():
+    cluster, dmap = local_cluster(2)
+    for bad in ({"rounds": 0}, {"n_split": -1}, {"n_random": -5}):
+        with pytest.raises(PlacebenchError, match=f"{next(iter(bad))} = -?[0-9]+ must be a whole number >="):
+            run_fidelity(None, cluster, dmap, [], **bad)
+    before = torch.get_num_threads()
+    for bad in (2**31, -1, 4097):
+        with pytest.raises(PlacebenchError, match=rf"threads {bad}: expected a whole number in \[0, 4096\]"):
+            set_threads(bad)
+    assert torch.get_num_threads() == before
+
+
+def test_fidelity_on_onnxruntime_without_it_installed_is_a_clear_error(capsys, monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    code = main(["fidelity", "rnnlm-2x2048-b64", "--backend", "onnxruntime", "--out", str(tmp_path / "f")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--backend onnxruntime needs ONNX Runtime: pip install" in err and "Traceback" not in err
+    assert not (tmp_path / "f").exists()

@@ -60,3 +60,20 @@ def test_a_batch_without_per_placement_checks_still_refuses_unknown_devices(unif
         simulate_batch(g, c, np.array([[0, 2]]), validate_each=False)
     with pytest.raises(PlacementError, match="integer device indices, got dtype float64"):
         simulate_batch(g, c, np.array([[0.0, 1.5]]), validate_each=False)
+
+
+@pytest.mark.parametrize("field, value", [("op_overhead_s", 1e308), ("latency_s", 1e308)])
+def test_times_that_would_add_up_to_infinity_are_refused(uniform_cluster, field, value):
+    """Each op and transfer time is finite, but a step adds them up: refused before any simulation."""
+    import dataclasses
+
+    c = uniform_cluster(2)
+    if field == "op_overhead_s":
+        c = dataclasses.replace(c, devices=tuple(dataclasses.replace(d, op_overhead_s=value) for d in c.devices))
+    else:
+        c = dataclasses.replace(c, links=tuple(dataclasses.replace(lk, latency_s=value) for lk in c.links))
+    chain = OpGraph.build("chain", [Op(x, "matmul", flops=1e9, output_bytes=1000) for x in "abc"],
+                          [("a", "b"), ("b", "c")])
+    with pytest.raises(ClusterError, match=r"'chain' on 'uniform2': its op and transfer times add up to more than"):
+        simulate(chain, c, [0, 1, 0])
+    assert simulate(chain, uniform_cluster(2), [0, 1, 0]).step_time_s == 5.0
