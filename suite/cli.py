@@ -635,7 +635,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"placebench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
-        if getattr(args, "force", False) or getattr(args, "retry_failed", False):
+        if args.func is not cmd_run:  # only `run` stores cells as they finish
+            print("placebench: interrupted", file=sys.stderr)
+        elif getattr(args, "force", False) or getattr(args, "retry_failed", False):
             print("placebench: interrupted; the cells redone so far are stored and the others keep their earlier "
                   "rows: rerun the same command to redo them all", file=sys.stderr)
         else:

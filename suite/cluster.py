@@ -241,7 +241,7 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
     if unknown:
         raise ClusterError(f"{where}: unknown top-level field(s) {sorted(unknown)}; expected {sorted(_TOP_KEYS)}")
     version = data.get("schema_version", SCHEMA_VERSION)
-    if isinstance(version, bool) or version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # not true, not 1.0 (as graph files)
         raise ClusterError(f"{where}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
     name = data.get("name")
     if not isinstance(name, str) or not name:

@@ -197,6 +197,9 @@ def save_placement(placement: np.ndarray, graph: OpGraph, cluster: Cluster, path
     return path
 
 
+_PLACEMENT_KEYS = frozenset({"format", "schema_version", "workload", "workload_hash", "cluster", "placement"})
+
+
 def load_placement(path: str | Path, graph: OpGraph, cluster: Cluster) -> np.ndarray:
     """Read a placement file (an object with a 'placement' field: a list or an {op: device} object)."""
     path = Path(path)
@@ -205,6 +208,12 @@ def load_placement(path: str | Path, graph: OpGraph, cluster: Cluster) -> np.nda
     if raw is None:
         raise PlacementError(f"{path}: no field 'placement'")
     if isinstance(data, dict):  # a saved placement names what it belongs to: it must be this workload and cluster
+        unknown = sorted(set(data) - _PLACEMENT_KEYS)
+        if unknown:
+            raise PlacementError(f"{path}: unknown field(s) {unknown}; known: {', '.join(sorted(_PLACEMENT_KEYS))}")
+        version = data.get("schema_version", 1)
+        if type(version) is not int or version != 1:
+            raise PlacementError(f"{path}: schema_version {version!r} is not supported (this placebench reads 1)")
         expected = {"format": "placebench.placement", "workload": graph.name, "workload_hash": graph.content_hash,
                     "cluster": cluster.name}
         for key, want in expected.items():

@@ -308,3 +308,14 @@ def test_tables_say_when_rows_come_from_different_code(capsys, tiny_files, write
     assert _run(capsys, "leaderboard", str(store), "--out", str(lb), "--no-chart")[0] == 0
     text = (lb / "leaderboard.md").read_text()
     assert "**Warning: mixed code: these rows come from 2 runs of aaaaaaaaaaaa, bbbbbbbbbbbb;" in text
+
+
+def test_an_interrupted_evaluate_does_not_claim_to_have_stored_cells(capsys, monkeypatch):
+    import suite.cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(suite.cli, "cmd_evaluate", interrupted)
+    code, _, err = _run(capsys, "evaluate", "w", "--cluster", "c", "--placer", "p")
+    assert code == suite.cli.EXIT_INTERRUPTED and err == "placebench: interrupted\n"

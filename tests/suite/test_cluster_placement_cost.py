@@ -75,6 +75,7 @@ def test_multi_hop_route_sums_latency_and_takes_min_bandwidth():
         (lambda d: d["links"][0].update(name=["l"]), r"links\[0\]\.name: expected a string"),
         (lambda d: d.update(colour="red", notes=""), r"unknown top-level field\(s\) \['colour', 'notes'\]"),
         (lambda d: d.update(schema_version=True), "schema_version True is not supported"),
+        (lambda d: d.update(schema_version=1.0), "schema_version 1.0 is not supported"),
         (lambda d: d["links"][0].update(between=[["a"], "b"]), r"links\[0\]\.between: expected device names, got \['a'\]"),
         (lambda d: d["links"][0].update(between=["a", "a", "b"]), r"links\[0\]\.between: device 'a' is listed twice"),
         (lambda d: d["devices"][0].update(memory_bytes=1.5), r"memory_bytes: expected a whole number of bytes \(an integer\), got 1\.5"),
@@ -215,6 +216,12 @@ def test_placement_file_round_trip_and_errors(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(PlacementError, match="p.json: op 'emb' is placed on gpu:0"):
         load_placement(path, g, c)
+    for change, message in (({"workfload": "x"}, r"unknown field\(s\) \['workfload'\]"),
+                            ({"schema_version": 2}, "schema_version 2 is not supported"),
+                            ({"schema_version": 1.0}, "schema_version 1.0 is not supported")):
+        path.write_text(json.dumps({**data, "placement": {"emb": "cpu:0", "fwd": "gpu:1", "bwd": "gpu:1"}, **change}))
+        with pytest.raises(PlacementError, match=message):
+            load_placement(path, g, c)
 
 
 def test_profile_overrides_estimate_for_matching_devices(tmp_path):
