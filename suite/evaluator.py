@@ -25,8 +25,6 @@ from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
 from suite.placement import validate
 
-STATUSES = ("ok", "oom", "invalid", "timeout", "error", "skipped")
-
 
 @dataclass(frozen=True)
 class Measurement:

@@ -181,25 +181,15 @@ class Results:
         return DEFAULT_REFERENCE if DEFAULT_REFERENCE in placers else None
 
 
-STATUSES = ("ok", *FAILURE_ORDER)
-
-
 def _check_row(r: Mapping[str, Any]) -> None:
-    """A row names its cell, has a known status, and an ok row has a finite step time >= 0 (ReportError)."""
-    missing = [k for k in ("cluster", "workload", "placer", "seed", "status") if r.get(k) in (None, "")]
-    if missing:
-        raise ReportError(f"a result row has no {', '.join(missing)}: {dict(r)}")
-    where = f"{r['cluster']} / {r['workload']} / {r['placer']} / seed {r['seed']}"
-    if r["status"] not in STATUSES:
-        raise ReportError(f"{where}: unknown status {r['status']!r}; expected one of {', '.join(STATUSES)}")
-    if r["status"] == "ok":
-        t = r.get("step_time_s")
-        try:
-            ok = t is not None and t != "" and math.isfinite(float(t)) and float(t) >= 0
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise ReportError(f"{where}: status ok needs a finite step time >= 0, got {t!r}")
+    """ReportError naming the row unless it passes the store's rule for rows (`store.row_problem`): rows
+    may come from hand-made CSV or Parquet files."""
+    from suite.store import row_problem
+
+    problem = row_problem(r)
+    if problem:
+        where = " / ".join(str(r.get(k)) for k in ("cluster", "workload", "placer")) + f" / seed {r.get('seed')}"
+        raise ReportError(f"{where}: {problem}")
 
 
 # -- tables -----------------------------------------------------------------------------------------------
@@ -349,8 +339,9 @@ def long_table(res: Results, reference: str | None = None) -> Table:
     if ref:
         columns.append(f"speedup_vs_{ref}")
     rows, raw = [], []
+    seeds = {c: res.seeds(c) for c in res.clusters}
     for (c, w, p), cell in sorted(res.cells.items()):
-        r = [c, w, p, cell.n, cell.n_ok, cell.status, cell.value_s if cell.ok else None, cell.text_among(res.seeds(c))]
+        r = [c, w, p, cell.n, cell.n_ok, cell.status, cell.value_s if cell.ok else None, cell.text_among(seeds[c])]
         if ref:
             r.append(_speedup(res, c, w, p, ref)[1] if cell.ok else None)
         raw.append(r)

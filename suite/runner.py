@@ -456,7 +456,7 @@ def _one_definition_per_name(kind: str, loaded: Mapping[str, OpGraph | Cluster])
         by_name.setdefault(x.name, (ref, x.content_hash))
 
 
-def _check_store_matches(store: Store, stored: set[str], plan: Plan) -> None:
+def _check_store_matches(store: Store, stored: set[str], plan: Plan, labels: Mapping[str, Any]) -> None:
     """A store holds one setup (methodology, search budget, evaluator) and one definition per workload and
     cluster name: refuse to mix in another, which tables would merge as if it were more seeds."""
     if plan.cells and stored:  # one stored row tells the store's setup: this check keeps it to one
@@ -475,7 +475,6 @@ def _check_store_matches(store: Store, stored: set[str], plan: Plan) -> None:
         raise SpecError(f"{store.root}: its rows were made under another methodology named "
                         f"{plan.methodology.version!r} (differs in {', '.join(changed)}); tables would mix them: "
                         f"give the changed methodology its own version, or use another --out")
-    labels = _stored_placer_labels(store, m, stored)
     for p in {c.placer.shown: c.placer for c in plan.cells}.values():
         was = labels.get(p.shown)
         if was is not None and (was["name"], was["params_hash"]) != (p.name, p.params_hash):
@@ -493,13 +492,13 @@ def _check_store_matches(store: Store, stored: set[str], plan: Plan) -> None:
                 )
 
 
-def _stored_placer_labels(store: Store, manifest: Mapping[str, Any], stored: set[str]) -> dict[str, dict[str, Any]]:
+def _stored_placer_labels(manifest: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Placer label -> {name, params, params_hash} of a store: from its manifest, or for stores written before
     the manifest kept them, from its cells."""
     if isinstance(manifest.get("placers"), Mapping):
         return dict(manifest["placers"])
     labels: dict[str, dict[str, Any]] = {}
-    for r in store.records() if stored else ():
+    for r in records:
         labels.setdefault(r["placer"], {"name": r.get("placer_name"), "params": r.get("params"),
                                         "params_hash": r.get("params_hash")})
     return labels
@@ -941,11 +940,11 @@ class RunResult:
     run_id: str
 
 
-def _manifest_update(store: Store, plan: Plan, run_entry: dict[str, Any]) -> None:
+def _manifest_update(store: Store, plan: Plan, run_entry: dict[str, Any], labels: Mapping[str, Any]) -> None:
     m = store.manifest()
     m.setdefault("specs", {})[plan.spec.name] = {**plan.spec.as_dict(), "source": plan.spec.source}
     m.setdefault("methodologies", {})[plan.methodology.version] = plan.methodology.as_dict()
-    m.setdefault("placers", _stored_placer_labels(store, m, store.cell_ids()))
+    m["placers"] = {**labels, **m.get("placers", {})}
     for p in {c.placer.shown: c.placer for c in plan.cells}.values():
         m["placers"][p.shown] = {"name": p.name, "params": p.params_json, "params_hash": p.params_hash}
     ws = m.setdefault("workloads", {})
@@ -976,8 +975,9 @@ def run(
     plan = make_plan(spec)
     store = Store(out)
     stored = store.cell_ids()
-    store.records()  # every stored cell is readable: a malformed one is an error now, before any work
-    _check_store_matches(store, stored, plan)
+    records = store.records()  # every stored cell is readable: a malformed one is an error now, before any work
+    labels = _stored_placer_labels(store.manifest(), records)
+    _check_store_matches(store, stored, plan, labels)
     if force:
         todo = list(plan.cells)
     else:
@@ -1000,7 +1000,7 @@ def run(
         "packages": package_versions(),
         "machine": machine_info(),
     }
-    _manifest_update(store, plan, entry)
+    _manifest_update(store, plan, entry, labels)
     if on_plan:
         on_plan(len(plan.cells), len(plan.cells) - len(todo))
     ran = 0
@@ -1019,7 +1019,7 @@ def run(
     finally:
         entry["finished_at"] = _now()
         entry["cells_run"] = ran
-        _manifest_update(store, plan, entry)
+        _manifest_update(store, plan, entry, labels)
         store.compact()
     wanted = {c.cell_id for c in plan.cells}
     rows = [r for r in store.rows() if r["cell_id"] in wanted]

@@ -36,7 +36,7 @@ from suite.textfile import as_float, load_json
 STORE_FORMAT = "placebench.store"
 STORE_SCHEMA_VERSION = 1
 CELL_FORMAT = "placebench.cell"
-CELL_STATUSES = ("ok", "oom", "invalid", "timeout", "error", "skipped")
+STATUSES = ("ok", "oom", "invalid", "timeout", "error", "skipped")
 
 # The flat row: one column per field, in this order, with these types (None is a null).
 ROW_SCHEMA = pa.schema(
@@ -221,24 +221,38 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def row_problem(row: Mapping[str, Any]) -> str | None:
+    """What is wrong with a result row or cell record, or None. A row names its cell (workload, cluster,
+    placer: non-empty strings; seed: a 64-bit integer), has a known status, and a step time that is null or a
+    finite number >= 0, and not null when the status is ok. Cell files and the rows of reports are checked
+    by this one rule."""
+    for field in ("workload", "cluster", "placer"):
+        if not isinstance(row.get(field), str) or not row[field]:
+            return f"{field} must be a non-empty string, got {_shown(row.get(field))}"
+    seed = row.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
+        return f"seed must be a 64-bit integer, got {_shown(seed)}"
+    if row.get("status") not in STATUSES:
+        return f"status must be one of {', '.join(STATUSES)}, got {_shown(row.get('status'))}"
+    t = row.get("step_time_s")
+    if t is not None and not (math.isfinite(as_float(t)) and as_float(t) >= 0):
+        return f"step_time_s must be null or a finite number >= 0, got {_shown(t)}"
+    if t is None and row["status"] == "ok":
+        return "status ok needs a step_time_s"
+    return None
+
+
 def check_cell(data: Mapping[str, Any], path: Path) -> None:
-    """Raise StoreError naming `path` and the field unless the cell names its cell, workload, cluster and
-    placer (non-empty strings), has an integer seed, a known status, and a step time that is null or a
-    finite number >= 0."""
+    """Raise StoreError naming `path` and the field unless the cell has every field of its key, a non-empty
+    cell_id and passes `row_problem`."""
     missing = [f for f in ("cell_id", "workload", "cluster", "placer", "seed", "status") if f not in data]
     if missing:
         raise StoreError(f"{path}: cell file is missing field(s) {', '.join(missing)}")
-    for field in ("cell_id", "workload", "cluster", "placer"):
-        if not isinstance(data[field], str) or not data[field]:
-            raise StoreError(f"{path}: {field} must be a non-empty string, got {_shown(data[field])}")
-    seed = data["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
-        raise StoreError(f"{path}: seed must be a 64-bit integer, got {_shown(seed)}")
-    if data["status"] not in CELL_STATUSES:
-        raise StoreError(f"{path}: status must be one of {', '.join(CELL_STATUSES)}, got {_shown(data['status'])}")
-    t = data.get("step_time_s")
-    if t is not None and not (math.isfinite(as_float(t)) and as_float(t) >= 0):
-        raise StoreError(f"{path}: step_time_s must be null or a finite number >= 0, got {_shown(t)}")
+    if not isinstance(data["cell_id"], str) or not data["cell_id"]:
+        raise StoreError(f"{path}: cell_id must be a non-empty string, got {_shown(data['cell_id'])}")
+    problem = row_problem(data)
+    if problem:
+        raise StoreError(f"{path}: {problem}")
 
 
 MANIFEST_TABLES = ("methodologies", "workloads", "clusters", "specs", "placers")

@@ -203,13 +203,19 @@ def test_bar_chart_is_a_png(tmp_path):
 
 def test_rows_a_report_cannot_use_are_errors_naming_them():
     """Rows read from a hand-made CSV or Parquet file: an unknown status or an ok row without a usable time."""
-    with pytest.raises(ReportError, match=r"c1 / w / a / seed 0: unknown status 'crashed'; expected one of ok, oom"):
+    with pytest.raises(ReportError, match=r'c1 / w / a / seed 0: status must be one of ok, oom, invalid, timeout, '
+                                          r'error, skipped, got "crashed"'):
         report.render([_row("w", "a", "crashed")], "text")
-    for t in (None, "", float("nan"), -1.0, "fast"):
-        with pytest.raises(ReportError, match=r"c1 / w / a / seed 0: status ok needs a finite step time >= 0"):
+    for t, message in ((None, "status ok needs a step_time_s"), ("", 'got ""'), (float("nan"), "got NaN"),
+                       (-1.0, "got -1.0"), ("fast", 'got "fast"')):
+        if t is not None:
+            message = f"step_time_s must be null or a finite number >= 0, {message}"
+        with pytest.raises(ReportError, match=rf"^c1 / w / a / seed 0: {message}$"):
             report.render([_row("w", "a", "ok", t)], "text")
-    with pytest.raises(ReportError, match="a result row has no placer"):
+    with pytest.raises(ReportError, match=r'^c1 / w /  / seed 0: placer must be a non-empty string, got ""$'):
         report.render([{**_row("w", "a", "ok", 1.0), "placer": ""}], "text")
+    with pytest.raises(ReportError, match="seed 0.5: seed must be a 64-bit integer, got 0.5"):
+        report.render([_row("w", "a", "ok", 1.0, seed=0.5)], "text")
 
 
 def test_a_zero_step_time_has_no_speedup():

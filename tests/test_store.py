@@ -256,13 +256,15 @@ def test_run_into_a_users_directory_is_one_line_and_keeps_the_files(capsys, tiny
         ({"step_time_s": float("nan")}, "step_time_s must be null or a finite number >= 0, got NaN"),
         ({"step_time_s": False}, "step_time_s must be null or a finite number >= 0, got false"),
         ({"status": None, "seed": 1}, "status must be one of"),
+        ({"status": "ok", "step_time_s": None}, "status ok needs a step_time_s"),
+        ({"cell_id": 7}, "cell_id must be a non-empty string, got 7"),
     ],
 )
 def test_a_malformed_cell_is_an_error_naming_the_file_and_field(tmp_path, change, message):
     s = Store(tmp_path)
     s.write_cell(_record("good"))
     path = s.cell_path("bad")
-    path.write_text(json.dumps({"format": "placebench.cell", **_record("bad", **change)}))
+    path.write_text(json.dumps({"format": "placebench.cell", **_record("bad"), **change}))
     with pytest.raises(StoreError, match=r"bad\.json: " + message):
         s.read_cell("bad")
     with pytest.raises(StoreError, match=r"bad\.json: " + message):
