@@ -220,14 +220,17 @@ def _speedup(res: Results, cluster: str, w: str, p: str, ref: str) -> tuple[str,
     if not c.ok:
         return STATUS_LABEL.get(c.status, c.status), c.status
     if not r.ok:
-        return f"ref {STATUS_LABEL.get(r.status, r.status)}", None
+        return f"ref {STATUS_LABEL.get(r.status, r.status)}", f"ref {r.status}"
     if c.value_s == 0 or r.value_s == 0:
-        return UNDEFINED, None
+        return UNDEFINED, "undefined"
     x = r.value_s / c.value_s
     return format_speedup(x), x
 
 
 def speedup_table(res: Results, cluster: str, reference: str) -> Table:
+    """Reference time / placer time per cell. Raw values: the speedup; the placer's status where it failed;
+    "ref STATUS" where the reference failed; "undefined" where either time is 0 s; None where either has
+    no row."""
     placers = res.placers[cluster]
     rows, raw = [], []
     for w in res.workloads[cluster]:
@@ -254,7 +257,8 @@ def _average_ranks(values: Sequence[float]) -> list[float]:
     return ranks
 
 
-SUMMARY_COLUMNS = ["placer", "runs", "ok", "OOM", "failed", "skipped", "geomean speedup", "both ok", "mean rank", "best"]
+SUMMARY_COLUMNS = ["placer", "runs", "ok", "OOM", "failed", "skipped", "geomean speedup", "both ok", "ranked",
+                   "mean rank", "best"]
 
 
 def summary_table(res: Results, clusters: Sequence[str], reference: str | None, title: str) -> Table:
@@ -263,7 +267,8 @@ def summary_table(res: Results, clusters: Sequence[str], reference: str | None, 
     ok" of them; a 0 s step time on either side gives no speedup); mean rank and best are over cells.
 
     failed = invalid + timeout + error. A failed cell ranks as infinitely slow; a skipped cell (placer not
-    applicable) is not ranked. best = cells where the placer's time equals the fastest ok time of its
+    applicable) is not ranked. "ranked" counts the cells a placer's mean rank is over: mean ranks over
+    different numbers of cells (a placer that ran on fewer workloads or clusters) are not comparable. best = cells where the placer's time equals the fastest ok time of its
     (cluster, workload).
     """
     placers = sorted({p for c in clusters for p in res.placers[c]})
@@ -296,9 +301,9 @@ def summary_table(res: Results, clusters: Sequence[str], reference: str | None, 
         g = geomean(speedups[p])
         mean_rank = float(np.mean(ranks[p])) if ranks[p] else math.nan
         raw.append([p, n, k["ok"], k["oom"], failed, k["skipped"], None if math.isnan(g) else g, len(speedups[p]),
-                    None if math.isnan(mean_rank) else mean_rank, best[p]])
+                    len(ranks[p]), None if math.isnan(mean_rank) else mean_rank, best[p]])
         rows.append([p, str(n), str(k["ok"]), str(k["oom"]), str(failed), str(k["skipped"]),
-                     format_speedup(g) if not math.isnan(g) else MISSING, str(len(speedups[p])),
+                     format_speedup(g) if not math.isnan(g) else MISSING, str(len(speedups[p])), str(len(ranks[p])),
                      f"{mean_rank:.2f}" if not math.isnan(mean_rank) else MISSING, str(best[p])])
     columns = list(SUMMARY_COLUMNS)
     if reference:
@@ -333,17 +338,23 @@ def failures_table(res: Results, width: int = 100) -> Table:
 
 
 def long_table(res: Results, reference: str | None = None) -> Table:
-    """One row per (cluster, workload, placer): the tidy form behind every other table (CSV, JSON)."""
+    """One row per (cluster, workload, placer): the tidy form behind every other table (CSV, JSON).
+
+    With a reference, `speedup_vs_REF` is a number or empty, and `reference_status` is the reference's status
+    in that cell, empty where it has no row: an empty speedup beside an ok reference means a failed placer or a
+    0 s step time."""
     ref = res.pick_reference(reference)
     columns = ["cluster", "workload", "placer", "seeds", "ok_seeds", "status", "step_time_s", "shown"]
     if ref:
-        columns.append(f"speedup_vs_{ref}")
+        columns += [f"speedup_vs_{ref}", "reference_status"]
     rows, raw = [], []
     seeds = {c: res.seeds(c) for c in res.clusters}
     for (c, w, p), cell in sorted(res.cells.items()):
         r = [c, w, p, cell.n, cell.n_ok, cell.status, cell.value_s if cell.ok else None, cell.text_among(seeds[c])]
         if ref:
-            r.append(_speedup(res, c, w, p, ref)[1] if cell.ok else None)
+            value = _speedup(res, c, w, p, ref)[1]
+            ref_cell = res.cells.get((c, w, ref))
+            r += [value if isinstance(value, float) else None, ref_cell.status if ref_cell else None]
         raw.append(r)
         rows.append(["" if v is None else (repr(v) if isinstance(v, float) else str(v)) for v in r])
     return Table("Cells", columns, rows, raw, ["l"] * len(columns))

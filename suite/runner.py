@@ -313,6 +313,8 @@ def load_plugins(refs: Sequence[str]) -> None:
                 module = importlib.import_module(ref)
         except PlacebenchError:
             raise
+        except SystemExit as exc:  # sys.exit() at import must not end placebench as if it had succeeded
+            raise SpecError(f"plugin {ref!r} called sys.exit({short_repr(exc.code)}) while being imported") from None
         except Exception as exc:
             raise SpecError(f"plugin {ref!r} failed to import: {type(exc).__name__}: {exc}") from None
         _PLUGINS[ref] = module

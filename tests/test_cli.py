@@ -201,6 +201,14 @@ def test_a_plugin_cannot_take_an_installed_placers_name(capsys, tiny_files, tmp_
                         "placer name 'm_etf' is taken by the installed placer baselines.m_etf:")
 
 
+def test_a_plugin_that_exits_at_import_is_an_error_not_a_success(capsys, tiny_files, tmp_path):
+    plugin = tmp_path / "quits.py"
+    plugin.write_text("import sys\nsys.exit(0)\n")
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]),
+                              "-p", "single_cpu", "--plugin", str(plugin)),
+                        f"plugin {str(plugin)!r} called sys.exit(0) while being imported")
+
+
 def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tmp_path):
     spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
                       placers=["single_cpu"])

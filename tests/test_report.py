@@ -34,7 +34,7 @@ ROWS = [
 # geomean: a over {w1} = 2.00; b over {w1, w2} = sqrt(1 * 2) = 1.41; ref = 1.00.
 # Ranks (failures infinitely slow, ties averaged): w1 a 1, b/ref 2.5; w2 b 1, ref 2, a 3;
 # w3 a 1, b/ref 2.5; w4 a/b 1.5; w5 a 1. Mean: a (1 + 3 + 1 + 1.5 + 1) / 5 = 1.50,
-# b (2.5 + 1 + 2.5 + 1.5) / 4 = 1.875 -> 1.88, ref 7 / 3 = 2.33.
+# b (2.5 + 1 + 2.5 + 1.5) / 4 = 1.875 -> 1.88, ref 7 / 3 = 2.33; ranked = those 5, 4 and 3 cells.
 # best (the fastest *ok* time): a on w1 and w3, b on w2; nobody on w4 or w5, where every placer failed.
 # runs/ok/OOM/failed count seeds; failed = invalid + timeout + error:
 # a 7 runs, 3 ok, 2 OOM (w2, w5), 2 failed (w3 timeout, w4 invalid); b 4 runs, 2 ok, 2 failed (w3, w4 error).
@@ -58,11 +58,11 @@ w4              -      -      -
 w5              -      -      -
 
 Summary on c1
-placer  runs  ok  OOM  failed  skipped  geomean speedup vs ref  both ok  mean rank  best
-------  ----  --  ---  ------  -------  ----------------------  -------  ---------  ----
-a          7   3    2       2        0                   2.00x        1       1.50     2
-b          4   2    0       2        0                   1.41x        2       1.88     1
-ref        3   2    1       0        0                   1.00x        2       2.33     0
+placer  runs  ok  OOM  failed  skipped  geomean speedup vs ref  both ok  ranked  mean rank  best
+------  ----  --  ---  ------  -------  ----------------------  -------  ------  ---------  ----
+a          7   3    2       2        0                   2.00x        1       5       1.50     2
+b          4   2    0       2        0                   1.41x        2       4       1.88     1
+ref        3   2    1       0        0                   1.00x        2       3       2.33     0
 
 Failed cells (invalid, timeout, error) and why
 cluster  workload  placer  seed  status   message
@@ -86,7 +86,7 @@ def test_markdown_comparison_table():
     md = report.render(ROWS, "md", "ref")
     assert md.startswith("## c1\n\n**Step time on c1**\n\n| workload | a | b | ref |\n|:---|---:|---:|---:|\n")
     assert "| w3 | 400.0 ms (2/3 ok) | error | OOM |" in md
-    assert "| b | 4 | 2 | 0 | 2 | 0 | 1.41x | 2 | 1.88 | 1 |" in md
+    assert "| b | 4 | 2 | 0 | 2 | 0 | 1.41x | 2 | 4 | 1.88 | 1 |" in md
 
 
 def test_csv_is_the_long_table_with_numbers():
@@ -94,13 +94,15 @@ def test_csv_is_the_long_table_with_numbers():
     assert len(rows) == 12
     w3a = next(r for r in rows if r["workload"] == "w3" and r["placer"] == "a")
     assert w3a == {"cluster": "c1", "workload": "w3", "placer": "a", "seeds": "3", "ok_seeds": "2", "status": "ok",
-                   "step_time_s": "0.4", "shown": "400.0 ms (2/3 ok)", "speedup_vs_ref": ""}
+                   "step_time_s": "0.4", "shown": "400.0 ms (2/3 ok)", "speedup_vs_ref": "",
+                   "reference_status": "oom"}
     w1a = next(r for r in rows if r["workload"] == "w1" and r["placer"] == "a")
-    assert (w1a["step_time_s"], w1a["speedup_vs_ref"]) == ("1.0", "2.0")
+    assert (w1a["step_time_s"], w1a["speedup_vs_ref"], w1a["reference_status"]) == ("1.0", "2.0", "ok")
     w2a = next(r for r in rows if r["workload"] == "w2" and r["placer"] == "a")
     assert (w2a["status"], w2a["step_time_s"]) == ("oom", "")
     w5a = next(r for r in rows if r["workload"] == "w5" and r["placer"] == "a")  # its row had a time: no number
     assert (w5a["status"], w5a["step_time_s"], w5a["shown"]) == ("oom", "", "OOM")
+    assert (w5a["speedup_vs_ref"], w5a["reference_status"]) == ("", "")  # no reference row there
 
 
 def test_json_report():
@@ -110,6 +112,9 @@ def test_json_report():
     summary = section["tables"][2]
     assert summary["rows"][1][:6] == ["b", 4, 2, 0, 2, 0] and summary["rows"][1][6] == pytest.approx(math.sqrt(2))
     assert failures["name"] == "failures" and len(data["failures"]) == 4
+    speedups = {row[0]: row[1:] for row in section["tables"][1]["rows"]}  # placers a, b, ref
+    assert speedups["w3"] == ["ref oom", "error", "oom"]  # the reference failed: said so, not a bare null
+    assert speedups["w4"] == [None, None, None]  # no reference row
     assert data["failures"][2] == {"cluster": "c1", "workload": "w4", "placer": "a", "seed": 0, "status": "invalid",
                                    "message": "colocation group 'g' is split: op x on d0"}
 
@@ -148,7 +153,7 @@ def test_seed_aggregation():
 def test_skipped_cells_are_not_ranked():
     rows = [_row("w", "a", "ok", 1.0), _row("w", "b", "skipped"), _row("w", "c", "error")]
     summary = report.tables(report.Results.from_rows(rows))[0][1][-1]
-    assert [(r[0], r[8]) for r in summary.raw] == [("a", 1.0), ("b", None), ("c", 2.0)]
+    assert [(r[0], r[8], r[9]) for r in summary.raw] == [("a", 1, 1.0), ("b", 0, None), ("c", 1, 2.0)]
     assert [r[5] for r in summary.raw] == [0, 1, 0]
 
 
@@ -227,6 +232,8 @@ def test_a_zero_step_time_has_no_speedup():
     summary = report.tables(report.Results.from_rows(rows), "ref")[0][1][2]
     assert summary.raw[0][:1] + summary.raw[0][6:8] == ["a", 2.0, 1]  # geomean over u only
     assert report.render(rows, "csv", "ref").count(",0.0,") == 3
+    speedups = report.speedup_table(report.Results.from_rows(rows), "c1", "ref")
+    assert [r[1] for r in speedups.raw] == [2.0, "undefined", "undefined"]
 
 
 def test_cells_with_an_unusual_number_of_seeds_say_so():

@@ -139,6 +139,8 @@ def _fidelity(args: argparse.Namespace) -> int:
 
     if "none" in args.placer and len(args.placer) > 1:
         raise UsageError(f"--placer none (no baseline) cannot be combined with other placers: {args.placer}")
+    if args.cluster and args.logical_cpus is not None:
+        raise UsageError("--logical-cpus describes this machine's cluster: it cannot be combined with --cluster")
     fidelity.check_placers([] if args.placer == ["none"] else args.placer)  # a typo fails before anything runs
     threads = set_threads(args.threads)
     meth = _m.load(args.methodology)

@@ -331,3 +331,12 @@ def test_fidelity_on_onnxruntime_without_it_installed_is_a_clear_error(capsys, m
     err = capsys.readouterr().err
     assert code == 2 and "--backend onnxruntime needs ONNX Runtime: pip install" in err and "Traceback" not in err
     assert not (tmp_path / "f").exists()
+
+
+def test_fidelity_refuses_logical_cpus_with_a_cluster(capsys, tmp_path):
+    """--logical-cpus shapes this machine's cluster: given with --cluster it would be ignored, so it is refused."""
+    code = main(["fidelity", "rnnlm-2x2048-b64", "--cluster", "haswell_2k80", "--logical-cpus", "4",
+                 "--out", str(tmp_path / "f")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--logical-cpus describes this machine's cluster: it cannot be combined with --cluster" in err
+    assert not (tmp_path / "f").exists()
