@@ -127,10 +127,13 @@ class _Progress:
         self.total = 0
         self.done = 0
 
-    def plan(self, total: int, reused: int) -> None:
+    def plan(self, total: int, reused: int, stale: int = 0) -> None:
         self.total, self.done = total, reused
         if self.quiet:
             return
+        if stale:
+            print(f"placebench: {stale} stored cell(s) were made by other code of their placer; running them again",
+                  file=sys.stderr)
         if reused:
             print(f"placebench: {reused} of {total} cells already stored; running {total - reused}", file=sys.stderr)
         if _tty(sys.stderr) and total > reused:
@@ -314,8 +317,9 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     if len(labels) < 2 and dirty_runs < 2:
         return ""
     code = ", ".join(label or "unknown code" for label in labels)
-    text = (f"mixed code: these rows come from {len(versions)} runs of {code}; a stored cell is not rerun "
-            f"when its placer changes: rerun the spec(s) that made them with --force to use one version")
+    text = (f"mixed code: these rows come from {len(versions)} runs of {code}; a run reruns a stored cell when "
+            f"its placer's source changed, not when other code did: rerun the spec(s) that made them with --force "
+            f"to use one version")
     print(f"placebench: warning: {text}", file=sys.stderr)
     return text
 

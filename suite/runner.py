@@ -64,6 +64,7 @@ from suite.evaluator import Evaluator, Measurement, SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
 from suite.placement import check_placeable, placement_hash
+from suite.placer_code import placer_code
 from suite.store import Store, _json_safe, machine_info, package_versions
 from suite.textfile import as_float, load_toml, short_repr
 
@@ -373,6 +374,7 @@ class Cell:
     simulator_engine: str | None
     timeout_s: float
     plugins: tuple[str, ...]
+    placer_code: str | None = None  # fingerprint of the placer's source (suite.placer_code); not in the key
 
     @property
     def budget(self) -> Budget:
@@ -534,6 +536,7 @@ def make_plan(spec: Spec) -> Plan:
             for cluster in clusters.values():
                 simulator.inputs_for(graph, cluster)
     placers = _expand_placers(spec.placers)
+    codes = {p.name: placer_code(p.name) for p in placers}
     cells = []
     seen: set[str] = set()
     for cref, cluster in clusters.items():
@@ -559,7 +562,8 @@ def make_plan(spec: Spec) -> Plan:
                         continue
                     seen.add(cid)
                     cells.append(
-                        Cell(cid, key, wref, cref, p, int(seed), meth, spec.evaluator, spec.simulator_engine, timeout_s, spec.plugins)
+                        Cell(cid, key, wref, cref, p, int(seed), meth, spec.evaluator, spec.simulator_engine, timeout_s,
+                             spec.plugins, codes[p.name])
                     )
     return Plan(spec, meth, cells, workloads, clusters)
 
@@ -578,6 +582,7 @@ def base_record(cell: Cell) -> dict[str, Any]:
         "cell_id": cell.cell_id,
         **cell.key,
         "params": cell.placer.params_json,
+        "placer_code": cell.placer_code,
         "message": "",
         "placebench_version": suite.__version__,
     }
@@ -960,6 +965,12 @@ def _manifest_update(store: Store, plan: Plan, run_entry: dict[str, Any], labels
     store.write_manifest(m)
 
 
+def _made_by_other_code(record: Mapping[str, Any] | None, cell: Cell) -> bool:
+    """A stored cell whose placer's fingerprint differs from the current one (unknown on either side: no)."""
+    stored = record.get("placer_code") if record else None
+    return bool(stored and cell.placer_code and stored != cell.placer_code)
+
+
 def run(
     spec: Spec | str,
     out: str | Path,
@@ -967,11 +978,13 @@ def run(
     jobs: int = 1,
     force: bool = False,
     retry_failed: bool = False,
-    on_plan: Callable[[int, int], None] | None = None,
+    on_plan: Callable[[int, int, int], None] | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
     on_start: Callable[[Cell], None] | None = None,
 ) -> RunResult:
-    """Run every cell of `spec` not yet in the store at `out` (all of them with `force`)."""
+    """Run every cell of `spec` not yet in the store at `out`, and the stored ones whose placer's code has
+    changed since (its fingerprint, `suite.placer_code`); all of them with `force`, and the failed ones
+    too with `retry_failed`. `on_plan(total, reused, stale)` is told before any cell runs."""
     t0 = time.perf_counter()
     spec = load_spec(spec) if isinstance(spec, str) else spec
     plan = make_plan(spec)
@@ -980,14 +993,13 @@ def run(
     records = store.records()  # every stored cell is readable: a malformed one is an error now, before any work
     labels = _stored_placer_labels(store.manifest(), records)
     _check_store_matches(store, stored, plan, labels)
+    by_id = {r["cell_id"]: r for r in records}
+    stale = {c.cell_id for c in plan.cells if _made_by_other_code(by_id.get(c.cell_id), c)}
     if force:
         todo = list(plan.cells)
     else:
-        todo = [c for c in plan.cells if c.cell_id not in stored]
-        if retry_failed:
-            todo += [
-                c for c in plan.cells if c.cell_id in stored and store.read_cell(c.cell_id)["status"] in FAILED_STATUSES
-            ]
+        todo = [c for c in plan.cells if c.cell_id not in by_id or c.cell_id in stale
+                or (retry_failed and by_id[c.cell_id]["status"] in FAILED_STATUSES)]
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
     entry = {
         "run_id": run_id,
@@ -997,6 +1009,7 @@ def run(
         "complete": False,
         "cells_planned": len(plan.cells),
         "cells_to_run": len(todo),
+        "cells_stale": 0 if force else len(stale),
         "jobs": jobs,
         "git": _git(),
         "packages": package_versions(),
@@ -1004,7 +1017,7 @@ def run(
     }
     _manifest_update(store, plan, entry, labels)
     if on_plan:
-        on_plan(len(plan.cells), len(plan.cells) - len(todo))
+        on_plan(len(plan.cells), len(plan.cells) - len(todo), 0 if force else len(stale))
     ran = 0
 
     def finished(record: dict[str, Any]) -> None:

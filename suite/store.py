@@ -50,6 +50,7 @@ ROW_SCHEMA = pa.schema(
         ("placer_name", pa.string()),  # the registry name
         ("params", pa.string()),  # canonical JSON of the placer's keyword parameters
         ("params_hash", pa.string()),
+        ("placer_code", pa.string()),  # fingerprint of the placer's source (suite.placer_code); not in the key
         ("seed", pa.int64()),
         ("methodology", pa.string()),  # methodology version
         ("budget_evaluations", pa.int64()),

@@ -343,6 +343,31 @@ def test_rerun_skips_stored_cells_and_force_redoes_them(outcome_run):  # last of
     assert all(r["complete"] for r in manifest["runs"])
 
 
+def test_a_stored_cell_whose_placer_code_changed_is_run_again(tiny_files, write_spec, tmp_path, monkeypatch):
+    spec = runner.load_spec(str(write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                                           placers=["single_cpu", "single_gpu"], seeds=[0, 1])))
+    store = tmp_path / "store"
+    first = runner.run(spec, store)
+    codes = {r["placer"]: r["placer_code"] for r in Store(store).records()}
+    assert first.ran == 4 and codes == {p: runner.placer_code(p) for p in ("single_cpu", "single_gpu")}
+    assert runner.run(spec, store).ran == 0  # same code: reused
+    real = runner.placer_code
+    monkeypatch.setattr(runner, "placer_code", lambda name: "0123456789ab" if name == "single_gpu" else real(name))
+    told = []
+    again = runner.run(spec, store, on_plan=lambda *a: told.append(a))
+    assert told == [(4, 2, 2)] and again.ran == 2  # the single_gpu cells, and only they
+    records = Store(store).records()
+    assert len(records) == 4 and {r["placer"]: r["placer_code"] for r in records}["single_gpu"] == "0123456789ab"
+    assert Store(store).manifest()["runs"][-1]["cells_stale"] == 2
+    # a cell stored without a fingerprint (an older store) cannot be judged: it is kept
+    for path in (store / "cells").glob("*.json"):
+        cell = json.loads(path.read_text())
+        cell.pop("placer_code")
+        path.write_text(json.dumps(cell))
+    monkeypatch.setattr(runner, "placer_code", lambda name: "ba9876543210")
+    assert runner.run(spec, store).ran == 0
+
+
 # -- a killed run ---------------------------------------------------------------------------------------------
 def test_sigkill_mid_run_then_resume_loses_and_duplicates_nothing(tiny_files, write_spec, harness_plugin, tmp_path):
     spec = write_spec(
