@@ -4,13 +4,23 @@ It differs from the reference in implementation only, and relies on three facts 
 
 * Within one instant the order in which events are handled does not change any result: readiness counts,
   memory deltas and channel bookkeeping commute, a device has at most one op-done event per instant, and
-  dispatch runs after all of the instant's events. So the event queue needs times only, no tie-breaking.
+  dispatch runs after all of the instant's events. So events need times only, no tie-breaking.
 * Every device runs one op at a time, and every channel is first come first served with non-decreasing end
-  times. The queue therefore holds at most one event per source (a device's running op, or the transfer at
-  the head of a channel); queued transfers wait in a per-channel list. The queue is a short array kept in
-  descending time order, so the next event is at its end.
+  times. So each device has one event slot (the end of its running op, `dev_end`, INF when idle), and the
+  queue holds at most one event per channel (the transfer at its head; the others wait in a per-channel
+  list), in a short array kept in descending time order. The next instant is the minimum of the slots
+  (compared as the int64 bit patterns of the times, which order like non-negative floats, in a branch-free
+  scan of 8 slots at a time) and of the queue's end; with no transfer queued and at most one device busy
+  there is nothing to search.
 * The ready op with the smallest index wins a device, so each device's ready set is a bitmap over op
   indices; popping scans forward from the lowest word that may be non-empty.
+
+Dispatch and the op-done events go over bitmasks of devices (idle, with a ready op, done at this instant).
+Bit k stands for the devices d with d % 64 == k: up to 64 devices that is device k alone; above, the
+engine loops over the devices of each set bit (larger clusters are correct, not tuned). When an op ends,
+each remote consumer edge is linked into the list of the one transfer to its device, so a transfer's
+arrival walks only its consumers. Readiness is counted without branches (a consumer whose count reaches
+zero sets its bit through a mask), and the last instant is the step time.
 
 Memory is tracked online with reference counts: `live` changes at once, and at the end of every instant
 each device that got an allocation in it has its `live` sampled into its peak. This equals the reference's
@@ -20,20 +30,23 @@ the transfer ahead of it ends. `simulate_batch` runs many placements in one comp
 one core, reusing one workspace, which is also kept for the next call with the same sizes.
 
 Every index (op, device, channel, transfer, bitmap word) is unsigned, with `NONE` as "no such": numba
-wraps negative indices around, which costs a sign test and keeps every array's length live in the hot loop;
-with unsigned indices those disappear and the loop spills fewer registers (blocks / groups / random
-placements of tests/suite/test_simulator_bench.py: 0.44 / 0.91 / 1.26 ms before, 0.31 / 0.69 / 1.04 ms
-after). `SimInputs.fast_args` hands the graph's index arrays over as uint64 (converted once); index arrays
-from other callers are converted on each call.
+wraps negative indices around, which costs a sign test and keeps every array's length live in the hot loop.
+`SimInputs.fast_args` hands the graph's index arrays over as uint64 (converted once); index arrays from
+other callers are converted on each call.
 
-Cost (one core, 10,000-op benchmark graph): about 27 ns per op with every op on one device (unpredictable
-branches: loop lengths, readiness, reference counts), plus about 65 ns per cross-device transfer (the
-random placement makes about 12,000). An engine without transfer events
-(ready times known when the last input is produced, future memory deltas in per-device heaps) was built,
-matched this one exactly, and was slower: side by side on the graph and placements of
-tests/suite/test_simulator_bench.py (10,000 ops, 8 devices; best per-placement time over batches of 16),
-0.84 / 1.20 / 1.36 ms against this engine's 0.45 / 0.91 / 1.31 ms (before unsigned indices) for blocks /
-groups / random placements.
+Measured on tests/suite/test_simulator_bench.py's graph (10,000 ops, 8 devices, one core; minimum ms of one
+placement / of a batch of 64, blocks, groups, random placements):
+  signed indices, candidate list, all events queued:  0.44 / -, 0.91 / -, 1.26 / -
+  unsigned indices (the previous engine):              0.31 / 21.1, 0.69 / 45.3, 1.05 / 69.3
+  device slots and masks, consumer lists, branch-free readiness:  0.29 / 19.9, 0.65 / 43.4, 0.91 / 60.6
+(the same with one-word masks, limited to 64 devices: 0.28 / 18.5, 0.63 / 42.9, 0.83 / 56.1).
+Tried and dropped: an engine without transfer events (ready times known when the last input is produced,
+future memory deltas in per-device heaps; exact, but 0.84 / 1.20 / 1.36 ms against 0.45 / 0.91 / 1.31);
+slots for channel events too; per-channel source/destination tables; int32 counters; reading the
+placement in the hot loop instead of gathered device/duration arrays; branch-free clearing of the ready
+mask; one record array of all buffers (own outputs and received copies, looked up per (op, device)) with
+branch-free frees, alone or two inputs at a time: faster for random (-2%) but slower for blocks (+20%)
+once combined with the rest; device masks as arrays of words (+40% for blocks).
 """
 
 from __future__ import annotations
@@ -42,16 +55,35 @@ import threading
 
 import numpy as np
 from numba import njit
+from numba.core import types
 from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
 
 U = np.uint64
 ONE = U(1)
-NONE = U(0xFFFFFFFFFFFFFFFF)  # no op, transfer or device; also "empty" for channel heads and devices
+NONE = U(0xFFFFFFFFFFFFFFFF)  # no op, transfer or edge; also "empty" for channel heads
+INF = np.int64(0x7FF0000000000000)  # the bits of +inf: "no event" in a device's slot
+
+
+@intrinsic
+def _bits(typingctx, x):
+    """The bit pattern of a float64 as an int64: ordered like the float for non-negative times."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _time(typingctx, x):
+    """The float64 with the bit pattern x (inverse of `_bits`)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+    return types.float64(types.int64), codegen
 
 
 @njit(cache=True, inline="always")
 def _queue_push(qt, qs, size, t, s):
-    """Insert event source `s` at time `t`; the queue is kept in descending time order."""
+    """Insert channel `s` at time `t`; the queue is kept in descending time order."""
     j = size
     while j > U(0) and qt[j - ONE] < t:
         qt[j] = qt[j - ONE]
@@ -60,14 +92,6 @@ def _queue_push(qt, qs, size, t, s):
     qt[j] = t
     qs[j] = s
     return size + ONE
-
-
-@njit(cache=True, inline="always")
-def _ready_add(bits, low, d, i):
-    w = i >> U(6)
-    bits[d, w] |= ONE << (i & U(63))
-    if w < low[d]:
-        low[d] = w
 
 
 @njit(cache=True, inline="always")
@@ -82,28 +106,56 @@ def _ready_pop(bits, low, d):
     return w * U(64) + U(trailing_zeros(x))
 
 
+@njit(cache=True, inline="always")
+def _min8(a, o):
+    """The smallest of a[o:o + 8], as a tree of selects (no branches)."""
+    return min(min(min(a[o], a[o + ONE]), min(a[o + U(2)], a[o + U(3)])),
+               min(min(a[o + U(4)], a[o + U(5)]), min(a[o + U(6)], a[o + U(7)])))
+
+
+@njit(cache=True, inline="always")
+def _equal8(a, o, m):
+    """Bit k set where a[o + k] == m, for k < 8."""
+    return (U(a[o] == m) | U(a[o + ONE] == m) << ONE | U(a[o + U(2)] == m) << U(2) | U(a[o + U(3)] == m) << U(3)
+            | U(a[o + U(4)] == m) << U(4) | U(a[o + U(5)] == m) << U(5) | U(a[o + U(6)] == m) << U(6)
+            | U(a[o + U(7)] == m) << U(7))
+
+
+@njit(cache=True, inline="always")
+def _start(d, t, ready, low, n_ready, running, dev_end, dur_of, busy_s, live, output_bytes):
+    """Device d starts its ready op with the smallest index at time t."""
+    i = _ready_pop(ready, low, d)
+    n_ready[d] -= 1
+    running[d] = i
+    dur = dur_of[i]
+    busy_s[d] += dur
+    live[d] += output_bytes[i]
+    dev_end[d] = _bits(t + dur)
+
+
 @njit(cache=True)
 def _workspace(n, ndev, n_edges):
     """Scratch arrays for one graph size, reused across the placements of a batch.
 
     The arrays built with zeros, -1 or NONE are returned to that state by every run.
     """
-    n_sources = ndev + ndev * ndev  # one per device, one per channel (diagonal unused)
     n_xfer = min(n_edges, n * max(ndev - 1, 0)) + 1  # at most one transfer per (producer, other device)
     return (
-        np.empty(n_sources, np.float64),  # event queue: times
-        np.empty(n_sources, np.uint64),  # event queue: source (device d, or ndev + channel)
+        np.empty(ndev * ndev, np.float64),  # event queue: times
+        np.empty(ndev * ndev, np.uint64),  # event queue: channels
         np.empty(n_xfer, np.uint64),  # transfer: producer
         np.empty(n_xfer, np.int64),  # transfer: bytes
         np.empty(n_xfer, np.float64),  # transfer: end time
         np.empty(n_xfer, np.uint64),  # transfer: next transfer on its channel, or NONE
+        np.empty(n_xfer, np.uint64),  # transfer: first edge to its consumers (listed through edge_next)
         np.full(ndev * ndev, NONE, np.uint64),  # channel: first transfer not yet done, or NONE
         np.empty(ndev * ndev, np.uint64),  # channel: last transfer
         np.zeros(ndev * ndev, np.float64),  # channel: time it becomes free
         np.zeros((ndev, (n + 63) // 64), np.uint64),  # ready bitmaps per device
         np.empty(ndev, np.uint64),  # lowest word of each bitmap that may be non-empty
         np.empty(ndev, np.int64),  # ready ops per device
-        np.empty(ndev, np.uint64),  # running op per device, or NONE
+        np.empty(ndev, np.uint64),  # running op per device
+        np.full((ndev + 7) // 8 * 8, INF, np.int64),  # end of each device's running op (`_bits`), INF if idle
         np.empty(n, np.int64),  # inputs not yet on the op's device
         np.empty(n, np.int64),  # references to each op's own output copy
         np.zeros((n, ndev), np.int64),  # references to each received copy
@@ -112,8 +164,8 @@ def _workspace(n, ndev, n_edges):
         np.full(ndev, -1, np.int64),  # scratch: bytes to send to each device, -1 = none
         np.zeros(ndev, np.int64),  # scratch: consumers on each other device
         np.empty(ndev, np.uint64),  # scratch: destinations of the op that just finished
-        np.empty(ndev, np.uint64),  # devices to consider at the next dispatch
-        np.zeros(ndev, np.bool_),  # device is in that list
+        np.empty(ndev, np.uint64),  # scratch: last edge to each destination
+        np.empty(max(n_edges, 1), np.uint64),  # edge: next edge to a consumer of the same transfer
         np.empty(n, np.uint64),  # the placement, unsigned
         np.empty(n, np.float64),  # duration of each op on its device, gathered in one pass
     )
@@ -130,95 +182,124 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
     link_bytes[:, :] = 0
     if n == U(0):
         return 0.0
-    (qt, qs, x_op, x_bytes, x_end, x_next, ch_head, ch_tail, ch_free, ready, low, n_ready, running, pending,
-     own_refs, recv_refs, recv_bytes, live, send_bytes, n_remote, dsts, cand, is_cand, dev_of, dur_of) = ws
+    (qt, qs, x_op, x_bytes, x_end, x_next, x_first, ch_head, ch_tail, ch_free, ready, low, n_ready, running,
+     dev_end, pending, own_refs, recv_refs, recv_bytes, live, send_bytes, n_remote, dsts, dst_edge, edge_next,
+     dev_of, dur_of) = ws
     ch_free[:] = 0.0
     live[:] = 0
     n_words = U(ready.shape[1])
     for d in range(ndev):
         low[d] = n_words
         n_ready[d] = 0
-        running[d] = NONE
-        cand[d] = d
-        is_cand[d] = True
-    n_cand = ndev
     for i in range(n):
         d = U(placement[i])
         dev_of[i] = d
         dur_of[i] = cost[i, d]
         pending[i] = pred_ptr[i + ONE] - pred_ptr[i]
         own_refs[i] = ONE + succ_ptr[i + ONE] - succ_ptr[i]  # its own run + every consumer (see OP_DONE)
+    # device masks: bit k stands for the devices d with d % 64 == k (for up to 64 devices, device k alone)
+    full = NONE >> (U(64) - min(ndev, U(64)))
+    idle = full  # some device of the class is idle
+    has_ready = U(0)  # some device of the class has a ready op
     for i in range(n):
         if pending[i] == 0:
             d = dev_of[i]
-            _ready_add(ready, low, d, i)
+            w = U(i) >> U(6)
+            ready[d, w] |= ONE << (U(i) & U(63))
+            low[d] = min(low[d], w)
             n_ready[d] += 1
+            has_ready |= ONE << (d & U(63))
     q = U(0)  # queue size
     nx = U(0)  # transfers created
-    grown = U(0)  # bitmask of the devices whose live bytes grew in this instant (device d is bit d % 64)
-    step = 0.0
+    grown = U(0)  # devices whose live bytes grew in this instant
     t = 0.0
+    tb = np.int64(0)  # _bits(t)
     while True:
-        # dispatch: every idle device starts its ready op with the smallest index (only devices that
-        # became idle or got a ready op since the last dispatch can start one)
-        for k in range(n_cand):
-            d = cand[k]
-            is_cand[d] = False
-            if running[d] == NONE and n_ready[d] > 0:
-                i = _ready_pop(ready, low, d)
-                n_ready[d] -= 1
-                running[d] = i
-                dur = dur_of[i]
-                end = t + dur
-                step = max(step, end)
-                busy_s[d] += dur
-                live[d] += output_bytes[i]
-                grown |= ONE << (d & U(63))
-                q = _queue_push(qt, qs, q, end, d)
-        n_cand = U(0)
-        if q == U(0) or qt[q - ONE] != t:  # the instant is over: its end state is a peak candidate
-            if ndev > U(64):  # the bitmask cannot name every device
-                for d in range(ndev):
-                    peak[d] = max(peak[d], live[d])
-                grown = U(0)
+        # dispatch: every idle device with a ready op starts the one with the smallest index
+        go = idle & has_ready
+        while go != U(0):
+            k = U(trailing_zeros(go))
+            bit = ONE << k
+            go ^= bit
+            grown |= bit
+            if ndev <= U(64):  # bit k is device k
+                _start(k, t, ready, low, n_ready, running, dev_end, dur_of, busy_s, live, output_bytes)
+                idle ^= bit
+                if n_ready[k] == 0:
+                    has_ready ^= bit
+            else:  # bit k stands for devices k, k + 64, ...: start every one that can
+                idle_k = U(0)
+                ready_k = U(0)
+                for d in range(k, ndev, 64):
+                    if dev_end[d] == INF and n_ready[d] > 0:
+                        _start(d, t, ready, low, n_ready, running, dev_end, dur_of, busy_s, live, output_bytes)
+                    idle_k |= U(dev_end[d] == INF)
+                    ready_k |= U(n_ready[d] > 0)
+                idle = (idle & ~bit) | (idle_k << k)
+                has_ready = (has_ready & ~bit) | (ready_k << k)
+        busy = ~idle & full
+        if q == U(0) and (busy & (busy - ONE)) == U(0) and ndev <= U(64):  # one event source at most
+            done = busy
+            m = dev_end[trailing_zeros(busy)] if busy != U(0) else INF
+        else:
+            m = INF
+            done = U(0)
+            for g in range(0, dev_end.shape[0], 8):
+                gm = _min8(dev_end, U(g))
+                gmask = _equal8(dev_end, U(g), gm)
+                done = (done & (U(gm < m) - ONE)) | (gmask & (U(gm <= m) * NONE)) << (U(g) & U(63))
+                m = min(m, gm)
+            if q > U(0):
+                mc = _bits(qt[q - ONE])
+                done &= U(mc < m) - ONE
+                m = min(m, mc)
+        if m != tb:  # the instant is over: its end state is a peak candidate
             while grown != U(0):
-                d = U(trailing_zeros(grown))
+                k = U(trailing_zeros(grown))
                 grown &= grown - ONE
-                peak[d] = max(peak[d], live[d])
-            if q == U(0):
+                for d in range(k, ndev, 64):
+                    peak[d] = max(peak[d], live[d])
+            if m == INF:
                 break
-            t = qt[q - ONE]
-        while q > U(0) and qt[q - ONE] == t:
-            q -= ONE
-            s = qs[q]
-            if s < ndev:  # OP_DONE: the op running on device s finished
-                src = s
+            tb = m
+            t = _time(m)
+        while done != U(0):
+            k = U(trailing_zeros(done))
+            done &= done - ONE
+            for src in range(k, ndev, 64):
+                if dev_end[src] != m:
+                    continue
+                # OP_DONE: the op running on device src finished
+                dev_end[src] = INF
+                idle |= ONE << k
                 p = running[src]
-                running[src] = NONE
-                if not is_cand[src]:
-                    is_cand[src] = True
-                    cand[n_cand] = src
-                    n_cand += ONE
                 n_dst = U(0)
                 for j in range(succ_ptr[p], succ_ptr[p + ONE]):
                     c = succ_idx[j]
                     dc = dev_of[c]
                     if dc == src:
-                        pending[c] -= 1
-                        if pending[c] == 0:
-                            _ready_add(ready, low, dc, c)
-                            n_ready[dc] += 1
+                        v = pending[c] - 1
+                        pending[c] = v
+                        z = U(v == 0)
+                        w = c >> U(6)
+                        ready[src, w] |= z << (c & U(63))
+                        low[src] = min(low[src], w | (z - ONE))
+                        n_ready[src] += z
                     else:
                         if send_bytes[dc] < 0:
                             dsts[n_dst] = dc
                             n_dst += ONE
+                            dst_edge[dc] = NONE
+                        edge_next[j] = dst_edge[dc]
+                        dst_edge[dc] = j
                         send_bytes[dc] = max(send_bytes[dc], succ_bytes[j])
                         n_remote[dc] += 1
+                has_ready |= U(n_ready[src] > 0) << k
                 # the own copy was referenced once per consumer: remote consumers now hold it through
                 # one transfer per destination instead
                 own_refs[p] -= 1
-                for m in range(n_dst):
-                    dst = dsts[m]
+                for e in range(n_dst):
+                    dst = dsts[e]
                     nb = send_bytes[dst]
                     send_bytes[dst] = -1
                     own_refs[p] -= n_remote[dst] - 1
@@ -226,17 +307,17 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                     n_remote[dst] = 0
                     recv_bytes[p, dst] = nb
                     ch = src * ndev + dst
-                    begin = max(t, ch_free[ch])
-                    end = begin + latency_s[src, dst] + nb / bandwidth[src, dst]
+                    end = max(t, ch_free[ch]) + latency_s[src, dst] + nb / bandwidth[src, dst]
                     ch_free[ch] = end
                     link_bytes[src, dst] += nb
                     x_op[nx] = p
                     x_bytes[nx] = nb
                     x_end[nx] = end
                     x_next[nx] = NONE
+                    x_first[nx] = dst_edge[dst]
                     if ch_head[ch] == NONE:  # the channel is free: the transfer starts now
                         ch_head[ch] = nx
-                        q = _queue_push(qt, qs, q, end, ndev + ch)
+                        q = _queue_push(qt, qs, q, end, ch)
                         live[dst] += nb
                         grown |= ONE << (dst & U(63))
                     else:
@@ -255,35 +336,37 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                         recv_refs[r, src] -= 1
                         if recv_refs[r, src] == 0:
                             live[src] -= recv_bytes[r, src]
-            else:  # XFER_DONE: the transfer at the head of channel s - ndev arrived
-                ch = s - ndev
-                x = ch_head[ch]
-                p = x_op[x]
-                src = ch // ndev
-                dst = ch - src * ndev
-                nxt = x_next[x]
-                ch_head[ch] = nxt
-                if nxt != NONE:  # the next transfer on this channel starts now
-                    q = _queue_push(qt, qs, q, x_end[nxt], s)
-                    live[dst] += x_bytes[nxt]
-                    grown |= ONE << (dst & U(63))
-                for j in range(succ_ptr[p], succ_ptr[p + ONE]):
-                    c = succ_idx[j]
-                    if dev_of[c] == dst:
-                        pending[c] -= 1
-                        if pending[c] == 0:
-                            _ready_add(ready, low, dst, c)
-                            n_ready[dst] += 1
-                            if not is_cand[dst]:
-                                is_cand[dst] = True
-                                cand[n_cand] = dst
-                                n_cand += ONE
-                own_refs[p] -= 1
-                if own_refs[p] == 0:
-                    live[src] -= output_bytes[p]
+        while q > U(0) and qt[q - ONE] == t:  # XFER_DONE: the transfer at the head of channel ch arrived
+            q -= ONE
+            ch = qs[q]
+            x = ch_head[ch]
+            p = x_op[x]
+            src = ch // ndev
+            dst = ch - src * ndev
+            nxt = x_next[x]
+            ch_head[ch] = nxt
+            if nxt != NONE:  # the next transfer on this channel starts now
+                q = _queue_push(qt, qs, q, x_end[nxt], ch)
+                live[dst] += x_bytes[nxt]
+                grown |= ONE << (dst & U(63))
+            j = x_first[x]
+            while j != NONE:  # its consumers (all on dst)
+                c = succ_idx[j]
+                j = edge_next[j]
+                v = pending[c] - 1
+                pending[c] = v
+                z = U(v == 0)
+                w = c >> U(6)
+                ready[dst, w] |= z << (c & U(63))
+                low[dst] = min(low[dst], w | (z - ONE))
+                n_ready[dst] += z
+            has_ready |= U(n_ready[dst] > 0) << (dst & U(63))
+            own_refs[p] -= 1
+            if own_refs[p] == 0:
+                live[src] -= output_bytes[p]
     for i in range(n):
         peak[dev_of[i]] += param_bytes[i]
-    return step
+    return t
 
 
 @njit(cache=True)
