@@ -107,6 +107,18 @@ def _ready_pop(bits, low, d):
 
 
 @njit(cache=True, inline="always")
+def _input_arrived(c, d, pending, ready, low, n_ready):
+    """One more input of op c is on its device d; at the last one c joins d's ready set (without branches)."""
+    v = pending[c] - 1
+    pending[c] = v
+    z = U(v == 0)
+    w = c >> U(6)
+    ready[d, w] |= z << (c & U(63))
+    low[d] = min(low[d], w | (z - ONE))  # w | NONE (no change) unless c became ready
+    n_ready[d] += z
+
+
+@njit(cache=True, inline="always")
 def _min8(a, o):
     """The smallest of a[o:o + 8], as a tree of selects (no branches)."""
     return min(min(min(a[o], a[o + ONE]), min(a[o + U(2)], a[o + U(3)])),
@@ -278,13 +290,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                     c = succ_idx[j]
                     dc = dev_of[c]
                     if dc == src:
-                        v = pending[c] - 1
-                        pending[c] = v
-                        z = U(v == 0)
-                        w = c >> U(6)
-                        ready[src, w] |= z << (c & U(63))
-                        low[src] = min(low[src], w | (z - ONE))
-                        n_ready[src] += z
+                        _input_arrived(c, src, pending, ready, low, n_ready)
                     else:
                         if send_bytes[dc] < 0:
                             dsts[n_dst] = dc
@@ -353,13 +359,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
             while j != NONE:  # its consumers (all on dst)
                 c = succ_idx[j]
                 j = edge_next[j]
-                v = pending[c] - 1
-                pending[c] = v
-                z = U(v == 0)
-                w = c >> U(6)
-                ready[dst, w] |= z << (c & U(63))
-                low[dst] = min(low[dst], w | (z - ONE))
-                n_ready[dst] += z
+                _input_arrived(c, dst, pending, ready, low, n_ready)
             has_ready |= U(n_ready[dst] > 0) << (dst & U(63))
             own_refs[p] -= 1
             if own_refs[p] == 0:
