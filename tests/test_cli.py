@@ -209,6 +209,19 @@ def test_a_plugin_that_exits_at_import_is_an_error_not_a_success(capsys, tiny_fi
                         f"plugin {str(plugin)!r} called sys.exit(0) while being imported")
 
 
+def test_run_says_when_it_reruns_cells_whose_placer_changed(capsys, tiny_files, write_spec, tmp_path, monkeypatch):
+    from suite import runner
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu", "single_gpu"])
+    store = tmp_path / "store"
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--jobs", "1")[0] == 0
+    monkeypatch.setattr(runner, "placer_code", lambda name: "0123456789ab" if name == "single_cpu" else None)
+    code, _, err = _run(capsys, "run", str(spec), "--out", str(store), "--jobs", "1")
+    assert code == 0 and "1 stored cell(s) were made by other code of their placer; running them again" in err
+    assert "1 of 2 cells already stored; running 1" in err and "(1 run now, 1 from the store)" in err
+
+
 def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tmp_path):
     spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
                       placers=["single_cpu"])
