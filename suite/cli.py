@@ -307,9 +307,9 @@ def _code_version(run: dict[str, Any]) -> tuple[str | None, bool]:
 
 
 def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
-    """Rows of runs made by different code side by side (stored cells are reused, not rerun, when a placer
-    changes): say so on stderr (and return it). Two runs of a checkout with changes count as different code:
-    the changes may differ."""
+    """Rows of runs made by different code side by side (a run reruns stored cells when their placer's own
+    source changes, not when other code does): say so on stderr (and return it). Two runs of a checkout
+    with changes count as different code: the changes may differ."""
     used = {r.get("run_id") for r in rows}
     versions = [_code_version(run) for run in runs if run.get("run_id") in used]
     dirty_runs = sum(dirty for _, dirty in versions)

@@ -1,9 +1,9 @@
 """Fingerprints of placer code, so that a run reruns a stored cell whose placer has changed since.
 
-A placer's fingerprint hashes the source of its module and of every module of the same top-level package
-that it imports, transitively, found by reading import statements (nothing is imported or run): for
-`rl.seq2seq` that includes the `rl` modules it uses (features, grouping, trainers), for a plugin file the
-file alone. Changes elsewhere (the simulator, the rest of the suite, installed packages) are not covered:
+A placer's fingerprint hashes the source of its module, of its parent packages and of every module of the
+same top-level package that it imports, transitively, found by reading import statements (nothing is
+imported or run): for `rl.seq2seq` that includes the `rl` modules it uses (features, grouping, trainers),
+for a plugin file the file alone. Modules loaded by calls (`importlib.import_module`) are not seen. Changes elsewhere (the simulator, the rest of the suite, installed packages) are not covered:
 the store's manifest records the commit and package versions of every run for those, and tables warn when
 rows come from different code.
 """
@@ -36,48 +36,64 @@ def placer_code(name: str) -> str | None:
 
 
 def fingerprint(module: str, file: Path) -> str:
-    """Hash of `file` (the source of `module`) and of the modules of its top-level package it imports."""
+    """Hash of `file` (the source of `module`) and of the modules of its top-level package it imports.
+
+    Modules enter the hash by their names below the top-level package, so the same code under another
+    top-level name (a plugin file loaded from another folder) has the same fingerprint."""
     digest = hashlib.sha256()
     for name, path in sorted(module_closure(module, file).items()):
-        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(name.partition(".")[2].encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 
 
 def module_closure(module: str, file: Path) -> dict[str, Path]:
-    """`module` and the modules of its top-level package it imports (with their parent packages),
-    transitively: name -> source file."""
+    """`module`, its parent packages and the modules of its top-level package it imports (with their
+    parent packages), transitively: name -> source file. A module that does not parse is included
+    without following its imports."""
     top = module.split(".")[0]
     found: dict[str, Path] = {}
-    todo = [(module, file)]
+    todo = [(module, file)] + [(name, path) for name, path in _with_parents(module, found) if name != module]
     while todo:
         name, path = todo.pop()
         if name in found:
             continue
         found[name] = path
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for imported in _imports(ast.parse(path.read_bytes(), filename=str(path)), package):
-            parts = imported.split(".")
-            if parts[0] != top:
-                continue
-            for k in range(1, len(parts) + 1):  # importing a.b.c runs a and a.b first
-                prefix = ".".join(parts[:k])
-                source = None if prefix in found else _module_file(prefix)
-                if source is not None:
-                    todo.append((prefix, source))
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError):
+            continue
+        for imported in _imports(tree, package):
+            if imported.split(".")[0] == top:
+                todo += _with_parents(imported, found)  # importing a.b.c runs a and a.b first
     return found
 
 
+def _with_parents(name: str, found: dict[str, Path]) -> list[tuple[str, Path]]:
+    """(name, file) of a.b.c's packages a, a.b and of a.b.c itself, where found and not yet in `found`."""
+    parts = name.split(".")
+    out = []
+    for k in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:k])
+        source = None if prefix in found else _module_file(prefix)
+        if source is not None:
+            out.append((prefix, source))
+    return out
+
+
 def _imports(tree: ast.AST, package: str) -> list[str]:
-    """Absolute names of the modules an import statement may name: `from a import b` names a and a.b."""
+    """Absolute names of the modules an import statement may name: `from a import b` names a and a.b.
+    Modules imported by calls (`importlib.import_module`) are not seen."""
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                if not package:
+                try:
+                    base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                except (ImportError, ValueError):  # above the top-level package, or no package
                     continue
-                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
             else:
                 base = node.module or ""
             names += [base] + [f"{base}.{alias.name}" for alias in node.names]

@@ -24,7 +24,8 @@ placer that raises gives a row with status `error` and the exception; one that h
 is killed and gives `timeout`; a worker that dies gives `error` "worker died (signal N)"; an invalid final
 placement gives `invalid`; a placer that raises `NotApplicable` gives `skipped`. The final placement is
 always re-measured by a fresh evaluator (outside the search budget); the search's own numbers are never
-reported as the result. Finished cells are stored at once; rerunning a spec skips stored cells.
+reported as the result. Finished cells are stored at once; rerunning a spec skips stored cells, except those
+whose placer's source has changed since (`suite.placer_code`).
 """
 
 from __future__ import annotations
@@ -309,7 +310,12 @@ def load_plugins(refs: Sequence[str]) -> None:
                 mspec = importlib.util.spec_from_file_location(name, path)
                 assert mspec is not None and mspec.loader is not None
                 module = importlib.util.module_from_spec(mspec)
-                mspec.loader.exec_module(module)
+                sys.modules[name] = module  # as an import would: its classes' source can be found (placer_code)
+                try:
+                    mspec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[name]
+                    raise
             else:
                 module = importlib.import_module(ref)
         except PlacebenchError:

@@ -39,7 +39,9 @@ placement / of a batch of 64, blocks, groups, random placements):
   signed indices, candidate list, all events queued:  0.44 / -, 0.91 / -, 1.26 / -
   unsigned indices (the previous engine):              0.31 / 21.1, 0.69 / 45.3, 1.05 / 69.3
   device slots and masks, consumer lists, branch-free readiness:  0.29 / 19.9, 0.65 / 43.4, 0.91 / 60.6
-(the same with one-word masks, limited to 64 devices: 0.28 / 18.5, 0.63 / 42.9, 0.83 / 56.1).
+(the same with one-word masks, limited to 64 devices: 0.28 / 18.5, 0.63 / 42.9, 0.83 / 56.1). These were
+measured side by side in one sitting; the stored benchmark (results/benchmarks/simulator.json, another
+sitting) has 0.29 / 19.3, 0.65 / 43.7, 0.87 / 58.8 for this engine.
 Tried and dropped: an engine without transfer events (ready times known when the last input is produced,
 future memory deltas in per-device heaps; exact, but 0.84 / 1.20 / 1.36 ms against 0.45 / 0.91 / 1.31);
 slots for channel events too; per-channel source/destination tables; int32 counters; reading the

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from suite.placer import _entry_points
+from suite import runner
+from suite.placer import _entry_points, unregister_placer
 from suite.placer_code import _module_file, fingerprint, module_closure, placer_code
 
 
@@ -50,3 +51,46 @@ def test_every_installed_placer_has_a_fingerprint():
     assert all(code and len(code) == 12 for code in codes.values()), codes
     assert "rl.grouping" in module_closure("rl.seq2seq", _module_file("rl.seq2seq"))
     assert placer_code("no_such_placer") is None
+
+
+def test_a_module_that_does_not_parse_is_hashed_not_followed(package):
+    package["b"].write_text("def broken(:\n")
+    closure = module_closure("pkgx.a", package["a"])
+    assert sorted(closure) == ["pkgx", "pkgx.a", "pkgx.b"]  # b is in, its imports are not
+    before = fingerprint("pkgx.a", package["a"])
+    package["b"].write_text("def broken(:\n    pass\n")
+    assert fingerprint("pkgx.a", package["a"]) != before
+
+
+def test_a_placer_module_includes_its_parent_packages(package):
+    """Importing pkgx.c.d runs pkgx/__init__.py and pkgx/c/__init__.py first."""
+    assert sorted(module_closure("pkgx.c.d", package["d"])) == ["pkgx", "pkgx.c", "pkgx.c.d"]
+
+
+PLUGIN = """from suite.placer import BasePlacer, register_placer
+
+
+@register_placer("file_plugin_placer")
+class FilePlugin(BasePlacer):
+    def place(self, problem, budget, seed):
+        return {}
+"""
+
+
+def test_a_placer_from_a_plugin_file_has_a_fingerprint(tmp_path):
+    plugin = tmp_path / "one" / "myplug.py"
+    plugin.parent.mkdir()
+    plugin.write_text(PLUGIN)
+    try:
+        runner.load_plugins([str(plugin)])
+        code = placer_code("file_plugin_placer")
+    finally:
+        unregister_placer("file_plugin_placer")
+        runner._PLUGINS.pop(str(plugin), None)
+    assert code and code == fingerprint("anything", plugin)  # the plugin's own module name is not hashed
+    moved = tmp_path / "two" / "myplug.py"
+    moved.parent.mkdir()
+    moved.write_text(PLUGIN)
+    assert fingerprint("placebench_plugin_myplug_other", moved) == code  # same code elsewhere: same print
+    moved.write_text(PLUGIN.replace("return {}", "return {'changed': 1}"))
+    assert fingerprint("placebench_plugin_myplug_other", moved) != code
