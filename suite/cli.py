@@ -127,7 +127,7 @@ class _Progress:
         self.total = 0
         self.done = 0
 
-    def plan(self, total: int, reused: int, stale: int = 0) -> None:
+    def plan(self, total: int, reused: int, stale: int) -> None:
         self.total, self.done = total, reused
         if self.quiet:
             return

@@ -268,8 +268,8 @@ def summary_table(res: Results, clusters: Sequence[str], reference: str | None, 
 
     failed = invalid + timeout + error. A failed cell ranks as infinitely slow; a skipped cell (placer not
     applicable) is not ranked. "ranked" counts the cells a placer's mean rank is over: mean ranks over
-    different numbers of cells (a placer that ran on fewer workloads or clusters) are not comparable. best = cells where the placer's time equals the fastest ok time of its
-    (cluster, workload).
+    different numbers of cells (a placer that ran on fewer workloads or clusters) are not comparable.
+    best = cells where the placer's time equals the fastest ok time of its (cluster, workload).
     """
     placers = sorted({p for c in clusters for p in res.placers[c]})
     counts: dict[str, Counter] = {p: Counter() for p in placers}

@@ -466,18 +466,19 @@ def _one_definition_per_name(kind: str, loaded: Mapping[str, OpGraph | Cluster])
         by_name.setdefault(x.name, (ref, x.content_hash))
 
 
-def _check_store_matches(store: Store, stored: set[str], plan: Plan, labels: Mapping[str, Any]) -> None:
-    """A store holds one setup (methodology, search budget, evaluator) and one definition per workload and
-    cluster name: refuse to mix in another, which tables would merge as if it were more seeds."""
-    if plan.cells and stored:  # one stored row tells the store's setup: this check keeps it to one
-        row, cell = store.read_cell(min(stored)), plan.cells[0].key
+def _check_store_matches(store: Store, m: Mapping[str, Any], records: Sequence[Mapping[str, Any]], plan: Plan,
+                         labels: Mapping[str, Any]) -> None:
+    """A store (its manifest `m` and stored `records`) holds one setup (methodology, search budget,
+    evaluator) and one definition per workload and cluster name: refuse to mix in another, which tables
+    would merge as if it were more seeds."""
+    if plan.cells and records:  # one stored row tells the store's setup: this check keeps it to one
+        row, cell = records[0], plan.cells[0].key
         setup = ("methodology", "budget_evaluations", "budget_seconds", "evaluator")
         if any(row.get(k) != cell[k] for k in setup):
             theirs = ", ".join(f"{k} {row.get(k)}" for k in setup)
             ours = ", ".join(f"{k} {cell[k]}" for k in setup)
             raise SpecError(f"{store.root}: its rows were made with {theirs}; this run has {ours}; "
                             f"tables would mix them: use another --out")
-    m = store.manifest()
     old_meth = m.get("methodologies", {}).get(plan.methodology.version)
     if isinstance(old_meth, Mapping) and old_meth != plan.methodology.as_dict():
         changed = sorted(k for k in {*old_meth, *plan.methodology.as_dict()}
@@ -995,12 +996,12 @@ def run(
     spec = load_spec(spec) if isinstance(spec, str) else spec
     plan = make_plan(spec)
     store = Store(out)
-    stored = store.cell_ids()
     records = store.records()  # every stored cell is readable: a malformed one is an error now, before any work
-    labels = _stored_placer_labels(store.manifest(), records)
-    _check_store_matches(store, stored, plan, labels)
+    manifest = store.manifest()
+    labels = _stored_placer_labels(manifest, records)
+    _check_store_matches(store, manifest, records, plan, labels)
     by_id = {r["cell_id"]: r for r in records}
-    stale = {c.cell_id for c in plan.cells if _made_by_other_code(by_id.get(c.cell_id), c)}
+    stale = set() if force else {c.cell_id for c in plan.cells if _made_by_other_code(by_id.get(c.cell_id), c)}
     if force:
         todo = list(plan.cells)
     else:
@@ -1015,7 +1016,7 @@ def run(
         "complete": False,
         "cells_planned": len(plan.cells),
         "cells_to_run": len(todo),
-        "cells_stale": 0 if force else len(stale),
+        "cells_stale": len(stale),
         "jobs": jobs,
         "git": _git(),
         "packages": package_versions(),
@@ -1023,7 +1024,7 @@ def run(
     }
     _manifest_update(store, plan, entry, labels)
     if on_plan:
-        on_plan(len(plan.cells), len(plan.cells) - len(todo), 0 if force else len(stale))
+        on_plan(len(plan.cells), len(plan.cells) - len(todo), len(stale))
     ran = 0
 
     def finished(record: dict[str, Any]) -> None:
