@@ -179,7 +179,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from suite.store import usable_cpus
 
     spec = runner.load_spec(args.spec)
-    out = Path(args.out) if args.out else Path("runs") / spec.name
+    if args.out is not None and not args.out.strip():
+        raise UsageError("--out is empty: give a store directory, or leave --out out for runs/<spec name>")
+    out = Path(args.out) if args.out is not None else Path("runs") / spec.name
     jobs = args.jobs if args.jobs is not None else usable_cpus()
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
@@ -221,8 +223,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 # -- evaluate -----------------------------------------------------------------------------------------------
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from suite import runner
-    from suite.report import format_seconds
 
+    if args.placement:
+        given = [flag for flag, value in (("--save-placement", args.save_placement), ("--param", args.param),
+                                          ("--max-evaluations", args.max_evaluations),
+                                          ("--max-seconds", args.max_seconds), ("--plugin", args.plugin)) if value]
+        if given:
+            raise UsageError(f"{given[0]} applies to a placer's search, not to --placement")
+        record = runner.measure_placement(args.workload, args.cluster, args.placement, methodology=args.methodology,
+                                          simulator_engine=args.engine)
+        return _print_evaluation(record, args.json)
     budget = {}
     if args.max_evaluations is not None:
         budget["max_evaluations"] = args.max_evaluations
@@ -240,16 +250,35 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         plugins=args.plugin,
         simulator_engine=args.engine,
     )
-    if args.json:
+    if args.save_placement:
+        _save_placement(record, args.workload, args.cluster, args.save_placement)
+    return _print_evaluation(record, args.json)
+
+
+def _save_placement(record: dict[str, Any], workload: str, cluster: str, path: str) -> None:
+    from suite import load_cluster, load_workload
+    from suite.placement import save_placement
+
+    if record.get("placement") is None:
+        print(f"placebench: warning: no placement to save in {path}: the cell's status is {record['status']}",
+              file=sys.stderr)
+        return
+    save_placement(record["placement"], load_workload(workload), load_cluster(cluster), path)
+
+
+def _print_evaluation(record: dict[str, Any], as_json: bool) -> int:
+    from suite.report import format_seconds
+
+    if as_json:
         _print_json(_row_objects(record))
         return 0
     status = record["status"]
-    lines = [
-        ("workload", record["workload"]),
-        ("cluster", record["cluster"]),
-        ("placer", f"{record['placer']} (seed {record['seed']})"),
-        ("status", status),
-    ]
+    lines = [("workload", record["workload"]), ("cluster", record["cluster"])]
+    if "placement_file" in record:
+        lines.append(("placement", f"from {record['placement_file']}"))
+    else:
+        lines.append(("placer", f"{record['placer']} (seed {record['seed']})"))
+    lines.append(("status", status))
     if status == "ok":
         lines.append(("step time", f"{format_seconds(record['step_time_s'])} (re-measured, {record['samples']} sample(s))"))
     if record.get("message"):
@@ -261,7 +290,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         lines.append(("search", f"{record['evaluations']} of {record['budget_evaluations']} evaluations, "
                                 f"{record.get('search_wall_time_s') or 0.0:.3f} s"))
     if record.get("placement_hash"):
-        lines.append(("placement", record["placement_hash"]))
+        lines.append(("placement hash", record["placement_hash"]))
     lines.append(("methodology", f"{record['methodology']}, evaluator {record['evaluator']}"))
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
@@ -324,14 +353,28 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     return text
 
 
+def _refuse_inside_store(store: str | Path, path: str | Path | None, flag: str) -> None:
+    """A report written into the store it is made from would overwrite the store's own files (manifest, cells,
+    tables) or mix reports with its data: refuse it."""
+    if not path:
+        return
+    store_path, target = Path(store).resolve(), Path(path).resolve()
+    if target == store_path or (store_path.is_dir() and store_path in target.parents):
+        raise UsageError(f"{flag} {path} is inside the results store {store}: write reports elsewhere")
+
+
 def _names(text: str | None) -> list[str]:
     return [x for x in (text or "").split(",") if x]
 
 
 def cmd_table(args: argparse.Namespace) -> int:
     from suite import report
-    from suite.store import atomic_write_bytes, atomic_write_text, open_rows
+    from suite.store import atomic_write_files, open_rows
 
+    for flag, path in (("--output", args.output), ("--chart", args.chart)):
+        _refuse_inside_store(args.store, path, flag)
+    if args.output and args.chart and Path(args.output).resolve() == Path(args.chart).resolve():
+        raise UsageError(f"--output and --chart are the same file {args.output}")
     rows = open_rows(args.store)
     runs = _store_runs(args.store)
     _warn_if_incomplete(args.store, runs)
@@ -358,13 +401,13 @@ def cmd_table(args: argparse.Namespace) -> int:
     terminal = fmt == "text" and not args.output
     text = None if terminal else report.render(rows, fmt, args.reference)
     shown = [t for _, ts in report.tables(res, args.reference) for t in ts] if terminal else None
-    if png is not None:
-        atomic_write_bytes(Path(args.chart), png)
+    files = {Path(args.chart): png} if png is not None else {}
+    if args.output:
+        files[Path(args.output)] = text.encode()
+    atomic_write_files(files)
     if shown is not None:
         _print_tables(shown)
-    elif args.output:
-        atomic_write_text(Path(args.output), text)
-    else:
+    elif not args.output:
         sys.stdout.write(text)
     return 0
 
@@ -373,6 +416,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from suite import report
     from suite.store import open_rows
 
+    for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.png"):
+        _refuse_inside_store(args.store, Path(args.out) / name, "--out")
     rows = open_rows(args.store)
     runs = _store_runs(args.store)
     warnings = [w for w in (_warn_if_incomplete(args.store, runs), _warn_if_mixed_code(runs, rows)) if w]
@@ -411,8 +456,12 @@ def _list_clusters() -> list[dict[str, Any]]:
 
     out = []
     for name in registry.cluster_names():
-        c = registry.load_cluster(name)
-        out.append({"name": name, "devices": [d.name for d in c.devices], "description": c.description})
+        try:
+            c = registry.load_cluster(name)
+        except PlacebenchError as exc:  # one broken preset is reported, the others are still listed
+            out.append({"name": name, "status": "broken", "devices": [], "description": str(exc)})
+            continue
+        out.append({"name": name, "status": "ok", "devices": [d.name for d in c.devices], "description": c.description})
     return out
 
 
@@ -455,7 +504,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     for item in items:
         extra = []
-        if "devices" in item:
+        if item.get("devices"):
             extra.append(f"{len(item['devices'])} devices ({', '.join(item['devices'])})")
         if item.get("status") == "broken":
             extra.append("BROKEN")
@@ -566,7 +615,11 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="run one cell (workload, cluster, placer, seed); nothing is stored")
     e.add_argument("workload", help="zoo workload name or graph file")
     e.add_argument("--cluster", "-c", required=True, help="cluster preset name or file")
-    e.add_argument("--placer", "-p", required=True, help="placer name (placebench list placers)")
+    what = e.add_mutually_exclusive_group(required=True)
+    what.add_argument("--placer", "-p", help="placer name (placebench list placers)")
+    what.add_argument("--placement", metavar="FILE",
+                      help="measure the placement in FILE instead of running a placer (as --save-placement writes it)")
+    e.add_argument("--save-placement", metavar="FILE", help="write the placer's final placement to FILE (JSON)")
     e.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="placer parameter (JSON value)")
     e.add_argument("--seed", type=SEED, default=0)
     e.add_argument("--methodology", default="v1", help="methodology name or file (default: v1)")

@@ -7,7 +7,7 @@ from pathlib import Path
 from suite import cluster as _cluster
 from suite import graph_io
 from suite.cluster import Cluster
-from suite.errors import UnknownNameError
+from suite.errors import ClusterError, UnknownNameError
 from suite.graph import OpGraph
 
 
@@ -25,7 +25,11 @@ def load_cluster(name_or_path: str) -> Cluster:
     path = _cluster.PRESET_DIR / f"{name_or_path}.toml"
     if not path.exists():
         raise UnknownNameError(f"unknown cluster {name_or_path!r}; presets: {', '.join(cluster_names())}")
-    return _cluster.load(path)
+    cluster = _cluster.load(path)
+    if cluster.name != name_or_path:  # rows name the cluster by `name`: a preset chosen by file name must agree
+        raise ClusterError(f"{path}: name = {cluster.name!r}, but a preset's name must be its file name "
+                                    f"({name_or_path!r})")
+    return cluster
 
 
 def workload_names() -> list[str]:

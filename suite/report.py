@@ -540,19 +540,17 @@ def write_leaderboard(
     rows: Iterable[Mapping[str, Any]], out_dir: str | Path, reference: str | None = None, source: str = "",
     runs: Iterable[Mapping[str, Any]] = (), note: str = "", chart: bool = False,
 ) -> list[Path]:
-    """leaderboard.md, leaderboard.csv and (with `chart`) leaderboard.png in `out_dir`; all three are made
-    before any is written, so a report that cannot be made leaves the old files as they were."""
-    from suite.store import atomic_write_bytes, atomic_write_text
+    """leaderboard.md, leaderboard.csv and (with `chart`) leaderboard.png in `out_dir`, replaced together:
+    a report that cannot be made or written leaves the old files as they were."""
+    from suite.store import atomic_write_files
 
     rows = list(rows)
     out_dir = Path(out_dir)
-    md = leaderboard_markdown(rows, reference, source, runs, note)
-    csv_text = render(rows, "csv", reference)
-    png = chart_png(rows, reference) if chart else None
-    written = [atomic_write_text(out_dir / "leaderboard.md", md), atomic_write_text(out_dir / "leaderboard.csv", csv_text)]
-    if png is not None:
-        written.append(atomic_write_bytes(out_dir / "leaderboard.png", png))
-    return written
+    files = {out_dir / "leaderboard.md": leaderboard_markdown(rows, reference, source, runs, note).encode(),
+             out_dir / "leaderboard.csv": render(rows, "csv", reference).encode()}
+    if chart:
+        files[out_dir / "leaderboard.png"] = chart_png(rows, reference)
+    return atomic_write_files(files)
 
 
 def bar_chart(rows: Iterable[Mapping[str, Any]], path: str | Path, reference: str | None = None,

@@ -996,62 +996,97 @@ def run(
     spec = load_spec(spec) if isinstance(spec, str) else spec
     plan = make_plan(spec)
     store = Store(out)
-    records = store.records()  # every stored cell is readable: a malformed one is an error now, before any work
-    manifest = store.manifest()
-    labels = _stored_placer_labels(manifest, records)
-    _check_store_matches(store, manifest, records, plan, labels)
-    by_id = {r["cell_id"]: r for r in records}
-    stale = set() if force else {c.cell_id for c in plan.cells if _made_by_other_code(by_id.get(c.cell_id), c)}
-    if force:
-        todo = list(plan.cells)
-    else:
-        todo = [c for c in plan.cells if c.cell_id not in by_id or c.cell_id in stale
-                or (retry_failed and by_id[c.cell_id]["status"] in FAILED_STATUSES)]
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
-    entry = {
-        "run_id": run_id,
-        "spec": spec.name,
-        "started_at": _now(),
-        "finished_at": None,
-        "complete": False,
-        "cells_planned": len(plan.cells),
-        "cells_to_run": len(todo),
-        "cells_stale": len(stale),
-        "jobs": jobs,
-        "git": _git(),
-        "packages": package_versions(),
-        "machine": machine_info(),
-    }
-    _manifest_update(store, plan, entry, labels)
-    if on_plan:
-        on_plan(len(plan.cells), len(plan.cells) - len(todo), len(stale))
-    ran = 0
-
-    def finished(record: dict[str, Any]) -> None:
-        nonlocal ran
-        record["run_id"] = run_id
-        store.write_cell(record)
-        ran += 1
-        if on_done:
-            on_done(record)
-
-    try:
-        execute(todo, jobs=jobs, on_done=finished, on_start=on_start)
-        entry["complete"] = True
-    finally:
-        entry["finished_at"] = _now()
-        entry["cells_run"] = ran
+    with store.writing():  # one run at a time per store
+        records = store.records()  # every stored cell is readable: a malformed one is an error now, before any work
+        manifest = store.manifest()
+        labels = _stored_placer_labels(manifest, records)
+        _check_store_matches(store, manifest, records, plan, labels)
+        by_id = {r["cell_id"]: r for r in records}
+        stale = set() if force else {c.cell_id for c in plan.cells if _made_by_other_code(by_id.get(c.cell_id), c)}
+        if force:
+            todo = list(plan.cells)
+        else:
+            todo = [c for c in plan.cells if c.cell_id not in by_id or c.cell_id in stale
+                    or (retry_failed and by_id[c.cell_id]["status"] in FAILED_STATUSES)]
+        run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
+        entry = {
+            "run_id": run_id,
+            "spec": spec.name,
+            "started_at": _now(),
+            "finished_at": None,
+            "complete": False,
+            "cells_planned": len(plan.cells),
+            "cells_to_run": len(todo),
+            "cells_stale": len(stale),
+            "jobs": jobs,
+            "git": _git(),
+            "packages": package_versions(),
+            "machine": machine_info(),
+        }
         _manifest_update(store, plan, entry, labels)
-        store.compact()
-    wanted = {c.cell_id for c in plan.cells}
-    rows = [r for r in store.rows() if r["cell_id"] in wanted]
-    return RunResult(store, plan, ran, len(plan.cells) - len(todo), rows, time.perf_counter() - t0, run_id)
+        if on_plan:
+            on_plan(len(plan.cells), len(plan.cells) - len(todo), len(stale))
+        ran = 0
+
+        def finished(record: dict[str, Any]) -> None:
+            nonlocal ran
+            record["run_id"] = run_id
+            store.write_cell(record)
+            ran += 1
+            if on_done:
+                on_done(record)
+
+        try:
+            execute(todo, jobs=jobs, on_done=finished, on_start=on_start)
+            entry["complete"] = True
+        finally:
+            entry["finished_at"] = _now()
+            entry["cells_run"] = ran
+            _manifest_update(store, plan, entry, labels)
+            store.compact()
+        wanted = {c.cell_id for c in plan.cells}
+        rows = [r for r in store.rows() if r["cell_id"] in wanted]
+        return RunResult(store, plan, ran, len(plan.cells) - len(todo), rows, time.perf_counter() - t0, run_id)
 
 
 def _git() -> dict[str, Any]:
     from suite.store import git_state
 
     return git_state()
+
+
+def measure_placement(
+    workload: str,
+    cluster: str,
+    path: str | Path,
+    *,
+    methodology: str = _methodology.DEFAULT,
+    simulator_engine: str | None = None,
+) -> dict[str, Any]:
+    """Measure the placement in a file (`suite.placement.save_placement`'s format, or a list of device
+    indices) as a cell's final placement is measured: same evaluator and methodology. Nothing is stored.
+
+    A file that does not fit the workload and cluster (wrong length, unknown device, another workload's
+    hash...) raises `PlacementError`; an OOM placement is a result (status oom)."""
+    from suite.placement import load_placement
+
+    meth = _methodology.load(methodology)
+    graph, target = suite.load_workload(workload), suite.load_cluster(cluster)
+    placement = load_placement(path, graph, target)
+    backend = SimulatorBackend(graph, target, engine=simulator_engine)
+    m = Evaluator(graph, target, meth.budget, methodology=meth, backend=backend).measure(placement)
+    return {
+        "workload": graph.name,
+        "workload_hash": graph.content_hash,
+        "cluster": target.name,
+        "cluster_hash": target.content_hash,
+        "placement_file": str(path),
+        "methodology": meth.version,
+        "evaluator": "simulator",
+        **_measurement_fields(m),
+        "placement_hash": placement_hash(placement),
+        "placement": placement.tolist(),
+    }
 
 
 def evaluate_one(

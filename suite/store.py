@@ -15,13 +15,15 @@ The cell files are the source of truth; the tables are derived from them.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
 import platform
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -102,20 +104,41 @@ class StoreError(PlacebenchError):
 # -- atomic files ---------------------------------------------------------------------------------------
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     """Write `data` to `path` so that readers see the old file or the new one, never a partial one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    return atomic_write_files({Path(path): data})[0]
+
+
+def atomic_write_files(files: Mapping[Path, bytes]) -> list[Path]:
+    """Write several files so that either all are replaced or none is (as far as the file system allows).
+
+    Every file is first written in full to a temporary file next to its target; only when all of them are
+    written, and no target is a directory, are they renamed over their targets. An error names the target,
+    not the temporary file.
+    """
+    staged: list[tuple[str, Path]] = []
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared like any file
-        os.replace(tmp, path)
+        for path, data in files.items():
+            path = Path(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+                staged.append((tmp, path))
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared like any file
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
+        for _, path in staged:
+            if path.is_dir():
+                raise IsADirectoryError(errno.EISDIR, f"cannot write {path}: it is a directory")
+        for tmp, path in staged:
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+    return [path for _, path in staged]
 
 
 def _read_umask() -> int:
@@ -298,8 +321,27 @@ class Store:
                              f"manifest.json); to keep its files, write the results to a new or empty directory")
         if create:
             self.cells_dir.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Store]:
+        """Hold the store for one run: while it is held, a second run on the same store is refused instead of
+        redoing the same cells beside it. The lock is the operating system's (`flock` on `.lock`), so it ends
+        with the process however the process ends; where there is no `flock` (Windows) nothing is held.
+        Temporary files left by a killed writer are removed once the lock is held."""
+        try:
+            import fcntl
+        except ImportError:
+            fcntl = None
+        with open(self.root / ".lock", "a+b") as f:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise StoreError(f"{self.root}: another run is writing to this store; wait for it to finish "
+                                     f"or give another --out") from None
             for tmp in self.cells_dir.glob(".*.tmp"):  # left by a killed writer: never a finished cell
                 tmp.unlink(missing_ok=True)
+            yield self
 
     def _is_store(self) -> bool:
         """Whether the directory has a cells/ directory or a manifest.json of the store format."""

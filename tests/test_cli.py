@@ -36,6 +36,26 @@ def test_list_clusters(capsys):
     assert "xeon_h100  2 devices (cpu:0, gpu:0)" in out
 
 
+def test_a_broken_or_misnamed_preset_is_listed_as_broken(capsys, monkeypatch, tmp_path):
+    from suite import cluster
+
+    for p in cluster.PRESET_DIR.glob("*.toml"):
+        shutil.copy(p, tmp_path)
+    text = (tmp_path / "xeon_h100.toml").read_text()
+    (tmp_path / "renamed.toml").write_text(text)  # still says name = "xeon_h100"
+    (tmp_path / "bad.toml").write_text(text.replace('name = "xeon_h100"', 'name = "bad"').replace("peak_flops = ", "peak_flops = nan #", 1))
+    monkeypatch.setattr(cluster, "PRESET_DIR", tmp_path)
+    code, out, _ = _run(capsys, "list", "clusters", "--json")
+    clusters = {c["name"]: c for c in json.loads(out)}
+    assert code == 0 and clusters["xeon_h100"]["status"] == "ok"
+    assert clusters["renamed"]["status"] == "broken" and "a preset's name must be its file name" in clusters["renamed"]["description"]
+    assert clusters["bad"]["status"] == "broken" and "peak_flops" in clusters["bad"]["description"]
+    code, out, _ = _run(capsys, "list", "clusters")
+    assert code == 0 and "bad  BROKEN" in out
+    _assert_usage_error(*_run(capsys, "evaluate", "rnnlm-2x2048-b64", "-c", "renamed", "-p", "single_cpu"),
+                        "a preset's name must be its file name")
+
+
 def test_list_workloads_is_the_zoo(capsys):
     from suite import zoo
 
@@ -82,7 +102,38 @@ def test_evaluate(capsys, tiny_files):
     assert code == 0 and (rec["status"], rec["oom_devices"], rec["placement"]) == ("oom", "gpu:0", [1, 1, 1, 1])
     assert isinstance(rec["peak_memory_bytes"], dict) and rec["params"] == {}  # objects, not JSON text
     code, out, _ = _run(capsys, *args, "--placer", "single_cpu")
-    assert "status       ok" in out and "step time    4.000 s" in out
+    assert "status          ok" in out and "step time       4.000 s" in out
+
+
+def test_evaluate_a_placement_file(capsys, tiny_files, tmp_path):
+    args = ["evaluate", str(tiny_files["diamond"]), "--cluster", str(tiny_files["cluster"])]
+    path = tmp_path / "p.json"
+    # a on the CPU (0-1 s), b after it (1-2 s); c on the GPU once a's 1000 bytes crossed (1 ms at 1 MB/s):
+    # 1.001-1.101 s, back at 1.102 s; d waits for b: 2-3 s
+    path.write_text(json.dumps({"placement": {"a": "cpu:0", "b": "cpu:0", "c": "gpu:0", "d": "cpu:0"}}))
+    code, out, _ = _run(capsys, *args, "--placement", str(path), "--json")
+    rec = json.loads(out)
+    assert code == 0 and (rec["status"], rec["step_time_s"], rec["placement"]) == ("ok", 3.0, [0, 0, 1, 0])
+    assert rec["bytes_transferred"] == 2000 and rec["placement_file"] == str(path)
+    # a placer's final placement, saved and measured again, gives the same result
+    saved = tmp_path / "saved.json"
+    code, out, _ = _run(capsys, *args, "--placer", "m_etf", "--save-placement", str(saved), "--json")
+    searched = json.loads(out)
+    code, out, _ = _run(capsys, *args, "--placement", str(saved), "--json")
+    again = json.loads(out)
+    assert code == 0 and json.loads(saved.read_text())["workload"] == "diamond"
+    assert (again["status"], again["step_time_s"], again["placement_hash"]) == \
+        (searched["status"], searched["step_time_s"], searched["placement_hash"])
+    code, out, _ = _run(capsys, *args, "--placement", str(path))
+    assert "placement       from " in out and "step time       3.000 s" in out
+    # bad input: one line, exit 2
+    path.write_text(json.dumps({"placement": [0, 1, 1]}))
+    _assert_usage_error(*_run(capsys, *args, "--placement", str(path)), "3 entries")
+    path.write_text(json.dumps({"placement": {"a": "cpu:0", "b": "cpu:0", "c": "tpu:0", "d": "cpu:0"}}))
+    _assert_usage_error(*_run(capsys, *args, "--placement", str(path)), "tpu:0")
+    _assert_usage_error(*_run(capsys, *args, "--placement", str(saved).replace("saved", "nope")), "nope.json")
+    _assert_usage_error(*_run(capsys, *args, "--placement", str(saved), "--param", "x=1"),
+                        "--param applies to a placer's search, not to --placement")
 
 
 def test_evaluate_a_failing_placer_is_a_result_not_an_error(capsys, tiny_files, harness_plugin):
@@ -282,6 +333,37 @@ def test_a_leaderboard_that_cannot_be_made_leaves_the_old_one(capsys, tiny_files
     _assert_usage_error(*_run(capsys, "table", str(store), "--chart", str(lb / "c.png"), "--output", str(lb / "t.md"),
                               "--format", "md"), "no single_gpu rows")
     assert sorted(p.name for p in lb.iterdir()) == ["leaderboard.csv", "leaderboard.md", "leaderboard.png"]
+
+
+def test_reports_are_not_written_into_their_store_and_are_replaced_together(capsys, tiny_files, write_spec, tmp_path):
+    store, lb = tmp_path / "store", tmp_path / "lb"
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu", "single_gpu"])
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    for argv in (["table", str(store), "-f", "json", "-o", str(store / "manifest.json")],
+                 ["table", str(store), "--chart", str(store / "cells" / "x.png")],
+                 ["table", str(store / "results.csv"), "-f", "csv", "-o", str(store / "results.csv")],
+                 ["leaderboard", str(store), "--out", str(store)]):
+        _assert_usage_error(*_run(capsys, *argv), "is inside the results store")
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+    # the chart cannot be written (a directory is in the way): the table beside it is not written either
+    (tmp_path / "c.png").mkdir()
+    _assert_usage_error(*_run(capsys, "table", str(store), "-f", "md", "-o", str(tmp_path / "t.md"),
+                              "--chart", str(tmp_path / "c.png")), f"cannot write {tmp_path / 'c.png'}: it is a directory")
+    assert not (tmp_path / "t.md").exists() and not list(tmp_path.glob(".*.tmp"))
+    lb.mkdir()
+    for name in ("leaderboard.md", "leaderboard.csv"):
+        (lb / name).write_text("old")
+    (lb / "leaderboard.png").mkdir()
+    _assert_usage_error(*_run(capsys, "leaderboard", str(store), "--out", str(lb)), "it is a directory")
+    assert (lb / "leaderboard.md").read_text() == "old" and (lb / "leaderboard.csv").read_text() == "old"
+    _assert_usage_error(*_run(capsys, "table", str(store), "-o", "/proc/placebench.md"), "cannot write /proc/placebench.md")
+
+
+def test_run_refuses_an_empty_out(capsys, tiny_files, write_spec):
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])], placers=["single_cpu"])
+    _assert_usage_error(*_run(capsys, "run", str(spec), "--out", ""), "--out is empty")
 
 
 def test_terminal_tables_show_labels_and_messages_as_text(capsys, monkeypatch, tiny_files, write_spec, tmp_path):

@@ -85,8 +85,17 @@ def test_leftover_temporary_files_are_not_cells_and_are_cleaned(tmp_path):
     s.write_cell(_record("abc"))
     (s.cells_dir / ".zzz.json.123.tmp").write_text('{"truncated')
     assert s.cell_ids() == {"abc"}
-    Store(tmp_path)  # reopening cleans up
-    assert sorted(p.name for p in s.cells_dir.iterdir()) == ["abc.json"]
+    with Store(tmp_path).writing():  # the next run cleans up
+        assert sorted(p.name for p in s.cells_dir.iterdir()) == ["abc.json"]
+
+
+def test_a_store_is_written_by_one_run_at_a_time(tmp_path):
+    with Store(tmp_path).writing():
+        with pytest.raises(StoreError, match="another run is writing to this store"):
+            with Store(tmp_path).writing():
+                pass
+    with Store(tmp_path).writing():  # released
+        pass
 
 
 def test_compacted_tables_round_trip(tmp_path):

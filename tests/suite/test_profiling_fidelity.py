@@ -127,7 +127,7 @@ def test_fidelity_study_and_reports(tmp_path):
                           placers=["single_gpu"])
     assert [r.family for r in result.rows] == ["single", "single", "split", "random", "baseline"]
     failed = result.rows.pop()  # a placer that fails is a row saying why, not left out
-    assert failed.label == "single_gpu" and failed.status == "error" and "no device of kind 'gpu'" in failed.message
+    assert failed.label == "single_gpu" and failed.status == "skipped" and "has no GPU device" in failed.message
     assert all(r.status == "ok" and r.predicted_s > 0 and r.measured_s > 0 for r in result.rows)
     s = result.stats()
     assert s["measured_ok"] == 4 and s["median_abs_rel_error"] >= 0 and -1 <= s["spearman"] <= 1
@@ -285,10 +285,22 @@ def test_unknown_placer_is_refused_before_anything_runs(tmp_path, capsys):
 def test_failing_placers_give_rows_not_silence():
     g = small_workload("rnnlm-2x2048-b64", mode="inference").graph
     cluster, _ = local_cluster(2)
-    chosen, failed = placements_for(g, cluster, n_split=0, n_random=0, placers=["single_gpu", "ort_gpu", "metis"])
+    from suite.placer import BasePlacer, register_placer, unregister_placer
+
+    @register_placer("fidelity_test_fails")
+    class Fails(BasePlacer):
+        def place(self, problem, budget, seed):
+            raise RuntimeError("boom")
+
+    try:
+        chosen, failed = placements_for(g, cluster, n_split=0, n_random=0,
+                                        placers=["single_gpu", "fidelity_test_fails", "ort_gpu", "metis"])
+    finally:
+        unregister_placer("fidelity_test_fails")
     assert [label for label, _, _ in chosen] == ["single:cpu:0", "single:cpu:1", "metis"]
-    assert [(label, status) for label, status, _ in failed] == [("single_gpu", "error"), ("ort_gpu", "skipped")]
-    assert "ClusterError" in failed[0][2] and "no GPU" in failed[1][2]
+    assert [(label, status) for label, status, _ in failed] == [
+        ("single_gpu", "skipped"), ("fidelity_test_fails", "error"), ("ort_gpu", "skipped")]
+    assert "no GPU" in failed[0][2] and failed[1][2] == "RuntimeError: boom" and "no GPU" in failed[2][2]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -10,6 +10,7 @@ gives), `groups` (each run of 50 consecutive ops on a random device, as grouped 
 import numpy as np
 import pytest
 
+import suite
 from suite import Op, OpGraph
 from suite.cluster import Cluster, Device, Link
 from suite.simulator import fast, inputs_for
@@ -57,6 +58,16 @@ def setup():
     return args, batches
 
 
+@pytest.fixture(scope="module")
+def public_setup(setup):
+    """The same graph and placements through the public API (`suite.simulate`, `suite.simulate_batch`), which
+    validate every placement and build `SimResult`s; the cost inputs are cached per (graph, cluster)."""
+    _, batches = setup
+    g, c = random_graph(10_000), eight_gpus()
+    suite.simulate(g, c, batches["random"][0])  # fills the cache of cost inputs outside the timing
+    return g, c, batches
+
+
 @pytest.mark.benchmark(group="simulator: one placement, 10k ops, 8 devices")
 @pytest.mark.parametrize("kind", KINDS)
 def test_fast_one_placement_10k_ops_8_devices(benchmark, setup, kind):
@@ -71,3 +82,19 @@ def test_fast_batch_of_64_placements_10k_ops_8_devices(benchmark, setup, kind):
     args, batches = setup
     steps, *_ = benchmark(fast.simulate_batch, batches[kind], *args)
     assert (steps > 0).all()
+
+
+@pytest.mark.benchmark(group="public API: suite.simulate, 10k ops, 8 devices")
+@pytest.mark.parametrize("kind", KINDS)
+def test_public_simulate_10k_ops_8_devices(benchmark, public_setup, kind):
+    g, c, batches = public_setup
+    result = benchmark(suite.simulate, g, c, batches[kind][0])
+    assert result.step_time_s > 0
+
+
+@pytest.mark.benchmark(group="public API: suite.simulate_batch of 64, 10k ops, 8 devices")
+@pytest.mark.parametrize("kind", KINDS)
+def test_public_simulate_batch_of_64_10k_ops_8_devices(benchmark, public_setup, kind):
+    g, c, batches = public_setup
+    results = benchmark(suite.simulate_batch, g, c, batches[kind])
+    assert len(results) == 64 and all(r.step_time_s > 0 for r in results)
