@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from suite.errors import PlacebenchError
 
@@ -594,10 +594,17 @@ def whole_number(low: int, high: int | None = None) -> Any:
 SEED = whole_number(0, 2**32)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error format: one line on stderr (no usage block), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"placebench: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from suite import __version__
 
-    p = argparse.ArgumentParser(prog="placebench", description="Benchmark suite for device placement.")
+    p = _Parser(prog="placebench", description="Benchmark suite for device placement.")
     p.add_argument("--version", action="version", version=f"placebench {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -213,7 +213,9 @@ def test_bad_run_arguments_fail_before_any_cell_runs(capsys, tiny_files, write_s
 def test_argparse_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--jobs", "0"])
-    assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err == ("placebench: error: argument --jobs/-j: '0' must be at least 1 "
+                                           "(see placebench run --help)\n")  # one line, no usage block
 
 
 # -- the installed console script ------------------------------------------------------------------------------
