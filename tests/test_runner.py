@@ -505,3 +505,28 @@ def test_a_workload_no_device_of_a_cluster_can_run_is_refused_when_planned(write
         runner.make_plan(runner.load_spec(str(spec)))
     assert len(runner.make_plan(runner.load_spec(str(write_spec("ok", workloads=[str(g)], clusters=["xeon_h100"],
                                                                   placers=["single_gpu"])))).cells) == 1
+
+
+def test_stored_measurement_fields_by_hand():
+    """The row's spread, peak and traffic columns come from the measurement: five samples 1..5 s have
+    quartiles 2 and 4 s (numpy's linear rule); the largest device peak is 9 bytes."""
+    from suite.evaluator import Measurement
+
+    m = Measurement(status="ok", step_time_s=3.0, samples_s=(5.0, 1.0, 4.0, 2.0, 3.0),
+                    peak_memory_bytes={"a": 5, "b": 9}, bytes_transferred=1234)
+    f = runner._measurement_fields(m)
+    assert (f["step_time_s"], f["step_time_q25_s"], f["step_time_q75_s"]) == (3.0, 2.0, 4.0)
+    assert (f["step_time_min_s"], f["step_time_max_s"], f["samples"]) == (1.0, 5.0, 5)
+    assert (f["max_peak_memory_bytes"], json.loads(f["peak_memory_bytes"]), f["bytes_transferred"]) == (9, {"a": 5, "b": 9}, 1234)
+    oom = runner._measurement_fields(Measurement(status="oom", step_time_s=3.0, samples_s=(3.0,),
+                                                 peak_memory_bytes={"a": 5}, oom_devices=("a",), bytes_transferred=7))
+    assert "step_time_s" not in oom and (oom["oom_devices"], oom["bytes_transferred"]) == ("a", 7)  # no number
+
+
+def test_long_learning_curves_are_thinned_evenly_keeping_both_ends():
+    curve = [{"evaluations": i + 1, "best_score_s": 1.0 / (i + 1)} for i in range(1000)]
+    thin = runner._thin_curve(curve)
+    evals = [p["evaluations"] for p in thin]
+    assert len(thin) == runner.MAX_CURVE_POINTS and evals[0] == 1 and evals[-1] == 1000
+    assert all(3 <= b - a <= 5 for a, b in zip(evals, evals[1:], strict=False))  # about 999 / 255 apart
+    assert runner._thin_curve(curve[:10]) == curve[:10]

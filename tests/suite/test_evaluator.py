@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 
 from suite import Op, OpGraph
+from suite.costmodel import Profile
 from suite.errors import BudgetExhausted
 from suite.evaluator import Evaluator, Measurement, serial_bound_s
 from suite.methodology import Budget
@@ -53,6 +54,24 @@ def test_batches_are_sized_to_the_time_left(problem):
     assert len(ev.evaluate_batch([[0, 0, 0]] * 5)) == 5 and ev._measured == 9
     ev._measuring_s = 1e9  # one evaluation longer than the time left: still one at a time while time is left
     assert ev.affordable(16) == 1
+    assert len(ev.evaluate_batch([[0, 0, 0]])) == 1  # the one evaluation `affordable` allows is not refused
+    with pytest.raises(BudgetExhausted, match="2 evaluations would take"):
+        ev.evaluate_batch([[0, 0, 0]] * 2)
+
+
+def test_a_profile_reaches_batches_single_evaluations_re_measurement_and_the_failure_score(problem):
+    """b measured at 7 s where the analytic model says 2 s: every way a placement is measured uses it."""
+    g, c = problem
+    prof = Profile(workload="fork", applies_to="gpu", op_times_s={"b": 7.0})
+    ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60), profiles=[prof])
+    # all on d0: 1 + 7 + 2 s; split: a on d0 (0-1 s), then b (1-8 s); c on d1 once a's 1000 bytes crossed at
+    # 1000 B/s (2-4 s)
+    assert [m.step_time_s for m in ev.evaluate_batch([[0, 0, 0], [0, 0, 1]])] == [10.0, 8.0]
+    assert ev.evaluate([0, 0, 1]).step_time_s == 8.0 and ev.measure([0, 0, 1]).step_time_s == 8.0
+    assert ev.failure_score_s == ev.methodology.failure_multiple * 10.0  # 1 + 7 + 2 s on the slowest device
+    plain = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
+    assert [m.step_time_s for m in plain.evaluate_batch([[0, 0, 0], [0, 0, 1]])] == [5.0, 4.0]
+    assert plain.failure_score_s == plain.methodology.failure_multiple * 5.0
 
 
 def test_batch_larger_than_budget_is_refused_whole(problem):
@@ -143,3 +162,13 @@ def test_measure_is_oom_if_any_repetition_is(tiny_graph, tiny_cluster):
     # the OOM repetition decides the status and says which device overflowed and why
     assert (m.status, m.oom_devices, m.message, m.peak_memory_bytes) == ("oom", ("gpu:0",), "gpu:0 over capacity",
                                                                          {"gpu:0": 9})
+
+
+def test_measure_repetitions_keep_each_devices_largest_peak(tiny_graph, tiny_cluster):
+    def ok(t, peak):
+        return Measurement(status="ok", step_time_s=t, samples_s=(t,), peak_memory_bytes=peak, bytes_transferred=64,
+                           busy_s={"cpu:0": t})
+
+    backend = Scripted(ok(1.0, {"cpu:0": 5, "gpu:0": 1}), ok(3.0, {"cpu:0": 2, "gpu:0": 4}), ok(8.0, {"cpu:0": 3}))
+    m = Evaluator(tiny_graph, tiny_cluster, backend=backend).measure([0, 0, 0, 0], repetitions=3)
+    assert (m.peak_memory_bytes, m.bytes_transferred, m.step_time_s) == ({"cpu:0": 5, "gpu:0": 4}, 64, 3.0)
