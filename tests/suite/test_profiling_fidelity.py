@@ -352,3 +352,14 @@ def test_fidelity_refuses_logical_cpus_with_a_cluster(capsys, tmp_path):
     err = capsys.readouterr().err
     assert code == 2 and "--logical-cpus describes this machine's cluster: it cannot be combined with --cluster" in err
     assert not (tmp_path / "f").exists()
+
+
+@pytest.mark.parametrize("command", ["profile", "fidelity"])
+def test_a_graph_file_is_not_a_model_to_run(command, tmp_path, capsys):
+    from suite.cli import main
+
+    graph = tmp_path / "g.json"
+    graph.write_text("{}")
+    assert main([command, str(graph), "--out", str(tmp_path / "out")]) == 2
+    assert "needs a zoo workload name (placebench list workloads), not a graph file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
