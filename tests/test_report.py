@@ -206,6 +206,85 @@ def test_bar_chart_is_a_png(tmp_path):
     assert b"Description\x00" + report.GENERATED_NOTE.encode() in data  # says it is generated, as the md and csv do
 
 
+def test_leaderboard_states_the_budget_and_the_simulator_caveat(tmp_path):
+    caveat = "With the simulator evaluator a step time is a prediction from an analytic cost model"
+    rows = [{**r, "budget_evaluations": 500, "budget_seconds": 3600.0} for r in ROWS]
+    text = report.leaderboard_markdown(rows, "ref")
+    assert ("Methodology: m-v1; evaluator: simulator; search budget per cell: 500 evaluations / 3600 s; "
+            "seeds: 0, 1, 2. ") in text
+    assert caveat in text
+    assert "search budget per cell: unknown; seeds: 0, 1, 2." in report.leaderboard_markdown(ROWS, "ref")
+    measured = report.leaderboard_markdown([{**r, "evaluator": "torch"} for r in rows], "ref")
+    assert "evaluator: torch; search budget per cell: 500 evaluations / 3600 s;" in measured
+    assert caveat not in measured  # a measured step time is not a prediction
+
+
+def test_long_failure_messages_are_cut_to_the_table_width():
+    """failures_table shows at most 100 characters: a longer message is cut to 97 and "..."; the raw row
+    (CSV, JSON) keeps it whole."""
+    rows = [{**_row("w", "a", "error"), "message": "x" * 100}, {**_row("w", "b", "error"), "message": "y" * 101}]
+    table = report.failures_table(report.Results.from_rows(rows))
+    assert [r[5] for r in table.rows] == ["x" * 100, "y" * 97 + "..."]
+    assert [r[5] for r in table.raw] == ["x" * 100, "y" * 101]
+    md = report.leaderboard_markdown(rows)
+    assert "| c1 | w | b | 0 | error | " + "y" * 97 + "... |" in md and "y" * 98 not in md
+    assert json.loads(report.render(rows, "json"))["failures"][1]["message"] == "y" * 101
+
+
+def test_on_a_tie_the_usual_number_of_seeds_is_the_larger():
+    """Two cells with 3 seeds and two with 1: the cluster's usual count is 3, so the 1-seed cells say so."""
+    rows = [_row("w1", "a", "ok", 1.0, seed=s) for s in (0, 1, 2)] + [_row("w1", "b", "ok", 2.0)]
+    rows += [_row("w2", "a", "ok", 1.0)] + [_row("w2", "b", "ok", 2.0, seed=s) for s in (0, 1, 2)]
+    assert report.Results.from_rows(rows).seeds("c1") == 3
+    assert report.render(rows, "text").startswith(
+        "Step time on c1\n"
+        "workload                 a                 b\n"
+        "--------  ----------------  ----------------\n"
+        "w1                 1.000 s  2.000 s [1 seed]\n"
+        "w2        1.000 s [1 seed]           2.000 s\n\n")
+
+
+def test_best_counts_only_the_fastest_time():
+    """best = cells where the placer equals the fastest ok time: a and c tie at 1 s; b (1.2 s) is close
+    but not the fastest; d (2 s) is not."""
+    rows = [_row("w", "a", "ok", 1.0), _row("w", "b", "ok", 1.2), _row("w", "c", "ok", 1.0), _row("w", "d", "ok", 2.0)]
+    summary = report.tables(report.Results.from_rows(rows))[0][1][-1]
+    assert [(r[0], r[10]) for r in summary.raw] == [("a", 1), ("b", 0), ("c", 1), ("d", 0)]
+
+
+def test_bar_chart_bars_are_speedups_and_failed_cells_are_labelled(monkeypatch):
+    """Placers a, b, ref (bar width 0.8 / 3, offsets -w, 0, +w around each workload). w1: a 1 s, b 4 s,
+    ref 2 s: bars 2, 0.5, 1. w2: a OOM (label "OOM"), b 0.5 s, ref 1 s: bars 2 (b), 1 (ref). w3: ref
+    OOM: a (1 s) gets "ref OOM", ref itself "OOM", b has no row (nothing drawn)."""
+    from matplotlib.axes import Axes
+
+    bars, labels = [], []
+    bar, text = Axes.bar, Axes.text
+
+    def spy_bar(self, x, height, *args, **kwargs):
+        bars.append((float(x), float(height), kwargs.get("color")))
+        return bar(self, x, height, *args, **kwargs)
+
+    def spy_text(self, x, y, s, *args, **kwargs):
+        labels.append((float(x), s, kwargs.get("color")))
+        return text(self, x, y, s, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "bar", spy_bar)
+    monkeypatch.setattr(Axes, "text", spy_text)
+    rows = [_row("w1", "a", "ok", 1.0), _row("w1", "b", "ok", 4.0), _row("w1", "ref", "ok", 2.0),
+            _row("w2", "a", "oom"), _row("w2", "b", "ok", 0.5), _row("w2", "ref", "ok", 1.0),
+            _row("w3", "a", "ok", 1.0), _row("w3", "ref", "oom")]
+    assert report.chart_png(rows, "ref")[:8] == b"\x89PNG\r\n\x1a\n"
+    w = 0.8 / 3
+    assert [x for x, _, _ in bars] == pytest.approx([-w, 0.0, 1.0, w, 1 + w])
+    assert [h for _, h, _ in bars] == pytest.approx([2.0, 0.5, 2.0, 1.0, 1.0])
+    assert [x for x, _, _ in labels] == pytest.approx([1 - w, 2 - w, 2 + w])
+    assert [s for _, s, _ in labels] == ["OOM", "ref OOM", "OOM"]
+    colour = {"a": bars[0][2], "b": bars[1][2], "ref": bars[3][2]}
+    assert len({tuple(c) for c in colour.values()}) == 3
+    assert [c for _, _, c in labels] == [colour["a"], colour["a"], colour["ref"]]  # in the placer's colour
+
+
 def test_rows_a_report_cannot_use_are_errors_naming_them():
     """Rows read from a hand-made CSV or Parquet file: an unknown status or an ok row without a usable time."""
     with pytest.raises(ReportError, match=r'c1 / w / a / seed 0: status must be one of ok, oom, invalid, timeout, '

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from baselines import _common
+from baselines.human_expert import HumanExpert
 from baselines.local_search import LocalSearch
 from baselines.m_etf import m_etf_placement
 from suite import methodology, registry
@@ -144,6 +145,65 @@ def test_kicks_start_from_the_best_placement_so_far(random_graph, make_problem, 
     assert p.evaluator.best_score_s < p.evaluator.curve[3].best_score_s  # the climbs beat the 4 starts
     for best, best_score in kicked_from:
         assert p.evaluator.score(p.evaluator.measure(con.expand(best))) == best_score
+
+
+def test_the_first_four_evaluations_are_the_documented_starts(random_graph, make_problem, make_cluster, monkeypatch):
+    """One batch of 4 starts, in order: all on the fastest GPU (gpu:0, device 1: the GPUs tie, the first
+    wins), m-ETF, the human expert (here a balanced split over the GPUs) and a uniformly random placement,
+    each on these 12 ops a placement of its own; the curve's first 4 points are their scores. The random
+    start changes with the seed, the others do not."""
+    g = random_graph(12, 4)
+    cluster = make_cluster(2)
+    expert = HumanExpert().place(make_problem(g, cluster), Budget(), 0).placement.tolist()
+    randoms = []
+    for seed in range(6):
+        p = make_problem(g, cluster, max_evaluations=4)
+        batches = []
+        evaluate_batch = p.evaluator.evaluate_batch
+
+        def spy(placements, evaluate_batch=evaluate_batch, batches=batches):
+            batches.append([np.asarray(x).tolist() for x in placements])
+            return evaluate_batch(placements)
+
+        monkeypatch.setattr(p.evaluator, "evaluate_batch", spy)
+        LocalSearch().place(p, Budget(max_evaluations=4), seed)
+        assert len(batches) == 1 and len(batches[0]) == 4
+        single, etf, human, rand = batches[0]
+        assert single == [1] * 12
+        assert etf == m_etf_placement(p)[0].tolist()
+        assert human == expert
+        assert len({tuple(x) for x in batches[0]}) == 4  # the random start is none of the other three
+        validate(rand, g, cluster)
+        scores = [p.evaluator.score(p.evaluator.measure(x)) for x in batches[0]]
+        assert [c.best_score_s for c in p.evaluator.curve] == pytest.approx(np.minimum.accumulate(scores).tolist())
+        assert [c.mean_score_s for c in p.evaluator.curve] == pytest.approx(
+            [sum(scores[: k + 1]) / (k + 1) for k in range(4)])
+        randoms.append(rand)
+    assert len({tuple(x) for x in randoms}) == len(randoms)
+    draws = np.array(randoms).ravel()
+    assert sorted(set(draws.tolist())) == [0, 1, 2]  # every device is drawn
+    assert np.bincount(draws).min() >= 0.2 * len(draws)  # about a third each (72 draws)
+
+
+@pytest.mark.parametrize("kick_moves", [1, 3, 50])
+def test_a_kick_moves_kick_moves_nodes(random_graph, make_problem, haswell_2k80, kick_moves):
+    """A kick moves min(kick_moves, movable nodes) distinct nodes of the best placement, each to another
+    device: it differs from the best in exactly that many nodes (8 nodes, each allowed on all 3 devices)."""
+    g = random_graph(8, 7)
+    p = make_problem(g, haswell_2k80, max_evaluations=300)
+    kicks = []
+
+    class Spy(LocalSearch):
+        def _kick(self, best, allowed, rng):
+            out = super()._kick(best, allowed, rng)
+            kicks.append((best.copy(), out))
+            return out
+
+    Spy(kick_moves=kick_moves).place(p, Budget(), 0)
+    assert len(kicks) >= 3
+    for best, out in kicks:
+        assert len(best) == 8
+        assert int((best != out).sum()) == min(kick_moves, 8)
 
 
 def test_parameters_are_checked_at_construction():

@@ -174,6 +174,24 @@ def test_upward_rank_is_a_topological_priority(random_graph, make_cluster):
         assert rank[e.src] > rank[e.dst]
 
 
+def test_upward_rank_by_hand():
+    """Two devices; c_ij = mean latency (0.1 and 0.3 s: 0.2 s) + bytes x mean 1/bandwidth (1 MB/s and
+    0.5 MB/s: 1.5 us per byte). w_i = mean cost over the allowed devices: a (0.5, 1.5) 1, b (1, 1) 1,
+    c (2, 6) 4, d (1 on device 0 only; 3 elsewhere is not allowed) 1. Edges a->b and a->c carry 0 bytes
+    (0.2 s), b->d 2 MB (0.2 + 3 = 3.2 s). rank d = 1, c = 4 (a sink), b = 1 + 3.2 + 1 = 5.2,
+    a = 1 + max(0.2 + 5.2, 0.2 + 4) = 6.4: b's transfer puts it before c (without transfers c's 4 would
+    beat b's 2)."""
+    ops = [Op(k, "x", flops=1e9, output_bytes=8) for k in "abcd"]
+    g = OpGraph.build("ranks", ops, [("a", "b", 0), ("a", "c", 0), ("b", "d", 2 * MB)])
+    cost = np.array([[0.5, 1.5], [1.0, 1.0], [2.0, 6.0], [1.0, 3.0]])
+    allowed = np.array([[True, True], [True, True], [True, True], [True, False]])
+    lat = np.array([[0.0, 0.1], [0.3, 0.0]])
+    bw = np.array([[np.inf, 1e6], [0.5e6, np.inf]])
+    rank = upward_rank(cost, allowed, g, lat, bw)
+    assert rank == pytest.approx([6.4, 5.2, 4.0, 1.0])
+    assert np.lexsort((np.arange(4), -rank)).tolist() == [0, 1, 2, 3]  # m-ETF's list order: a, b, c, d
+
+
 def test_deterministic(random_graph, make_problem, haswell_4k80):
     g = random_graph(500, 1, groups=True)
     a = METF().place(make_problem(g, haswell_4k80), Budget(), 0).placement
