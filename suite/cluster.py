@@ -23,7 +23,7 @@ import numpy as np
 
 from suite.errors import ClusterError
 from suite.graph import DEVICE_KINDS
-from suite.textfile import as_float, load_toml
+from suite.textfile import as_float, load_toml, short_repr
 
 SCHEMA_VERSION = 1
 PRESET_DIR = Path(__file__).parent / "clusters"
@@ -147,12 +147,12 @@ class Cluster:
 def _positive(where: str, key: str, value: Any, *, allow_zero: bool = False, at_most_one: bool = False) -> None:
     x = as_float(value)
     if math.isnan(x):
-        raise ClusterError(f"{where}.{key}: expected a number, got {value!r}")
+        raise ClusterError(f"{where}.{key}: expected a number, got {short_repr(value)}")
     if x < 0 or (x == 0 and not allow_zero) or math.isinf(x):
         need = "non-negative" if allow_zero else "positive"
-        raise ClusterError(f"{where}.{key}: {value!r} must be a finite {need} number")
+        raise ClusterError(f"{where}.{key}: {short_repr(value)} must be a finite {need} number")
     if at_most_one and x > 1:
-        raise ClusterError(f"{where}.{key}: {value!r} must be at most 1")
+        raise ClusterError(f"{where}.{key}: {short_repr(value)} must be at most 1")
 
 
 def _memory_bytes(where: str, value: Any) -> None:

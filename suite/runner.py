@@ -60,7 +60,7 @@ import suite
 from suite import methodology as _methodology
 from suite import registry, simulator
 from suite.cluster import Cluster
-from suite.errors import BudgetExhausted, PlacebenchError, SpecError, UnknownNameError
+from suite.errors import BudgetExhausted, ClusterError, PlacebenchError, SpecError, UnknownNameError
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
@@ -540,8 +540,11 @@ def make_plan(spec: Spec) -> Plan:
             check_placeable(graph, cluster)
     if spec.evaluator == "simulator":  # op and transfer times must be finite: a clear error now, not error rows
         for graph in workloads.values():
-            for cluster in clusters.values():
-                simulator.inputs_for(graph, cluster)
+            for cref, cluster in clusters.items():
+                try:
+                    simulator.inputs_for(graph, cluster)
+                except ClusterError as exc:
+                    raise ClusterError(f"{cref}: {exc}" if cref != cluster.name else str(exc)) from None
     placers = _expand_placers(spec.placers)
     codes = {p.name: placer_code(p.name) for p in placers}
     cells = []

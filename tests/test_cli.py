@@ -195,6 +195,18 @@ def test_malformed_files(capsys, tmp_path, tiny_files):
     _assert_usage_error(*_run(capsys, "show", str(bad_graph)), "g.json")
 
 
+def test_a_cluster_file_whose_op_times_overflow_is_named(capsys, tiny_files, tmp_path):
+    text = tiny_files["cluster"].read_text()
+    slow = tmp_path / "slow.toml"  # 1e9 FLOPs at 1e-300 FLOP/s: an infinite op time, found when costs are built
+    slow.write_text(text.replace("peak_flops = 1e9", "peak_flops = 1e-300"))
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(slow), "-p", "single_cpu"),
+                        f"{slow}: cluster 'tiny': op 'a' of workload 'diamond' on device 'cpu:0' takes inf s")
+    huge = tmp_path / "huge.toml"
+    huge.write_text(text.replace("peak_flops = 1e9", "peak_flops = 1" + "0" * 400))
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(huge), "-p", "single_cpu"),
+                        "peak_flops: an integer of about 401 digits must be a finite positive number")
+
+
 def test_bad_run_arguments_fail_before_any_cell_runs(capsys, tiny_files, write_spec, tmp_path):
     spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
                       placers=["single_cpu"])
