@@ -40,6 +40,23 @@ def test_group_features_values(train2):
     assert f.matrix(adjacency=False).shape == (4, 15)
 
 
+def test_group_features_sum_numeric_features_and_average_output_shapes(train2):
+    g = colocation_grouping(train2)  # groups: {data}, {l0.fwd, l0.bwd, l0.upd}, {l1.*}, {loss}
+    f = group_features(train2, g)
+    # summed FLOPs: 1e6; 50e9 + 100e9 + 1e8 per layer; 1e7, log1p-scaled by the largest
+    layer = 50e9 + 100e9 + 1e8
+    assert np.allclose(f.numeric[:, 0], np.log1p([1e6, layer, layer, 1e7]) / np.log1p(layer), rtol=1e-6, atol=0)
+    assert f.numeric[:, 1].tolist() == [0, 0, 0, 0]  # no op reads or writes bytes
+    out = np.log1p([1e6, 4e6, 4e6, 4]) / np.log1p(4e6)  # output bytes: 1e6; 2e6 + 2e6 + 0; 4
+    assert np.allclose(f.numeric[:, 2], out, rtol=1e-6, atol=0)
+    assert f.numeric[:, 3].tolist() == [0, 1, 1, 0]  # parameters: only the forward matmuls (8e6 each)
+    assert f.numeric[:, 4].tolist() == [0.5, 1, 1, 0.5]  # sizes 1, 3, 3, 1: log1p(1) / log1p(3) = 1/2
+    assert np.allclose(f.numeric[:, 5], np.array([0, 1, 2, 3]) / 7)  # first member's topological position
+    # output shapes: only l0.fwd and l1.fwd have one, (500, 1000); a layer group averages it over 3 ops
+    fwd = np.array([np.log1p(500) / np.log1p(1000), 1.0, 0.0, 0.0])
+    assert np.allclose(f.output_shape, [np.zeros(4), fwd / 3, fwd / 3, np.zeros(4)], rtol=1e-6, atol=0)
+
+
 def test_device_and_cost_features(train2, k80x2):
     d = device_features(k80x2)
     assert d.shape == (3, 5)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from rl.nets import Seq2SeqPolicy, masked_categorical
@@ -57,3 +60,47 @@ def test_gradients_are_finite_with_masked_devices():
     out = pol(x, mask, 4, generator=torch.Generator().manual_seed(0))
     (out.log_prob.sum() + out.entropy.sum()).backward()
     assert all(torch.isfinite(p.grad).all() for p in pol.parameters() if p.grad is not None)
+
+
+def fixed_logits_policy(bias, **kw):
+    """A 1-group, 3-device policy whose output layer ignores its input: pre-temperature logits = `bias`."""
+    torch.manual_seed(0)
+    pol = Seq2SeqPolicy(4, 3, hidden_size=8, **kw)
+    with torch.no_grad():
+        pol.out.weight.zero_()
+        pol.out.bias.copy_(torch.tensor(bias))
+    return pol, torch.rand(1, 4), torch.ones(1, 3, dtype=torch.bool)
+
+
+def test_temperature_divides_the_logits():
+    pol, x, mask = fixed_logits_policy([1.0, 0.0, 0.0], temperature=2.0)
+    lp = pol(x, mask, actions=torch.tensor([[0]])).log_prob
+    e = math.exp(0.5)  # logits [1, 0, 0] / 2
+    assert lp.item() == pytest.approx(math.log(e / (e + 2)), abs=1e-6)
+
+
+def test_tanh_constant_squashes_the_logits():
+    pol, x, mask = fixed_logits_policy([4.0, 0.0, 0.0], temperature=2.0, tanh_constant=1.5)
+    lp = pol(x, mask, actions=torch.tensor([[0]])).log_prob
+    e = math.exp(1.5 * math.tanh(2.0))  # 1.5 * tanh([4, 0, 0] / 2)
+    assert lp.item() == pytest.approx(math.log(e / (e + 2)), abs=1e-6)
+
+
+def test_attention_context_drives_the_logits():
+    """With the decoder state's columns of the output layer zeroed and the attention scores all 0 (uniform
+    weights), every step's logits are W_context @ mean(encoder outputs) + b."""
+    pol, x, mask = policy_and_inputs()
+    H = pol.hidden_size
+    with torch.no_grad():
+        pol.out.weight[:, :H].zero_()
+        pol.out.weight[:, H:] *= 20.0  # a context that moves the logits by far more than the tolerance
+        pol.attn.weight.zero_()
+    actions = torch.tensor([[0, 2, 1, 1, 0]])  # mask: group 0 on device 0 only, group 3 not on device 0
+    out = pol(x, mask, actions=actions)
+    with torch.no_grad():
+        logits = pol.out.weight[:, H:] @ pol.encode(x)[0].mean(0) + pol.out.bias
+    assert logits.std() > 0.1  # not uniform: the test would not see a context of zeros otherwise
+    expected = 0.0
+    for t, a in enumerate(actions[0].tolist()):
+        expected += torch.log_softmax(logits.masked_fill(~mask[t], float("-inf")), -1)[a].item()
+    assert out.log_prob.item() == pytest.approx(expected, abs=1e-5)

@@ -15,6 +15,7 @@ from rl.trainers import (
     Reinforce,
     discounted_returns,
     elite_indices,
+    scale_advantages,
 )
 
 # A 3-group, 3-device bandit: reward = -(number of groups not on their best device); best = [2, 0, 1].
@@ -40,6 +41,56 @@ def test_moving_average_baseline():
     b.update(np.array([4.0]))
     assert b.value == 3.0
     assert b.advantages(np.array([5.0])).tolist() == [2.0]
+
+
+def test_moving_average_baseline_keeps_decay_of_the_old_value():
+    b = MovingAverageBaseline(0.9)
+    b.update(np.array([2.0]))
+    b.update(np.array([3.0, 5.0]))  # batch mean 4
+    assert b.value == pytest.approx(0.9 * 2.0 + 0.1 * 4.0, rel=1e-12)  # 2.2
+    assert b.advantages(np.array([3.2])).tolist() == pytest.approx([1.0], rel=1e-12)
+
+
+def test_scale_advantages_divides_by_the_batch_std():
+    assert scale_advantages(np.array([0.0, 4.0]), True).tolist() == [0.0, 2.0]  # std 2
+    assert scale_advantages(np.array([0.0, 4.0]), False).tolist() == [0.0, 4.0]
+    assert scale_advantages(np.array([3.0, 3.0]), True).tolist() == [3.0, 3.0]  # std 0: left alone
+    assert scale_advantages(np.array([4.0]), True).tolist() == [4.0]  # one sample: no std
+
+
+def test_reinforce_step_loss_by_hand():
+    """Rewards [0, 4]: first-batch baseline 2, advantages [-2, 2], scaled by std 2 to [-1, 1]."""
+    lp = torch.tensor([-1.0, -3.0], requires_grad=True)
+    stats = Reinforce([lp], normalize=True).step(lp, torch.zeros(2), np.array([0.0, 4.0]))
+    assert stats["loss"] == -(-1.0 * -1.0 + 1.0 * -3.0) / 2  # 1.0
+    assert stats["baseline"] == 2.0
+    lp = torch.tensor([-1.0, -3.0], requires_grad=True)
+    stats = Reinforce([lp], normalize=False).step(lp, torch.zeros(2), np.array([0.0, 4.0]))
+    assert stats["loss"] == -(-2.0 * -1.0 + 2.0 * -3.0) / 2  # 2.0
+
+
+def test_entropy_bonus_lowers_the_loss():
+    """loss = -mean(A log pi) - coef * mean(H): with zero advantages, -0.5 * mean([1, 3]) = -1."""
+    ent = torch.tensor([1.0, 3.0], requires_grad=True)
+    tr = Reinforce([ent], entropy_coef=0.5)
+    loss = tr.loss(torch.zeros(2), ent, np.zeros(2))
+    assert loss.item() == -1.0
+    loss.backward()
+    assert ent.grad.tolist() == [-0.25, -0.25]
+    ppo = PPO([ent], entropy_coef=0.5)
+    assert ppo.loss(torch.zeros(2), torch.zeros(2), ent, torch.zeros(2))[0].item() == -1.0
+    assert CEMTrainer([ent], entropy_coef=0.5).step(torch.zeros(2), ent, np.zeros(2))["loss"] == -1.0
+
+
+def test_entropy_bonus_spreads_a_policy_when_rewards_are_equal():
+    logits = torch.tensor([[2.0, 0.0, 0.0]], requires_grad=True)
+    tr = Reinforce([logits], lr=0.1, entropy_coef=1.0, optimizer="sgd")
+    actions = torch.tensor([0, 1])
+    _, lp, ent = masked_categorical(logits.expand(2, -1), MASK[0], actions=actions)
+    before = ent[0].item()
+    tr.step(lp, ent, np.array([1.0, 1.0]))  # zero advantages: only the entropy bonus moves the logits
+    after = masked_categorical(logits.detach(), MASK[0], actions=actions[:1])[2].item()
+    assert after > before
 
 
 def test_discounted_returns():
@@ -96,6 +147,25 @@ def test_cem_tabular_finds_optimum():
         s = cem.sample(30)
         cem.update(s, bandit_reward(s))
     assert cem.mode().tolist() == BEST.tolist()
+
+
+def test_cem_update_by_hand():
+    """Elites (the best half) [0, 1] and [0, 0]: frequencies [1, 0] and [1/2, 1/2]; with smoothing 0.7 the
+    uniform start moves to 0.7 * freq + 0.3 * [1/2, 1/2]."""
+    cem = CrossEntropyMethod(np.ones((2, 2), dtype=bool), elite_frac=0.5, smoothing=0.7, seed=0)
+    samples = np.array([[1, 1], [0, 1], [1, 0], [0, 0]])
+    stats = cem.update(samples, np.array([-1.0, 2.0, 0.0, 1.0]))
+    assert stats["elites"] == 2
+    assert np.allclose(cem.probs, [[0.85, 0.15], [0.5, 0.5]], rtol=1e-12, atol=0)
+    # a second update starts from these probabilities: elites [1, 1] twice
+    cem.update(np.array([[1, 1], [1, 1], [0, 0]]), np.array([1.0, 1.0, 0.0]))
+    assert np.allclose(cem.probs, [[0.3 * 0.85, 0.7 + 0.3 * 0.15], [0.15, 0.85]], rtol=1e-12, atol=0)
+
+
+def test_cem_update_keeps_min_prob_on_allowed_devices():
+    cem = CrossEntropyMethod(np.array([[True, True, False]]), elite_frac=1.0, smoothing=1.0, min_prob=1e-3)
+    cem.update(np.array([[0]]), np.array([0.0]))
+    assert np.allclose(cem.probs, [[1 / 1.001, 1e-3 / 1.001, 0.0]], rtol=1e-12, atol=0)
 
 
 def test_cem_respects_mask():
