@@ -67,7 +67,9 @@ def test_a_profile_reaches_batches_single_evaluations_re_measurement_and_the_fai
     # all on d0: 1 + 7 + 2 s; split: a on d0 (0-1 s), then b (1-8 s); c on d1 once a's 1000 bytes crossed at
     # 1000 B/s (2-4 s)
     assert [m.step_time_s for m in ev.evaluate_batch([[0, 0, 0], [0, 0, 1]])] == [10.0, 8.0]
-    assert ev.evaluate([0, 0, 1]).step_time_s == 8.0 and ev.measure([0, 0, 1]).step_time_s == 8.0
+    assert ev.evaluate([0, 0, 1]).step_time_s == 8.0
+    m = ev.measure([0, 0, 1])
+    assert (m.step_time_s, m.busy_s, m.bytes_transferred) == (8.0, {"d0": 8.0, "d1": 2.0}, 1000)
     assert ev.failure_score_s == ev.methodology.failure_multiple * 10.0  # 1 + 7 + 2 s on the slowest device
     plain = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
     assert [m.step_time_s for m in plain.evaluate_batch([[0, 0, 0], [0, 0, 1]])] == [5.0, 4.0]

@@ -34,6 +34,10 @@ def test_chain_across_two_devices(engine, uniform_cluster):
     assert r.busy_s.tolist() == [3.0, 4.0]
     assert r.peak_memory_bytes.tolist() == [1000, 1500]
     assert r.link_bytes.tolist() == [[0, 1000], [500, 0]]
+    cap = 10**12
+    assert r.as_dict() == {"status": "ok", "step_time_s": 9.5, "oom_devices": [], "bytes_transferred": 1500,
+                           "devices": {"d0": {"busy_s": 3.0, "peak_memory_bytes": 1000, "capacity_bytes": cap},
+                                       "d1": {"busy_s": 4.0, "peak_memory_bytes": 1500, "capacity_bytes": cap}}}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
