@@ -530,3 +530,15 @@ def test_long_learning_curves_are_thinned_evenly_keeping_both_ends():
     assert len(thin) == runner.MAX_CURVE_POINTS and evals[0] == 1 and evals[-1] == 1000
     assert all(3 <= b - a <= 5 for a, b in zip(evals, evals[1:], strict=False))  # about 999 / 255 apart
     assert runner._thin_curve(curve[:10]) == curve[:10]
+
+
+def test_a_second_run_on_a_store_in_use_is_refused_before_it_writes(tiny_files, write_spec, tmp_path):
+    from suite.store import StoreError
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])], placers=["single_cpu"])
+    store = tmp_path / "store"
+    with Store(store).writing():  # another run holds it
+        with pytest.raises(StoreError, match="another run is writing to this store"):
+            runner.run(str(spec), store)
+        assert not Store(store, create=False).cell_ids() and not (store / "manifest.json").exists()
+    assert runner.run(str(spec), store).ran == 1
