@@ -7,6 +7,7 @@ A store is a directory::
     cells/<cell_id>.json one finished cell: the flat row plus its placement, learning curve and placer info
     results.parquet      the flat rows as one table (rebuilt from cells/ at the end of a run, or by `compact`)
     results.csv          the same table as CSV
+    .lock                held (flock) by the run that is writing the store, so that two runs never share one
 
 Every file is written atomically (temporary file in the same directory, fsync, rename), so a killed run
 loses at most the cells in flight, and a cell is never stored twice: its file name is its key's hash.
