@@ -224,15 +224,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from suite import runner
 
-    if args.placement:
-        given = [flag for flag, value in (("--save-placement", args.save_placement), ("--param", args.param),
-                                          ("--max-evaluations", args.max_evaluations),
-                                          ("--max-seconds", args.max_seconds), ("--plugin", args.plugin)) if value]
+    for flag, value in (("--placement", args.placement), ("--save-placement", args.save_placement)):
+        if value is not None and not value.strip():
+            raise UsageError(f"{flag} is empty: give a file")
+    if args.placement is not None:
+        given = [flag for flag, value in (
+            ("--save-placement", args.save_placement), ("--param", args.param or None), ("--seed", args.seed),
+            ("--max-evaluations", args.max_evaluations), ("--max-seconds", args.max_seconds),
+            ("--timeout", args.timeout), ("--plugin", args.plugin or None)) if value is not None]
         if given:
             raise UsageError(f"{given[0]} applies to a placer's search, not to --placement")
         record = runner.measure_placement(args.workload, args.cluster, args.placement, methodology=args.methodology,
                                           simulator_engine=args.engine)
         return _print_evaluation(record, args.json)
+    if args.save_placement is not None:
+        _check_output_file(args.save_placement, "--save-placement",
+                           [args.workload, args.cluster, args.methodology, *args.plugin])
     budget = {}
     if args.max_evaluations is not None:
         budget["max_evaluations"] = args.max_evaluations
@@ -243,16 +250,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         args.cluster,
         args.placer,
         params=_parse_params(args.param),
-        seed=args.seed,
+        seed=args.seed if args.seed is not None else 0,
         methodology=args.methodology,
         budget=budget,
         cell_timeout_s=args.timeout,
         plugins=args.plugin,
         simulator_engine=args.engine,
     )
-    if args.save_placement:
+    code = _print_evaluation(record, args.json)  # shown before saving: a failed save does not hide the result
+    if args.save_placement is not None:
         _save_placement(record, args.workload, args.cluster, args.save_placement)
-    return _print_evaluation(record, args.json)
+    return code
+
+
+def _check_output_file(path: str, flag: str, inputs: Sequence[str]) -> None:
+    """An output file must not be a directory or one of the command's own input files (checked before any work)."""
+    target = Path(path).resolve()
+    if target.is_dir():
+        raise UsageError(f"{flag} {path} is a directory")
+    for name in inputs:
+        if Path(name).is_file() and Path(name).resolve() == target:
+            raise UsageError(f"{flag} {path} is an input of this command")
 
 
 def _save_placement(record: dict[str, Any], workload: str, cluster: str, path: str) -> None:
@@ -309,6 +327,13 @@ def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]]) -> str:
     """A store where the last run of some spec stopped early makes tables that look final: say so on stderr
     (and return it). Every spec counts, not only the last run's: a later complete run of another spec does
     not fill the gaps."""
+    from suite.store import in_use
+
+    root = _store_root(store)
+    if root is not None and in_use(root):
+        text = f"a run is writing {root} now: these rows are what it has stored so far"
+        print(f"placebench: warning: {text}", file=sys.stderr)
+        return text
     latest: dict[str, dict[str, Any]] = {}
     for run in runs:
         latest[str(run.get("spec", "?"))] = run
@@ -353,14 +378,23 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     return text
 
 
+def _store_root(store: str | Path) -> Path | None:
+    """The store directory behind STORE: itself, or the store holding a results table file given instead."""
+    path = Path(store).resolve()
+    if path.is_dir():
+        return path
+    parent = path.parent
+    return parent if (parent / "cells").is_dir() or (parent / "manifest.json").is_file() else None
+
+
 def _refuse_inside_store(store: str | Path, path: str | Path | None, flag: str) -> None:
     """A report written into the store it is made from would overwrite the store's own files (manifest, cells,
     tables) or mix reports with its data: refuse it."""
     if not path:
         return
-    store_path, target = Path(store).resolve(), Path(path).resolve()
-    if target == store_path or (store_path.is_dir() and store_path in target.parents):
-        raise UsageError(f"{flag} {path} is inside the results store {store}: write reports elsewhere")
+    target, root = Path(path).resolve(), _store_root(store)
+    if target == Path(store).resolve() or (root is not None and (target == root or root in target.parents)):
+        raise UsageError(f"{flag} {path} is inside the results store {root or store}: write reports elsewhere")
 
 
 def _names(text: str | None) -> list[str]:
@@ -416,8 +450,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from suite import report
     from suite.store import open_rows
 
-    for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.png"):
-        _refuse_inside_store(args.store, Path(args.out) / name, "--out")
+    _refuse_inside_store(args.store, args.out, "--out")
     rows = open_rows(args.store)
     runs = _store_runs(args.store)
     warnings = [w for w in (_warn_if_incomplete(args.store, runs), _warn_if_mixed_code(runs, rows)) if w]
@@ -628,7 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="measure the placement in FILE instead of running a placer (as --save-placement writes it)")
     e.add_argument("--save-placement", metavar="FILE", help="write the placer's final placement to FILE (JSON)")
     e.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="placer parameter (JSON value)")
-    e.add_argument("--seed", type=SEED, default=0)
+    e.add_argument("--seed", type=SEED, help="the placer's seed (default 0)")
     e.add_argument("--methodology", default="v1", help="methodology name or file (default: v1)")
     e.add_argument("--max-evaluations", type=whole_number(1), help="override the search budget's evaluations")
     e.add_argument("--max-seconds", type=_positive_float, help="override the search budget's seconds")

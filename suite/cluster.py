@@ -157,9 +157,9 @@ def _positive(where: str, key: str, value: Any, *, allow_zero: bool = False, at_
 
 def _memory_bytes(where: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ClusterError(f"{where}.memory_bytes: expected a whole number of bytes (an integer), got {value!r}")
+        raise ClusterError(f"{where}.memory_bytes: expected a whole number of bytes (an integer), got {short_repr(value)}")
     if not 1 <= value <= MAX_MEMORY_BYTES:
-        raise ClusterError(f"{where}.memory_bytes: {value!r} must be between 1 and 2**62")
+        raise ClusterError(f"{where}.memory_bytes: {short_repr(value)} must be between 1 and 2**62")
 
 
 def _string(where: str, value: Any) -> None:
@@ -242,7 +242,7 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
         raise ClusterError(f"{where}: unknown top-level field(s) {sorted(unknown)}; expected {sorted(_TOP_KEYS)}")
     version = data.get("schema_version", SCHEMA_VERSION)
     if type(version) is not int or version != SCHEMA_VERSION:  # not true, not 1.0 (as graph files)
-        raise ClusterError(f"{where}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+        raise ClusterError(f"{where}: schema_version {short_repr(version)} is not supported (expected {SCHEMA_VERSION})")
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise ClusterError(f"{where}: field 'name' is missing or empty")

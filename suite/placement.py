@@ -191,10 +191,9 @@ def save_placement(placement: np.ndarray, graph: OpGraph, cluster: Cluster, path
         "cluster": cluster.name,
         "placement": {op.name: cluster.devices[int(d)].name for op, d in zip(graph.ops, placement, strict=True)},
     }
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
-    return path
+    from suite.store import atomic_write_text
+
+    return atomic_write_text(path, json.dumps(data, indent=1))
 
 
 _PLACEMENT_KEYS = frozenset({"format", "schema_version", "workload", "workload_hash", "cluster", "placement"})

@@ -541,10 +541,7 @@ def make_plan(spec: Spec) -> Plan:
     if spec.evaluator == "simulator":  # op and transfer times must be finite: a clear error now, not error rows
         for graph in workloads.values():
             for cref, cluster in clusters.items():
-                try:
-                    simulator.inputs_for(graph, cluster)
-                except ClusterError as exc:
-                    raise ClusterError(f"{cref}: {exc}" if cref != cluster.name else str(exc)) from None
+                _check_costs(graph, cluster, cref)
     placers = _expand_placers(spec.placers)
     codes = {p.name: placer_code(p.name) for p in placers}
     cells = []
@@ -576,6 +573,14 @@ def make_plan(spec: Spec) -> Plan:
                              spec.plugins, codes[p.name])
                     )
     return Plan(spec, meth, cells, workloads, clusters)
+
+
+def _check_costs(graph: OpGraph, cluster: Cluster, cluster_ref: str) -> None:
+    """The simulator's op and transfer times are finite (ClusterError naming the cluster file otherwise)."""
+    try:
+        simulator.inputs_for(graph, cluster)
+    except ClusterError as exc:
+        raise ClusterError(f"{cluster_ref}: {exc}" if cluster_ref != cluster.name else str(exc)) from None
 
 
 # -- one cell (runs inside a worker) --------------------------------------------------------------------
@@ -1076,6 +1081,7 @@ def measure_placement(
     meth = _methodology.load(methodology)
     graph, target = suite.load_workload(workload), suite.load_cluster(cluster)
     placement = load_placement(path, graph, target)
+    _check_costs(graph, target, cluster)
     backend = SimulatorBackend(graph, target, engine=simulator_engine)
     m = Evaluator(graph, target, meth.budget, methodology=meth, backend=backend).measure(placement)
     return {

@@ -24,6 +24,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -307,6 +308,25 @@ def check_manifest(data: Mapping[str, Any], path: Path) -> None:
 
 
 # -- the store ------------------------------------------------------------------------------------------
+def in_use(root: str | Path) -> bool:
+    """Whether a run holds the store at `root` now (`Store.writing`); False where locks are not available."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        with open(Path(root) / ".lock", "rb") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            return False
+    except OSError:  # no lock file: no run has held it
+        return False
+
+
 class Store:
     """A results directory (see the module docstring). Creating one makes the directory, which must be new,
     empty or a store already: results.csv and results.parquet are rewritten in it."""
@@ -317,7 +337,8 @@ class Store:
             raise StoreError(f"{self.root}: exists and is not a directory")
         if not create and not self.cells_dir.is_dir():
             raise StoreError(f"{self.root}: not a placebench store (no cells/ directory)")
-        if create and self.root.is_dir() and not self._is_store() and any(self.root.iterdir()):
+        if create and self.root.is_dir() and not self._is_store() and any(
+                p.name != ".lock" and not (p.name.startswith(".") and p.name.endswith(".tmp")) for p in self.root.iterdir()):
             raise StoreError(f"{self.root}: not empty and not a placebench store (no cells/ directory or store "
                              f"manifest.json); to keep its files, write the results to a new or empty directory")
         if create:
@@ -327,8 +348,9 @@ class Store:
     def writing(self) -> Iterator[Store]:
         """Hold the store for one run: while it is held, a second run on the same store is refused instead of
         redoing the same cells beside it. The lock is the operating system's (`flock` on `.lock`), so it ends
-        with the process however the process ends; where there is no `flock` (Windows) nothing is held.
-        Temporary files left by a killed writer are removed once the lock is held."""
+        with the process however the process ends. Where there is no `flock` (Windows) or the file system
+        refuses locks, nothing is held (with a warning in the second case). Temporary files left by a killed
+        writer (cells, manifest, tables) are removed once the lock is held."""
         try:
             import fcntl
         except ImportError:
@@ -340,9 +362,13 @@ class Store:
                 except BlockingIOError:
                     raise StoreError(f"{self.root}: another run is writing to this store; wait for it to finish "
                                      f"or give another --out") from None
-            for tmp in self.cells_dir.glob(".*.tmp"):  # left by a killed writer: never a finished cell
+                except OSError as exc:
+                    warnings.warn(f"{self.root}: cannot lock the store ({exc.strerror}); two runs on it at once "
+                                  f"would both run every missing cell", stacklevel=3)
+            for tmp in [*self.cells_dir.glob(".*.tmp"), *self.root.glob(".*.tmp")]:  # never a finished file
                 tmp.unlink(missing_ok=True)
             yield self
+
 
     def _is_store(self) -> bool:
         """Whether the directory has a cells/ directory or a manifest.json of the store format."""

@@ -81,5 +81,6 @@ def as_float(value: Any) -> float:
 def short_repr(value: Any) -> str:
     """repr, with a huge integer shown by its size rather than its hundreds of digits."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        return f"an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+        sign = "a negative" if value < 0 else "an"
+        return f"{sign} integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
     return repr(value)

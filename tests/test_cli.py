@@ -132,8 +132,16 @@ def test_evaluate_a_placement_file(capsys, tiny_files, tmp_path):
     path.write_text(json.dumps({"placement": {"a": "cpu:0", "b": "cpu:0", "c": "tpu:0", "d": "cpu:0"}}))
     _assert_usage_error(*_run(capsys, *args, "--placement", str(path)), "tpu:0")
     _assert_usage_error(*_run(capsys, *args, "--placement", str(saved).replace("saved", "nope")), "nope.json")
-    _assert_usage_error(*_run(capsys, *args, "--placement", str(saved), "--param", "x=1"),
-                        "--param applies to a placer's search, not to --placement")
+    for extra in (["--param", "x=1"], ["--seed", "0"], ["--timeout", "5"], ["--save-placement", "x.json"]):
+        _assert_usage_error(*_run(capsys, *args, "--placement", str(saved), *extra),
+                            f"{extra[0]} applies to a placer's search, not to --placement")
+    _assert_usage_error(*_run(capsys, *args, "--placement", ""), "--placement is empty")
+    # --save-placement is checked before the search: not a directory, not an input file
+    for target, message in ((tmp_path, "is a directory"), (tiny_files["diamond"], "is an input of this command")):
+        _assert_usage_error(*_run(capsys, *args, "-p", "m_etf", "--save-placement", str(target)), message)
+    assert json.loads(tiny_files["diamond"].read_text())["format"] == "placebench.opgraph"
+    code, out, _ = _run(capsys, *args, "-p", "m_etf", "--save-placement", str(tmp_path / "new" / "p.json"))
+    assert code == 0 and json.loads((tmp_path / "new" / "p.json").read_text())["workload"] == "diamond"
 
 
 def test_evaluate_a_failing_placer_is_a_result_not_an_error(capsys, tiny_files, harness_plugin):
@@ -201,10 +209,20 @@ def test_a_cluster_file_whose_op_times_overflow_is_named(capsys, tiny_files, tmp
     slow.write_text(text.replace("peak_flops = 1e9", "peak_flops = 1e-300"))
     _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(slow), "-p", "single_cpu"),
                         f"{slow}: cluster 'tiny': op 'a' of workload 'diamond' on device 'cpu:0' takes inf s")
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"placement": [0, 0, 0, 0]}))
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(slow), "--placement", str(placement)),
+                        f"{slow}: cluster 'tiny': op 'a' of workload 'diamond' on device 'cpu:0' takes inf s")
     huge = tmp_path / "huge.toml"
     huge.write_text(text.replace("peak_flops = 1e9", "peak_flops = 1" + "0" * 400))
     _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(huge), "-p", "single_cpu"),
                         "peak_flops: an integer of about 401 digits must be a finite positive number")
+    huge.write_text(text.replace("peak_flops = 1e9", "peak_flops = -1" + "0" * 400))
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(huge), "-p", "single_cpu"),
+                        "peak_flops: a negative integer of about 401 digits must be a finite positive number")
+    huge.write_text(text.replace("memory_bytes = 1073741824", "memory_bytes = 1" + "0" * 400))
+    _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(huge), "-p", "single_cpu"),
+                        "memory_bytes: an integer of about 401 digits must be between 1 and 2**62")
 
 
 def test_bad_run_arguments_fail_before_any_cell_runs(capsys, tiny_files, write_spec, tmp_path):
@@ -301,6 +319,11 @@ def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tm
     assert code == 0 and "placebench: warning: incomplete store" in err and "spec test: 1 of its 1 cells to run were run (5 planned)" in err
     assert _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "lb"), "--no-chart")[0] == 0
     assert "**Warning: incomplete store" in (tmp_path / "lb" / "leaderboard.md").read_text()
+    from suite.store import Store
+
+    with Store(store).writing():  # a run is writing it now: rerunning would be refused, so say that instead
+        code, _, err = _run(capsys, "table", str(store / "results.csv"))
+        assert code == 0 and f"placebench: warning: a run is writing {store} now" in err and "incomplete store" not in err
 
 
 def test_a_complete_run_of_another_spec_does_not_hide_an_incomplete_one(capsys, tiny_files, write_spec, tmp_path):
@@ -373,6 +396,13 @@ def test_reports_are_not_written_into_their_store_and_are_replaced_together(caps
     _assert_usage_error(*_run(capsys, "leaderboard", str(store), "--out", str(lb)), "it is a directory")
     assert (lb / "leaderboard.md").read_text() == "old" and (lb / "leaderboard.csv").read_text() == "old"
     _assert_usage_error(*_run(capsys, "table", str(store), "-o", "/proc/placebench.md"), "cannot write /proc/placebench.md")
+    # a store given as one of its table files is protected the same way
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    for argv in (["table", str(store / "results.csv"), "-f", "json", "-o", str(store / "manifest.json")],
+                 ["table", str(store / "results.parquet"), "-f", "csv", "-o", str(store / "results.csv")],
+                 ["leaderboard", str(store / "results.csv"), "--out", str(store)]):
+        _assert_usage_error(*_run(capsys, *argv), f"{argv[-1]} is inside the results store {store}")
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
 
 def test_run_refuses_an_empty_out(capsys, tiny_files, write_spec):

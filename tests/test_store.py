@@ -361,3 +361,20 @@ def test_a_csv_table_with_a_non_utf8_header_is_an_error(tmp_path):
     path.write_bytes("cell_id,workload,cluster,placer,seed,status,step_time_s\n1,w\xff,c,p,0,ok,1\n".encode("latin-1"))
     with pytest.raises(StoreError, match=r"x\.csv: not a placebench results table"):
         st.open_rows(path)
+
+
+def test_a_store_emptied_by_a_shell_glob_is_reusable(tmp_path):
+    """`rm -rf store/*` leaves the dot files (.lock, temporary files): the directory counts as empty."""
+    with Store(tmp_path).writing():
+        pass
+    (tmp_path / "cells").rmdir()
+    (tmp_path / ".results.csv.abc.tmp").write_text("partial")
+    with Store(tmp_path).writing():
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "cells"]  # the temporary file is gone
+
+
+def test_in_use_says_whether_a_run_holds_the_store(tmp_path):
+    assert not st.in_use(tmp_path)  # never held: no lock file
+    with Store(tmp_path).writing():
+        assert st.in_use(tmp_path)
+    assert not st.in_use(tmp_path)
