@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -96,15 +95,23 @@ class Cluster:
         lat = np.zeros((n, n))
         bw = np.full((n, n), np.inf)
         for s in range(n):
+            # BFS by layers: a fewest-link route to every device; among those, the widest (highest bottleneck
+            # bandwidth), then the one with the least latency
             best: dict[int, tuple[float, float]] = {s: (0.0, math.inf)}
-            queue = deque([s])
-            while queue:  # BFS: first visit is a fewest-link route; neighbours in file order
-                v = queue.popleft()
-                for w, link in adj[v]:
-                    if w not in best:
-                        lv, bv = best[v]
-                        best[w] = (lv + link.latency_s, min(bv, link.bandwidth))
-                        queue.append(w)
+            layer = [s]
+            while layer:
+                reached: dict[int, tuple[float, float]] = {}
+                for v in layer:
+                    lv, bv = best[v]
+                    for w, link in adj[v]:
+                        if w in best:
+                            continue
+                        cand = (lv + link.latency_s, min(bv, link.bandwidth))
+                        old = reached.get(w)
+                        if old is None or (cand[1], -cand[0]) > (old[1], -old[0]):
+                            reached[w] = cand
+                best.update(reached)
+                layer = sorted(reached)
             for t in range(n):
                 if t not in best:
                     raise ClusterError(

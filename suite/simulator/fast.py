@@ -288,9 +288,11 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 idle |= ONE << k
                 p = running[src]
                 n_dst = U(0)
+                whole = output_bytes[p]  # the most a transfer of p's output carries (see the reference)
                 for j in range(succ_ptr[p], succ_ptr[p + ONE]):
                     c = succ_idx[j]
                     dc = dev_of[c]
+                    whole = max(whole, succ_bytes[j])
                     if dc == src:
                         _input_arrived(c, src, pending, ready, low, n_ready)
                     else:
@@ -298,9 +300,10 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                             dsts[n_dst] = dc
                             n_dst += ONE
                             dst_edge[dc] = NONE
+                            send_bytes[dc] = 0
                         edge_next[j] = dst_edge[dc]
                         dst_edge[dc] = j
-                        send_bytes[dc] = max(send_bytes[dc], succ_bytes[j])
+                        send_bytes[dc] += succ_bytes[j]
                         n_remote[dc] += 1
                 has_ready |= U(n_ready[src] > 0) << k
                 # the own copy was referenced once per consumer: remote consumers now hold it through
@@ -308,7 +311,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 own_refs[p] -= 1
                 for e in range(n_dst):
                     dst = dsts[e]
-                    nb = send_bytes[dst]
+                    nb = min(send_bytes[dst], whole)
                     send_bytes[dst] = -1
                     own_refs[p] -= n_remote[dst] - 1
                     recv_refs[p, dst] = n_remote[dst]

@@ -9,9 +9,12 @@ Semantics (the fast simulator reproduces them exactly, float for float):
   All events at the current time are handled first; then every idle device, in index order, starts its
   ready op with the smallest index (ops are in canonical topological order, so this is a fixed priority).
 * When op p finishes on device a, its output is sent once to each other device D that has consumers of p
-  (in increasing order of D), however many consumers D has. The transfer carries the largest edge bytes
-  from p to those consumers over the channel (a, D): it starts when the channel is free (one transfer at a
-  time per direction, first come first served) and takes latency[a, D] + bytes / bandwidth[a, D].
+  (in increasing order of D), however many consumers D has. The transfer carries what those consumers
+  read: the sum of their edges' bytes (an edge carries the bytes its consumer reads, e.g. one time step's
+  slice), but never more than p's whole tensor, the larger of p's output bytes and its largest edge (a
+  variable's output is 0 bytes; its edges carry its weights). It goes over the channel (a, D): it starts
+  when the channel is free (one transfer at a time per direction, first come first served) and takes
+  latency[a, D] + bytes / bandwidth[a, D].
 * Memory per device = resident bytes (param_bytes of its ops) + live tensors. An op's output is allocated
   on its device when the op starts and freed when the op, its local consumers and its outgoing transfers
   have all finished. A received copy is allocated on the destination when its transfer starts and freed
@@ -110,9 +113,11 @@ def simulate(
                     if dev[c] == src:
                         arrive(c)
                     else:
-                        nbytes[dev[c]] = max(nbytes[dev[c]], eb)
+                        nbytes[dev[c]] = max(nbytes[dev[c]], 0) + eb
+                whole = max([int(output_bytes[p]), *ebytes[p]])
                 for dst in range(ndev):
                     if nbytes[dst] >= 0:
+                        nbytes[dst] = min(nbytes[dst], whole)
                         s = max(t, chan_free[src][dst])
                         e = s + latency_s[src, dst] + nbytes[dst] / bandwidth[src, dst]
                         chan_free[src][dst] = e

@@ -52,6 +52,22 @@ def test_multi_hop_route_sums_latency_and_takes_min_bandwidth():
     assert lat[0, 2] == 3.0 and bw[0, 2] == 10.0
 
 
+def test_among_fewest_link_routes_the_widest_then_the_quickest_wins():
+    """a reaches d over b (slow) or over c (fast), two links either way; a slow direct link a-e beats the
+    fast two-link route a-c-e (fewest links first)."""
+    devs = [dict(name=n, kind="gpu", peak_flops=1, mem_bandwidth=1, memory_bytes=1, op_overhead_s=0) for n in "abcde"]
+    links = [dict(between=["a", "b"], bandwidth=1.0, latency_s=0.0), dict(between=["b", "d"], bandwidth=1.0, latency_s=0.0),
+             dict(between=["a", "c"], bandwidth=1e6, latency_s=1.0), dict(between=["c", "d"], bandwidth=1e6, latency_s=1.0),
+             dict(between=["c", "e"], bandwidth=1e6, latency_s=1.0), dict(between=["a", "e"], bandwidth=5.0, latency_s=0.5)]
+    lat, bw = from_dict({"name": "mesh", "devices": devs, "links": links}).routes
+    assert (bw[0, 3], lat[0, 3]) == (1e6, 2.0)  # a-c-d, not a-b-d (listed first, lower device index)
+    assert (bw[0, 4], lat[0, 4]) == (5.0, 0.5)  # the direct link
+    same_width = [*links[:4], dict(between=["b", "d"], bandwidth=1e6, latency_s=0.1),
+                  dict(between=["a", "b"], bandwidth=1e6, latency_s=0.1)]
+    lat, bw = from_dict({"name": "mesh2", "devices": devs[:4], "links": same_width}).routes
+    assert (bw[0, 3], lat[0, 3]) == (1e6, 0.2)  # equally wide: the least latency (a-b-d)
+
+
 @pytest.mark.parametrize(
     "mutate,message",
     [

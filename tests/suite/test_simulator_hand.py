@@ -136,22 +136,29 @@ def test_memory_bound_op_and_oom(engine, uniform_cluster):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("first, second", [(2000, 500), (500, 2000)])
-def test_transfer_carries_the_largest_edge_bytes_to_a_device(engine, first, second, uniform_cluster):
-    # p (1 s, 2000 B) on d0; c1 and c2 (1 s each) on d1; edges p->c1 and p->c2 of 2000 B and 500 B, in
-    # either order. One transfer to d1 carries max(2000, 500) = 2000 B: [1, 1 + 2000/1000 = 3]; c1 [3, 4],
-    # c2 [4, 5]. (The first or last edge's 500 B instead would give [1, 1.5] and a step of 3.5.)
-    # Memory d0: p's output 2000 [0, 3); d1: the 2000-byte copy [1, 5). Peak 2000 on each.
-    g = OpGraph.build(
-        "maxbytes",
-        [Op("p", "x", flops=G, output_bytes=2000), Op("c1", "x", flops=G), Op("c2", "x", flops=G)],
-        [("p", "c1", first), ("p", "c2", second)],
-    )
-    r = simulate(g, uniform_cluster(2), [0, 1, 1], engine=engine)
-    assert r.step_time_s == 5.0
-    assert r.link_bytes.tolist() == [[0, 2000], [0, 0]]
-    assert r.peak_memory_bytes.tolist() == [2000, 2000]
-    assert r.busy_s.tolist() == [1.0, 2.0]
+@pytest.mark.parametrize("output, first, second, sent", [
+    (2000, 2000, 500, 2000),  # c1 reads the whole output: nothing more to send for c2 (either order)
+    (2000, 500, 2000, 2000),
+    (1000, 500, 500, 1000),  # two slices (e.g. two time steps) of one output: both cross
+    (1000, 300, None, 300),  # one consumer reads a 300-byte slice: only that crosses
+    (0, 300, 300, 300),  # a variable (output 0 bytes, its edges carry the weights): the weights cross once
+])
+def test_transfer_carries_what_the_consumers_there_read_at_most_the_tensor(engine, output, first, second, sent,
+                                                                           uniform_cluster):
+    # p (1 s) on d0; its consumers (1 s each) on d1. One transfer to d1 carries the sum of their edges'
+    # bytes, at most max(output, largest edge): [1, 1 + sent/1000]; then the consumers one after the other.
+    # Memory d1: the copy of `sent` bytes from the transfer's start to the end; d0: p's output until the
+    # transfer ends.
+    ops = [Op("p", "x", flops=G, output_bytes=output), Op("c1", "x", flops=G)]
+    edges = [("p", "c1", first)]
+    if second is not None:
+        ops.append(Op("c2", "x", flops=G))
+        edges.append(("p", "c2", second))
+    g = OpGraph.build("sentbytes", ops, edges)
+    r = simulate(g, uniform_cluster(2), [0] + [1] * (len(ops) - 1), engine=engine)
+    assert r.step_time_s == 1.0 + sent / 1000 + (len(ops) - 1)
+    assert r.link_bytes.tolist() == [[0, sent], [0, 0]]
+    assert r.peak_memory_bytes.tolist() == [output, sent]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
