@@ -45,7 +45,9 @@ def _pyscotch():
 
 def scotch_seed(seed: int) -> int:
     """A 31-bit Scotch seed from any integer seed (Scotch folds nearby seeds together: 0 and 1 map alike)."""
-    return int(np.random.SeedSequence(abs(int(seed))).generate_state(1, dtype=np.uint32)[0] >> 1)
+    from baselines._common import library_seed
+
+    return library_seed(seed)
 
 
 def decomposition_tree(target_weights: np.ndarray, link_costs: np.ndarray) -> list[int]:

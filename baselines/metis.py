@@ -11,7 +11,8 @@
   assignment is fixed by construction: the fastest devices get the largest parts.
 * Candidate devices: every device, the CPU included (`include_cpu=False` keeps only the GPUs).
 * METIS_PartGraphKway (`recursive=False`; pymetis would default to recursive bisection for <= 8 parts),
-  METIS's default imbalance (ufactor 30, i.e. 3%), seeded with `seed` through METIS's options.
+  METIS's default imbalance (ufactor 30, i.e. 3%, for k-way; 1 for recursive bisection), seeded through
+  METIS's options with a hash of `seed` (`_common.library_seed`: METIS gave seeds 0 and 1 one partition).
 * Device-kind constraints: METIS ignores them; a node on a device its ops forbid is moved to the allowed
   device it exchanges the most bytes with (`_common.enforce_kinds`; counted in `info["kind_moves"]`).
 * Memory is ignored: an OOM placement stays OOM.
@@ -58,7 +59,7 @@ def metis_parts(
         eweights=np.asarray(edge_weights, dtype=np.int64) if len(adjncy) else None,
         tpwgts=shares.tolist(),
         recursive=recursive,
-        options=pymetis.Options(seed=int(seed) % (1 << 31)),
+        options=pymetis.Options(seed=_common.library_seed(seed)),
     )
     return np.asarray(parts, dtype=np.int64)
 

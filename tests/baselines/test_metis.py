@@ -29,6 +29,16 @@ def test_same_seed_same_placement(random_graph, make_problem, haswell_2k80):
     assert len({Metis().place(make_problem(g, haswell_2k80), Budget(), s).placement.tobytes() for s in range(4)}) > 1
 
 
+def test_the_suites_seeds_give_distinct_partitions(make_problem, haswell_4k80):
+    """Seeds 0, 1, 2 (the full suite's) are three runs, not two: METIS maps seeds 0 and 1 alike, so they are
+    hashed first."""
+    from suite import load_workload
+
+    g = load_workload("nmt-2x1024-b64")
+    runs = {Metis().place(make_problem(g, haswell_4k80), Budget(), s).placement.tobytes() for s in (0, 1, 2)}
+    assert len(runs) == 3
+
+
 def test_parts_follow_device_speed(random_graph, make_problem, make_cluster):
     cluster = make_cluster(2, cpu_flops=1e9, gpu_flops=1e10)
     g = random_graph(2000, 5)
