@@ -10,7 +10,8 @@ No search, no evaluations: the framework decides.
   `info["assignment"] = "measured"`). Without them it is ONNX Runtime's documented rule for these models
   (`info["assignment"] = "static"`): every compute op on the fastest GPU, since the CUDA provider has
   kernels for every op type the zoo models export to, and the model inputs in host memory (ONNX Runtime is
-  fed host tensors and copies them to the GPU), i.e. the input ops on the fastest CPU. Shape computations
+  fed host tensors and copies them to the GPU), i.e. the input ops on the fastest CPU; an op whose allowed
+  kinds exclude the GPU falls back to the CPU, as an op without a CUDA kernel does. Shape computations
   that ONNX Runtime keeps on the CPU are constants in our graphs, not ops.
 
 Training graphs: backward and update ops follow their forward op (colocation groups). A cluster without a
@@ -81,8 +82,11 @@ class OrtGPU(BasePlacer):
         placement = np.full(graph.num_ops, gpu, dtype=np.int64)
         if mode == "static":
             for i, op in enumerate(graph.ops):
-                if op.kind == "input":
-                    placement[i] = cpu
+                if op.kind == "input" or (op.allowed_kinds and "gpu" not in op.allowed_kinds):
+                    placement[i] = cpu  # host inputs, and ops without a CUDA kernel: the CPU fallback
+            for members in graph.groups.values():  # a group with such an op falls back as a whole
+                if any(graph.ops[i].allowed_kinds and "gpu" not in graph.ops[i].allowed_kinds for i in members):
+                    placement[members] = cpu
         else:
             from suite.backends.ort_exec import OrtModel, native_assignment
             from suite.backends.workload import for_graph

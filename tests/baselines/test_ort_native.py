@@ -72,3 +72,15 @@ def test_ort_gpu_not_applicable_and_bad_assignment(make_problem):
     with pytest.raises(PlacebenchError, match=r"ort_gpu': parameter assignment='statc': expected one of auto, measured"):
         make_placer("ort_gpu", assignment="statc")
     assert make_placer("ort_gpu", assignment="static").params == {"assignment": "static"}
+
+
+def test_ort_gpu_static_rule_falls_back_to_the_cpu_for_ops_without_a_gpu_kernel(make_problem):
+    c = cluster([1e10], [1e9])  # cpu:0, gpu:0
+    ops = [Op("x", "input", output_bytes=8), Op("a", "matmul", flops=1e6, output_bytes=8),
+           Op("b", "nms", flops=1e3, output_bytes=8, allowed_kinds=("cpu",)),
+           Op("c", "matmul", flops=1e6, output_bytes=8, group="g"),
+           Op("d", "sort", flops=1e3, output_bytes=8, group="g", allowed_kinds=("cpu",))]
+    g = OpGraph.build("fallback", ops, [("x", "a"), ("a", "b"), ("b", "c"), ("c", "d")], {"mode": "inference"})
+    r = OrtGPU(assignment="static").place(make_problem(g, c), Budget(), 0)
+    assert r.placement.tolist() == [0, 1, 0, 0, 0]  # b alone, and c with its CPU-only group member d
+    validate(r.placement, g, c)
