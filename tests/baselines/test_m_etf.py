@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from baselines.m_etf import METF, Timeline, m_etf_placement, upward_rank
+from suite.cluster import Cluster, Device, Link
 from suite.graph import Op, OpGraph
 from suite.methodology import Budget
 from suite.placement import validate
@@ -38,7 +39,29 @@ def test_chain_stays_on_one_gpu(make_problem, make_cluster):
     r = METF().place(p, Budget(), 0)
     assert r.placement.tolist() == [1, 1, 1]
     assert r.info["estimated_step_time_s"] == pytest.approx(0.3)
-    assert r.evaluations == 0
+    assert (r.evaluations, r.info["oom_retries"]) == (1, 0)  # one check that it fits
+    assert METF(oom_retries=0).place(make_problem(g, make_cluster(2)), Budget(), 0).evaluations == 0  # single shot
+
+
+def test_an_oom_placement_is_made_again_with_less_room_where_it_overflowed(make_problem):
+    """Two variables of P bytes (output 0: their edges carry the weights) feed c. The estimate counts a
+    received copy of a variable as 0 bytes, so the single shot puts v1, x, c on gpu:0 (1.6 P) and v2 on
+    gpu:1: gpu:0 then holds v1 and a copy of v2, 2 P > 1.6 P. Told so, m_etf puts c with both weights on
+    gpu:1 (2.5 P), which fits."""
+    P = 10**9
+    ops = [Op("v1", "variable", output_bytes=0, param_bytes=P, group="v1"),
+           Op("v2", "variable", output_bytes=0, param_bytes=P, group="v2"),
+           Op("x", "input", output_bytes=1000), Op("c", "matmul", flops=1e9, output_bytes=1000)]
+    g = OpGraph.build("weights", ops, [("v1", "c", P), ("v2", "c", P), ("x", "c", 1000)])
+    devs = tuple(Device(f"gpu:{k}", "gpu", peak_flops=1e12, mem_bandwidth=1e30, memory_bytes=int(m * P),
+                        op_overhead_s=0.0) for k, m in enumerate((1.6, 2.5)))
+    c = Cluster("two", devs, (Link(("gpu:0", "gpu:1"), bandwidth=1e10, latency_s=0.0),))
+    single = METF(oom_retries=0).place(make_problem(g, c), Budget(), 0)
+    assert single.placement.tolist() == [0, 1, 0, 0] and make_problem(g, c).evaluator.measure(single.placement).status == "oom"
+    problem = make_problem(g, c)
+    r = METF().place(problem, Budget(), 0)
+    m = problem.evaluator.measure(r.placement)
+    assert (m.status, r.placement[3], r.info["oom_retries"]) == ("ok", 1, 2) and r.evaluations == 3
 
 
 def test_fork_uses_both_gpus_by_earliest_finish(make_problem, make_cluster):
