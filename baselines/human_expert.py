@@ -6,9 +6,11 @@ of the group's first op, so colocation holds by construction. G = the cluster's 
 
 `human_expert` (the papers' "Human Experts" rows):
 * rnnlm, nmt — Mirhoseini et al. 2017, Sec. 4.2 ("Human Experts"), after Sutskever et al. 2014 (each
-  LSTM layer on its own GPU, spare GPUs on the softmax) and Wu et al. 2016 (GNMT: one LSTM layer per GPU):
-  the LSTM layers, numbered encoder first then decoder, go round-robin over G (layer k on G[k mod |G|]);
-  the embeddings go on the first GPU; attention and softmax on the last GPU.
+  LSTM layer on its own GPU) and Wu et al. 2016 (GNMT: one LSTM layer per GPU): the LSTM layers, numbered
+  encoder first then decoder, go round-robin over G (layer k on G[k mod |G|]; round-robin rather than
+  contiguous blocks is our choice when layers outnumber GPUs); the embeddings go on the first GPU;
+  attention and softmax on the last GPU. Sutskever et al. also spread the softmax over the GPUs left
+  spare; this rule does not (rnnlm with 2 layers on 4 GPUs leaves one GPU idle).
 * inception_v3, resnet50 — Mirhoseini et al. 2017, Sec. 4.2: at the papers' batch sizes the common
   practice is the whole model on a single GPU (here the fastest GPU).
 * bert_base — contiguous blocks of encoder layers per GPU (equal layer counts, `numpy.array_split`), the

@@ -236,9 +236,10 @@ def coarsen(graph: OpGraph, grouping: Grouping, max_groups: int | None, *, metho
 
     topological: visit groups in order of their first op and cut the sequence into runs of about
       total_work / max_groups each (a cut also falls where device kinds would conflict).
-    heavy_edge: rounds of heavy-edge matching: each group, in topological order, merges with the unmatched
-      neighbour it exchanges the most bytes with, unless the pair would exceed twice the average work per
-      target group; rounds repeat until `max_groups` is reached, then `topological` finishes if needed.
+    heavy_edge: rounds of heavy-edge matching: the pairs of neighbouring groups, heaviest exchange of bytes
+      first (ties by position), merge when neither is matched yet in this round and the pair stays within
+      twice the average work per target group; rounds repeat until `max_groups` is reached, then
+      `topological` finishes if needed.
     """
     if method not in COARSEN_METHODS:
         raise GroupingError(f"unknown coarsening method {method!r}; choose from {', '.join(COARSEN_METHODS)}")

@@ -90,6 +90,8 @@ def test_registered_and_parameters_checked(train2, k80x2, make_problem):
                        ({"max_groups": 0}, "max_groups"), ({"reward": "pos"}, "reward 'pos'"),
                        ({"oom_score_s": float("nan")}, "oom_score_s"), ({"bidirectional": 1}, "expected a bool"),
                        ({"oom_score_s": 10**400}, "oom_score_s must be None or a finite number > 0, got an integer of"),
-                       ({"lr": 10**400}, "lr=an integer of about 401 digits: expected a finite number")):
+                       ({"lr": 10**400}, "lr=an integer of about 401 digits: expected a finite number"),
+                       ({"baseline_decay": 1.0}, "baseline_decay must be below 1"),
+                       ({"hidden_size": 33}, "bidirectional encoder needs an even hidden_size")):
         with pytest.raises(PlacebenchError, match=match):  # at construction, so a spec fails before it runs
             make_placer("seq2seq", **bad)
