@@ -380,11 +380,12 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
 
 def _store_root(store: str | Path) -> Path | None:
     """The store directory behind STORE: itself, or the store holding a results table file given instead."""
+    from suite.store import is_store_dir
+
     path = Path(store).resolve()
     if path.is_dir():
         return path
-    parent = path.parent
-    return parent if (parent / "cells").is_dir() or (parent / "manifest.json").is_file() else None
+    return path.parent if is_store_dir(path.parent) else None
 
 
 def _refuse_inside_store(store: str | Path, path: str | Path | None, flag: str) -> None:

@@ -37,6 +37,11 @@ import pyarrow.parquet as pq
 from suite.errors import PlacebenchError
 from suite.textfile import as_float, load_json
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so stores are not locked
+    fcntl = None
+
 STORE_FORMAT = "placebench.store"
 STORE_SCHEMA_VERSION = 1
 CELL_FORMAT = "placebench.cell"
@@ -310,9 +315,7 @@ def check_manifest(data: Mapping[str, Any], path: Path) -> None:
 # -- the store ------------------------------------------------------------------------------------------
 def in_use(root: str | Path) -> bool:
     """Whether a run holds the store at `root` now (`Store.writing`); False where locks are not available."""
-    try:
-        import fcntl
-    except ImportError:
+    if fcntl is None:
         return False
     try:
         with open(Path(root) / ".lock", "rb") as f:
@@ -327,6 +330,20 @@ def in_use(root: str | Path) -> bool:
         return False
 
 
+def is_store_dir(root: str | Path) -> bool:
+    """Whether a directory is a store: it has a cells/ directory or a manifest.json of the store format."""
+    root = Path(root)
+    if (root / "cells").is_dir():
+        return True
+    if not (root / "manifest.json").is_file():
+        return False
+    try:
+        data = load_json(root / "manifest.json", StoreError, "store manifest")
+    except StoreError:
+        return False
+    return isinstance(data, dict) and data.get("format") == STORE_FORMAT
+
+
 class Store:
     """A results directory (see the module docstring). Creating one makes the directory, which must be new,
     empty or a store already: results.csv and results.parquet are rewritten in it."""
@@ -337,7 +354,7 @@ class Store:
             raise StoreError(f"{self.root}: exists and is not a directory")
         if not create and not self.cells_dir.is_dir():
             raise StoreError(f"{self.root}: not a placebench store (no cells/ directory)")
-        if create and self.root.is_dir() and not self._is_store() and any(
+        if create and self.root.is_dir() and not is_store_dir(self.root) and any(
                 p.name != ".lock" and not (p.name.startswith(".") and p.name.endswith(".tmp")) for p in self.root.iterdir()):
             raise StoreError(f"{self.root}: not empty and not a placebench store (no cells/ directory or store "
                              f"manifest.json); to keep its files, write the results to a new or empty directory")
@@ -351,10 +368,6 @@ class Store:
         with the process however the process ends. Where there is no `flock` (Windows) or the file system
         refuses locks, nothing is held (with a warning in the second case). Temporary files left by a killed
         writer (cells, manifest, tables) are removed once the lock is held."""
-        try:
-            import fcntl
-        except ImportError:
-            fcntl = None
         with open(self.root / ".lock", "a+b") as f:
             if fcntl is not None:
                 try:
@@ -368,19 +381,6 @@ class Store:
             for tmp in [*self.cells_dir.glob(".*.tmp"), *self.root.glob(".*.tmp")]:  # never a finished file
                 tmp.unlink(missing_ok=True)
             yield self
-
-
-    def _is_store(self) -> bool:
-        """Whether the directory has a cells/ directory or a manifest.json of the store format."""
-        if self.cells_dir.is_dir():
-            return True
-        if not self.manifest_path.is_file():
-            return False
-        try:
-            data = load_json(self.manifest_path, StoreError, "store manifest")
-        except StoreError:
-            return False
-        return isinstance(data, dict) and data.get("format") == STORE_FORMAT
 
     @property
     def cells_dir(self) -> Path:

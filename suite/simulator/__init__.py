@@ -36,6 +36,7 @@ class SimInputs:
     pred_ptr: np.ndarray
     pred_idx: np.ndarray
     output_bytes: np.ndarray
+    send_cap: np.ndarray  # int64 [n]: the most one transfer of op i's output carries (see `send_caps`)
     param_bytes: np.ndarray
     latency_s: np.ndarray  # [D, D]
     bandwidth: np.ndarray  # [D, D]
@@ -57,6 +58,7 @@ class SimInputs:
             pred_ptr=a.pred_ptr,
             pred_idx=a.pred_idx,
             output_bytes=a.output_bytes,
+            send_cap=send_caps(a.output_bytes, a.succ_ptr, a.succ_bytes),
             param_bytes=a.param_bytes,
             latency_s=np.ascontiguousarray(lat, dtype=np.float64),
             bandwidth=np.ascontiguousarray(bw, dtype=np.float64),
@@ -69,6 +71,7 @@ class SimInputs:
             self.cost,
             *self._unsigned_index,
             self.output_bytes,
+            self.send_cap,
             self.param_bytes,
             self.latency_s,
             self.bandwidth,
@@ -91,10 +94,24 @@ class SimInputs:
             self.succ_bytes,
             self.num_preds,
             self.output_bytes,
+            self.send_cap,
             self.param_bytes,
             self.latency_s,
             self.bandwidth,
         )
+
+
+def send_caps(output_bytes: np.ndarray, succ_ptr: np.ndarray, succ_bytes: np.ndarray) -> np.ndarray:
+    """Per op, the whole tensor a transfer of its output can carry: the larger of its output bytes and its
+    largest edge (a variable's output is 0 bytes; its edges carry its weights). A transfer carries the sum of
+    the edges to its destination's consumers, at most this."""
+    cap = np.array(output_bytes, dtype=np.int64)
+    has_succ = np.diff(succ_ptr) > 0
+    if has_succ.any():
+        largest = np.maximum.reduceat(np.asarray(succ_bytes, dtype=np.int64), np.asarray(succ_ptr[:-1])[has_succ])
+        cap[has_succ] = np.maximum(cap[has_succ], largest)
+    cap.setflags(write=False)  # shared by every simulation of this workload, like the graph's arrays
+    return cap
 
 
 def _check_transfer_times(graph: OpGraph, cluster: Cluster, lat: np.ndarray, bw: np.ndarray) -> float:

@@ -187,7 +187,7 @@ def _workspace(n, ndev, n_edges):
 
 
 @njit(cache=True, error_model="numpy")
-def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, param_bytes,
+def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap, param_bytes,
               latency_s, bandwidth, busy_s, peak, link_bytes, ws):
     """One placement; fills busy_s [D], peak [D] and link_bytes [D, D]; returns the step time."""
     n = U(placement.shape[0])
@@ -289,11 +289,9 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 idle |= ONE << k
                 p = running[src]
                 n_dst = U(0)
-                whole = output_bytes[p]  # the most a transfer of p's output carries (see the reference)
                 for j in range(succ_ptr[p], succ_ptr[p + ONE]):
                     c = succ_idx[j]
                     dc = dev_of[c]
-                    whole = max(whole, succ_bytes[j])
                     if dc == src:
                         _input_arrived(c, src, pending, ready, low, n_ready)
                     else:
@@ -312,7 +310,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 own_refs[p] -= 1
                 for e in range(n_dst):
                     dst = dsts[e]
-                    nb = min(send_bytes[dst], whole)
+                    nb = min(send_bytes[dst], send_cap[p])
                     send_bytes[dst] = -1
                     own_refs[p] -= n_remote[dst] - 1
                     recv_refs[p, dst] = n_remote[dst]
@@ -377,10 +375,10 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
 
 @njit(cache=True)
 def _simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                    output_bytes, param_bytes, latency_s, bandwidth, steps, busy, peak, link, ws):
+                    output_bytes, send_cap, param_bytes, latency_s, bandwidth, steps, busy, peak, link, ws):
     for b in range(placements.shape[0]):
         steps[b] = _simulate(placements[b], cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                             output_bytes, param_bytes, latency_s, bandwidth, busy[b], peak[b], link[b], ws)
+                             output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b], link[b], ws)
 
 
 _kept = threading.local()  # per thread: the last workspace and its sizes
@@ -403,7 +401,7 @@ def _workspace_for(n: int, ndev: int, n_edges: int) -> tuple:
 
 
 def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                   output_bytes, param_bytes, latency_s, bandwidth):
+                   output_bytes, send_cap, param_bytes, latency_s, bandwidth):
     """Placements [B, n] -> (steps [B], busy [B, D], peak [B, D], link_bytes [B, D, D]).
 
     The index arrays (succ_ptr, succ_idx, pred_ptr, pred_idx) are used as uint64; `SimInputs.fast_args`
@@ -418,7 +416,7 @@ def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, p
     link = np.zeros((bsz, ndev, ndev), np.int64)
     ws = _workspace_for(placements.shape[1], ndev, succ_idx.shape[0])
     _simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), cost, unsigned(succ_ptr), unsigned(succ_idx),
-                    succ_bytes, unsigned(pred_ptr), unsigned(pred_idx), output_bytes, param_bytes, latency_s,
+                    succ_bytes, unsigned(pred_ptr), unsigned(pred_idx), output_bytes, send_cap, param_bytes, latency_s,
                     bandwidth, steps, busy, peak, link, ws)
     return steps, busy, peak, link
 
@@ -429,9 +427,9 @@ def unsigned(index: np.ndarray) -> np.ndarray:
 
 
 def simulate_one(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                 output_bytes, param_bytes, latency_s, bandwidth):
+                 output_bytes, send_cap, param_bytes, latency_s, bandwidth):
     """Returns (step_time_s, busy_s [D], peak_memory_bytes [D], link_bytes [D, D])."""
     steps, busy, peak, link = simulate_batch(np.asarray(placement).reshape(1, -1), cost, succ_ptr, succ_idx,
-                                             succ_bytes, pred_ptr, pred_idx, output_bytes, param_bytes,
+                                             succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap, param_bytes,
                                              latency_s, bandwidth)
     return float(steps[0]), busy[0], peak[0], link[0]

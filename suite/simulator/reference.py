@@ -11,8 +11,8 @@ Semantics (the fast simulator reproduces them exactly, float for float):
 * When op p finishes on device a, its output is sent once to each other device D that has consumers of p
   (in increasing order of D), however many consumers D has. The transfer carries what those consumers
   read: the sum of their edges' bytes (an edge carries the bytes its consumer reads, e.g. one time step's
-  slice), but never more than p's whole tensor, the larger of p's output bytes and its largest edge (a
-  variable's output is 0 bytes; its edges carry its weights). It goes over the channel (a, D): it starts
+  slice), but never more than p's whole tensor, send_cap[p]: the larger of p's output bytes and its
+  largest edge (a variable's output is 0 bytes; its edges carry its weights; `suite.simulator.send_caps`). It goes over the channel (a, D): it starts
   when the channel is free (one transfer at a time per direction, first come first served) and takes
   latency[a, D] + bytes / bandwidth[a, D].
 * Memory per device = resident bytes (param_bytes of its ops) + live tensors. An op's output is allocated
@@ -54,6 +54,7 @@ def simulate(
     succ_bytes: np.ndarray,
     num_preds: np.ndarray,
     output_bytes: np.ndarray,
+    send_cap: np.ndarray,
     param_bytes: np.ndarray,
     latency_s: np.ndarray,
     bandwidth: np.ndarray,
@@ -114,10 +115,9 @@ def simulate(
                         arrive(c)
                     else:
                         nbytes[dev[c]] = max(nbytes[dev[c]], 0) + eb
-                whole = max([int(output_bytes[p]), *ebytes[p]])
                 for dst in range(ndev):
                     if nbytes[dst] >= 0:
-                        nbytes[dst] = min(nbytes[dst], whole)
+                        nbytes[dst] = min(nbytes[dst], int(send_cap[p]))
                         s = max(t, chan_free[src][dst])
                         e = s + latency_s[src, dst] + nbytes[dst] / bandwidth[src, dst]
                         chan_free[src][dst] = e

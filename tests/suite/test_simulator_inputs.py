@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from suite import simulate
@@ -77,3 +78,12 @@ def test_times_that_would_add_up_to_infinity_are_refused(uniform_cluster, field,
     with pytest.raises(ClusterError, match=r"'chain' on 'uniform2': its op and transfer times add up to more than"):
         simulate(chain, c, [0, 1, 0])
     assert simulate(chain, uniform_cluster(2), [0, 1, 0]).step_time_s == 5.0
+
+
+def test_send_caps_by_hand():
+    """The larger of an op's output and its largest edge; an op without consumers keeps its output bytes."""
+    from suite.simulator import send_caps
+
+    succ_ptr = np.array([0, 2, 2, 3])  # op 0 -> two edges, op 1 none, op 2 -> one edge
+    caps = send_caps(np.array([1000, 70, 0]), succ_ptr, np.array([400, 1500, 300]))
+    assert caps.tolist() == [1500, 70, 300]
