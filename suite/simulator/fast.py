@@ -41,8 +41,8 @@ placement / of a batch of 64, blocks, groups, random placements):
   device slots and masks, consumer lists, branch-free readiness:  0.29 / 19.9, 0.65 / 43.4, 0.91 / 60.6
 (the same with one-word masks, limited to 64 devices: 0.28 / 18.5, 0.63 / 42.9, 0.83 / 56.1). These were
 measured side by side in one sitting; the stored benchmark (results/benchmarks/simulator.json, another
-sitting, after transfers came to carry the sum of their edges) has 0.30 / 21.1, 0.63 / 43.2,
-0.88 / 58.5 for this engine.
+sitting, after transfers came to carry the sum of their edges, capped per op by `send_cap`) has
+0.29 / 19.8, 0.63 / 43.5, 0.87 / 58.9 for this engine.
 Tried and dropped: an engine without transfer events (ready times known when the last input is produced,
 future memory deltas in per-device heaps; exact, but 0.84 / 1.20 / 1.36 ms against 0.45 / 0.91 / 1.31);
 slots for channel events too; per-channel source/destination tables; int32 counters; reading the
