@@ -4,6 +4,7 @@
     placebench evaluate WORKLOAD --cluster C --placer P       run one cell
     placebench table STORE [--format F]                       render a results store
     placebench leaderboard [STORE] [--out results]            write leaderboard.md / .csv / .png (STORE: runs/full)
+    placebench compare BASE NEW [--factor 1.05]               cell-by-cell changes; exit 1 on regressions (CI)
     placebench list workloads|clusters|placers|specs          what is available
     placebench show WORKLOAD                                  one workload's statistics
     placebench profile WORKLOAD --device cpu                  per-op times on a device of this machine
@@ -465,6 +466,43 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Exit 1 when NEW has regressions against BASE (the CI gate), 0 otherwise."""
+    from suite import compare, report
+    from suite.store import atomic_write_files, open_rows
+
+    if Path(args.base).resolve() == Path(args.new).resolve():
+        raise UsageError(f"BASE and NEW are the same results {args.base}")
+    _refuse_inside_store(args.new, args.output, "--output")
+    _refuse_inside_store(args.base, args.output, "--output")
+    sides = []
+    for store in (args.base, args.new):
+        rows = open_rows(store)
+        runs = _store_runs(store)
+        _warn_if_incomplete(store, runs)
+        _warn_if_mixed_code(runs, rows)
+        sides.append(rows)
+    pairs = compare.compare(sides[0], sides[1], args.factor)
+    fmt = "json" if args.json else args.format
+    if fmt == "json":
+        from suite.store import dumps
+
+        text = dumps(compare.as_json(pairs, args.factor, args.strict)) + "\n"
+    else:
+        t = compare.table(pairs, args.all, args.strict)
+        body = {"text": report.to_text, "md": report.to_markdown, "csv": report.to_csv}[fmt](t)
+        line = compare.summary(pairs, args.factor, args.strict)
+        text = body + "\n" if fmt == "csv" else (body + "\n\n" if t.rows else "") + line + "\n"
+    if args.output:
+        atomic_write_files({Path(args.output): text.encode()})
+    else:
+        sys.stdout.write(text)
+    regressions = sum(p.regression(args.strict) for p in pairs)
+    if regressions and (args.output or fmt in ("json", "csv")):
+        print(f"placebench: {compare.summary(pairs, args.factor, args.strict)}", file=sys.stderr)
+    return 1 if regressions else 0
+
+
 # -- list and show ------------------------------------------------------------------------------------------
 def _list_workloads() -> list[dict[str, Any]]:
     from suite import registry
@@ -609,6 +647,16 @@ def _positive_float(text: str) -> float:
     return x
 
 
+def _factor(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(x) and x >= 1):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 1")
+    return x
+
+
 def whole_number(low: int, high: int | None = None) -> Any:
     """An argparse type: an integer >= low (and < high when given)."""
     shown = f"2**{high.bit_length() - 1}" if high and high & (high - 1) == 0 else str(high)
@@ -691,6 +739,19 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--no-chart", action="store_true", help="skip leaderboard.png")
     lb.add_argument("--json", action="store_true")
     lb.set_defaults(func=cmd_leaderboard)
+
+    cp = sub.add_parser("compare", help="compare two results stores cell by cell; exit 1 on regressions (CI gate)")
+    cp.add_argument("base", help="the baseline: results store directory, .parquet or .csv")
+    cp.add_argument("new", help="the results to check against it")
+    cp.add_argument("--factor", type=_factor, default=1.05,
+                    help="a change counts beyond this ratio of step times or peak memory (default 1.05)")
+    cp.add_argument("--strict", action="store_true",
+                    help="cells missing from NEW or measured another way (not comparable) are regressions too")
+    cp.add_argument("--all", action="store_true", help="list every cell, not only the changed ones")
+    cp.add_argument("--format", "-f", choices=("text", "md", "csv", "json"), default="text")
+    cp.add_argument("--output", "-o", help="write to this file instead of stdout")
+    cp.add_argument("--json", action="store_true", help="same as --format json")
+    cp.set_defaults(func=cmd_compare)
 
     ls = sub.add_parser("list", help="list workloads, clusters, placers or specs")
     ls.add_argument("what", choices=sorted(_LISTS))

@@ -111,6 +111,7 @@ HARNESS_PLACERS = (
     "harness_over_budget",
     "harness_cheats",
     "harness_misreports",
+    "harness_env_device",
 )
 
 

@@ -143,3 +143,14 @@ def double_time_backend(workload, cluster, methodology):
             return replace(m, step_time_s=2 * m.step_time_s, samples_s=tuple(2 * s for s in m.samples_s))
 
     return Double(workload, cluster)
+
+
+@register_placer("harness_env_device")
+class EnvDevice(BasePlacer):
+    """Every op on the device named by $HARNESS_DEVICE (default: device 0): one placer whose behaviour a test
+    changes between two runs, as an edit of its code would."""
+
+    def place(self, problem, budget, seed):
+        started = time.perf_counter()
+        device = problem.cluster.index[os.environ.get("HARNESS_DEVICE", problem.cluster.devices[0].name)]
+        return PlacementResult.from_search(_all_on(problem, device), problem, started)

@@ -1,0 +1,205 @@
+"""Compare two sets of results cell by cell: the regression gate for CI (`placebench compare BASE NEW`).
+
+Cells are matched by (cluster, workload, placer, seed, evaluator). A matched pair is *not comparable* when
+what it measured differs: the workload's or the cluster's hash, the placer's parameters, the methodology or
+the search budget (as asv marks a benchmark whose version changed, instead of comparing unlike numbers).
+A placer's own code may differ: that is what a comparison is for.
+
+Verdicts of a comparable pair:
+
+* both ok: `slower` when new / base step time > factor, `faster` when base / new > factor; `more memory` /
+  `less memory` likewise for the largest per-device peak. With one timing sample on a side (the simulator,
+  which is deterministic) any change beyond the factor counts; with repeated samples (real backends) the
+  interquartile ranges must not overlap either, so noise within the spread is never a verdict;
+* `broke`: base ok, new failed (oom, invalid, timeout, error, skipped); `fixed`: the reverse;
+* `changed`: both failed, with different statuses (oom became error, say);
+* `same` otherwise.
+
+`slower`, `more memory`, `broke` and `changed` are regressions. Cells only in the base are `missing`, cells
+only in the new results are `new`; with `strict`, missing and not comparable cells are regressions too (a
+gate that must see every baseline cell measured again the same way).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from suite.report import ReportError, Table, _check_row, format_seconds
+
+MATCH = ("cluster", "workload", "placer", "seed", "evaluator")
+SAME_SETUP = ("workload_hash", "cluster_hash", "params_hash", "methodology", "budget_evaluations", "budget_seconds")
+DEFAULT_FACTOR = 1.05
+REGRESSIONS = ("slower", "more memory", "broke", "changed")
+VERDICTS = ("slower", "more memory", "broke", "changed", "faster", "less memory", "fixed", "same", "missing", "new",
+            "not comparable")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One cell in the base and/or the new results, and what changed."""
+
+    key: tuple  # values of MATCH
+    base: Mapping[str, Any] | None
+    new: Mapping[str, Any] | None
+    verdicts: tuple[str, ...]  # one or two of VERDICTS ("slower", "less memory")
+    time_ratio: float | None  # new / base step time, both ok
+    memory_ratio: float | None  # new / base largest peak, both known
+    why: str = ""  # what differs, for a pair that is not comparable
+
+    def regression(self, strict: bool = False) -> bool:
+        bad = REGRESSIONS + (("missing", "not comparable") if strict else ())
+        return any(v in bad for v in self.verdicts)
+
+
+def _index(rows: Iterable[Mapping[str, Any]], side: str) -> dict[tuple, Mapping[str, Any]]:
+    out: dict[tuple, Mapping[str, Any]] = {}
+    for r in rows:
+        _check_row(r)
+        key = tuple(r.get(k) for k in MATCH)
+        if key in out:
+            raise ReportError(f"{side}: {' / '.join(map(str, key[:3]))} / seed {key[3]} has several rows "
+                              f"(different budgets or methodologies in one store?): compare stores of one setup")
+        out[key] = r
+    return out
+
+
+def _ratio(new: float, base: float) -> float:
+    if base == 0:
+        return 1.0 if new == 0 else math.inf
+    return new / base
+
+
+def _clearly(direction: int, base: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """With repeated samples on both sides, the interquartile ranges do not overlap in this direction
+    (+1 slower, -1 faster); with one sample on either side (or no quartiles), always."""
+    if min(int(base.get("samples") or 1), int(new.get("samples") or 1)) <= 1:
+        return True
+    lo_b, hi_b = base.get("step_time_q25_s"), base.get("step_time_q75_s")
+    lo_n, hi_n = new.get("step_time_q25_s"), new.get("step_time_q75_s")
+    if None in (lo_b, hi_b, lo_n, hi_n):
+        return True
+    return float(lo_n) > float(hi_b) if direction > 0 else float(hi_n) < float(lo_b)
+
+
+def compare_pair(base: Mapping[str, Any], new: Mapping[str, Any], factor: float) -> tuple[tuple[str, ...], float | None,
+                                                                                       float | None]:
+    """(verdicts, time ratio, memory ratio) of two rows of the same cell and setup."""
+    memory = None
+    if base.get("max_peak_memory_bytes") is not None and new.get("max_peak_memory_bytes") is not None:
+        memory = _ratio(float(new["max_peak_memory_bytes"]), float(base["max_peak_memory_bytes"]))
+    sb, sn = base["status"], new["status"]
+    if sb != "ok" or sn != "ok":
+        if sb == sn:
+            return ("same",), None, memory
+        return ("broke" if sb == "ok" else "fixed" if sn == "ok" else "changed",), None, memory
+    time = _ratio(float(new["step_time_s"]), float(base["step_time_s"]))
+    verdicts = []
+    if time > factor and _clearly(+1, base, new):
+        verdicts.append("slower")
+    elif time * factor < 1 and _clearly(-1, base, new):
+        verdicts.append("faster")
+    if memory is not None and memory > factor:
+        verdicts.append("more memory")
+    elif memory is not None and memory * factor < 1:
+        verdicts.append("less memory")
+    return tuple(verdicts) or ("same",), time, memory
+
+
+def compare(base_rows: Iterable[Mapping[str, Any]], new_rows: Iterable[Mapping[str, Any]],
+            factor: float = DEFAULT_FACTOR) -> list[Pair]:
+    """Every cell of either side, matched and judged, in a stable order (cluster, workload, placer, seed)."""
+    if not (math.isfinite(factor) and factor >= 1):
+        raise ReportError(f"the factor must be a finite number >= 1, got {factor!r}")
+    base, new = _index(base_rows, "base"), _index(new_rows, "new")
+    pairs = []
+    for key in sorted(base.keys() | new.keys(), key=lambda k: tuple(str(x) for x in k[:3]) + (k[3], str(k[4]))):
+        b, n = base.get(key), new.get(key)
+        if n is None:
+            pairs.append(Pair(key, b, None, ("missing",), None, None))
+            continue
+        if b is None:
+            pairs.append(Pair(key, None, n, ("new",), None, None))
+            continue
+        differ = [f"{f} {b.get(f)} -> {n.get(f)}" for f in SAME_SETUP if b.get(f) != n.get(f)]
+        if differ:
+            pairs.append(Pair(key, b, n, ("not comparable",), None, None, "; ".join(differ)))
+            continue
+        pairs.append(Pair(key, b, n, *compare_pair(b, n, factor)))
+    return pairs
+
+
+def counts(pairs: Iterable[Pair]) -> dict[str, int]:
+    """How many pairs have each verdict (a pair with two verdicts counts for both), in VERDICTS' order."""
+    c = Counter(v for p in pairs for v in p.verdicts)
+    return {v: c[v] for v in VERDICTS if c[v]}
+
+
+def _shown(row: Mapping[str, Any] | None) -> str:
+    if row is None:
+        return "-"
+    if row["status"] != "ok":
+        return row["status"].upper() if row["status"] == "oom" else row["status"]
+    return format_seconds(float(row["step_time_s"]))
+
+
+def _ratio_text(x: float | None) -> str:
+    if x is None:
+        return ""
+    return "inf" if math.isinf(x) else f"{x:.3f}x"
+
+
+def _verdict_text(p: Pair, b_status: str | None, n_status: str | None) -> str:
+    parts = [f"{v}: {b_status} -> {n_status}" if v in ("broke", "fixed", "changed") else v for v in p.verdicts]
+    return ", ".join(parts) + (f" ({p.why})" if p.why else "")
+
+
+def table(pairs: list[Pair], show_all: bool = False, strict: bool = False) -> Table:
+    """The pairs as a table: only those that are not `same`, unless show_all."""
+    columns = ["cluster", "workload", "placer", "seed", "base", "new", "time", "memory", "verdict", "regression"]
+    rows, raw = [], []
+    for p in pairs:
+        if p.verdicts == ("same",) and not show_all:
+            continue
+        b_status = p.base["status"] if p.base else None
+        n_status = p.new["status"] if p.new else None
+        bad = p.regression(strict)
+        rows.append([str(p.key[0]), str(p.key[1]), str(p.key[2]), str(p.key[3]), _shown(p.base), _shown(p.new),
+                     _ratio_text(p.time_ratio), _ratio_text(p.memory_ratio), _verdict_text(p, b_status, n_status),
+                     "yes" if bad else ""])
+        raw.append([p.key[0], p.key[1], p.key[2], p.key[3],
+                    (p.base["step_time_s"] if b_status == "ok" else b_status) if p.base else None,
+                    (p.new["step_time_s"] if n_status == "ok" else n_status) if p.new else None,
+                    p.time_ratio, p.memory_ratio, "; ".join(p.verdicts), bad])
+    return Table("Changes (new against base)" if not show_all else "Cells (new against base)", columns, rows, raw,
+                 ["l", "l", "l", "r", "r", "r", "r", "r", "l", "l"])
+
+
+def summary(pairs: list[Pair], factor: float, strict: bool = False) -> str:
+    """One line: what was compared, the verdict counts and the number of regressions."""
+    c = counts(pairs)
+    n_reg = sum(p.regression(strict) for p in pairs)
+    both = sum(p.base is not None and p.new is not None for p in pairs)
+    parts = ", ".join(f"{n} {v}" for v, n in c.items()) or "nothing to compare"
+    return (f"{both} cells in both, factor {factor:g}{', strict' if strict else ''}: {parts}; "
+            f"{n_reg} regression{'s' if n_reg != 1 else ''}")
+
+
+def as_json(pairs: list[Pair], factor: float, strict: bool = False) -> dict[str, Any]:
+    return {
+        "factor": factor,
+        "strict": strict,
+        "counts": counts(pairs),
+        "regressions": sum(p.regression(strict) for p in pairs),
+        "cells": [
+            {**dict(zip(MATCH, p.key, strict=True)), "verdicts": list(p.verdicts), "regression": p.regression(strict),
+             "base_status": p.base["status"] if p.base else None, "new_status": p.new["status"] if p.new else None,
+             "base_step_time_s": p.base.get("step_time_s") if p.base else None,
+             "new_step_time_s": p.new.get("step_time_s") if p.new else None,
+             "time_ratio": p.time_ratio, "memory_ratio": p.memory_ratio, "not_comparable_because": p.why or None}
+            for p in pairs
+        ],
+    }

@@ -1,0 +1,192 @@
+"""`placebench compare`: the verdicts of two results cell by cell, by hand and as properties, and the CLI gate."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from suite import compare as cmp
+from suite.cli import main
+from suite.report import ReportError
+
+
+def row(placer="p", status="ok", t=1.0, *, seed=0, workload="w", memory=1000, samples=1, q25=None, q75=None, **kw):
+    r = {"cluster": "c", "workload": workload, "placer": placer, "seed": seed, "evaluator": "simulator",
+         "workload_hash": "wh", "cluster_hash": "ch", "params_hash": "ph", "methodology": "v1",
+         "budget_evaluations": 10, "budget_seconds": 60.0, "status": status,
+         "step_time_s": t if status == "ok" else None, "samples": samples, "step_time_q25_s": q25,
+         "step_time_q75_s": q75, "max_peak_memory_bytes": memory}
+    r.update(kw)
+    return r
+
+
+def verdicts(base, new, factor=1.05):
+    (pair,) = cmp.compare([base], [new], factor)
+    return pair.verdicts
+
+
+# -- verdicts by hand -----------------------------------------------------------------------------------------
+def test_the_factor_is_a_strict_bound_both_ways():
+    assert verdicts(row(t=1.0), row(t=1.05)) == ("same",)  # exactly the factor: not beyond it
+    assert verdicts(row(t=1.0), row(t=1.06)) == ("slower",)
+    assert verdicts(row(t=1.05), row(t=1.0)) == ("same",)
+    assert verdicts(row(t=1.06), row(t=1.0)) == ("faster",)
+    assert verdicts(row(t=1.0), row(t=1.06), factor=1.1) == ("same",)
+    (pair,) = cmp.compare([row(t=2.0)], [row(t=3.0)])
+    assert pair.time_ratio == 1.5 and pair.memory_ratio == 1.0 and pair.regression()
+
+
+def test_repeated_samples_need_disjoint_interquartile_ranges():
+    base = row(t=1.0, samples=5, q25=0.9, q75=1.2)
+    assert verdicts(base, row(t=1.1, samples=5, q25=1.0, q75=1.3)) == ("same",)  # 10% slower, within the spread
+    assert verdicts(base, row(t=1.3, samples=5, q25=1.25, q75=1.4)) == ("slower",)
+    assert verdicts(base, row(t=0.8, samples=5, q25=0.7, q75=0.95)) == ("same",)
+    assert verdicts(base, row(t=0.8, samples=5, q25=0.7, q75=0.85)) == ("faster",)
+    assert verdicts(base, row(t=1.1, samples=1)) == ("slower",)  # one sample on a side: the medians decide
+
+
+def test_memory_is_judged_beside_time():
+    assert verdicts(row(memory=1000), row(memory=1100)) == ("more memory",)
+    assert verdicts(row(t=2.0, memory=1000), row(t=1.0, memory=1100)) == ("faster", "more memory")
+    assert verdicts(row(memory=1000), row(memory=900)) == ("less memory",)
+    assert verdicts(row(memory=None), row(memory=5000)) == ("same",)
+    (pair,) = cmp.compare([row(t=2.0, memory=1000)], [row(t=1.0, memory=1100)])
+    assert pair.regression()  # faster does not excuse more memory
+
+
+def test_status_changes():
+    assert verdicts(row(), row(status="oom")) == ("broke",)
+    assert verdicts(row(status="oom"), row()) == ("fixed",)
+    assert verdicts(row(status="oom"), row(status="error")) == ("changed",)
+    assert verdicts(row(status="error"), row(status="error")) == ("same",)
+    assert verdicts(row(status="skipped"), row(status="skipped")) == ("same",)
+    assert verdicts(row(), row(status="skipped")) == ("broke",)
+
+
+def test_zero_step_times():
+    assert verdicts(row(t=0.0), row(t=0.0)) == ("same",)
+    (pair,) = cmp.compare([row(t=0.0)], [row(t=1e-9)])
+    assert pair.verdicts == ("slower",) and pair.time_ratio == float("inf")
+
+
+def test_unlike_setups_are_not_compared_and_unmatched_cells_are_listed():
+    (pair,) = cmp.compare([row(t=1.0)], [row(t=9.0, workload_hash="other", methodology="v2")])
+    assert pair.verdicts == ("not comparable",) and pair.time_ratio is None
+    assert pair.why == "workload_hash wh -> other; methodology v1 -> v2"
+    assert not pair.regression() and pair.regression(strict=True)
+    pairs = cmp.compare([row("a"), row("b")], [row("b"), row("c")])
+    assert [(p.key[2], p.verdicts) for p in pairs] == [("a", ("missing",)), ("b", ("same",)), ("c", ("new",))]
+    assert [p.regression() for p in pairs] == [False, False, False]
+    assert [p.regression(strict=True) for p in pairs] == [True, False, False]
+    assert cmp.counts(pairs) == {"same": 1, "missing": 1, "new": 1}
+    assert cmp.summary(pairs, 1.05) == "1 cells in both, factor 1.05: 1 same, 1 missing, 1 new; 0 regressions"
+
+
+def test_seeds_are_matched_one_by_one():
+    base = [row(seed=0, t=1.0), row(seed=1, t=1.0)]
+    new = [row(seed=0, t=1.0), row(seed=1, t=2.0)]
+    assert [(p.key[3], p.verdicts) for p in cmp.compare(base, new)] == [(0, ("same",)), (1, ("slower",))]
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ReportError, match="seed 0 has several rows"):
+        cmp.compare([row(), row(methodology="v2")], [row()])
+    with pytest.raises(ReportError, match="factor must be a finite number >= 1"):
+        cmp.compare([row()], [row()], factor=0.9)
+    with pytest.raises(ReportError, match="status must be one of"):
+        cmp.compare([row(status="fine")], [row()])
+
+
+# -- properties -----------------------------------------------------------------------------------------------
+SWAPPED = {"slower": "faster", "faster": "slower", "more memory": "less memory", "less memory": "more memory",
+           "broke": "fixed", "fixed": "broke", "missing": "new", "new": "missing"}
+
+rows_strategy = st.lists(
+    st.builds(
+        row,
+        placer=st.sampled_from("abc"),
+        status=st.sampled_from(["ok", "ok", "oom", "error", "skipped"]),
+        t=st.floats(0, 10),
+        seed=st.integers(0, 2),
+        memory=st.one_of(st.none(), st.integers(0, 10**6)),
+    ),
+    max_size=9,
+    unique_by=lambda r: (r["placer"], r["seed"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows_strategy, rows_strategy, st.floats(1, 2))
+def test_swapping_the_sides_swaps_the_verdicts(base, new, factor):
+    forward, backward = cmp.compare(base, new, factor), cmp.compare(new, base, factor)
+    assert [p.key for p in forward] == [p.key for p in backward]
+    for f, b in zip(forward, backward, strict=True):
+        assert b.verdicts == tuple(SWAPPED.get(v, v) for v in f.verdicts)
+    assert all(cmp.compare(base, base, factor)[i].verdicts == ("same",) for i in range(len(base)))
+
+
+# -- the command line -----------------------------------------------------------------------------------------
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def two_stores(capsys, tiny_files, write_spec, harness_plugin, tmp_path, monkeypatch):
+    """The same spec run twice, with one placer's behaviour changed between the runs: all on the GPU (fast on
+    diamond, OOM on big), then all on the CPU."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"]), str(tiny_files["big"])],
+                      clusters=[str(tiny_files["cluster"])], placers=["single_cpu", "harness_env_device"],
+                      plugins=[harness_plugin])
+    stores = []
+    for device in ("gpu:0", "cpu:0"):
+        monkeypatch.setenv("HARNESS_DEVICE", device)
+        stores.append(tmp_path / f"store-{device[:3]}")
+        assert _run(capsys, "run", str(spec), "--out", str(stores[-1]), "--jobs", "1", "--quiet")[0] == 0
+    return stores
+
+
+def test_compare_gates_a_changed_placer(capsys, two_stores, tmp_path):
+    gpu, cpu = two_stores
+    code, out, err = _run(capsys, "compare", str(gpu), str(cpu))
+    assert code == 1, err
+    lines = out.splitlines()
+    assert any("diamond" in ln and "harness_env_device" in ln and "slower" in ln and ln.endswith("yes") for ln in lines)
+    assert any("big" in ln and "fixed: oom -> ok" in ln for ln in lines)
+    assert "single_cpu" not in out  # unchanged cells are not listed
+    assert lines[-1] == "4 cells in both, factor 1.05: 1 slower, 1 fixed, 2 same; 1 regression"
+    code, out, _ = _run(capsys, "compare", str(cpu), str(gpu), "--json")
+    data = json.loads(out)
+    assert code == 1 and data["regressions"] == 1 and data["counts"] == {"broke": 1, "faster": 1, "same": 2}
+    broke = next(c for c in data["cells"] if c["verdicts"] == ["broke"])
+    assert (broke["workload"], broke["base_status"], broke["new_status"]) == ("big", "ok", "oom")
+    code, out, _ = _run(capsys, "compare", str(cpu), str(cpu / "results.parquet"), "--all")  # a table file works too
+    assert code == 0 and sum(ln.endswith(" same") for ln in out.splitlines()) == 4
+    assert out.splitlines()[-1] == "4 cells in both, factor 1.05: 4 same; 0 regressions"
+    copy = tmp_path / "copy"
+    shutil.copytree(gpu, copy)
+    assert _run(capsys, "compare", str(gpu), str(copy), "--factor", "10")[0] == 0
+
+
+def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp_path):
+    gpu, cpu = two_stores
+    out_file = tmp_path / "changes.md"
+    code, out, err = _run(capsys, "compare", str(gpu), str(cpu), "-f", "md", "-o", str(out_file))
+    assert code == 1 and out == "" and "1 regression" in err
+    text = out_file.read_text()
+    assert text.startswith("**Changes (new against base)**") and "| diamond | harness_env_device | 0 |" in text
+    code, out, err = _run(capsys, "compare", str(gpu), str(cpu), "-o", str(cpu / "changes.txt"))
+    assert code == 2 and "inside the results store" in err and not (cpu / "changes.txt").exists()
+    code, _, err = _run(capsys, "compare", str(gpu), str(gpu))
+    assert code == 2 and "the same results" in err
+    code, _, err = _run(capsys, "compare", str(gpu), str(tmp_path / "nope"))
+    assert code == 2 and "no such store directory" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(gpu), str(cpu), "--factor", "0.5"])
+    assert exc.value.code == 2 and capsys.readouterr().err == (
+        "placebench: error: argument --factor: '0.5' must be a finite number >= 1 (see placebench compare --help)\n")
