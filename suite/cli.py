@@ -467,14 +467,17 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Exit 1 when NEW has regressions against BASE (the CI gate), 0 otherwise."""
+    """Exit 1 when NEW has regressions against BASE (the CI gate), 0 otherwise; 2 on bad input or when no cell
+    could be compared. The exit code holds even when stdout's reader has gone (`| head`)."""
     from suite import compare, report
-    from suite.store import atomic_write_files, open_rows
+    from suite.store import atomic_write_files, dumps, open_rows
 
     if Path(args.base).resolve() == Path(args.new).resolve():
         raise UsageError(f"BASE and NEW are the same results {args.base}")
-    _refuse_inside_store(args.new, args.output, "--output")
-    _refuse_inside_store(args.base, args.output, "--output")
+    if args.output and Path(args.output).resolve() in (Path(args.base).resolve(), Path(args.new).resolve()):
+        raise UsageError(f"--output {args.output} is one of the results compared")
+    for store in (args.base, args.new):
+        _refuse_inside_store(store, args.output, "--output")
     sides = []
     for store in (args.base, args.new):
         rows = open_rows(store)
@@ -482,25 +485,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _warn_if_incomplete(store, runs)
         _warn_if_mixed_code(runs, rows)
         sides.append(rows)
-    pairs = compare.compare(sides[0], sides[1], args.factor)
+    pairs = compare.compare(sides[0], sides[1], args.factor, args.memory_factor, names=(args.base, args.new))
+    line = compare.summary(pairs, args.factor, args.lenient, args.memory_factor)
+    if not compare.comparable(pairs):
+        found = ", ".join(f"{n} {v}" for v, n in compare.counts(pairs).items()) or "no cells on either side"
+        raise report.ReportError(f"nothing to compare: no cell of {args.base} was measured the same way in {args.new} "
+                                 f"({found})")
     fmt = "json" if args.json else args.format
     if fmt == "json":
-        from suite.store import dumps
-
-        text = dumps(compare.as_json(pairs, args.factor, args.strict)) + "\n"
+        text = dumps(compare.as_json(pairs, args.factor, args.lenient, args.memory_factor)) + "\n"
     else:
-        t = compare.table(pairs, args.all, args.strict)
+        t = compare.table(pairs, args.all, args.lenient, title=f"Changes: {args.new} against {args.base}")
         body = {"text": report.to_text, "md": report.to_markdown, "csv": report.to_csv}[fmt](t)
-        line = compare.summary(pairs, args.factor, args.strict)
-        text = body + "\n" if fmt == "csv" else (body + "\n\n" if t.rows else "") + line + "\n"
+        text = body if fmt == "csv" else (body + "\n\n" if t.rows else "") + line + "\n"
     if args.output:
         atomic_write_files({Path(args.output): text.encode()})
     else:
-        sys.stdout.write(text)
-    regressions = sum(p.regression(args.strict) for p in pairs)
-    if regressions and (args.output or fmt in ("json", "csv")):
-        print(f"placebench: {compare.summary(pairs, args.factor, args.strict)}", file=sys.stderr)
-    return 1 if regressions else 0
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader left; the verdict still decides the exit code
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if args.output or fmt in ("json", "csv"):  # the summary is not on stdout: say it on stderr
+        print(f"placebench: compare: {line}", file=sys.stderr)
+    return 1 if any(p.regression(args.lenient) for p in pairs) else 0
 
 
 # -- list and show ------------------------------------------------------------------------------------------
@@ -657,6 +665,10 @@ def _factor(text: str) -> float:
     return x
 
 
+def _factor_or_inf(text: str) -> float:
+    return math.inf if text.strip().lower() in ("inf", "infinity") else _factor(text)
+
+
 def whole_number(low: int, high: int | None = None) -> Any:
     """An argparse type: an integer >= low (and < high when given)."""
     shown = f"2**{high.bit_length() - 1}" if high and high & (high - 1) == 0 else str(high)
@@ -740,13 +752,17 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--json", action="store_true")
     lb.set_defaults(func=cmd_leaderboard)
 
-    cp = sub.add_parser("compare", help="compare two results stores cell by cell; exit 1 on regressions (CI gate)")
+    cp = sub.add_parser("compare", help="compare two results stores cell by cell; exit 1 on regressions (CI gate)",
+                        description="Compare NEW with BASE cell by cell (cluster, workload, placer, seed). Exit codes: "
+                                    "0 no regression, 1 regressions, 2 bad input or nothing comparable.")
     cp.add_argument("base", help="the baseline: results store directory, .parquet or .csv")
     cp.add_argument("new", help="the results to check against it")
     cp.add_argument("--factor", type=_factor, default=1.05,
-                    help="a change counts beyond this ratio of step times or peak memory (default 1.05)")
-    cp.add_argument("--strict", action="store_true",
-                    help="cells missing from NEW or measured another way (not comparable) are regressions too")
+                    help="a step time changes beyond this ratio (default 1.05)")
+    cp.add_argument("--memory-factor", type=_factor_or_inf, metavar="FACTOR",
+                    help="peak memory changes beyond this ratio (default: --factor; inf: memory is not judged)")
+    cp.add_argument("--lenient", action="store_true",
+                    help="cells missing from NEW or measured another way (not comparable) are listed, not regressions")
     cp.add_argument("--all", action="store_true", help="list every cell, not only the changed ones")
     cp.add_argument("--format", "-f", choices=("text", "md", "csv", "json"), default="text")
     cp.add_argument("--output", "-o", help="write to this file instead of stdout")

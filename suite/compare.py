@@ -1,14 +1,15 @@
 """Compare two sets of results cell by cell: the regression gate for CI (`placebench compare BASE NEW`).
 
-Cells are matched by (cluster, workload, placer, seed, evaluator). A matched pair is *not comparable* when
-what it measured differs: the workload's or the cluster's hash, the placer's parameters, the methodology or
-the search budget (as asv marks a benchmark whose version changed, instead of comparing unlike numbers).
-A placer's own code may differ: that is what a comparison is for.
+Cells are matched by (cluster, workload, placer, seed): seed by seed, since the simulator is deterministic and
+a placer's seed fixes its search. A matched pair is *not comparable* when what it measured differs: the
+workload's or the cluster's hash, the placer's parameters, the methodology, the search budget or the
+evaluator (as asv marks a benchmark whose version changed, instead of comparing unlike numbers). A placer's
+own code may differ: that is what a comparison is for.
 
 Verdicts of a comparable pair:
 
 * both ok: `slower` when new / base step time > factor, `faster` when base / new > factor; `more memory` /
-  `less memory` likewise for the largest per-device peak. With one timing sample on a side (the simulator,
+  `less memory` likewise for the largest per-device peak, with its own factor (by default the same). With one timing sample on a side (the simulator,
   which is deterministic) any change beyond the factor counts; with repeated samples (real backends) the
   interquartile ranges must not overlap either, so noise within the spread is never a verdict;
 * `broke`: base ok, new failed (oom, invalid, timeout, error, skipped); `fixed`: the reverse;
@@ -16,8 +17,9 @@ Verdicts of a comparable pair:
 * `same` otherwise.
 
 `slower`, `more memory`, `broke` and `changed` are regressions. Cells only in the base are `missing`, cells
-only in the new results are `new`; with `strict`, missing and not comparable cells are regressions too (a
-gate that must see every baseline cell measured again the same way).
+only in the new results are `new`. Missing and not comparable cells are regressions too, unless `lenient`: a
+gate must see every baseline cell measured again the same way (a killed run, or a changed workload that
+needs a new baseline, must not pass). Results with no comparable cell at all are an error, not a pass.
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.report import ReportError, Table, _check_row, format_seconds
+from suite.textfile import as_float
 
-MATCH = ("cluster", "workload", "placer", "seed", "evaluator")
-SAME_SETUP = ("workload_hash", "cluster_hash", "params_hash", "methodology", "budget_evaluations", "budget_seconds")
+MATCH = ("cluster", "workload", "placer", "seed")
+SAME_SETUP = ("workload_hash", "cluster_hash", "params_hash", "methodology", "budget_evaluations", "budget_seconds",
+              "evaluator")
+NUMBERS = ("step_time_q25_s", "step_time_q75_s", "samples", "max_peak_memory_bytes")  # optional; null or >= 0
 DEFAULT_FACTOR = 1.05
 REGRESSIONS = ("slower", "more memory", "broke", "changed")
 VERDICTS = ("slower", "more memory", "broke", "changed", "faster", "less memory", "fixed", "same", "missing", "new",
@@ -50,19 +55,31 @@ class Pair:
     memory_ratio: float | None  # new / base largest peak, both known
     why: str = ""  # what differs, for a pair that is not comparable
 
-    def regression(self, strict: bool = False) -> bool:
-        bad = REGRESSIONS + (("missing", "not comparable") if strict else ())
+    def regression(self, lenient: bool = False) -> bool:
+        bad = REGRESSIONS + (() if lenient else ("missing", "not comparable"))
         return any(v in bad for v in self.verdicts)
 
 
+def _where(key: tuple) -> str:
+    return f"{' / '.join(map(str, key[:3]))} / seed {key[3]}"
+
+
 def _index(rows: Iterable[Mapping[str, Any]], side: str) -> dict[tuple, Mapping[str, Any]]:
+    """The rows by their MATCH key; ReportError naming `side` and the cell for a malformed or doubled row."""
     out: dict[tuple, Mapping[str, Any]] = {}
     for r in rows:
-        _check_row(r)
+        try:
+            _check_row(r)
+        except ReportError as exc:
+            raise ReportError(f"{side}: {exc}") from None
         key = tuple(r.get(k) for k in MATCH)
+        for f in NUMBERS:
+            v = r.get(f)
+            if v is not None and not (as_float(v) >= 0 and math.isfinite(as_float(v))):
+                raise ReportError(f"{side}: {_where(key)}: {f} must be null or a finite number >= 0, got {v!r}")
         if key in out:
-            raise ReportError(f"{side}: {' / '.join(map(str, key[:3]))} / seed {key[3]} has several rows "
-                              f"(different budgets or methodologies in one store?): compare stores of one setup")
+            raise ReportError(f"{side}: {_where(key)} has several rows (different budgets, methodologies or "
+                              f"evaluators in one store?): compare stores of one setup")
         out[key] = r
     return out
 
@@ -85,9 +102,11 @@ def _clearly(direction: int, base: Mapping[str, Any], new: Mapping[str, Any]) ->
     return float(lo_n) > float(hi_b) if direction > 0 else float(hi_n) < float(lo_b)
 
 
-def compare_pair(base: Mapping[str, Any], new: Mapping[str, Any], factor: float) -> tuple[tuple[str, ...], float | None,
-                                                                                       float | None]:
-    """(verdicts, time ratio, memory ratio) of two rows of the same cell and setup."""
+def compare_pair(base: Mapping[str, Any], new: Mapping[str, Any], factor: float,
+                 memory_factor: float | None = None) -> tuple[tuple[str, ...], float | None, float | None]:
+    """(verdicts, time ratio, memory ratio) of two rows of the same cell and setup; memory_factor None is
+    `factor`, inf never judges memory."""
+    mf = factor if memory_factor is None else memory_factor
     memory = None
     if base.get("max_peak_memory_bytes") is not None and new.get("max_peak_memory_bytes") is not None:
         memory = _ratio(float(new["max_peak_memory_bytes"]), float(base["max_peak_memory_bytes"]))
@@ -102,21 +121,26 @@ def compare_pair(base: Mapping[str, Any], new: Mapping[str, Any], factor: float)
         verdicts.append("slower")
     elif time * factor < 1 and _clearly(-1, base, new):
         verdicts.append("faster")
-    if memory is not None and memory > factor:
+    if memory is not None and memory > mf:
         verdicts.append("more memory")
-    elif memory is not None and memory * factor < 1:
+    elif memory is not None and memory * mf < 1:
         verdicts.append("less memory")
     return tuple(verdicts) or ("same",), time, memory
 
 
 def compare(base_rows: Iterable[Mapping[str, Any]], new_rows: Iterable[Mapping[str, Any]],
-            factor: float = DEFAULT_FACTOR) -> list[Pair]:
-    """Every cell of either side, matched and judged, in a stable order (cluster, workload, placer, seed)."""
+            factor: float = DEFAULT_FACTOR, memory_factor: float | None = None,
+            names: tuple[str, str] = ("base", "new")) -> list[Pair]:
+    """Every cell of either side, matched and judged, in a stable order (cluster, workload, placer, seed).
+
+    `names` label the two sides in errors (the CLI gives their paths)."""
     if not (math.isfinite(factor) and factor >= 1):
         raise ReportError(f"the factor must be a finite number >= 1, got {factor!r}")
-    base, new = _index(base_rows, "base"), _index(new_rows, "new")
+    if memory_factor is not None and not memory_factor >= 1:
+        raise ReportError(f"the memory factor must be a number >= 1 (inf: memory is not judged), got {memory_factor!r}")
+    base, new = _index(base_rows, names[0]), _index(new_rows, names[1])
     pairs = []
-    for key in sorted(base.keys() | new.keys(), key=lambda k: tuple(str(x) for x in k[:3]) + (k[3], str(k[4]))):
+    for key in sorted(base.keys() | new.keys(), key=lambda k: tuple(str(x) for x in k[:3]) + (k[3],)):
         b, n = base.get(key), new.get(key)
         if n is None:
             pairs.append(Pair(key, b, None, ("missing",), None, None))
@@ -124,12 +148,23 @@ def compare(base_rows: Iterable[Mapping[str, Any]], new_rows: Iterable[Mapping[s
         if b is None:
             pairs.append(Pair(key, None, n, ("new",), None, None))
             continue
-        differ = [f"{f} {b.get(f)} -> {n.get(f)}" for f in SAME_SETUP if b.get(f) != n.get(f)]
+        differ = [f"{f} {_short(b.get(f))} -> {_short(n.get(f))}" for f in SAME_SETUP if b.get(f) != n.get(f)]
         if differ:
             pairs.append(Pair(key, b, n, ("not comparable",), None, None, "; ".join(differ)))
             continue
-        pairs.append(Pair(key, b, n, *compare_pair(b, n, factor)))
+        pairs.append(Pair(key, b, n, *compare_pair(b, n, factor, memory_factor)))
     return pairs
+
+
+def comparable(pairs: Iterable[Pair]) -> int:
+    """How many pairs were judged (in both, same setup)."""
+    return sum(p.base is not None and p.new is not None and p.verdicts != ("not comparable",) for p in pairs)
+
+
+def _short(value: Any) -> str:
+    """A setup value for a message: hashes cut to 12 digits."""
+    text = str(value)
+    return text[:12] if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text
 
 
 def counts(pairs: Iterable[Pair]) -> dict[str, int]:
@@ -157,45 +192,46 @@ def _verdict_text(p: Pair, b_status: str | None, n_status: str | None) -> str:
     return ", ".join(parts) + (f" ({p.why})" if p.why else "")
 
 
-def table(pairs: list[Pair], show_all: bool = False, strict: bool = False) -> Table:
-    """The pairs as a table: only those that are not `same`, unless show_all."""
+def table(pairs: list[Pair], show_all: bool = False, lenient: bool = False, title: str = "Changes") -> Table:
+    """The pairs as a table, regressions first: only those that are not `same`, unless show_all."""
     columns = ["cluster", "workload", "placer", "seed", "base", "new", "time", "memory", "verdict", "regression"]
     rows, raw = [], []
-    for p in pairs:
-        if p.verdicts == ("same",) and not show_all:
-            continue
+    shown = [p for p in pairs if show_all or p.verdicts != ("same",)]
+    for p in sorted(shown, key=lambda p: not p.regression(lenient)):  # stable: the order of `compare` within each
         b_status = p.base["status"] if p.base else None
         n_status = p.new["status"] if p.new else None
-        bad = p.regression(strict)
+        bad = p.regression(lenient)
         rows.append([str(p.key[0]), str(p.key[1]), str(p.key[2]), str(p.key[3]), _shown(p.base), _shown(p.new),
                      _ratio_text(p.time_ratio), _ratio_text(p.memory_ratio), _verdict_text(p, b_status, n_status),
                      "yes" if bad else ""])
         raw.append([p.key[0], p.key[1], p.key[2], p.key[3],
                     (p.base["step_time_s"] if b_status == "ok" else b_status) if p.base else None,
                     (p.new["step_time_s"] if n_status == "ok" else n_status) if p.new else None,
-                    p.time_ratio, p.memory_ratio, "; ".join(p.verdicts), bad])
-    return Table("Changes (new against base)" if not show_all else "Cells (new against base)", columns, rows, raw,
-                 ["l", "l", "l", "r", "r", "r", "r", "r", "l", "l"])
+                    p.time_ratio, p.memory_ratio, _verdict_text(p, b_status, n_status), bad])
+    return Table(title, columns, rows, raw, ["l", "l", "l", "r", "r", "r", "r", "r", "l", "l"])
 
 
-def summary(pairs: list[Pair], factor: float, strict: bool = False) -> str:
+def summary(pairs: list[Pair], factor: float, lenient: bool = False, memory_factor: float | None = None) -> str:
     """One line: what was compared, the verdict counts and the number of regressions."""
     c = counts(pairs)
-    n_reg = sum(p.regression(strict) for p in pairs)
+    n_reg = sum(p.regression(lenient) for p in pairs)
     both = sum(p.base is not None and p.new is not None for p in pairs)
     parts = ", ".join(f"{n} {v}" for v, n in c.items()) or "nothing to compare"
-    return (f"{both} cells in both, factor {factor:g}{', strict' if strict else ''}: {parts}; "
+    memory = "" if memory_factor is None else f", memory factor {memory_factor:g}"
+    return (f"{both} cells in both, factor {factor:g}{memory}{', lenient' if lenient else ''}: {parts}; "
             f"{n_reg} regression{'s' if n_reg != 1 else ''}")
 
 
-def as_json(pairs: list[Pair], factor: float, strict: bool = False) -> dict[str, Any]:
+def as_json(pairs: list[Pair], factor: float, lenient: bool = False, memory_factor: float | None = None) -> dict[str, Any]:
     return {
         "factor": factor,
-        "strict": strict,
+        "memory_factor": factor if memory_factor is None else memory_factor,
+        "lenient": lenient,
         "counts": counts(pairs),
-        "regressions": sum(p.regression(strict) for p in pairs),
+        "regressions": sum(p.regression(lenient) for p in pairs),
+        "summary": summary(pairs, factor, lenient, memory_factor),
         "cells": [
-            {**dict(zip(MATCH, p.key, strict=True)), "verdicts": list(p.verdicts), "regression": p.regression(strict),
+            {**dict(zip(MATCH, p.key, strict=True)), "verdicts": list(p.verdicts), "regression": p.regression(lenient),
              "base_status": p.base["status"] if p.base else None, "new_status": p.new["status"] if p.new else None,
              "base_step_time_s": p.base.get("step_time_s") if p.base else None,
              "new_step_time_s": p.new.get("step_time_s") if p.new else None,

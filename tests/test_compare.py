@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -46,7 +48,9 @@ def test_repeated_samples_need_disjoint_interquartile_ranges():
     assert verdicts(base, row(t=1.3, samples=5, q25=1.25, q75=1.4)) == ("slower",)
     assert verdicts(base, row(t=0.8, samples=5, q25=0.7, q75=0.95)) == ("same",)
     assert verdicts(base, row(t=0.8, samples=5, q25=0.7, q75=0.85)) == ("faster",)
-    assert verdicts(base, row(t=1.1, samples=1)) == ("slower",)  # one sample on a side: the medians decide
+    assert verdicts(base, row(t=1.1, samples=1, q25=1.1, q75=1.1)) == ("slower",)  # one sample on a side
+    assert verdicts(row(t=1.1, samples=1, q25=1.1, q75=1.1), base) == ("faster",)
+    assert verdicts(base, row(t=1.1, samples=5)) == ("slower",)  # no quartiles: the medians decide
 
 
 def test_memory_is_judged_beside_time():
@@ -56,6 +60,11 @@ def test_memory_is_judged_beside_time():
     assert verdicts(row(memory=None), row(memory=5000)) == ("same",)
     (pair,) = cmp.compare([row(t=2.0, memory=1000)], [row(t=1.0, memory=1100)])
     assert pair.regression()  # faster does not excuse more memory
+    assert cmp.compare([row(memory=1000)], [row(memory=1100)], memory_factor=1.2)[0].verdicts == ("same",)
+    assert cmp.compare([row(memory=1000)], [row(memory=1100)], factor=1.2)[0].verdicts == ("same",)  # the default
+    assert cmp.compare([row(memory=1000)], [row(memory=1100)], factor=1.2, memory_factor=1.05)[0].verdicts == (
+        "more memory",)
+    assert cmp.compare([row(memory=1)], [row(memory=10**9)], memory_factor=float("inf"))[0].verdicts == ("same",)
 
 
 def test_status_changes():
@@ -73,17 +82,36 @@ def test_zero_step_times():
     assert pair.verdicts == ("slower",) and pair.time_ratio == float("inf")
 
 
+@pytest.mark.parametrize("field", cmp.SAME_SETUP)
+def test_a_pair_measured_another_way_is_not_comparable(field):
+    (pair,) = cmp.compare([row()], [row(**{field: "other"})])
+    assert pair.verdicts == ("not comparable",) and pair.time_ratio is None and pair.why.startswith(field + " ")
+
+
 def test_unlike_setups_are_not_compared_and_unmatched_cells_are_listed():
-    (pair,) = cmp.compare([row(t=1.0)], [row(t=9.0, workload_hash="other", methodology="v2")])
+    (pair,) = cmp.compare([row(t=1.0)], [row(t=9.0, workload_hash="a" * 64, methodology="v2")])
     assert pair.verdicts == ("not comparable",) and pair.time_ratio is None
-    assert pair.why == "workload_hash wh -> other; methodology v1 -> v2"
-    assert not pair.regression() and pair.regression(strict=True)
+    assert pair.why == "workload_hash wh -> aaaaaaaaaaaa; methodology v1 -> v2"  # hashes cut to 12 digits
+    assert pair.regression() and not pair.regression(lenient=True)
     pairs = cmp.compare([row("a"), row("b")], [row("b"), row("c")])
     assert [(p.key[2], p.verdicts) for p in pairs] == [("a", ("missing",)), ("b", ("same",)), ("c", ("new",))]
-    assert [p.regression() for p in pairs] == [False, False, False]
-    assert [p.regression(strict=True) for p in pairs] == [True, False, False]
-    assert cmp.counts(pairs) == {"same": 1, "missing": 1, "new": 1}
-    assert cmp.summary(pairs, 1.05) == "1 cells in both, factor 1.05: 1 same, 1 missing, 1 new; 0 regressions"
+    assert [p.regression() for p in pairs] == [True, False, False]
+    assert [p.regression(lenient=True) for p in pairs] == [False, False, False]
+    assert cmp.counts(pairs) == {"same": 1, "missing": 1, "new": 1} and cmp.comparable(pairs) == 1
+    assert cmp.summary(pairs, 1.05) == "1 cells in both, factor 1.05: 1 same, 1 missing, 1 new; 1 regression"
+    assert cmp.summary(pairs, 1.05, lenient=True).endswith("lenient: 1 same, 1 missing, 1 new; 0 regressions")
+    data = cmp.as_json(pairs, 1.05)
+    assert (data["regressions"], data["lenient"], [c["regression"] for c in data["cells"]]) == (1, False, [True, False, False])
+    assert cmp.as_json(pairs, 1.05, lenient=True)["regressions"] == 0
+
+
+def test_the_table_lists_regressions_first_and_only_changes():
+    pairs = cmp.compare([row("a"), row("b"), row("c", t=2.0), row("d")], [row("b"), row("c"), row("d", t=2.0)])
+    t = cmp.table(pairs)
+    assert [(r[2], r[-1]) for r in t.rows] == [("a", "yes"), ("d", "yes"), ("c", "")]  # b is the same: not shown
+    assert [r[8] for r in t.rows] == ["missing", "slower", "faster"]
+    assert [r[2] for r in cmp.table(pairs, show_all=True).rows] == ["a", "d", "b", "c"]
+    assert [(r[2], r[-1]) for r in cmp.table(pairs, lenient=True).rows] == [("d", "yes"), ("a", ""), ("c", "")]
 
 
 def test_seeds_are_matched_one_by_one():
@@ -93,12 +121,18 @@ def test_seeds_are_matched_one_by_one():
 
 
 def test_bad_input_is_refused():
-    with pytest.raises(ReportError, match="seed 0 has several rows"):
-        cmp.compare([row(), row(methodology="v2")], [row()])
+    with pytest.raises(ReportError, match="^old.csv: c / w / p / seed 0 has several rows"):
+        cmp.compare([row(), row(methodology="v2")], [row()], names=("old.csv", "new.csv"))
+    for field, value in (("max_peak_memory_bytes", "lots"), ("samples", "many"), ("step_time_q25_s", float("nan")),
+                         ("max_peak_memory_bytes", -1)):
+        with pytest.raises(ReportError, match=f"^new: c / w / p / seed 0: {field} must be null or a finite number"):
+            cmp.compare([row()], [row(**{field: value})])
     with pytest.raises(ReportError, match="factor must be a finite number >= 1"):
         cmp.compare([row()], [row()], factor=0.9)
-    with pytest.raises(ReportError, match="status must be one of"):
+    with pytest.raises(ReportError, match="^base: .*status must be one of"):
         cmp.compare([row(status="fine")], [row()])
+    with pytest.raises(ReportError, match="memory factor must be a number >= 1"):
+        cmp.compare([row()], [row()], memory_factor=0.5)
 
 
 # -- properties -----------------------------------------------------------------------------------------------
@@ -156,32 +190,58 @@ def test_compare_gates_a_changed_placer(capsys, two_stores, tmp_path):
     code, out, err = _run(capsys, "compare", str(gpu), str(cpu))
     assert code == 1, err
     lines = out.splitlines()
-    assert any("diamond" in ln and "harness_env_device" in ln and "slower" in ln and ln.endswith("yes") for ln in lines)
-    assert any("big" in ln and "fixed: oom -> ok" in ln for ln in lines)
+    assert lines[0] == f"Changes: {cpu} against {gpu}"
+    assert "diamond" in lines[3] and "harness_env_device" in lines[3] and "slower" in lines[3]
+    assert lines[3].endswith("yes")  # the regression comes first
+    assert "big" in lines[4] and "fixed: oom -> ok" in lines[4] and not lines[4].endswith("yes")
     assert "single_cpu" not in out  # unchanged cells are not listed
     assert lines[-1] == "4 cells in both, factor 1.05: 1 slower, 1 fixed, 2 same; 1 regression"
-    code, out, _ = _run(capsys, "compare", str(cpu), str(gpu), "--json")
+    code, out, err = _run(capsys, "compare", str(cpu), str(gpu), "--json")
     data = json.loads(out)
     assert code == 1 and data["regressions"] == 1 and data["counts"] == {"broke": 1, "faster": 1, "same": 2}
+    assert err == f"placebench: compare: {data['summary']}\n"
     broke = next(c for c in data["cells"] if c["verdicts"] == ["broke"])
     assert (broke["workload"], broke["base_status"], broke["new_status"]) == ("big", "ok", "oom")
     code, out, _ = _run(capsys, "compare", str(cpu), str(cpu / "results.parquet"), "--all")  # a table file works too
     assert code == 0 and sum(ln.endswith(" same") for ln in out.splitlines()) == 4
     assert out.splitlines()[-1] == "4 cells in both, factor 1.05: 4 same; 0 regressions"
+    code, out, _ = _run(capsys, "compare", str(gpu), str(cpu), "--factor", "20")  # all on the CPU is 10x slower
+    assert code == 0 and out.splitlines()[-1] == "4 cells in both, factor 20: 1 fixed, 3 same; 0 regressions"
     copy = tmp_path / "copy"
     shutil.copytree(gpu, copy)
-    assert _run(capsys, "compare", str(gpu), str(copy), "--factor", "10")[0] == 0
+    assert _run(capsys, "compare", str(gpu), str(copy))[0] == 0
+
+
+def test_missing_cells_fail_the_gate_unless_lenient(capsys, two_stores, tmp_path):
+    gpu, cpu = two_stores
+    lines = (cpu / "results.csv").read_text().splitlines()
+    partial = tmp_path / "partial.csv"
+    partial.write_text("\n".join(ln for ln in lines if "single_cpu" not in ln) + "\n")  # as a killed run leaves it
+    code, out, _ = _run(capsys, "compare", str(cpu), str(partial))
+    assert code == 1 and out.splitlines()[-1] == "2 cells in both, factor 1.05: 2 same, 2 missing; 2 regressions"
+    code, out, _ = _run(capsys, "compare", str(cpu), str(partial), "--lenient")
+    assert code == 0 and out.splitlines()[-1].endswith("lenient: 2 same, 2 missing; 0 regressions")
+    header = tmp_path / "header.csv"
+    header.write_text(lines[0] + "\n")
+    code, _, err = _run(capsys, "compare", str(cpu), str(header), "--lenient")
+    assert code == 2 and err == (f"placebench: error: nothing to compare: no cell of {cpu} was measured the same way "
+                                 f"in {header} (4 missing)\n")
 
 
 def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp_path):
     gpu, cpu = two_stores
     out_file = tmp_path / "changes.md"
     code, out, err = _run(capsys, "compare", str(gpu), str(cpu), "-f", "md", "-o", str(out_file))
-    assert code == 1 and out == "" and "1 regression" in err
+    assert code == 1 and out == "" and err.startswith("placebench: compare: ") and err.endswith("1 regression\n")
     text = out_file.read_text()
-    assert text.startswith("**Changes (new against base)**") and "| diamond | harness_env_device | 0 |" in text
-    code, out, err = _run(capsys, "compare", str(gpu), str(cpu), "-o", str(cpu / "changes.txt"))
+    assert text.startswith(f"**Changes: {cpu} against {gpu}**") and "| diamond | harness_env_device | 0 |" in text
+    code, out, err = _run(capsys, "compare", str(gpu), str(gpu / "results.csv"), "-f", "csv")
+    assert code == 0 and out == "cluster,workload,placer,seed,base,new,time,memory,verdict,regression\n"
+    assert err.endswith("4 same; 0 regressions\n")  # the summary is on stderr when stdout has none
+    code, _, err = _run(capsys, "compare", str(gpu), str(cpu), "-o", str(cpu / "changes.txt"))
     assert code == 2 and "inside the results store" in err and not (cpu / "changes.txt").exists()
+    code, _, err = _run(capsys, "compare", str(gpu), str(cpu / "results.csv"), "-o", str(cpu / "results.csv"))
+    assert code == 2 and "is one of the results compared" in err
     code, _, err = _run(capsys, "compare", str(gpu), str(gpu))
     assert code == 2 and "the same results" in err
     code, _, err = _run(capsys, "compare", str(gpu), str(tmp_path / "nope"))
@@ -190,3 +250,12 @@ def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp
         main(["compare", str(gpu), str(cpu), "--factor", "0.5"])
     assert exc.value.code == 2 and capsys.readouterr().err == (
         "placebench: error: argument --factor: '0.5' must be a finite number >= 1 (see placebench compare --help)\n")
+
+
+def test_the_exit_code_holds_when_the_reader_leaves(two_stores):
+    gpu, cpu = two_stores
+    proc = subprocess.Popen([sys.executable, "-m", "suite.cli", "compare", str(gpu), str(cpu)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before it writes anything (it first imports and reads both stores)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
