@@ -17,17 +17,19 @@ It differs from the reference in implementation only, and relies on three facts 
 
 Dispatch and the op-done events go over bitmasks of devices (idle, with a ready op, done at this instant).
 Bit k stands for the devices d with d % 64 == k: up to 64 devices that is device k alone; above, the
-engine loops over the devices of each set bit (larger clusters are correct, not tuned). When an op ends,
-each remote consumer edge is linked into the list of the one transfer to its device, so a transfer's
-arrival walks only its consumers. Readiness is counted without branches (a consumer whose count reaches
+engine loops over the devices of each set bit (larger clusters are correct, not tuned). That code is
+compiled only for them: `_simulate`'s argument `wide` is None up to 64 devices, and numba prunes the
+branches on `wide is None` at compile time (-6% for blocks). When an op ends, each remote consumer edge is
+linked into the list of the one transfer to its device, so a transfer's arrival walks only its consumers. Readiness is counted without branches (a consumer whose count reaches
 zero sets its bit through a mask), and the last instant is the step time.
 
 Memory is tracked online with reference counts: `live` changes at once, and at the end of every instant
-each device that got an allocation in it has its `live` sampled into its peak. This equals the reference's
-sweep with frees before allocations at equal times: a device with no allocation in an instant ends it no
-higher than before. A transfer queued behind a busy channel starts, and allocates its receive buffer, when
-the transfer ahead of it ends. `simulate_batch` runs many placements in one compiled call, sequentially on
-one core, reusing one workspace, which is also kept for the next call with the same sizes.
+every device has its `live` sampled into its peak (a plain loop, cheaper than tracking which devices got
+an allocation). This equals the reference's sweep with frees before allocations at equal times: a device
+with no allocation in an instant ends it no higher than before, so sampling it changes nothing. A
+transfer queued behind a busy channel starts, and allocates its receive buffer, when the transfer ahead of
+it ends. `simulate_batch` runs many placements in one compiled call, sequentially on one core, reusing one
+workspace, which is also kept for the next call with the same sizes.
 
 Every index (op, device, channel, transfer, bitmap word) is unsigned, with `NONE` as "no such": numba
 wraps negative indices around, which costs a sign test and keeps every array's length live in the hot loop.
@@ -49,7 +51,13 @@ slots for channel events too; per-channel source/destination tables; int32 count
 placement in the hot loop instead of gathered device/duration arrays; branch-free clearing of the ready
 mask; one record array of all buffers (own outputs and received copies, looked up per (op, device)) with
 branch-free frees, alone or two inputs at a time: faster for random (-2%) but slower for blocks (+20%)
-once combined with the rest; device masks as arrays of words (+40% for blocks).
+once combined with the rest; device masks as arrays of words (+40% for blocks). Also dropped (batch of 64,
+blocks / groups / random, against 20.2 / 44.0 / 59.5 ms): two placements' runs interleaved instant by
+instant in one loop, with a second workspace (24.6 / 54.2 / 73.4: the register pressure doubles; with the
+instant as an inlined function taking the workspace tuple, 6x slower from reference counting); branch-free
+successor loop listing every consumer by device, local ones into a dropped list (23.3 / 46.1 / 60.3);
+branch-free frees in the input loop (20.8 / 43.6 / 59.9); pending, references, device and duration of each
+op in one array of 4 words per op (21.2 / 44.3 / 58.7); peaks as one 8-wide vector max (22.1 / 44.6 / 59.3).
 """
 
 from __future__ import annotations
@@ -188,7 +196,7 @@ def _workspace(n, ndev, n_edges):
 
 @njit(cache=True, error_model="numpy")
 def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap, param_bytes,
-              latency_s, bandwidth, busy_s, peak, link_bytes, ws):
+              latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide):
     """One placement; fills busy_s [D], peak [D] and link_bytes [D, D]; returns the step time."""
     n = U(placement.shape[0])
     ndev = U(cost.shape[1])
@@ -226,7 +234,6 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
             has_ready |= ONE << (d & U(63))
     q = U(0)  # queue size
     nx = U(0)  # transfers created
-    grown = U(0)  # devices whose live bytes grew in this instant
     t = 0.0
     tb = np.int64(0)  # _bits(t)
     while True:
@@ -236,8 +243,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
             k = U(trailing_zeros(go))
             bit = ONE << k
             go ^= bit
-            grown |= bit
-            if ndev <= U(64):  # bit k is device k
+            if wide is None:  # bit k is device k
                 _start(k, t, ready, low, n_ready, running, dev_end, dur_of, busy_s, live, output_bytes)
                 idle ^= bit
                 if n_ready[k] == 0:
@@ -253,7 +259,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 idle = (idle & ~bit) | (idle_k << k)
                 has_ready = (has_ready & ~bit) | (ready_k << k)
         busy = ~idle & full
-        if q == U(0) and (busy & (busy - ONE)) == U(0) and ndev <= U(64):  # one event source at most
+        if wide is None and q == U(0) and (busy & (busy - ONE)) == U(0):  # one event source at most
             done = busy
             m = dev_end[trailing_zeros(busy)] if busy != U(0) else INF
         else:
@@ -269,11 +275,8 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 done &= U(mc < m) - ONE
                 m = min(m, mc)
         if m != tb:  # the instant is over: its end state is a peak candidate
-            while grown != U(0):
-                k = U(trailing_zeros(grown))
-                grown &= grown - ONE
-                for d in range(k, ndev, 64):
-                    peak[d] = max(peak[d], live[d])
+            for d in range(ndev):  # a device with no allocation in the instant ends it no higher than sampled
+                peak[d] = max(peak[d], live[d])
             if m == INF:
                 break
             tb = m
@@ -281,7 +284,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
         while done != U(0):
             k = U(trailing_zeros(done))
             done &= done - ONE
-            for src in range(k, ndev, 64):
+            for src in range(k, ndev if wide is not None else k + ONE, 64):
                 if dev_end[src] != m:
                     continue
                 # OP_DONE: the op running on device src finished
@@ -329,7 +332,6 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                         ch_head[ch] = nx
                         q = _queue_push(qt, qs, q, end, ch)
                         live[dst] += nb
-                        grown |= ONE << (dst & U(63))
                     else:
                         x_next[ch_tail[ch]] = nx
                     ch_tail[ch] = nx
@@ -358,7 +360,6 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
             if nxt != NONE:  # the next transfer on this channel starts now
                 q = _queue_push(qt, qs, q, x_end[nxt], ch)
                 live[dst] += x_bytes[nxt]
-                grown |= ONE << (dst & U(63))
             j = x_first[x]
             while j != NONE:  # its consumers (all on dst)
                 c = succ_idx[j]
@@ -375,10 +376,11 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
 
 @njit(cache=True)
 def _simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                    output_bytes, send_cap, param_bytes, latency_s, bandwidth, steps, busy, peak, link, ws):
+                    output_bytes, send_cap, param_bytes, latency_s, bandwidth, steps, busy, peak, link, ws, wide):
     for b in range(placements.shape[0]):
         steps[b] = _simulate(placements[b], cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                             output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b], link[b], ws)
+                             output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b], link[b], ws,
+                             wide)
 
 
 _kept = threading.local()  # per thread: the last workspace and its sizes
@@ -417,7 +419,7 @@ def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, p
     ws = _workspace_for(placements.shape[1], ndev, succ_idx.shape[0])
     _simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), cost, unsigned(succ_ptr), unsigned(succ_idx),
                     succ_bytes, unsigned(pred_ptr), unsigned(pred_idx), output_bytes, send_cap, param_bytes, latency_s,
-                    bandwidth, steps, busy, peak, link, ws)
+                    bandwidth, steps, busy, peak, link, ws, None if ndev <= 64 else ndev)
     return steps, busy, peak, link
 
 
