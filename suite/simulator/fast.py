@@ -19,7 +19,7 @@ Dispatch and the op-done events go over bitmasks of devices (idle, with a ready 
 Bit k stands for the devices d with d % 64 == k: up to 64 devices that is device k alone; above, the
 engine loops over the devices of each set bit (larger clusters are correct, not tuned). That code is
 compiled only for them: `_simulate`'s argument `wide` is None up to 64 devices, and numba prunes the
-branches on `wide is None` at compile time (-6% for blocks). When an op ends, each remote consumer edge is
+branches on `wide is None` at compile time (-6% for a batch of blocks, alone). When an op ends, each remote consumer edge is
 linked into the list of the one transfer to its device, so a transfer's arrival walks only its consumers. Readiness is counted without branches (a consumer whose count reaches
 zero sets its bit through a mask), and the last instant is the step time.
 
@@ -43,8 +43,9 @@ placement / of a batch of 64, blocks, groups, random placements):
   device slots and masks, consumer lists, branch-free readiness:  0.29 / 19.9, 0.65 / 43.4, 0.91 / 60.6
 (the same with one-word masks, limited to 64 devices: 0.28 / 18.5, 0.63 / 42.9, 0.83 / 56.1). These were
 measured side by side in one sitting; the stored benchmark (results/benchmarks/simulator.json, another
-sitting, after transfers came to carry the sum of their edges, capped per op by `send_cap`) has
-0.29 / 19.8, 0.63 / 43.5, 0.87 / 58.9 for this engine.
+sitting, after transfers came to carry the sum of their edges, capped per op by `send_cap`, and with `wide`
+and the plain peak loop below) has 0.29 / 19.6, 0.64 / 43.4, 0.84 / 56.7 for this engine; side by side with
+the engine before those two changes: 20.1 / 43.5 / 58.9 against 19.8 / 42.9 / 57.6 ms for a batch.
 Tried and dropped: an engine without transfer events (ready times known when the last input is produced,
 future memory deltas in per-device heaps; exact, but 0.84 / 1.20 / 1.36 ms against 0.45 / 0.91 / 1.31);
 slots for channel events too; per-channel source/destination tables; int32 counters; reading the
