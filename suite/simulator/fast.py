@@ -19,9 +19,10 @@ Dispatch and the op-done events go over bitmasks of devices (idle, with a ready 
 Bit k stands for the devices d with d % 64 == k: up to 64 devices that is device k alone; above, the
 engine loops over the devices of each set bit (larger clusters are correct, not tuned). That code is
 compiled only for them: `_simulate`'s argument `wide` is None up to 64 devices, and numba prunes the
-branches on `wide is None` at compile time (-6% for a batch of blocks, alone). When an op ends, each remote consumer edge is
-linked into the list of the one transfer to its device, so a transfer's arrival walks only its consumers. Readiness is counted without branches (a consumer whose count reaches
-zero sets its bit through a mask), and the last instant is the step time.
+branches on `wide is None` at compile time (-6% for a batch of blocks, alone). When an op ends, each
+remote consumer edge is linked into the list of the one transfer to its device, so a transfer's arrival
+walks only its consumers. Readiness is counted without branches (a consumer whose count reaches zero sets
+its bit through a mask), and the last instant is the step time.
 
 Memory is tracked online with reference counts: `live` changes at once, and at the end of every instant
 every device has its `live` sampled into its peak (a plain loop, cheaper than tracking which devices got
