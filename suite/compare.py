@@ -9,9 +9,10 @@ own code may differ: that is what a comparison is for.
 Verdicts of a comparable pair:
 
 * both ok: `slower` when new / base step time > factor, `faster` when base / new > factor; `more memory` /
-  `less memory` likewise for the largest per-device peak, with its own factor (by default the same). With one timing sample on a side (the simulator,
-  which is deterministic) any change beyond the factor counts; with repeated samples (real backends) the
-  interquartile ranges must not overlap either, so noise within the spread is never a verdict;
+  `less memory` likewise for the largest per-device peak, with its own factor (by default the same). With
+  one timing sample on a side (the simulator, which is deterministic) any change beyond the factor counts;
+  with repeated samples (real backends) the interquartile ranges must not overlap either, so noise within
+  the spread is never a verdict;
 * `broke`: base ok, new failed (oom, invalid, timeout, error, skipped); `fixed`: the reverse;
 * `changed`: both failed, with different statuses (oom became error, say);
 * `same` otherwise.
