@@ -24,11 +24,11 @@ from suite.graph import OpGraph
 INT_WEIGHT_TOTAL = 1 << 28  # target sum of integer weights handed to Scotch / METIS
 
 
-
 def library_seed(seed: int) -> int:
     """A 31-bit seed for a partitioning library (Scotch, METIS) from any integer seed, spread by a hash:
     both libraries turn nearby seeds into the same random choices (seeds 0 and 1 gave one partition)."""
     return int(np.random.SeedSequence(abs(int(seed))).generate_state(1, dtype=np.uint32)[0] >> 1)
+
 
 @dataclass(frozen=True, eq=False)
 class Contraction:

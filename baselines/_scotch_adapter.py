@@ -31,6 +31,8 @@ import tempfile
 
 import numpy as np
 
+from baselines._common import library_seed
+
 SCOTCH_OPTIONNUMDETERMINISTIC = 0  # library.h
 MAX_DOMAIN_NUMBER = 1 << 12  # Scotch allocates a (max domain number)^2 / 2 distance table
 
@@ -41,13 +43,6 @@ def _pyscotch():
         from pyscotch import libscotch
 
     return pyscotch, libscotch
-
-
-def scotch_seed(seed: int) -> int:
-    """A 31-bit Scotch seed from any integer seed (Scotch folds nearby seeds together: 0 and 1 map alike)."""
-    from baselines._common import library_seed
-
-    return library_seed(seed)
 
 
 def decomposition_tree(target_weights: np.ndarray, link_costs: np.ndarray) -> list[int]:
@@ -150,7 +145,7 @@ def map_graph(
     ctx = pyscotch.Context()
     try:
         ctx.option_set(SCOTCH_OPTIONNUMDETERMINISTIC, 1)
-        ctx.random_seed(scotch_seed(seed))
+        ctx.random_seed(library_seed(seed))
         bound = ctx.bind_graph(src)
         try:
             parts = np.asarray(bound.map(arch), dtype=np.int64)

@@ -81,11 +81,11 @@ class OrtGPU(BasePlacer):
             mode = "measured" if _cuda_ort_available() and not training else "static"
         placement = np.full(graph.num_ops, gpu, dtype=np.int64)
         if mode == "static":
-            for i, op in enumerate(graph.ops):
-                if op.kind == "input" or (op.allowed_kinds and "gpu" not in op.allowed_kinds):
-                    placement[i] = cpu  # host inputs, and ops without a CUDA kernel: the CPU fallback
+            no_kernel = np.array([bool(op.allowed_kinds) and "gpu" not in op.allowed_kinds for op in graph.ops])
+            host = np.array([op.kind == "input" for op in graph.ops])
+            placement[no_kernel | host] = cpu  # host inputs, and ops without a CUDA kernel: the CPU fallback
             for members in graph.groups.values():  # a group with such an op falls back as a whole
-                if any(graph.ops[i].allowed_kinds and "gpu" not in graph.ops[i].allowed_kinds for i in members):
+                if no_kernel[members].any():
                     placement[members] = cpu
         else:
             from suite.backends.ort_exec import OrtModel, native_assignment

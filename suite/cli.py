@@ -395,8 +395,10 @@ def _refuse_inside_store(store: str | Path, path: str | Path | None, flag: str) 
     if not path:
         return
     target, root = Path(path).resolve(), _store_root(store)
-    if target == Path(store).resolve() or (root is not None and (target == root or root in target.parents)):
-        raise UsageError(f"{flag} {path} is inside the results store {root or store}: write reports elsewhere")
+    if root is not None and (target == root or root in target.parents):
+        raise UsageError(f"{flag} {path} is inside the results store {root}: write reports elsewhere")
+    if target == Path(store).resolve():
+        raise UsageError(f"{flag} {path} is the results file the report is made from: write reports elsewhere")
 
 
 def _names(text: str | None) -> list[str]:
@@ -474,8 +476,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if Path(args.base).resolve() == Path(args.new).resolve():
         raise UsageError(f"BASE and NEW are the same results {args.base}")
-    if args.output and Path(args.output).resolve() in (Path(args.base).resolve(), Path(args.new).resolve()):
-        raise UsageError(f"--output {args.output} is one of the results compared")
     for store in (args.base, args.new):
         _refuse_inside_store(store, args.output, "--output")
     sides = []
@@ -655,18 +655,18 @@ def _positive_float(text: str) -> float:
     return x
 
 
-def _factor(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(x) and x >= 1):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 1")
-    return x
+def factor(allow_inf: bool = False) -> Any:
+    """An argparse type: a ratio >= 1 (finite unless allow_inf)."""
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (x >= 1 and (allow_inf or math.isfinite(x))):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a {'' if allow_inf else 'finite '}number >= 1")
+        return x
 
-
-def _factor_or_inf(text: str) -> float:
-    return math.inf if text.strip().lower() in ("inf", "infinity") else _factor(text)
+    return parse
 
 
 def whole_number(low: int, high: int | None = None) -> Any:
@@ -697,6 +697,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from suite import __version__
+    from suite.compare import DEFAULT_FACTOR
 
     p = _Parser(prog="placebench", description="Benchmark suite for device placement.")
     p.add_argument("--version", action="version", version=f"placebench {__version__}")
@@ -757,9 +758,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "0 no regression, 1 regressions, 2 bad input or nothing comparable.")
     cp.add_argument("base", help="the baseline: results store directory, .parquet or .csv")
     cp.add_argument("new", help="the results to check against it")
-    cp.add_argument("--factor", type=_factor, default=1.05,
-                    help="a step time changes beyond this ratio (default 1.05)")
-    cp.add_argument("--memory-factor", type=_factor_or_inf, metavar="FACTOR",
+    cp.add_argument("--factor", type=factor(), default=DEFAULT_FACTOR,
+                    help="a step time changes beyond this ratio (default %(default)s)")
+    cp.add_argument("--memory-factor", type=factor(allow_inf=True), metavar="FACTOR",
                     help="peak memory changes beyond this ratio (default: --factor; inf: memory is not judged)")
     cp.add_argument("--lenient", action="store_true",
                     help="cells missing from NEW or measured another way (not comparable) are listed, not regressions")

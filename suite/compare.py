@@ -201,14 +201,13 @@ def table(pairs: list[Pair], show_all: bool = False, lenient: bool = False, titl
     for p in sorted(shown, key=lambda p: not p.regression(lenient)):  # stable: the order of `compare` within each
         b_status = p.base["status"] if p.base else None
         n_status = p.new["status"] if p.new else None
-        bad = p.regression(lenient)
+        bad, verdict = p.regression(lenient), _verdict_text(p, b_status, n_status)
         rows.append([str(p.key[0]), str(p.key[1]), str(p.key[2]), str(p.key[3]), _shown(p.base), _shown(p.new),
-                     _ratio_text(p.time_ratio), _ratio_text(p.memory_ratio), _verdict_text(p, b_status, n_status),
-                     "yes" if bad else ""])
+                     _ratio_text(p.time_ratio), _ratio_text(p.memory_ratio), verdict, "yes" if bad else ""])
         raw.append([p.key[0], p.key[1], p.key[2], p.key[3],
                     (p.base["step_time_s"] if b_status == "ok" else b_status) if p.base else None,
                     (p.new["step_time_s"] if n_status == "ok" else n_status) if p.new else None,
-                    p.time_ratio, p.memory_ratio, _verdict_text(p, b_status, n_status), bad])
+                    p.time_ratio, p.memory_ratio, verdict, bad])
     return Table(title, columns, rows, raw, ["l", "l", "l", "r", "r", "r", "r", "r", "l", "l"])
 
 

@@ -3,9 +3,10 @@
 A placer's fingerprint hashes the source of its module, of its parent packages and of every module of the
 same top-level package that it imports, transitively, found by reading import statements (nothing is
 imported or run): for `rl.seq2seq` that includes the `rl` modules it uses (features, grouping, trainers),
-for a plugin file the file alone. Modules loaded by calls (`importlib.import_module`) are not seen. Changes elsewhere (the simulator, the rest of the suite, installed packages) are not covered:
-the store's manifest records the commit and package versions of every run for those, and tables warn when
-rows come from different code.
+for a plugin file the file alone. Modules loaded by calls (`importlib.import_module`) are not seen. Changes
+elsewhere (the simulator, the rest of the suite, installed packages) are not covered: the store's manifest
+records the commit and package versions of every run for those, and tables warn when rows come from
+different code.
 """
 
 from __future__ import annotations

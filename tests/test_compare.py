@@ -240,8 +240,11 @@ def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp
     assert err.endswith("4 same; 0 regressions\n")  # the summary is on stderr when stdout has none
     code, _, err = _run(capsys, "compare", str(gpu), str(cpu), "-o", str(cpu / "changes.txt"))
     assert code == 2 and "inside the results store" in err and not (cpu / "changes.txt").exists()
-    code, _, err = _run(capsys, "compare", str(gpu), str(cpu / "results.csv"), "-o", str(cpu / "results.csv"))
-    assert code == 2 and "is one of the results compared" in err
+    table = tmp_path / "cpu.csv"
+    shutil.copy(cpu / "results.csv", table)
+    code, _, err = _run(capsys, "compare", str(gpu), str(table), "-o", str(table))
+    assert code == 2 and err == (f"placebench: error: --output {table} is the results file the report is made from: "
+                                 f"write reports elsewhere\n") and table.read_bytes() == (cpu / "results.csv").read_bytes()
     code, _, err = _run(capsys, "compare", str(gpu), str(gpu))
     assert code == 2 and "the same results" in err
     code, _, err = _run(capsys, "compare", str(gpu), str(tmp_path / "nope"))
@@ -250,6 +253,11 @@ def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp
         main(["compare", str(gpu), str(cpu), "--factor", "0.5"])
     assert exc.value.code == 2 and capsys.readouterr().err == (
         "placebench: error: argument --factor: '0.5' must be a finite number >= 1 (see placebench compare --help)\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(gpu), str(cpu), "--factor", "inf"])
+    assert exc.value.code == 2 and "'inf' must be a finite number >= 1" in capsys.readouterr().err
+    code, out, _ = _run(capsys, "compare", str(gpu), str(cpu), "--factor", "20", "--memory-factor", "inf")
+    assert code == 0 and out.splitlines()[-1] == "4 cells in both, factor 20, memory factor inf: 1 fixed, 3 same; 0 regressions"
 
 
 def test_the_exit_code_holds_when_the_reader_leaves(two_stores):

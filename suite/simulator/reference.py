@@ -12,9 +12,9 @@ Semantics (the fast simulator reproduces them exactly, float for float):
   (in increasing order of D), however many consumers D has. The transfer carries what those consumers
   read: the sum of their edges' bytes (an edge carries the bytes its consumer reads, e.g. one time step's
   slice), but never more than p's whole tensor, send_cap[p]: the larger of p's output bytes and its
-  largest edge (a variable's output is 0 bytes; its edges carry its weights; `suite.simulator.send_caps`). It goes over the channel (a, D): it starts
-  when the channel is free (one transfer at a time per direction, first come first served) and takes
-  latency[a, D] + bytes / bandwidth[a, D].
+  largest edge (a variable's output is 0 bytes; its edges carry its weights; `suite.simulator.send_caps`).
+  It goes over the channel (a, D): it starts when the channel is free (one transfer at a time per
+  direction, first come first served) and takes latency[a, D] + bytes / bandwidth[a, D].
 * Memory per device = resident bytes (param_bytes of its ops) + live tensors. An op's output is allocated
   on its device when the op starts and freed when the op, its local consumers and its outgoing transfers
   have all finished. A received copy is allocated on the destination when its transfer starts and freed

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from baselines._scotch_adapter import deco_target, decomposition_tree, map_graph, scotch_seed
+from baselines._common import library_seed
+from baselines._scotch_adapter import deco_target, decomposition_tree, map_graph
 
 
 def csr(n: int, edges: list[tuple[int, int]], weights: list[int] | None = None):
@@ -128,8 +129,8 @@ def test_edgeless_graph_and_single_terminal():
     assert map_graph(xadj, adj, np.ones(3), ew, np.array([5]), np.zeros((1, 1))).tolist() == [0, 0, 0]
 
 
-def test_scotch_seed_spreads_nearby_seeds():
-    seeds = {scotch_seed(s) for s in range(100)}
+def test_library_seed_spreads_nearby_seeds():
+    seeds = {library_seed(s) for s in range(100)}
     assert len(seeds) == 100 and all(0 <= s < 2**31 for s in seeds)
 
 
