@@ -33,10 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from rl.grouping import Grouping
-from suite.errors import BudgetExhausted
+from suite.errors import BudgetExhausted, PlacebenchError
 from suite.evaluator import Evaluator, Measurement
+from suite.textfile import as_float, short_repr
 
 TRANSFORMS = ("neg_sqrt", "neg", "neg_log")
+FINAL_CHOICES = ("best_or_greedy", "best", "greedy")
 
 
 @dataclass(frozen=True)
@@ -138,3 +140,38 @@ class RewardEvaluator:
             self.best_group_devices = gd[b].copy()
         self.batches += 1
         return Rollout(gd, ms, scores, rewards)
+
+    def final(self, greedy: np.ndarray, mode: str) -> tuple[np.ndarray, str, float | None]:
+        """The placer's final group devices, where it came from, and the greedy decode's score (or None).
+
+        `mode`: "best" = the best placement sampled; "greedy" = the policy's most likely placement;
+        "best_or_greedy" = the greedy one if it scores at least as well as the best sampled. The greedy
+        placement is evaluated once (one evaluation of the budget, which the caller keeps back) unless the
+        mode is "best"; with nothing sampled the greedy one is the answer. Either way the harness
+        re-measures the final placement, and that is the number reported.
+        """
+        score = None
+        if mode != "best" and self.allowance(1) > 0:
+            r = self(greedy[None])
+            score = None if r is None else float(r.scores_s[0])
+        if mode == "greedy" or self.best_group_devices is None:
+            return greedy, "greedy", score
+        if mode == "best_or_greedy" and score is not None and score <= self.best_score_s:
+            return greedy, "greedy", score
+        return self.best_group_devices, "best_sampled", score
+
+
+def check_reward_params(placer: str, params: dict) -> None:
+    """Raise `PlacebenchError` naming the placer and parameter for a bad reward or final-choice setting.
+
+    Checked when a placer is built, so that a suite spec fails before it runs.
+    """
+    for key in ("oom_score_s", "invalid_score_s"):
+        v = params[key]
+        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(as_float(v))
+                              or v <= 0):
+            raise PlacebenchError(f"{placer}: {key} must be None or a finite number > 0, got {short_repr(v)}")
+    if params["reward"] not in TRANSFORMS:
+        raise PlacebenchError(f"{placer}: reward {params['reward']!r} is not one of {', '.join(TRANSFORMS)}")
+    if params["final"] not in FINAL_CHOICES:
+        raise PlacebenchError(f"{placer}: final {params['final']!r} is not one of {', '.join(FINAL_CHOICES)}")

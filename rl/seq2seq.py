@@ -55,24 +55,19 @@ from the learning curve's methodology scores when every placement fails.
 
 from __future__ import annotations
 
-import math
-import time
 from typing import Any
 
 import numpy as np
 import torch
 
 from rl.features import group_features
-from rl.grouping import COARSEN_METHODS, GROUPINGS, allowed_mask, make_grouping
+from rl.grouping import allowed_mask, make_grouping
+from rl.learned import GroupPolicyPlacer, default_max_groups
 from rl.nets import Seq2SeqPolicy, to_tensor
-from rl.reward import TRANSFORMS, RewardConfig, RewardEvaluator, Rollout
+from rl.reward import RewardConfig, RewardEvaluator, Rollout
 from rl.trainers import Reinforce
 from suite.errors import PlacebenchError
-from suite.methodology import Budget
-from suite.placer import BasePlacer, PlacementResult, Problem
-from suite.textfile import as_float, short_repr
-
-FINAL_CHOICES = ("best_or_greedy", "best", "greedy")
+from suite.placer import Problem
 
 
 class Seq2SeqSearch:
@@ -85,8 +80,8 @@ class Seq2SeqSearch:
     def __init__(self, problem: Problem, params: dict[str, Any], seed: int):
         p = params
         graph, cluster = problem.workload, problem.cluster
-        max_groups = p["max_groups"] if p["max_groups"] is not None else min(256, 20 * cluster.num_devices)
-        self.grouping = make_grouping(graph, p["grouping"], max_groups, coarsen_method=p["coarsen"])
+        self.grouping = make_grouping(graph, p["grouping"], default_max_groups(p, cluster.num_devices),
+                                      coarsen_method=p["coarsen"])
         self.mask = torch.as_tensor(allowed_mask(graph, self.grouping, cluster))
         self.x = to_tensor(group_features(graph, self.grouping).matrix())
         self.generator = torch.Generator().manual_seed(seed)
@@ -125,8 +120,11 @@ class Seq2SeqSearch:
         with torch.no_grad():
             return self.policy(self.x, self.mask, 1, greedy=True).actions[0].numpy()
 
+    def info(self) -> dict[str, Any]:
+        return {"updates": self.trainer.updates}
 
-class Seq2SeqPlacer(BasePlacer):
+
+class Seq2SeqPlacer(GroupPolicyPlacer):
     """Mirhoseini et al. 2017: a seq2seq policy over op groups, trained with REINFORCE on the evaluator's step times."""
 
     name = "seq2seq"
@@ -158,71 +156,11 @@ class Seq2SeqPlacer(BasePlacer):
         "temperature": (1e-6, 1e6), "tanh_constant": (0.0, 1e6), "threads": (1, 4096),
     }
 
-    def __init__(self, **params):
-        super().__init__(**params)
-        self._check()
+    def make_search(self, problem: Problem, seed: int) -> Seq2SeqSearch:
+        return Seq2SeqSearch(problem, self.params, seed)
 
     def _check(self) -> None:
+        super()._check()
         p = self.params
-        g = p["max_groups"]
-        if g is not None and (not isinstance(g, int) or isinstance(g, bool) or g < 1):
-            raise PlacebenchError(f"seq2seq: max_groups must be None or an integer >= 1, got {g!r}")
-        for key in ("oom_score_s", "invalid_score_s"):
-            v = p[key]
-            if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(as_float(v))
-                                  or v <= 0):
-                raise PlacebenchError(f"seq2seq: {key} must be None or a finite number > 0, got {short_repr(v)}")
-        if p["grouping"] not in GROUPINGS:
-            raise PlacebenchError(f"seq2seq: grouping {p['grouping']!r} is not one of {', '.join(GROUPINGS)}")
-        if p["coarsen"] not in COARSEN_METHODS:
-            raise PlacebenchError(f"seq2seq: coarsen {p['coarsen']!r} is not one of {', '.join(COARSEN_METHODS)}")
-        if p["reward"] not in TRANSFORMS:
-            raise PlacebenchError(f"seq2seq: reward {p['reward']!r} is not one of {', '.join(TRANSFORMS)}")
-        if p["final"] not in FINAL_CHOICES:
-            raise PlacebenchError(f"seq2seq: final {p['final']!r} is not one of {', '.join(FINAL_CHOICES)}")
-        if p["baseline_decay"] >= 1.0:  # checked here, not at the first update: a spec fails before it runs
-            raise PlacebenchError(f"seq2seq: baseline_decay must be below 1 (1 never moves the baseline), got "
-                                  f"{p['baseline_decay']!r}")
         if p["bidirectional"] and p["hidden_size"] % 2:
             raise PlacebenchError(f"seq2seq: a bidirectional encoder needs an even hidden_size, got {p['hidden_size']}")
-
-    def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
-        started = time.perf_counter()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(int(self.params["threads"]))
-        try:
-            return self._place(problem, seed, started)
-        finally:
-            torch.set_num_threads(threads)
-
-    def _place(self, problem: Problem, seed: int, started: float) -> PlacementResult:
-        p = self.params
-        search = Seq2SeqSearch(problem, p, seed)
-        rollouts = search.rollouts
-        reserve = 0 if p["final"] == "best" else 1  # one evaluation kept for the greedy decode
-        while (k := rollouts.allowance(int(p["batch_size"]), reserve=reserve)) > 0:
-            if search.step(k) is None:
-                break
-        greedy = search.greedy()
-        greedy_score = None
-        if p["final"] != "best" and rollouts.allowance(1) > 0:
-            r = rollouts(greedy[None])
-            greedy_score = None if r is None else float(r.scores_s[0])
-        best = rollouts.best_group_devices
-        if p["final"] == "greedy" or best is None:
-            final, source = greedy, "greedy"
-        elif p["final"] == "best_or_greedy" and greedy_score is not None and greedy_score <= rollouts.best_score_s:
-            final, source = greedy, "greedy"
-        else:
-            final, source = best, "best_sampled"
-        return PlacementResult.from_search(
-            search.grouping.expand(final),
-            problem,
-            started,
-            final=source,
-            groups=search.grouping.num_groups,
-            updates=search.trainer.updates,
-            best_search_score_s=rollouts.best_score_s,
-            greedy_score_s=greedy_score,
-            hyperparameters=dict(p),
-        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from suite import Op, OpGraph, load_cluster
@@ -9,6 +11,7 @@ from suite.cluster import Cluster, Device, Link
 from suite.evaluator import Evaluator, SimulatorBackend
 from suite.methodology import Budget
 from suite.placer import Problem
+from suite.simulator import simulate
 
 GFLOP = 1e9
 
@@ -65,6 +68,17 @@ def reference_problem(graph: OpGraph, cluster: Cluster, max_evaluations: int = 2
 def two_gpu_cluster() -> Cluster:
     devs = tuple(Device(f"gpu:{i}", "gpu", 1e12, 1e11, 10**10, 1e-5) for i in range(2))
     return Cluster("two_gpus", devs, (Link(("gpu:0", "gpu:1"), 1e10, 1e-5),))
+
+
+def brute_force_optimum_s(graph: OpGraph, cluster: Cluster) -> float:
+    """The best step time over every placement (reference simulator)."""
+    everything = itertools.product(range(cluster.num_devices), repeat=graph.num_ops)
+    return min(simulate(graph, cluster, p, engine="reference").step_time_s for p in everything)
+
+
+@pytest.fixture
+def brute_force_optimum():
+    return brute_force_optimum_s
 
 
 @pytest.fixture

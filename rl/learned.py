@@ -1,0 +1,98 @@
+"""The driver shared by learned placers that sample whole placements of op groups in batches (seq2seq, Post).
+
+A placer names its search class (`make_search`); the search owns the grouping, the policy, its trainer and
+a `RewardEvaluator`, and offers `step(k)` (sample, evaluate and learn from k placements), `greedy()` (the
+policy's most likely group devices) and `info()` (its counters for the result). The driver checks the
+parameters every such placer has, runs batches until the budget is spent, keeps one evaluation back for
+the greedy placement, picks the final placement (`RewardEvaluator.final`), and restores torch's thread count.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from rl.grouping import COARSEN_METHODS, GROUPINGS, Grouping
+from rl.reward import RewardEvaluator, Rollout, check_reward_params
+from suite.errors import PlacebenchError
+from suite.methodology import Budget
+from suite.placer import BasePlacer, PlacementResult, Problem
+
+
+class GroupSearch(Protocol):
+    grouping: Grouping
+    rollouts: RewardEvaluator
+
+    def step(self, k: int) -> Rollout | None: ...
+
+    def greedy(self) -> np.ndarray: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+
+def default_max_groups(params: dict[str, Any], num_devices: int) -> int:
+    """`max_groups`, or min(256, 20 x devices) when it is None (the cap of Mirhoseini et al.'s controller)."""
+    return params["max_groups"] if params["max_groups"] is not None else min(256, 20 * num_devices)
+
+
+class GroupPolicyPlacer(BasePlacer):
+    """Base of the batched learned placers; subclasses set `name`, `defaults`, `bounds` and `make_search`.
+
+    `defaults` must hold grouping, max_groups, coarsen, batch_size, baseline_decay, the reward parameters
+    (reward, oom_score_s, invalid_score_s, oom_shaping), final and threads.
+    """
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self._check()
+
+    def make_search(self, problem: Problem, seed: int) -> GroupSearch:  # pragma: no cover
+        raise NotImplementedError
+
+    def _check(self) -> None:
+        """Checked at construction, not at the first update: a spec fails before it runs."""
+        p, name = self.params, self.name
+        g = p["max_groups"]
+        if g is not None and (not isinstance(g, int) or isinstance(g, bool) or g < 1):
+            raise PlacebenchError(f"{name}: max_groups must be None or an integer >= 1, got {g!r}")
+        if p["grouping"] not in GROUPINGS:
+            raise PlacebenchError(f"{name}: grouping {p['grouping']!r} is not one of {', '.join(GROUPINGS)}")
+        if p["coarsen"] not in COARSEN_METHODS:
+            raise PlacebenchError(f"{name}: coarsen {p['coarsen']!r} is not one of {', '.join(COARSEN_METHODS)}")
+        check_reward_params(name, p)
+        if p["baseline_decay"] >= 1.0:
+            raise PlacebenchError(f"{name}: baseline_decay must be below 1 (1 never moves the baseline), got "
+                                  f"{p['baseline_decay']!r}")
+
+    def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
+        started = time.perf_counter()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(int(self.params["threads"]))
+        try:
+            return self._place(problem, seed, started)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _place(self, problem: Problem, seed: int, started: float) -> PlacementResult:
+        p = self.params
+        search = self.make_search(problem, seed)
+        rollouts = search.rollouts
+        reserve = 0 if p["final"] == "best" else 1  # one evaluation kept for the greedy placement
+        while (k := rollouts.allowance(int(p["batch_size"]), reserve=reserve)) > 0:
+            if search.step(k) is None:
+                break
+        final, source, greedy_score = rollouts.final(search.greedy(), p["final"])
+        return PlacementResult.from_search(
+            search.grouping.expand(final),
+            problem,
+            started,
+            final=source,
+            groups=search.grouping.num_groups,
+            **search.info(),
+            best_search_score_s=rollouts.best_score_s,
+            greedy_score_s=greedy_score,
+            hyperparameters=dict(p),
+        )
