@@ -57,6 +57,8 @@ from rl.trainers import PPO, elite_indices
 from suite.errors import PlacebenchError
 from suite.placer import Problem
 
+MIN_PROB = 1e-12  # the smallest probability `TabularPolicy.set_probabilities` gives an allowed device
+
 
 class TabularPolicy(nn.Module):
     """Independent softmax distributions over devices, one per group: logits u [G, D], zero at start."""
@@ -92,9 +94,13 @@ class TabularPolicy(nn.Module):
             return torch.softmax(self.logits.masked_fill(~self.mask, float("-inf")), dim=-1).numpy().astype(np.float64)
 
     def set_probabilities(self, probs: np.ndarray) -> None:
-        """Make the distributions `probs` [G, D] (positive on every allowed device)."""
+        """Make the distributions `probs` [G, D]; an allowed device keeps at least `MIN_PROB`.
+
+        The floor keeps every logit finite (with epsilon = 0 an allowed device that no elite chose would get
+        probability 0, and its -inf logit NaN entropies and gradients in the next PPO step).
+        """
         mask = self.mask.numpy()
-        logits = np.where(mask, np.log(np.where(mask, probs, 1.0)), 0.0)
+        logits = np.where(mask, np.log(np.where(mask, np.maximum(probs, MIN_PROB), 1.0)), 0.0)
         with torch.no_grad():
             self.logits.copy_(torch.as_tensor(logits, dtype=self.logits.dtype))
 

@@ -93,3 +93,13 @@ def test_registered_and_parameters_checked():
                        ({"batch_size": 32, "ce_interval": 16}, "ce_interval \\(16\\) must be at least batch_size")):
         with pytest.raises(PlacebenchError, match=match):  # at construction, so a spec fails before it runs
             make_placer("post", **bad)
+
+
+def test_pure_cross_entropy_keeps_the_policy_finite(train2, k80x2, make_problem):
+    # epsilon = 0: devices no elite chose keep a tiny probability, so the PPO steps after a CE step see finite
+    # logits (a zero probability would make the entropy and the gradients NaN).
+    problem, budget = make_problem(train2, k80x2, max_evaluations=48)
+    result = PostPlacer(batch_size=8, ce_interval=16, epsilon=0.0).place(problem, budget, seed=0)
+    assert result.info["ce_steps"] == 2 and result.info["ppo_updates"] == 4
+    validate(result.placement, train2, k80x2)
+    assert all(math.isfinite(c.best_score_s) for c in result.curve)
