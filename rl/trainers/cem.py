@@ -2,9 +2,11 @@
 
 * `CrossEntropyMethod`: a tabular search distribution, one categorical over devices per group. Sample,
   keep the best `elite_frac`, move the probabilities toward the elites' frequencies with `smoothing`.
-  A learning-free baseline and the inner loop of Post-style placers.
-* `CEMTrainer`: the cross-entropy update of a parametric policy (Post, Gao et al. NeurIPS 2018): maximise
-  the log-likelihood of the elite samples of a batch, i.e. loss = -mean over elites of log pi(a).
+  A learning-free baseline. (Post, `rl.post`, has its own tabular step: the elites' frequencies mixed
+  with the uniform distribution, as its paper does.)
+* `CEMTrainer`: the cross-entropy update of a parametric policy, where there is no closed form: maximise
+  the log-likelihood of the elite samples of a batch, i.e. loss = -mean over elites of log pi(a) (Post's
+  update for a neural policy instead of its tables).
 
 Both take rewards (higher is better); masks forbid devices (probability 0).
 """
