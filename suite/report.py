@@ -489,8 +489,15 @@ def as_json(res: Results, reference: str | None = None) -> dict[str, Any]:
 
 
 # -- leaderboard and chart ---------------------------------------------------------------------------------
+def runs_that_made(runs: Iterable[Mapping[str, Any]], rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The runs of a manifest that made some of `rows`: not those whose cells were all rerun since, nor a
+    run that found every cell stored. All of them when no row names its run (tables from before run ids)."""
+    used = {r.get("run_id") for r in rows} - {None, ""}
+    return [run for run in runs if not used or run.get("run_id") in used]
+
+
 def provenance(runs: Iterable[Mapping[str, Any]]) -> str:
-    """One line per run of the store's manifest: what code, packages and machine produced the rows."""
+    """One line per run: what code, packages and machine produced the rows."""
     lines = []
     for run in runs:
         git = run.get("git") or {}
@@ -508,7 +515,7 @@ def provenance(runs: Iterable[Mapping[str, Any]]) -> str:
 def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | None = None, source: str = "",
                          runs: Iterable[Mapping[str, Any]] = (), note: str = "") -> str:
     rows = list(rows)
-    made_by = provenance(runs)
+    made_by = provenance(runs_that_made(runs, rows))
     res = Results.from_rows(rows)
     if not res.cells:
         raise ReportError("no result rows to report")

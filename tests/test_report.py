@@ -197,6 +197,12 @@ def test_leaderboard_names_the_runs_that_made_it(tmp_path):
     md, _ = report.write_leaderboard(ROWS, tmp_path, "ref", runs=[run])
     assert ("Run r1 (spec full, 9 cells, 2 worker(s)): commit abcdef123456 (uncommitted changes); placebench 0.1.0, "
             "numba 0.68.1; EPYC x2, Python 3.11.7.") in md.read_text()
+    # with run ids in the rows, only the runs that made them are named: not one whose cells were all rerun
+    # since, nor one that found every cell stored
+    rows = [{**r, "run_id": "r2" if i % 2 else "r3"} for i, r in enumerate(ROWS)]
+    runs = [{**run, "run_id": rid, "cells_run": n} for rid, n in (("r1", 9), ("r2", 5), ("r3", 4), ("r4", 0))]
+    text = report.write_leaderboard(rows, tmp_path, "ref", runs=runs)[0].read_text()
+    assert [line.split(" (")[0] for line in text.splitlines() if line.startswith("Run ")] == ["Run r2", "Run r3"]
 
 
 def test_bar_chart_is_a_png(tmp_path):

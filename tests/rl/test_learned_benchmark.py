@@ -1,6 +1,6 @@
-"""Training throughput of seq2seq on NMT: evaluations per second, policy update included.
+"""Training throughput of the learned placers on NMT: evaluations per second, policy updates included.
 
-Run with `python -m pytest tests/rl/test_seq2seq_benchmark.py -m benchmark --benchmark-enable`; the figure
+Run with `python -m pytest tests/rl/test_learned_benchmark.py -m benchmark --benchmark-enable`; the figure
 is in the benchmark's extra_info ("evaluations_per_s") and is printed.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl.post import PostPlacer, PostSearch
 from rl.seq2seq import Seq2SeqPlacer, Seq2SeqSearch
 from suite import load_cluster, load_workload
 from suite.methodology import Budget
@@ -17,15 +18,17 @@ from suite.placer import Problem
 
 @pytest.mark.benchmark
 @pytest.mark.parametrize("cluster", ["haswell_4k80"])
-def test_seq2seq_training_throughput_nmt(benchmark, cluster):
+@pytest.mark.parametrize(("placer", "search_class"), [(Seq2SeqPlacer, Seq2SeqSearch), (PostPlacer, PostSearch)],
+                         ids=["seq2seq", "post"])
+def test_training_throughput_nmt(benchmark, cluster, placer, search_class):
     graph, c = load_workload("nmt-2x1024-b64"), load_cluster(cluster)
     problem = Problem.make(graph, c, Budget(10**9, 10**9))
-    params = dict(Seq2SeqPlacer.defaults)
+    params = dict(placer.defaults)
     k = int(params["batch_size"])
     threads = torch.get_num_threads()
     torch.set_num_threads(int(params["threads"]))  # as the placer runs
     try:
-        search = Seq2SeqSearch(problem, params, seed=0)
+        search = search_class(problem, params, seed=0)
         search.step(k)  # warm-up: numba's simulator and torch's first calls
         benchmark.pedantic(search.step, args=(k,), rounds=20, iterations=1, warmup_rounds=1)
     finally:
@@ -33,6 +36,7 @@ def test_seq2seq_training_throughput_nmt(benchmark, cluster):
     rate = k / benchmark.stats.stats.mean
     benchmark.extra_info["evaluations_per_s"] = rate
     benchmark.extra_info["groups"] = search.grouping.num_groups
-    print(f"\nseq2seq on {graph.name} / {cluster}: {rate:.1f} evaluations/s "
-          f"(batch {k}, {search.grouping.num_groups} groups, policy update included)")
-    assert search.trainer.updates == 22
+    print(f"\n{placer.name} on {graph.name} / {cluster}: {rate:.1f} evaluations/s "
+          f"(batch {k}, {search.grouping.num_groups} groups, policy updates included)")
+    assert search.rollouts.batches == 22  # every step evaluated a batch and updated the policy
+    assert sum(v for key, v in search.info().items() if key in ("updates", "ppo_updates", "ce_steps")) == 22
