@@ -15,8 +15,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from rl.grouping import COARSEN_METHODS, GROUPINGS, Grouping
-from rl.reward import RewardEvaluator, Rollout, check_reward_params
+from rl.grouping import COARSEN_METHODS, GROUPINGS, Grouping, allowed_mask, make_grouping
+from rl.reward import RewardConfig, RewardEvaluator, Rollout, check_reward_params
 from suite.errors import PlacebenchError
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem
@@ -33,9 +33,15 @@ class GroupSearch(Protocol):
     def info(self) -> dict[str, Any]: ...
 
 
-def default_max_groups(params: dict[str, Any], num_devices: int) -> int:
-    """`max_groups`, or min(256, 20 x devices) when it is None (the cap of Mirhoseini et al.'s controller)."""
-    return params["max_groups"] if params["max_groups"] is not None else min(256, 20 * num_devices)
+def grouped_problem(problem: Problem, params: dict[str, Any]) -> tuple[Grouping, np.ndarray, RewardEvaluator]:
+    """What a search samples over: the grouping (`max_groups` None: min(256, 20 x devices), the cap of
+    Mirhoseini et al.'s controller), the devices each group may use (bool [G, D]), and the budgeted reward
+    evaluator of the placer's reward parameters."""
+    p, graph, cluster = params, problem.workload, problem.cluster
+    max_groups = p["max_groups"] if p["max_groups"] is not None else min(256, 20 * cluster.num_devices)
+    grouping = make_grouping(graph, p["grouping"], max_groups, coarsen_method=p["coarsen"])
+    config = RewardConfig(p["reward"], p["oom_score_s"], p["invalid_score_s"], bool(p["oom_shaping"]))
+    return grouping, allowed_mask(graph, grouping, cluster), RewardEvaluator(problem.evaluator, grouping, config)
 
 
 class GroupPolicyPlacer(BasePlacer):

@@ -49,11 +49,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl.grouping import allowed_mask, make_grouping
-from rl.learned import GroupPolicyPlacer, default_max_groups
+from rl.learned import GroupPolicyPlacer, grouped_problem
 from rl.nets import PolicyOutput, masked_categorical
-from rl.reward import RewardConfig, RewardEvaluator, Rollout
-from rl.trainers import PPO, elite_indices
+from rl.reward import Rollout
+from rl.trainers import PPO, device_frequencies, elite_indices
 from suite.errors import PlacebenchError
 from suite.placer import Problem
 
@@ -100,7 +99,7 @@ class TabularPolicy(nn.Module):
         probability 0, and its -inf logit NaN entropies and gradients in the next PPO step).
         """
         mask = self.mask.numpy()
-        logits = np.where(mask, np.log(np.where(mask, np.maximum(probs, MIN_PROB), 1.0)), 0.0)
+        logits = np.log(np.where(mask, np.maximum(probs, MIN_PROB), 1.0))  # 0 on masked devices
         with torch.no_grad():
             self.logits.copy_(torch.as_tensor(logits, dtype=self.logits.dtype))
 
@@ -112,11 +111,7 @@ def cross_entropy_step(samples: np.ndarray, rewards: np.ndarray, mask: np.ndarra
     samples [N, G] group devices, rewards [N] (higher is better), mask [G, D] bool -> probabilities [G, D],
     (1 - epsilon) x frequency + epsilon / (allowed devices of the group), 0 where masked.
     """
-    elite = samples[elite_indices(rewards, elite_frac)]
-    G, D = mask.shape
-    freq = np.zeros((G, D))
-    np.add.at(freq, (np.broadcast_to(np.arange(G), elite.shape), elite), 1.0)
-    freq /= len(elite)
+    freq = device_frequencies(samples[elite_indices(rewards, elite_frac)], mask.shape[1])
     uniform = mask / mask.sum(axis=1, keepdims=True)
     return (1.0 - epsilon) * freq + epsilon * uniform
 
@@ -130,10 +125,7 @@ class PostSearch:
 
     def __init__(self, problem: Problem, params: dict[str, Any], seed: int):
         p = params
-        graph, cluster = problem.workload, problem.cluster
-        self.grouping = make_grouping(graph, p["grouping"], default_max_groups(p, cluster.num_devices),
-                                      coarsen_method=p["coarsen"])
-        self.mask = allowed_mask(graph, self.grouping, cluster)
+        self.grouping, self.mask, self.rollouts = grouped_problem(problem, p)
         self.policy = TabularPolicy(torch.as_tensor(self.mask))
         self.generator = torch.Generator().manual_seed(seed)
         self.trainer = PPO(
@@ -151,8 +143,6 @@ class PostSearch:
         self.epsilon = float(p["epsilon"])
         self.ce_steps = 0
         self._window: list[Rollout] = []  # the rollouts since the last CE step
-        config = RewardConfig(p["reward"], p["oom_score_s"], p["invalid_score_s"], bool(p["oom_shaping"]))
-        self.rollouts = RewardEvaluator(problem.evaluator, self.grouping, config)
 
     def step(self, k: int) -> Rollout | None:
         """Sample, evaluate and learn from k placements; None (and no update) if the budget ran out."""

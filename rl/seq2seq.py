@@ -61,10 +61,9 @@ import numpy as np
 import torch
 
 from rl.features import group_features
-from rl.grouping import allowed_mask, make_grouping
-from rl.learned import GroupPolicyPlacer, default_max_groups
+from rl.learned import GroupPolicyPlacer, grouped_problem
 from rl.nets import Seq2SeqPolicy, to_tensor
-from rl.reward import RewardConfig, RewardEvaluator, Rollout
+from rl.reward import Rollout
 from rl.trainers import Reinforce
 from suite.errors import PlacebenchError
 from suite.placer import Problem
@@ -79,17 +78,15 @@ class Seq2SeqSearch:
 
     def __init__(self, problem: Problem, params: dict[str, Any], seed: int):
         p = params
-        graph, cluster = problem.workload, problem.cluster
-        self.grouping = make_grouping(graph, p["grouping"], default_max_groups(p, cluster.num_devices),
-                                      coarsen_method=p["coarsen"])
-        self.mask = torch.as_tensor(allowed_mask(graph, self.grouping, cluster))
-        self.x = to_tensor(group_features(graph, self.grouping).matrix())
+        self.grouping, mask, self.rollouts = grouped_problem(problem, p)
+        self.mask = torch.as_tensor(mask)
+        self.x = to_tensor(group_features(problem.workload, self.grouping).matrix())
         self.generator = torch.Generator().manual_seed(seed)
         with torch.random.fork_rng(devices=[]):  # seeded initial weights; the caller's global RNG is untouched
             torch.manual_seed(seed)
             self.policy = Seq2SeqPolicy(
                 self.x.shape[1],
-                cluster.num_devices,
+                problem.cluster.num_devices,
                 hidden_size=int(p["hidden_size"]),
                 encoder_layers=int(p["encoder_layers"]),
                 bidirectional=bool(p["bidirectional"]),
@@ -104,8 +101,6 @@ class Seq2SeqSearch:
             grad_clip=p["grad_clip"],
             normalize=bool(p["normalize_advantages"]),
         )
-        config = RewardConfig(p["reward"], p["oom_score_s"], p["invalid_score_s"], bool(p["oom_shaping"]))
-        self.rollouts = RewardEvaluator(problem.evaluator, self.grouping, config)
 
     def step(self, k: int) -> Rollout | None:
         """Sample, evaluate and learn from k placements; None (and no update) if the budget ran out."""

@@ -28,7 +28,7 @@ def load_cluster(name_or_path: str) -> Cluster:
     cluster = _cluster.load(path)
     if cluster.name != name_or_path:  # rows name the cluster by `name`: a preset chosen by file name must agree
         raise ClusterError(f"{path}: name = {cluster.name!r}, but a preset's name must be its file name "
-                                    f"({name_or_path!r})")
+                           f"({name_or_path!r})")
     return cluster
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rl.trainers.cem import CEMTrainer, CrossEntropyMethod, elite_indices
+from rl.trainers.cem import CEMTrainer, CrossEntropyMethod, device_frequencies, elite_indices
 from rl.trainers.common import apply_gradients, build_optimizer, scale_advantages
 from rl.trainers.ppo import PPO
 from rl.trainers.reinforce import MovingAverageBaseline, Reinforce
@@ -23,6 +23,7 @@ __all__ = [
     "Reinforce",
     "apply_gradients",
     "build_optimizer",
+    "device_frequencies",
     "discounted_returns",
     "elite_indices",
     "scale_advantages",

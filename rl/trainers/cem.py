@@ -29,6 +29,15 @@ def elite_indices(rewards: np.ndarray, elite_frac: float) -> np.ndarray:
     return np.argsort(-rewards, kind="stable")[:k]
 
 
+def device_frequencies(samples: np.ndarray, num_devices: int) -> np.ndarray:
+    """samples [N, G] group devices -> [G, D]: the share of samples that put each group on each device (the
+    maximum-likelihood categoricals of the samples; rows sum to 1)."""
+    samples = np.asarray(samples, dtype=np.int64)
+    freq = np.zeros((samples.shape[1], num_devices))
+    np.add.at(freq, (np.broadcast_to(np.arange(samples.shape[1]), samples.shape), samples), 1.0)
+    return freq / len(samples)
+
+
 class CrossEntropyMethod:
     """Independent categorical distributions over devices, one per group ([G, D] probabilities)."""
 
@@ -67,12 +76,8 @@ class CrossEntropyMethod:
         return (u >= cdf[None]).sum(axis=2).astype(np.int64)
 
     def update(self, samples: np.ndarray, rewards: np.ndarray) -> dict[str, Any]:
-        samples = np.asarray(samples, dtype=np.int64)
-        elite = samples[elite_indices(rewards, self.elite_frac)]
-        G, D = self.probs.shape
-        freq = np.zeros((G, D))
-        np.add.at(freq, (np.broadcast_to(np.arange(G), elite.shape), elite), 1.0)
-        freq /= len(elite)
+        elite = np.asarray(samples, dtype=np.int64)[elite_indices(rewards, self.elite_frac)]
+        freq = device_frequencies(elite, self.probs.shape[1])
         self.probs = self._normalised(self.smoothing * freq + (1.0 - self.smoothing) * self.probs)
         return {"elites": len(elite), "entropy": float(-(self.probs * np.log(self.probs + 1e-300)).sum())}
 

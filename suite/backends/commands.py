@@ -42,7 +42,7 @@ def _workload(args: argparse.Namespace):
 
     if args.workload not in zoo.names() and ("/" in args.workload or Path(args.workload).is_file()):
         raise PlacebenchError(f"{args.workload}: {args.command} runs a model, so it needs a zoo workload name "
-                         f"(placebench list workloads), not a graph file")
+                              f"(placebench list workloads), not a graph file")
     return real_workload(args.workload, seed=args.seed, mode=args.mode, **_overrides(args.set))
 
 
