@@ -5,11 +5,15 @@ a `RewardEvaluator`, and offers `step(k)` (sample, evaluate and learn from k pla
 policy's most likely group devices) and `info()` (its counters for the result). The driver checks the
 parameters every such placer has, runs batches until the budget is spent, keeps one evaluation back for
 the greedy placement, picks the final placement (`RewardEvaluator.final`), and restores torch's thread count.
+Placeto, which places one group per step, has its own loop but shares `grouped_problem`, `check_group_params`
+and `torch_threads`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import numpy as np
@@ -44,6 +48,46 @@ def grouped_problem(problem: Problem, params: dict[str, Any]) -> tuple[Grouping,
     return grouping, allowed_mask(graph, grouping, cluster), RewardEvaluator(problem.evaluator, grouping, config)
 
 
+def check_group_params(name: str, p: dict[str, Any]) -> None:
+    """Raise `PlacebenchError` for a bad grouping (grouping, max_groups, coarsen) or reward parameter."""
+    g = p["max_groups"]
+    if g is not None and (not isinstance(g, int) or isinstance(g, bool) or g < 1):
+        raise PlacebenchError(f"{name}: max_groups must be None or an integer >= 1, got {g!r}")
+    if p["grouping"] not in GROUPINGS:
+        raise PlacebenchError(f"{name}: grouping {p['grouping']!r} is not one of {', '.join(GROUPINGS)}")
+    if p["coarsen"] not in COARSEN_METHODS:
+        raise PlacebenchError(f"{name}: coarsen {p['coarsen']!r} is not one of {', '.join(COARSEN_METHODS)}")
+    check_reward_params(name, p)
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run with torch's intra-op thread count at n, then restore the caller's."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def finish(search: GroupSearch, problem: Problem, started: float, params: dict[str, Any]) -> PlacementResult:
+    """The final choice (`RewardEvaluator.final`: best sampled or greedy) and the result of a learned placer."""
+    rollouts = search.rollouts
+    final, source, greedy_score = rollouts.final(search.greedy(), params["final"])
+    return PlacementResult.from_search(
+        search.grouping.expand(final),
+        problem,
+        started,
+        final=source,
+        groups=search.grouping.num_groups,
+        **search.info(),
+        best_search_score_s=rollouts.best_score_s,
+        greedy_score_s=greedy_score,
+        hyperparameters=dict(params),
+    )
+
+
 class GroupPolicyPlacer(BasePlacer):
     """Base of the batched learned placers; subclasses set `name`, `defaults`, `bounds` and `make_search`.
 
@@ -60,45 +104,21 @@ class GroupPolicyPlacer(BasePlacer):
 
     def _check(self) -> None:
         """Checked at construction, not at the first update: a spec fails before it runs."""
-        p, name = self.params, self.name
-        g = p["max_groups"]
-        if g is not None and (not isinstance(g, int) or isinstance(g, bool) or g < 1):
-            raise PlacebenchError(f"{name}: max_groups must be None or an integer >= 1, got {g!r}")
-        if p["grouping"] not in GROUPINGS:
-            raise PlacebenchError(f"{name}: grouping {p['grouping']!r} is not one of {', '.join(GROUPINGS)}")
-        if p["coarsen"] not in COARSEN_METHODS:
-            raise PlacebenchError(f"{name}: coarsen {p['coarsen']!r} is not one of {', '.join(COARSEN_METHODS)}")
-        check_reward_params(name, p)
-        if p["baseline_decay"] >= 1.0:
-            raise PlacebenchError(f"{name}: baseline_decay must be below 1 (1 never moves the baseline), got "
-                                  f"{p['baseline_decay']!r}")
+        check_group_params(self.name, self.params)
+        if self.params["baseline_decay"] >= 1.0:
+            raise PlacebenchError(f"{self.name}: baseline_decay must be below 1 (1 never moves the baseline), got "
+                                  f"{self.params['baseline_decay']!r}")
 
     def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
         started = time.perf_counter()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(int(self.params["threads"]))
-        try:
+        with torch_threads(int(self.params["threads"])):
             return self._place(problem, seed, started)
-        finally:
-            torch.set_num_threads(threads)
 
     def _place(self, problem: Problem, seed: int, started: float) -> PlacementResult:
         p = self.params
         search = self.make_search(problem, seed)
-        rollouts = search.rollouts
         reserve = 0 if p["final"] == "best" else 1  # one evaluation kept for the greedy placement
-        while (k := rollouts.allowance(int(p["batch_size"]), reserve=reserve)) > 0:
+        while (k := search.rollouts.allowance(int(p["batch_size"]), reserve=reserve)) > 0:
             if search.step(k) is None:
                 break
-        final, source, greedy_score = rollouts.final(search.greedy(), p["final"])
-        return PlacementResult.from_search(
-            search.grouping.expand(final),
-            problem,
-            started,
-            final=source,
-            groups=search.grouping.num_groups,
-            **search.info(),
-            best_search_score_s=rollouts.best_score_s,
-            greedy_score_s=greedy_score,
-            hyperparameters=dict(p),
-        )
+        return finish(search, problem, started, p)

@@ -1,4 +1,4 @@
-"""What every batched learned placer (seq2seq, Post) guarantees: near the brute-force optimum on a tiny
+"""What every learned placer (seq2seq, Post, Placeto) guarantees: near the brute-force optimum on a tiny
 graph, the same placement for the same seed, the caller's torch RNG untouched, and an answer within a
 budget of one evaluation."""
 
@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl.placeto import PlacetoPlacer
 from rl.post import PostPlacer
 from rl.seq2seq import Seq2SeqPlacer
 from suite.placement import validate
 
-PLACERS = [Seq2SeqPlacer, PostPlacer]
+PLACERS = [Seq2SeqPlacer, PostPlacer, PlacetoPlacer]
 
 
 @pytest.mark.parametrize("placer", PLACERS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl.placeto import PlacetoPlacer, PlacetoSearch
 from rl.post import PostPlacer, PostSearch
 from rl.seq2seq import Seq2SeqPlacer, Seq2SeqSearch
 from suite import load_cluster, load_workload
@@ -40,3 +41,26 @@ def test_training_throughput_nmt(benchmark, cluster, placer, search_class):
           f"(batch {k}, {search.grouping.num_groups} groups, policy updates included)")
     assert search.rollouts.batches == 22  # every step evaluated a batch and updated the policy
     assert sum(v for key, v in search.info().items() if key in ("updates", "ppo_updates", "ce_steps")) == 22
+
+
+@pytest.mark.benchmark
+def test_placeto_training_throughput_nmt(benchmark):
+    """Placeto runs episodes, not batches: one episode of G steps is G evaluations and one update."""
+    graph, c = load_workload("nmt-2x1024-b64"), load_cluster("haswell_4k80")
+    problem = Problem.make(graph, c, Budget(10**9, 10**9))
+    params = {**PlacetoPlacer.defaults, "max_groups": 4 * c.num_devices}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(params["threads"]))
+    try:
+        search = PlacetoSearch(problem, params, seed=0)
+        assert search.episode(1, reserve=0)  # warm-up, and the one evaluation of the initial placement
+        benchmark.pedantic(search.episode, args=(1, 0), rounds=20, iterations=1, warmup_rounds=1)
+    finally:
+        torch.set_num_threads(threads)
+    G = search.graph.num_groups
+    rate = G / benchmark.stats.stats.mean
+    benchmark.extra_info["evaluations_per_s"] = rate
+    benchmark.extra_info["groups"] = G
+    print(f"\nplaceto on {graph.name} / haswell_4k80: {rate:.1f} evaluations/s ({G} groups, one update per episode)")
+    assert search.episodes == search.updates == 22
+    assert problem.evaluator.evaluations_used == 1 + 22 * G
