@@ -214,3 +214,22 @@ def test_registered_and_checked():
         PlacetoPlacer(grouping="nope")
     with pytest.raises(PlacebenchError, match="discount"):
         PlacetoPlacer(discount=1.5)
+
+
+def test_episode_matches_the_iterative_gym_environment(branchy, k80x2, make_problem):
+    """Placeto's MDP is `placebench/Iterative-v0` with reward "improvement": replaying an episode's actions
+    in the environment, from the same start, gives the same step rewards (reward -sqrt(score), no shaping)."""
+    from suite.envs import IterativePlacementEnv
+
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=100)
+    params = {**PlacetoPlacer.defaults, "grouping": "colocation", "reward": "neg_sqrt", "oom_shaping": False}
+    search = PlacetoSearch(problem, params, seed=4)
+    seen = {}
+    search._update = lambda states, actions, rewards, G: seen.update(actions=actions, rewards=rewards)
+    assert search.episode(1, reserve=0)
+    env_problem, _ = make_problem(branchy, k80x2, max_evaluations=100)
+    env = IterativePlacementEnv(evaluator=env_problem.evaluator, reward="improvement")
+    env.reset(seed=0, options={"placement": search.initial})
+    replayed = [env.step(int(a))[1] for a in seen["actions"][0]]
+    np.testing.assert_allclose(replayed, seen["rewards"][0], rtol=1e-12, atol=1e-15)
+    assert np.count_nonzero(seen["rewards"][0]) >= 2
