@@ -18,7 +18,8 @@ Agg = relu(g(sum over neighbours of relu(f(x)))), one aggregator per direction; 
 concatenated. The groups are then split, relative to the current group, into ancestors, descendants and
 the rest (parallel groups), each set is summed through its own aggregator, and [current group, ancestors,
 descendants, parallel] feeds an MLP that gives the logits of the devices; devices the group may not use are
-masked out.
+masked out. Coarsening can leave cycles in the group graph: the visiting order is then the first ops' order,
+and the groups on a cycle with the current one count as both its ancestors and its descendants.
 
 Every evaluated placement counts against the methodology's budget, so an episode of G groups costs G
 evaluations (plus one for the initial placement): at 1000 evaluations and the default grouping a search
