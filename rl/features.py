@@ -44,7 +44,8 @@ NUMERIC_NAMES = (
 )
 
 
-def _scaled_log(x: np.ndarray) -> np.ndarray:
+def scaled_log(x: np.ndarray) -> np.ndarray:
+    """log1p(x) divided by its largest value (0 stays 0): many orders of magnitude into [0, 1]."""
     y = np.log1p(np.asarray(x, dtype=np.float64))
     top = y.max() if y.size else 0.0
     return y / top if top > 0 else y
@@ -98,15 +99,15 @@ def op_features(graph: OpGraph) -> OpFeatures:
     depth = depths(graph).astype(np.float64)
     numeric = np.column_stack(
         [
-            _scaled_log(a.flops),
-            _scaled_log(a.bytes_accessed),
-            _scaled_log(a.output_bytes),
-            _scaled_log(a.param_bytes),
+            scaled_log(a.flops),
+            scaled_log(a.bytes_accessed),
+            scaled_log(a.output_bytes),
+            scaled_log(a.param_bytes),
             phase,
             np.arange(n) / max(n - 1, 1),
             depth / max(depth.max() if n else 0.0, 1.0),
-            _scaled_log(np.diff(a.pred_ptr)),
-            _scaled_log(np.diff(a.succ_ptr)),
+            scaled_log(np.diff(a.pred_ptr)),
+            scaled_log(np.diff(a.succ_ptr)),
         ]
     ).astype(np.float32)
     shape = np.zeros((n, MAX_RANK))
@@ -168,32 +169,40 @@ def group_features(graph: OpGraph, grouping: Grouping, ops: OpFeatures | None = 
     first = np.array([m[0] for m in grouping.members], dtype=np.float64)
     numeric = np.column_stack(
         [
-            _scaled_log(gsum(a.flops)),
-            _scaled_log(gsum(a.bytes_accessed)),
-            _scaled_log(gsum(a.output_bytes)),
-            _scaled_log(gsum(a.param_bytes)),
-            _scaled_log(size),
+            scaled_log(gsum(a.flops)),
+            scaled_log(gsum(a.bytes_accessed)),
+            scaled_log(gsum(a.output_bytes)),
+            scaled_log(gsum(a.param_bytes)),
+            scaled_log(size),
             first / max(graph.num_ops - 1, 1),
         ]
     )
     shape = np.zeros((G, MAX_RANK))
     np.add.at(shape, asg, ops.output_shape)
     shape /= size[:, None]
-    gs, gd = asg[ops.edge_index[0]], asg[ops.edge_index[1]]
-    cross = gs != gd
+    edge_index, ebytes, ecount = group_edges(graph, grouping)
     adj = np.zeros((G, G))
-    np.add.at(adj, (gs[cross], gd[cross]), 1.0)
-    pair = gs[cross] * G + gd[cross]
-    uniq, inv = np.unique(pair, return_inverse=True)
-    ebytes = np.bincount(inv, weights=ops.edge_bytes[cross], minlength=len(uniq))
+    adj[edge_index[0], edge_index[1]] = ecount
     return GroupFeatures(
         kind_counts=(counts / size[:, None]).astype(np.float32),
         numeric=numeric.astype(np.float32),
         output_shape=shape.astype(np.float32),
-        adjacency=_scaled_log(adj).astype(np.float32),
-        edge_index=np.stack([uniq // G, uniq % G]).astype(np.int64) if len(uniq) else np.zeros((2, 0), np.int64),
-        edge_bytes=ebytes.astype(np.float64),
+        adjacency=scaled_log(adj).astype(np.float32),
+        edge_index=edge_index,
+        edge_bytes=ebytes,
     )
+
+
+def group_edges(graph: OpGraph, grouping: Grouping) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The group-level edges: (edge_index int64 [2, E] of distinct (src, dst) group pairs, src != dst, in
+    increasing src * G + dst; bytes float64 [E] and op edges int64 [E] on each)."""
+    a, asg, G = graph.arrays, grouping.assignment, grouping.num_groups
+    gs = asg[np.repeat(np.arange(graph.num_ops), np.diff(a.succ_ptr))]
+    gd = asg[np.asarray(a.succ_idx, dtype=np.int64)]
+    cross = gs != gd
+    pairs, inv, count = np.unique(gs[cross] * G + gd[cross], return_inverse=True, return_counts=True)
+    ebytes = np.bincount(inv, weights=np.asarray(a.succ_bytes, np.float64)[cross], minlength=len(pairs))
+    return np.stack([pairs // G, pairs % G]).astype(np.int64).reshape(2, -1), ebytes.astype(np.float64), count
 
 
 def device_features(cluster: Cluster) -> np.ndarray:
@@ -202,7 +211,7 @@ def device_features(cluster: Cluster) -> np.ndarray:
     flops = np.array([d.peak_flops * d.compute_efficiency for d in cluster.devices])
     bw = np.array([d.mem_bandwidth * d.memory_efficiency for d in cluster.devices])
     mem = np.array([d.memory_bytes for d in cluster.devices], dtype=np.float64)
-    return np.column_stack([kinds, _scaled_log(flops), _scaled_log(bw), _scaled_log(mem)]).astype(np.float32)
+    return np.column_stack([kinds, scaled_log(flops), scaled_log(bw), scaled_log(mem)]).astype(np.float32)
 
 
 def cost_features(graph: OpGraph, cluster: Cluster, grouping: Grouping | None = None) -> np.ndarray:
@@ -213,4 +222,4 @@ def cost_features(graph: OpGraph, cluster: Cluster, grouping: Grouping | None = 
         np.add.at(out, grouping.assignment, cost)
         cost = out
     # seconds are small: scale to microseconds before the log so that differences survive
-    return _scaled_log(cost * 1e6).astype(np.float32)
+    return scaled_log(cost * 1e6).astype(np.float32)

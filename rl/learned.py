@@ -26,15 +26,21 @@ from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem
 
 
-class GroupSearch(Protocol):
+class Search(Protocol):
+    """What `finish` needs of any learned placer's search."""
+
     grouping: Grouping
     rollouts: RewardEvaluator
-
-    def step(self, k: int) -> Rollout | None: ...
 
     def greedy(self) -> np.ndarray: ...
 
     def info(self) -> dict[str, Any]: ...
+
+
+class GroupSearch(Search, Protocol):
+    """A batched search: `step(k)` samples, evaluates and learns from k placements."""
+
+    def step(self, k: int) -> Rollout | None: ...
 
 
 def grouped_problem(problem: Problem, params: dict[str, Any]) -> tuple[Grouping, np.ndarray, RewardEvaluator]:
@@ -71,7 +77,7 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def finish(search: GroupSearch, problem: Problem, started: float, params: dict[str, Any]) -> PlacementResult:
+def finish(search: Search, problem: Problem, started: float, params: dict[str, Any]) -> PlacementResult:
     """The final choice (`RewardEvaluator.final`: best sampled or greedy) and the result of a learned placer."""
     rollouts = search.rollouts
     final, source, greedy_score = rollouts.final(search.greedy(), params["final"])

@@ -89,6 +89,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rl.features import group_edges, scaled_log
 from rl.grouping import Grouping
 from rl.learned import check_group_params, finish, grouped_problem, torch_threads
 from rl.nets import masked_categorical
@@ -152,17 +153,14 @@ def reachable(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 def group_graph(graph: OpGraph, grouping: Grouping, cost_s: np.ndarray) -> GroupGraph:
     """The group-level graph of `grouping`; cost_s [n_ops, D] is the cost model's op times."""
     a, asg, G = graph.arrays, grouping.assignment, grouping.num_groups
-    src_op = np.repeat(np.arange(graph.num_ops), np.diff(a.succ_ptr))
-    gs, gd = asg[src_op], asg[np.asarray(a.succ_idx, dtype=np.int64)]
-    pairs = np.unique(gs[gs != gd] * G + gd[gs != gd])
-    src, dst = pairs // G, pairs % G
+    (src, dst), _, _ = group_edges(graph, grouping)
     reach = reachable(G, src, dst)
     np.fill_diagonal(reach, False)
     cost = np.zeros((G, cost_s.shape[1]))
     np.add.at(cost, asg, cost_s)
     return GroupGraph(
-        src=src.astype(np.int64),
-        dst=dst.astype(np.int64),
+        src=src,
+        dst=dst,
         ancestors=reach.T.copy(),
         descendants=reach,
         cost_s=cost,
@@ -257,9 +255,8 @@ class StateFeatures:
             top = x.max() if x.size else 0.0
             return x / top if top > 0 else x
 
-        log_cost = np.log1p(graph.cost_s * 1e6)
         static = np.column_stack([scaled(graph.output_bytes), scaled(graph.param_bytes),
-                                  np.arange(G) / max(G - 1, 1), scaled(log_cost)])
+                                  np.arange(G) / max(G - 1, 1), scaled_log(graph.cost_s * 1e6)])
         self.static = torch.as_tensor(static, dtype=torch.float32)  # [G, 3 + D]
         self.width = 1 + self.static.shape[1] + 2 + num_devices
 
@@ -294,7 +291,7 @@ class PlacetoSearch:
             self.policy = PlacetoPolicy(self.features.width, problem.cluster.num_devices, self.graph,
                                         hidden=int(p["hidden"]), rounds=int(p["rounds"]))
         self.optimizer = build_optimizer(self.policy.parameters(), float(p["lr"]))
-        self.steps = self.graph.num_groups * int(p["passes"])
+        self.order = np.tile(np.arange(self.graph.num_groups), int(p["passes"]))  # the group placed at each step
         self.history: deque[np.ndarray] = deque(maxlen=int(p["baseline_episodes"]))  # batch-mean returns
         self.initial = self._random_placement()
         self.initial_reward: float | None = None  # R of `initial`, once evaluated
@@ -322,9 +319,6 @@ class PlacetoSearch:
         self.initial_reward = float(r.rewards[0])
         return np.repeat(starts, k, axis=0), np.full(k, self.initial_reward)
 
-    def _order(self) -> np.ndarray:
-        return np.tile(np.arange(self.graph.num_groups), int(self.params["passes"]))
-
     def episode(self, k: int, reserve: int) -> bool:
         """Run k episodes side by side and learn from them; False if the budget ran out first (no update)."""
         start = self._start(k, reserve)
@@ -332,10 +326,10 @@ class PlacetoSearch:
             return False
         placement, prev = torch.as_tensor(start[0]), start[1]
         visits = torch.zeros(placement.shape, dtype=torch.float32)
-        T, G = self.steps, self.graph.num_groups
+        T, G = len(self.order), self.graph.num_groups
         states, actions = [], []
         rewards = np.zeros((k, T))
-        for t, v in enumerate(self._order()):
+        for t, v in enumerate(self.order):
             current = torch.full((k,), int(v), dtype=torch.long)
             with torch.no_grad():
                 x = self.features(placement, visits, current)
@@ -363,10 +357,9 @@ class PlacetoSearch:
         self.history.append(returns.mean(axis=0))
         adv = returns - np.mean(np.stack(self.history), axis=0)
         adv = scale_advantages(adv.reshape(-1), bool(p["normalize_advantages"])).reshape(k, T)
-        order = torch.as_tensor(self._order())
         placement = torch.stack([s[0] for s in states], dim=1).reshape(k * T, G)  # row b * T + t
         visits = torch.stack([s[1] for s in states], dim=1).reshape(k * T, G)
-        current = order.repeat(k)
+        current = torch.as_tensor(self.order).repeat(k)
         logits = self.policy(self.features(placement, visits, current), current)
         _, logp, ent = masked_categorical(logits, self.mask[current], actions=actions.reshape(-1))
         weight = torch.as_tensor(adv.reshape(-1), dtype=logp.dtype)
@@ -384,7 +377,7 @@ class PlacetoSearch:
         placement = torch.as_tensor(start).clone()[None]
         visits = torch.zeros(placement.shape, dtype=torch.float32)
         with torch.no_grad():
-            for v in self._order():
+            for v in self.order:
                 current = torch.tensor([int(v)])
                 logits = self.policy(self.features(placement, visits, current), current)
                 a, _, _ = masked_categorical(logits, self.mask[v], greedy=True)
@@ -439,7 +432,6 @@ class PlacetoPlacer(BasePlacer):
         with torch_threads(int(p["threads"])):
             search = PlacetoSearch(problem, p, seed)
             reserve = 0 if p["final"] == "best" else 1
-            k = int(p["batch_size"])
-            while search.rollouts.allowance(k, reserve=reserve) >= k and search.episode(k, reserve):
+            while search.episode(int(p["batch_size"]), reserve):  # False once the budget cannot pay for a step
                 pass
             return finish(search, problem, started, self.params)
