@@ -12,6 +12,8 @@ Builders:
 * `mirhoseini_grouping`: the co-location heuristics of Mirhoseini et al. (ICML 2017, Sec. 3.2) -- colocation
   groups, then an op whose output is consumed by exactly one op joins that consumer -- followed by
   `coarsen` down to at most `max_groups`.
+* `chain_grouping`: the first coarsening of HSDAG (its authors' `merge_operations`, as its comment states
+  it): colocation groups, then an op whose only consumer has no other input joins that consumer (chains).
 * `scope_grouping`: ops with the same leading scope components (e.g. "encoder.lstm.0") form one group.
 * `coarsen`: generic coarsening of any grouping to at most `max_groups`, either along the topological order
   (contiguous runs of about equal work) or by heavy-edge matching (contract the groups joined by the most
@@ -31,7 +33,7 @@ from suite.errors import PlacebenchError, PlacementError
 from suite.graph import DEVICE_KINDS, OpGraph
 
 COARSEN_METHODS = ("topological", "heavy_edge")
-GROUPINGS = ("mirhoseini", "colocation", "scope", "topological", "heavy_edge")
+GROUPINGS = ("mirhoseini", "colocation", "chain", "scope", "topological", "heavy_edge")
 
 
 class GroupingError(PlacebenchError):
@@ -204,6 +206,24 @@ def mirhoseini_grouping(
     return coarsen(graph, m.grouping(), max_groups, method=coarsen_method)
 
 
+def chain_grouping(graph: OpGraph) -> Grouping:
+    """Colocation groups, then every edge u -> v where u has one consumer and v one input is contracted.
+
+    This is the chain merging HSDAG starts from (Esthesia/HSDAG `merge_operations`: "the node has exactly
+    one successor and no other predecessors of successor"). Merges that would leave a group no device kind
+    are skipped.
+    """
+    base = colocation_grouping(graph)
+    m = _Merger(graph, base.assignment)
+    a = graph.arrays
+    out_degree, in_degree = np.diff(a.succ_ptr), np.diff(a.pred_ptr)
+    for u in np.flatnonzero(out_degree == 1).tolist():
+        v = int(a.succ_idx[a.succ_ptr[u]])
+        if in_degree[v] == 1:
+            m.union(u, v)
+    return m.grouping()
+
+
 def scope_grouping(graph: OpGraph, depth: int = 2, max_groups: int | None = None) -> Grouping:
     """Ops whose scopes agree on the first `depth` dotted components form one group (then colocation).
 
@@ -341,6 +361,8 @@ def make_grouping(
         g = mirhoseini_grouping(graph, None)
     elif method == "colocation":
         g = colocation_grouping(graph)
+    elif method == "chain":
+        g = chain_grouping(graph)
     elif method == "scope":
         g = scope_grouping(graph)
     else:

@@ -5,8 +5,8 @@ a `RewardEvaluator`, and offers `step(k)` (sample, evaluate and learn from k pla
 policy's most likely group devices) and `info()` (its counters for the result). The driver checks the
 parameters every such placer has, runs batches until the budget is spent, keeps one evaluation back for
 the greedy placement, picks the final placement (`RewardEvaluator.final`), and restores torch's thread count.
-Placeto, which places one group per step, has its own loop but shares `grouped_problem`, `check_group_params`
-and `torch_threads`.
+Placeto (one group per step) and HSDAG (episodes of placements parsed in turn) have their own loops but
+share `grouped_problem`, `check_group_params`, `torch_threads` and `finish`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,16 @@ from rl.reward import RewardConfig, RewardEvaluator, Rollout, check_reward_param
 from suite.errors import PlacebenchError
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem
+
+# The parameters every learned placer has after its "reward" transform (`rl.reward`), in this order.
+COMMON_DEFAULTS = {
+    "oom_score_s": None,  # None: the methodology's penalty; a number: a fixed score (Mirhoseini et al.: large)
+    "invalid_score_s": None,
+    "oom_shaping": True,  # OOM score grows with the memory overflow (ours; see rl.reward)
+    "final": "best_or_greedy",  # best_or_greedy | best | greedy
+    "threads": 1,  # torch intra-op threads while searching
+}
+COMMON_BOUNDS = {"threads": (1, 4096)}
 
 
 class Search(Protocol):
@@ -97,8 +107,8 @@ def finish(search: Search, problem: Problem, started: float, params: dict[str, A
 class GroupPolicyPlacer(BasePlacer):
     """Base of the batched learned placers; subclasses set `name`, `defaults`, `bounds` and `make_search`.
 
-    `defaults` must hold grouping, max_groups, coarsen, batch_size, baseline_decay, the reward parameters
-    (reward, oom_score_s, invalid_score_s, oom_shaping), final and threads.
+    `defaults` must hold grouping, max_groups, coarsen, batch_size, baseline_decay, reward and
+    `COMMON_DEFAULTS`.
     """
 
     def __init__(self, **params: Any):

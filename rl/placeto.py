@@ -91,7 +91,14 @@ from torch import nn
 
 from rl.features import group_edges, scaled_log
 from rl.grouping import Grouping
-from rl.learned import check_group_params, finish, grouped_problem, torch_threads
+from rl.learned import (
+    COMMON_BOUNDS,
+    COMMON_DEFAULTS,
+    check_group_params,
+    finish,
+    grouped_problem,
+    torch_threads,
+)
 from rl.nets import masked_categorical
 from rl.reward import reward_of
 from rl.trainers import apply_gradients, build_optimizer, discounted_returns, scale_advantages
@@ -406,16 +413,13 @@ class PlacetoPlacer(BasePlacer):
         "grad_clip": 1.25,
         "normalize_advantages": True,
         "reward": "neg",  # R = -score; a step's reward is the improvement of R
-        "oom_score_s": None,  # None: the methodology's penalty; a number: a fixed score
-        "invalid_score_s": None,
-        "oom_shaping": True,
-        "final": "best_or_greedy",  # best_or_greedy | best | greedy
-        "threads": 1,  # torch intra-op threads while searching
+        **COMMON_DEFAULTS,
     }
     bounds = {
         "passes": (1, 1000), "hidden": (0, 8192), "rounds": (0, 1000), "batch_size": (1, 4096),
         "discount": (0.0, 1.0), "baseline_episodes": (1, 1_000_000), "lr": (1e-12, 10.0),
-        "entropy_coef": (0.0, 1e6), "grad_clip": (0.0, 1e12), "threads": (1, 4096),
+        "entropy_coef": (0.0, 1e6), "grad_clip": (0.0, 1e12),
+        **COMMON_BOUNDS,
     }
 
     def __init__(self, **params: Any):

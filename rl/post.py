@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl.learned import GroupPolicyPlacer, grouped_problem
+from rl.learned import COMMON_BOUNDS, COMMON_DEFAULTS, GroupPolicyPlacer, grouped_problem
 from rl.nets import PolicyOutput, masked_categorical
 from rl.reward import Rollout
 from rl.trainers import PPO, device_frequencies, elite_indices
@@ -195,16 +195,13 @@ class PostPlacer(GroupPolicyPlacer):
         "entropy_coef": 0.0,
         "grad_clip": 1.0,
         "reward": "neg_sqrt",
-        "oom_score_s": None,  # None: the methodology's penalty; a number: a fixed score
-        "invalid_score_s": None,
-        "oom_shaping": True,
-        "final": "best_or_greedy",  # best_or_greedy | best | greedy
-        "threads": 1,  # torch intra-op threads while searching
+        **COMMON_DEFAULTS,
     }
     bounds = {
         "batch_size": (1, 4096), "ce_interval": (1, 1_000_000), "elite_frac": (1e-6, 1.0), "epsilon": (0.0, 1.0),
         "ppo_epochs": (1, 1000), "ppo_clip": (1e-6, 10.0), "lr": (1e-12, 10.0), "baseline_decay": (0.0, 1.0),
-        "entropy_coef": (0.0, 1e6), "grad_clip": (0.0, 1e12), "threads": (1, 4096),
+        "entropy_coef": (0.0, 1e6), "grad_clip": (0.0, 1e12),
+        **COMMON_BOUNDS,
     }
 
     def make_search(self, problem: Problem, seed: int) -> PostSearch:

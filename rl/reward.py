@@ -37,7 +37,7 @@ from suite.errors import BudgetExhausted, PlacebenchError
 from suite.evaluator import Evaluator, Measurement
 from suite.textfile import as_float, short_repr
 
-TRANSFORMS = ("neg_sqrt", "neg", "neg_log")
+TRANSFORMS = ("neg_sqrt", "neg", "neg_log", "inv")
 FINAL_CHOICES = ("best_or_greedy", "best", "greedy")
 
 
@@ -45,7 +45,7 @@ FINAL_CHOICES = ("best_or_greedy", "best", "greedy")
 class RewardConfig:
     """How a measurement becomes a reward. `None` penalties take the methodology's scoring."""
 
-    transform: str = "neg_sqrt"  # reward = -sqrt(score) | -score | -log(score)
+    transform: str = "neg_sqrt"  # reward = -sqrt(score) | -score | -log(score) | 1 / score (HSDAG)
     oom_score_s: float | None = None
     invalid_score_s: float | None = None
     oom_shaping: bool = True  # add failure score x memory overflow fraction to OOM scores (ours)
@@ -92,6 +92,8 @@ def reward_of(score: float, transform: str = "neg_sqrt") -> float:
         return -math.sqrt(score)
     if transform == "neg":
         return -score
+    if transform == "inv":
+        return 1.0 / max(score, 1e-12)
     return -math.log(max(score, 1e-12))
 
 

@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 from rl.features import group_features
-from rl.learned import GroupPolicyPlacer, grouped_problem
+from rl.learned import COMMON_BOUNDS, COMMON_DEFAULTS, GroupPolicyPlacer, grouped_problem
 from rl.nets import Seq2SeqPolicy, to_tensor
 from rl.reward import Rollout
 from rl.trainers import Reinforce
@@ -139,16 +139,13 @@ class Seq2SeqPlacer(GroupPolicyPlacer):
         "temperature": 1.0,
         "tanh_constant": 0.0,
         "reward": "neg_sqrt",
-        "oom_score_s": None,  # None: the methodology's penalty; a number: a fixed score (Mirhoseini: large)
-        "invalid_score_s": None,
-        "oom_shaping": True,  # OOM score grows with the memory overflow (ours; see rl.reward)
-        "final": "best_or_greedy",  # best_or_greedy | best | greedy
-        "threads": 1,  # torch intra-op threads while searching
+        **COMMON_DEFAULTS,
     }
     bounds = {
         "hidden_size": (1, 8192), "encoder_layers": (1, 64), "batch_size": (1, 4096), "lr": (1e-12, 10.0),
         "baseline_decay": (0.0, 1.0), "entropy_coef": (0.0, 1e6), "grad_clip": (0.0, 1e12),
-        "temperature": (1e-6, 1e6), "tanh_constant": (0.0, 1e6), "threads": (1, 4096),
+        "temperature": (1e-6, 1e6), "tanh_constant": (0.0, 1e6),
+        **COMMON_BOUNDS,
     }
 
     def make_search(self, problem: Problem, seed: int) -> Seq2SeqSearch:

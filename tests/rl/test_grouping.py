@@ -141,7 +141,7 @@ def random_graphs(draw):
 
 @settings(max_examples=60, deadline=None)
 @given(graph=random_graphs(), max_groups=st.integers(1, 12),
-       method=st.sampled_from(["mirhoseini", "colocation", "scope", "topological", "heavy_edge"]))
+       method=st.sampled_from(["mirhoseini", "colocation", "chain", "scope", "topological", "heavy_edge"]))
 def test_groupings_keep_invariants(graph, max_groups, method):
     try:
         g = make_grouping(graph, method, max_groups)

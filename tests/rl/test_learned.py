@@ -1,4 +1,4 @@
-"""What every learned placer (seq2seq, Post, Placeto) guarantees: near the brute-force optimum on a tiny
+"""What every learned placer (seq2seq, Post, Placeto, HSDAG) guarantees: near the brute-force optimum on a tiny
 graph, the same placement for the same seed, the caller's torch RNG untouched, and an answer within a
 budget of one evaluation."""
 
@@ -7,12 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl.hsdag import HSDAGPlacer
 from rl.placeto import PlacetoPlacer
 from rl.post import PostPlacer
 from rl.seq2seq import Seq2SeqPlacer
 from suite.placement import validate
 
-PLACERS = [Seq2SeqPlacer, PostPlacer, PlacetoPlacer]
+PLACERS = [Seq2SeqPlacer, PostPlacer, PlacetoPlacer, HSDAGPlacer]
+SMALL = {HSDAGPlacer: {"steps": 8}}  # placers without batch_size: their own small unit of sampling
 
 
 @pytest.mark.parametrize("placer", PLACERS)
@@ -31,7 +33,7 @@ def test_same_seed_same_placement(placer, train2, k80x2, make_problem):
     runs = []
     for _ in range(2):
         problem, budget = make_problem(train2, k80x2, max_evaluations=40)
-        runs.append(placer(batch_size=8).place(problem, budget, seed=3))
+        runs.append(placer(**SMALL.get(placer, {"batch_size": 8})).place(problem, budget, seed=3))
     assert runs[0].placement.tolist() == runs[1].placement.tolist()
     assert [c.best_score_s for c in runs[0].curve] == [c.best_score_s for c in runs[1].curve]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl.hsdag import HSDAGPlacer, HSDAGSearch
 from rl.placeto import PlacetoPlacer, PlacetoSearch
 from rl.post import PostPlacer, PostSearch
 from rl.seq2seq import Seq2SeqPlacer, Seq2SeqSearch
@@ -64,3 +65,27 @@ def test_placeto_training_throughput_nmt(benchmark):
     print(f"\nplaceto on {graph.name} / haswell_4k80: {rate:.1f} evaluations/s ({G} groups, one update per episode)")
     assert search.episodes == search.updates == 22
     assert problem.evaluator.evaluations_used == 1 + 22 * G
+
+
+@pytest.mark.benchmark
+def test_hsdag_training_throughput_nmt(benchmark):
+    """HSDAG runs episodes of `steps` placements (parsed one after another) and one update each."""
+    graph, c = load_workload("nmt-2x1024-b64"), load_cluster("haswell_4k80")
+    problem = Problem.make(graph, c, Budget(10**9, 10**9))
+    params = dict(HSDAGPlacer.defaults)
+    steps = int(params["steps"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(params["threads"]))
+    try:
+        search = HSDAGSearch(problem, params, seed=0)
+        assert search.episode(reserve=0)  # warm-up
+        benchmark.pedantic(search.episode, args=(0,), rounds=10, iterations=1, warmup_rounds=1)
+    finally:
+        torch.set_num_threads(threads)
+    rate = steps / benchmark.stats.stats.mean
+    benchmark.extra_info["evaluations_per_s"] = rate
+    benchmark.extra_info["groups"] = search.grouping.num_groups
+    print(f"\nhsdag on {graph.name} / haswell_4k80: {rate:.1f} evaluations/s ({search.grouping.num_groups} groups, "
+          f"{steps} placements and one update per episode)")
+    assert search.episodes == search.updates == 12
+    assert problem.evaluator.evaluations_used == 12 * steps

@@ -16,6 +16,7 @@ def test_reward_transforms():
     assert reward_of(4.0) == -2.0
     assert reward_of(4.0, "neg") == -4.0
     assert reward_of(math.e, "neg_log") == pytest.approx(-1.0)
+    assert reward_of(4.0, "inv") == 0.25
     with pytest.raises(ValueError):
         RewardConfig("square")
     with pytest.raises(ValueError):
