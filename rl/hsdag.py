@@ -99,9 +99,8 @@ from rl.learned import (
     torch_threads,
 )
 from rl.nets import masked_categorical, to_tensor
-from suite.errors import PlacebenchError
 from suite.methodology import Budget
-from suite.placer import BasePlacer, PlacementResult, Problem
+from suite.placer import BasePlacer, PlacementResult, Problem, check_choice
 
 BASELINES = ("none", "moving")
 
@@ -210,6 +209,18 @@ class Parser(nn.Module):
         self.mask_ids = np.asarray(mask_ids, dtype=np.int64)
         self.self_loops = self_loops
         self.max_levels = max_levels
+        self._base = self._level(self.adjacency, self.mask_ids)  # the first level's graph never changes
+
+    def _level(self, adj: np.ndarray, mask_ids: np.ndarray) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+        """What a level needs of its graph: A_hat, the edges a node may keep ([N, N], self-loops per
+        `self_loops`), and the ends of the scored edges (pairs u < v, then self-loops)."""
+        n = len(adj)
+        candidate = adj & (mask_ids[:, None] == mask_ids[None, :])  # never join groups of other devices
+        u, v = np.nonzero(np.triu(candidate, k=1))
+        loops = np.arange(n) if self.self_loops else np.zeros(0, dtype=np.int64)
+        if self.self_loops:
+            candidate = candidate | np.eye(n, dtype=bool)
+        return normalized_adjacency(adj), candidate, np.concatenate([u, loops]), np.concatenate([v, loops])
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, int]:
         h = self.input(x)
@@ -218,19 +229,13 @@ class Parser(nn.Module):
         levels = 0
         while len(adj) > 1 and (self.max_levels == 0 or levels < self.max_levels):
             n = len(adj)
-            a_hat = normalized_adjacency(adj)
+            a_hat, candidate, ends_u, ends_v = self._base if levels == 0 else self._level(adj, mask_ids)
             z = self.gnn1(h, a_hat)
-            candidate = adj & (mask_ids[:, None] == mask_ids[None, :])  # never join groups of other devices
-            u, v = np.nonzero(np.triu(candidate, k=1))
-            loops = np.arange(n) if self.self_loops else np.zeros(0, dtype=np.int64)
-            ends_u, ends_v = np.concatenate([u, loops]), np.concatenate([v, loops])
             score = torch.sigmoid(self.edge(z[ends_u] * z[ends_v]).squeeze(-1))  # pairs, then self-loops
             dense = np.zeros((n, n))
             s = score.detach().numpy()
             dense[ends_u, ends_v] = s
             dense[ends_v, ends_u] = s
-            if self.self_loops:
-                candidate = candidate | np.eye(n, dtype=bool)
             labels = dominant_clusters(dense, candidate)
             C = int(labels.max()) + 1
             if C == n:
@@ -396,8 +401,7 @@ class HSDAGPlacer(BasePlacer):
     def __init__(self, **params: Any):
         super().__init__(**params)
         check_group_params(self.name, self.params)
-        if self.params["baseline"] not in BASELINES:
-            raise PlacebenchError(f"hsdag: baseline {self.params['baseline']!r} is not one of {', '.join(BASELINES)}")
+        check_choice(self.name, "baseline", self.params["baseline"], BASELINES)
 
     def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
         started = time.perf_counter()

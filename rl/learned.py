@@ -23,7 +23,7 @@ from rl.grouping import COARSEN_METHODS, GROUPINGS, Grouping, allowed_mask, make
 from rl.reward import RewardConfig, RewardEvaluator, Rollout, check_reward_params
 from suite.errors import PlacebenchError
 from suite.methodology import Budget
-from suite.placer import BasePlacer, PlacementResult, Problem
+from suite.placer import BasePlacer, PlacementResult, Problem, check_choice
 
 # The parameters every learned placer has after its "reward" transform (`rl.reward`), in this order.
 COMMON_DEFAULTS = {
@@ -69,10 +69,8 @@ def check_group_params(name: str, p: dict[str, Any]) -> None:
     g = p["max_groups"]
     if g is not None and (not isinstance(g, int) or isinstance(g, bool) or g < 1):
         raise PlacebenchError(f"{name}: max_groups must be None or an integer >= 1, got {g!r}")
-    if p["grouping"] not in GROUPINGS:
-        raise PlacebenchError(f"{name}: grouping {p['grouping']!r} is not one of {', '.join(GROUPINGS)}")
-    if p["coarsen"] not in COARSEN_METHODS:
-        raise PlacebenchError(f"{name}: coarsen {p['coarsen']!r} is not one of {', '.join(COARSEN_METHODS)}")
+    check_choice(name, "grouping", p["grouping"], GROUPINGS)
+    check_choice(name, "coarsen", p["coarsen"], COARSEN_METHODS)
     check_reward_params(name, p)
 
 

@@ -103,10 +103,9 @@ from rl.nets import masked_categorical
 from rl.reward import reward_of
 from rl.trainers import apply_gradients, build_optimizer, discounted_returns, scale_advantages
 from suite.costmodel import cost_matrix
-from suite.errors import PlacebenchError
 from suite.graph import OpGraph
 from suite.methodology import Budget
-from suite.placer import BasePlacer, PlacementResult, Problem
+from suite.placer import BasePlacer, PlacementResult, Problem, check_choice
 
 INITIAL = ("random", "random_each", "best")
 
@@ -425,8 +424,7 @@ class PlacetoPlacer(BasePlacer):
     def __init__(self, **params: Any):
         super().__init__(**params)
         check_group_params(self.name, self.params)
-        if self.params["initial"] not in INITIAL:
-            raise PlacebenchError(f"placeto: initial {self.params['initial']!r} is not one of {', '.join(INITIAL)}")
+        check_choice(self.name, "initial", self.params["initial"], INITIAL)
 
     def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
         started = time.perf_counter()

@@ -35,6 +35,7 @@ import numpy as np
 from rl.grouping import Grouping
 from suite.errors import BudgetExhausted, PlacebenchError
 from suite.evaluator import Evaluator, Measurement
+from suite.placer import check_choice
 from suite.textfile import as_float, short_repr
 
 TRANSFORMS = ("neg_sqrt", "neg", "neg_log", "inv")
@@ -173,7 +174,5 @@ def check_reward_params(placer: str, params: dict) -> None:
         if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(as_float(v))
                               or v <= 0):
             raise PlacebenchError(f"{placer}: {key} must be None or a finite number > 0, got {short_repr(v)}")
-    if params["reward"] not in TRANSFORMS:
-        raise PlacebenchError(f"{placer}: reward {params['reward']!r} is not one of {', '.join(TRANSFORMS)}")
-    if params["final"] not in FINAL_CHOICES:
-        raise PlacebenchError(f"{placer}: final {params['final']!r} is not one of {', '.join(FINAL_CHOICES)}")
+    check_choice(placer, "reward", params["reward"], TRANSFORMS)
+    check_choice(placer, "final", params["final"], FINAL_CHOICES)

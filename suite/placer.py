@@ -155,6 +155,12 @@ def check_parameter(placer: str, key: str, value: Any, default: Any, bounds: tup
         raise PlacebenchError(f"{where}: must be in [{bounds[0]}, {bounds[1]}]")
 
 
+def check_choice(placer: str, key: str, value: Any, choices: tuple[str, ...]) -> None:
+    """A parameter that names one of `choices` (a grouping, a reward transform, ...) must be one of them."""
+    if value not in choices:
+        raise PlacebenchError(f"{placer}: {key} {value!r} is not one of {', '.join(choices)}")
+
+
 class BasePlacer:
     """Convenience base: stores keyword parameters (merged over `defaults`) in `self.params`, checked against
     the defaults' types and the optional `bounds` (inclusive ranges of numeric parameters)."""
