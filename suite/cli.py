@@ -221,6 +221,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_paper(args: argparse.Namespace) -> int:
+    """Run the cells a paper's table needs (unless --no-run), then write and print the comparison."""
+    from suite import paper, report, runner
+    from suite.store import open_rows, usable_cpus
+
+    table = paper.load_paper(args.paper)
+    store = Path(args.store) if args.store else Path("runs") / "papers" / table.id
+    _refuse_inside_store(store, args.out, "--out")
+    if args.no_run:
+        if not store.exists():
+            raise UsageError(f"--no-run: no results store at {store}; leave --no-run out to run the cells")
+    else:
+        jobs = args.jobs if args.jobs is not None else usable_cpus()
+        progress = _Progress(args.quiet or args.json)
+        try:
+            runner.run(paper.spec_for(table), store, jobs=jobs, on_plan=progress.plan, on_done=progress.cell,
+                       select=paper.select_for(table))
+        finally:
+            progress.close()
+    rows = open_rows(store)
+    paper.check_rows_fit(table, rows)
+    runs = _store_runs(store)
+    comp = paper.Comparison.from_rows(table, rows)
+    used = [r for r in rows if (r["workload"], r["cluster"]) in set(table.pairs) and r["placer"] in table.placers]
+    warnings = [w for w in (_warn_if_incomplete(store, runs), _warn_if_mixed_code(runs, used)) if w]
+    provenance = report.provenance(report.runs_that_made(runs, used))
+    written = [str(p) for p in paper.write_paper(comp, args.out, source=str(store), provenance=provenance,
+                                                 note="\n\n".join(f"**Warning: {w}.**" for w in warnings))]
+    if args.json:
+        _print_json({"paper": table.id, "store": str(store), "written": written,
+                     "summary": paper.summary_line(comp),
+                     "rows": [dict(zip(t.columns, r, strict=True)) for t in [paper.long_table(comp)] for r in t.raw]})
+        return 0
+    _print_tables(paper.comparison_tables(comp))
+    print(f"\n{paper.summary_line(comp)}\nwritten: {', '.join(written)}", file=sys.stderr)
+    return 0
+
+
 # -- evaluate -----------------------------------------------------------------------------------------------
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from suite import runner
@@ -574,7 +612,22 @@ def _list_specs() -> list[dict[str, Any]]:
     return out
 
 
-_LISTS = {"workloads": _list_workloads, "clusters": _list_clusters, "placers": _list_placers, "specs": _list_specs}
+
+def _list_papers() -> list[dict[str, Any]]:
+    from suite import paper
+
+    out = []
+    for name in paper.paper_names():
+        try:
+            t = paper.load_paper(name)
+        except PlacebenchError as exc:  # one broken table is reported, the others are still listed
+            out.append({"name": name, "status": "broken", "description": str(exc)})
+            continue
+        out.append({"name": name, "status": "ok", "description": f"{t.citation}, {t.table}: {t.quantity}",
+                    "path": t.source})
+    return out
+
+_LISTS = {"workloads": _list_workloads, "clusters": _list_clusters, "placers": _list_placers, "specs": _list_specs, "papers": _list_papers}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -770,7 +823,21 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--json", action="store_true", help="same as --format json")
     cp.set_defaults(func=cmd_compare)
 
-    ls = sub.add_parser("list", help="list workloads, clusters, placers or specs")
+    pa = sub.add_parser("paper", help="a paper's published table next to placebench's results for the same cells",
+                        description="Run the cells a paper's table needs (those not in the store yet), then print and "
+                                    "write the comparison (placebench list papers).")
+    pa.add_argument("paper", help="paper table id (placebench list papers) or a paper-table file")
+    pa.add_argument("--store", help="results store to run into and read (default: runs/papers/<id>; runs/full reuses "
+                                    "the leaderboard's cells)")
+    pa.add_argument("--out", default="results/papers", help="output directory for <id>.md and <id>.csv "
+                                                            "(default: results/papers)")
+    pa.add_argument("--no-run", action="store_true", help="only report what the store holds")
+    pa.add_argument("--jobs", "-j", type=whole_number(1), help="parallel worker processes (default: usable CPUs)")
+    pa.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    pa.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    pa.set_defaults(func=cmd_paper)
+
+    ls = sub.add_parser("list", help="list workloads, clusters, placers, specs or paper tables")
     ls.add_argument("what", choices=sorted(_LISTS))
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_list)

@@ -996,13 +996,17 @@ def run(
     on_plan: Callable[[int, int, int], None] | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
     on_start: Callable[[Cell], None] | None = None,
+    select: Callable[[Cell], bool] | None = None,
 ) -> RunResult:
     """Run every cell of `spec` not yet in the store at `out`, and the stored ones whose placer's code has
     changed since (its fingerprint, `suite.placer_code`); all of them with `force`, and the failed ones
-    too with `retry_failed`. `on_plan(total, reused, stale)` is told before any cell runs."""
+    too with `retry_failed`. `select` keeps only the cells of the spec's product it accepts (a paper's
+    table names (workload, cluster) pairs). `on_plan(total, reused, stale)` is told before any cell runs."""
     t0 = time.perf_counter()
     spec = load_spec(spec) if isinstance(spec, str) else spec
     plan = make_plan(spec)
+    if select is not None:
+        plan.cells = [c for c in plan.cells if select(c)]
     store = Store(out)
     with store.writing():  # one run at a time per store
         records = store.records()  # every stored cell is readable: a malformed one is an error now, before any work

@@ -1,0 +1,239 @@
+"""Paper tables (suite.paper): the data files load, bad files get errors naming the field, and the
+comparison of a paper's figures with placebench's rows is right on a table computed by hand."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from suite import paper
+from suite.cli import main
+from suite.errors import UnknownNameError
+from suite.paper import PaperError, kendall_tau_b
+
+
+# -- Kendall's tau-b ---------------------------------------------------------------------------------------------
+def test_kendall_tau_b_by_hand():
+    assert kendall_tau_b([1, 2, 3], [10, 20, 30]) == 1.0
+    assert kendall_tau_b([1, 2, 3], [3, 2, 1]) == -1.0
+    assert kendall_tau_b([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)  # 2 concordant, 1 discordant
+    # x ties on the first pair: 2 concordant, n1 = 1 tie in x, none in y: 2 / sqrt(3 * 2)
+    assert kendall_tau_b([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    assert kendall_tau_b([1, math.inf], [5, math.inf]) == 1.0  # failures rank as infinitely slow
+    assert math.isnan(kendall_tau_b([1, 1], [1, 2]))  # no order on one side
+
+
+def _tau_reference(x, y):
+    """tau-b from its definition with sign products: sum sgn(dx) sgn(dy) / sqrt(pairs not tied in x * in y)."""
+    pairs = list(itertools.combinations(range(len(x)), 2))
+    sgn = lambda v: (v > 0) - (v < 0)  # noqa: E731
+    s = sum(sgn(x[i] - x[j]) * sgn(y[i] - y[j]) for i, j in pairs)
+    nx = sum(x[i] != x[j] for i, j in pairs)
+    ny = sum(y[i] != y[j] for i, j in pairs)
+    return s / math.sqrt(nx * ny) if nx and ny else math.nan
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=2, max_size=9))
+def test_kendall_tau_b_matches_its_definition(pairs):
+    x, y = [a for a, _ in pairs], [b for _, b in pairs]
+    got, want = kendall_tau_b(x, y), _tau_reference(x, y)
+    assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want)
+    if not math.isnan(got):
+        assert -1 <= got <= 1 and got == pytest.approx(kendall_tau_b(y, x))
+
+
+# -- the data files ------------------------------------------------------------------------------------------
+def test_built_in_papers_load_and_map_to_the_zoo_presets_and_placers():
+    names = paper.paper_names()
+    assert {"mirhoseini2017", "placeto2019", "hsdag2024"} <= set(names)
+    for name in names:
+        t = paper.load_paper(name)
+        assert t.pairs and t.placers and t.url.startswith("https://")
+        spec = paper.spec_for(t)
+        assert set(spec.workloads) == {w for w, _ in t.pairs} and [p.name for p in spec.placers] == t.placers
+    m = paper.load_paper("mirhoseini2017")
+    assert len(m.pairs) == 6 and m.method("MinCut").placer == "mincut" and m.reference == "Single-GPU"
+    with pytest.raises(UnknownNameError, match="unknown paper table 'nope'; built-in: .*mirhoseini2017"):
+        paper.load_paper("nope")
+
+
+GOOD = {
+    "title": "T", "citation": "Someone et al., 2099", "url": "https://example.org/t", "table": "Table 9",
+    "quantity": "seconds per step", "paper_setup": "one CPU, one GPU", "figures_from": "the PDF",
+    "reference": "CPU", "headline": "GPU",
+    "methods": {"CPU": {"placer": "single_cpu"}, "GPU": {"placer": "single_gpu"},
+                "Oracle": {"note": "not in placebench"}},
+    "rows": [
+        {"label": "ResNet", "workload": "resnet50-b1-infer", "cluster": "xeon_h100",
+         "paper": {"CPU": 2.0, "GPU": 1.0, "Oracle": 0.5}},
+        {"label": "BERT", "workload": "bert_base-12x768-s128-b1-infer", "cluster": "xeon_h100",
+         "paper": {"CPU": 4.0, "GPU": "OOM"}},
+        {"label": "NASNet", "note": "not in the zoo", "paper": {"Oracle": 1.0}},
+    ],
+    "claims": [{"text": "GPU is faster", "source": "abstract", "method": "GPU", "over": "CPU"}],
+    "seeds": [0, 1, 2],
+}
+
+
+def _with(path, value):
+    """GOOD with the field at `path` (keys and list indices) set to `value` (or removed when value is ...)."""
+    data = json.loads(json.dumps(GOOD))
+    d = data
+    for k in path[:-1]:
+        d = d[k]
+    if value is ...:
+        del d[path[-1]]
+    else:
+        d[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("colour",), "red", "unknown field(s) ['colour']"),
+    (("title",), "", "field 'title' must be a non-empty string"),
+    (("methods", "CPU", "placer"), "nope", "methods.'CPU': unknown placer 'nope'"),
+    (("methods", "Oracle", "note"), ..., "methods.'Oracle': field 'note' must be a non-empty string"),
+    (("rows", 0, "paper", "TPU"), 1.0, "rows[0]: paper figure for 'TPU', which is not a method"),
+    (("rows", 0, "paper", "CPU"), float("nan"), "rows[0]: paper.'CPU': a paper's time must be a positive number"),
+    (("rows", 0, "paper", "CPU"), -1.0, "a paper's time must be a positive number of seconds, got -1.0"),
+    (("rows", 0, "paper", "CPU"), "slow", "'slow' is neither a time in seconds nor one of OOM"),
+    (("rows", 0, "cluster"), ..., "rows[0]: give both 'workload' and 'cluster', or neither"),
+    (("rows", 0, "workload"), "resnet51", "rows[0]: unknown workload 'resnet51'"),
+    (("rows", 1, "label"), "ResNet", "rows[1]: label 'ResNet' is used by an earlier row"),
+    (("rows", 2, "note"), ..., "rows[2]: field 'note' must be a non-empty string"),
+    (("reference",), "TPU", "reference 'TPU' is not a method"),
+    (("claims", 0, "over"), ..., "claims[0]: give both 'method' and 'over', or neither"),
+    (("claims", 0, "over"), "Oracle", "claims[0]: over 'Oracle' is not a method with a placer"),
+    (("seeds",), [0, 0], "seeds must be distinct non-negative integers"),
+])
+def test_bad_paper_files_name_the_field(path, value, message):
+    with pytest.raises(PaperError) as exc:
+        paper.paper_from_dict(_with(path, value), id="t", source="t.toml")
+    assert str(exc.value).startswith("t.toml: ") and message in str(exc.value)
+
+
+# -- the comparison, by hand -----------------------------------------------------------------------------------
+def _rows(*cells):
+    """Result rows: (workload, placer, [status or seconds per seed])."""
+    out = []
+    for workload, placer, seeds in cells:
+        for seed, v in enumerate(seeds):
+            ok = not isinstance(v, str)
+            out.append({"workload": workload, "cluster": "xeon_h100", "placer": placer, "seed": seed,
+                        "status": "ok" if ok else v, "step_time_s": v if ok else None,
+                        "methodology": "placebench-methodology-v1"})
+    return out
+
+
+def _comparison():
+    t = paper.paper_from_dict(GOOD, id="t")
+    rows = _rows(("resnet50-b1-infer", "single_cpu", [3.0, 3.0, 3.0]),
+                 ("resnet50-b1-infer", "single_gpu", [1.5, 1.5, "oom"]),
+                 ("bert_base-12x768-s128-b1-infer", "single_cpu", [8.0, 8.0, 8.0]),
+                 ("bert_base-12x768-s128-b1-infer", "single_gpu", ["oom", "oom", "oom"]))
+    rows += [dict(r, seed=7, step_time_s=0.001) for r in rows[:1]]  # a seed the table does not ask for
+    return t, paper.Comparison.from_rows(t, rows)
+
+
+def test_comparison_by_hand():
+    t, comp = _comparison()
+    assert comp.ours["ResNet"]["GPU"].text == "1.500 s (2/3 ok)" and comp.ours["ResNet"]["CPU"].time_s == 3.0
+    assert comp.ours["ResNet"]["Oracle"].text == paper.NO_COUNTERPART and comp.ours["NASNet"]["CPU"].time_s is None
+    assert comp.ours["BERT"]["GPU"].text == "OOM" and comp.theirs["BERT"]["GPU"].status == "oom"
+    tables = {tb.title.split(":")[0].split(" (")[0]: tb for tb in paper.comparison_tables(comp)}
+    speed = tables["Speedup over CPU"].rows
+    assert speed[0] == ["ResNet", "1.00x / 1.00x", "2.00x / 2.00x", "4.00x / -"]
+    assert speed[1] == ["BERT", "1.00x / 1.00x", "OOM / OOM", "- / -"]
+    per_row = tables["Per row"]
+    assert per_row.columns == ["row", "fastest (paper)", "fastest (placebench)", "Kendall tau-b", "methods ranked",
+                               "failures agree", "GPU over the best other (paper)",
+                               "GPU over the best other (placebench)"]
+    assert per_row.rows[0] == ["ResNet", "Oracle", "GPU", "+1.00", "2", "2/2", "-50.0%", "+100.0%"]
+    assert per_row.rows[1] == ["BERT", "CPU", "CPU", "+1.00", "2", "2/2", "-", "-"]
+    assert per_row.rows[2][:3] == ["NASNet", "Oracle", "-"]
+    assert paper.summary_line(comp) == ("the fastest method agrees in 1 of 2 rows; mean Kendall tau-b +1.00 over 2 "
+                                        "rows; failed-or-not agrees for 4 of 4 (row, method) pairs.")
+    assert paper.claim_figure(comp, t.claims[0]) == ("placebench: GPU over CPU at most +100.0% speed (ResNet: step time "
+                                                     "-50.0%); faster in 1 of 1 rows")
+    csv_rows = paper.long_table(comp).raw
+    assert ["BERT", "bert_base-12x768-s128-b1-infer", "xeon_h100", "GPU", "single_gpu", None, "oom", None, "oom",
+            0.0, 0.0] in csv_rows
+    md = paper.paper_markdown(comp)
+    assert "**The paper's figures** are Someone et al., 2099, Table 9" in md and "Oracle: no counterpart" in md
+
+
+def test_without_figures_only_placebench_side_is_shown():
+    data = _with(("rows",), [dict(r, paper={}) for r in GOOD["rows"]])
+    t = paper.paper_from_dict(data, id="t")
+    comp = paper.Comparison.from_rows(t, _rows(("resnet50-b1-infer", "single_cpu", [3.0]),
+                                               ("resnet50-b1-infer", "single_gpu", [1.0])))
+    titles = [tb.title for tb in paper.comparison_tables(comp)]
+    assert not any("paper" in x for x in titles) and "placebench: speedup over CPU" in titles
+    assert paper.summary_line(comp) == ("the paper's figures are not transcribed; fastest on placebench's side "
+                                        "(rows): GPU 1.")
+    assert "**The paper's figures are not transcribed:** the PDF" in paper.paper_markdown(comp)
+
+
+# -- the command ---------------------------------------------------------------------------------------------
+MINE_TOML = """
+title = "T"
+citation = "Someone et al., 2099"
+url = "https://example.org/t"
+table = "Table 9"
+quantity = "seconds per step"
+paper_setup = "one CPU, one GPU"
+figures_from = "the PDF"
+reference = "CPU"
+seeds = [0]
+
+[methods.CPU]
+placer = "single_cpu"
+[methods.GPU]
+placer = "single_gpu"
+[methods.Oracle]
+note = "not in placebench"
+
+[[rows]]
+label = "ResNet"
+workload = "resnet50-b1-infer"
+cluster = "xeon_h100"
+paper = { CPU = 2.0, GPU = 1.0, Oracle = 0.5 }
+
+[[rows]]
+label = "NASNet"
+note = "not in the zoo"
+paper = { Oracle = 1.0 }
+"""
+
+
+def test_paper_command_runs_the_cells_then_reports(capsys, tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text(MINE_TOML)
+    store, out = tmp_path / "store", tmp_path / "papers"
+    code = main(["paper", str(f), "--store", str(store), "--out", str(out), "--jobs", "1", "--quiet"])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    assert "The paper's figures (Table 9" in stdout and "written: " in err
+    md, csv = (out / "mine.md").read_text(), (out / "mine.csv").read_text()
+    assert "| ResNet | 2 | " in md and "the fastest method agrees in 0 of 1 rows" in md  # Oracle is fastest there
+    assert len(csv.splitlines()) == 1 + 2 * 3  # header + (2 rows x 3 methods)
+    assert len(list((store / "cells").iterdir())) == 2  # single_cpu, single_gpu on ResNet; NASNet needs none
+    code = main(["paper", str(f), "--store", str(tmp_path / "none"), "--no-run", "--out", str(out)])
+    _, err = capsys.readouterr()
+    assert code == 2 and "--no-run: no results store at" in err
+    f.write_text(f.read_text().replace('placer = "single_cpu"', 'placer = "single_cpx"'))
+    code = main(["paper", str(f), "--store", str(store), "--out", str(out)])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.startswith(f"placebench: error: {f}: methods.'CPU': unknown placer 'single_cpx'")
+    assert (out / "mine.md").read_text() == md  # nothing already written is lost
+
+
+def test_list_papers(capsys):
+    assert main(["list", "papers", "--json"]) == 0
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    assert listed["hsdag2024"]["status"] == "ok" and "Duan et al., NeurIPS 2024" in listed["hsdag2024"]["description"]
