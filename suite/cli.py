@@ -241,10 +241,9 @@ def cmd_paper(args: argparse.Namespace) -> int:
         finally:
             progress.close()
     rows = open_rows(store)
-    paper.check_rows_fit(table, rows)
     runs = _store_runs(store)
     comp = paper.Comparison.from_rows(table, rows)
-    used = [r for r in rows if (r["workload"], r["cluster"]) in set(table.pairs) and r["placer"] in table.placers]
+    used = paper.rows_for(table, rows)
     warnings = [w for w in (_warn_if_incomplete(store, runs), _warn_if_mixed_code(runs, used)) if w]
     provenance = report.provenance(report.runs_that_made(runs, used))
     written = [str(p) for p in paper.write_paper(comp, args.out, source=str(store), provenance=provenance,
@@ -878,7 +877,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"placebench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
-        if args.func is not cmd_run:  # only `run` stores cells as they finish
+        if args.func not in (cmd_run, cmd_paper):  # only these store cells as they finish
             print("placebench: interrupted", file=sys.stderr)
         elif getattr(args, "force", False) or getattr(args, "retry_failed", False):
             print("placebench: interrupted; the cells redone so far are stored and the others keep their earlier "

@@ -40,6 +40,7 @@ from suite.errors import PlacebenchError, UnknownNameError
 from suite.report import (
     MISSING,
     STATUS_LABEL,
+    UNDEFINED,
     Results,
     Table,
     format_speedup,
@@ -91,12 +92,12 @@ class Row:
 @dataclass(frozen=True)
 class Claim:
     """A sentence of the paper (e.g. its abstract) with its source; with `method` and `over`, placebench
-    computes its own figure for the same comparison: the largest speedup of `method` over `over`."""
+    computes its own figure for the same comparison: the speedup of `method` over the fastest of `over`."""
 
     text: str
     source: str
     method: str | None = None
-    over: str | None = None
+    over: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,10 @@ def paper_from_dict(data: Mapping[str, Any], *, id: str, source: str = "<paper>"
         if placer is not None and placer not in known_placers:
             raise PaperError(f"{where}: unknown placer {placer!r}; available: {', '.join(known_placers)}")
         note = _text(where, m, "note", required=placer is None)  # no counterpart: say why
+        twin = next((x.name for x in methods if placer is not None and x.placer == placer), None)
+        if twin is not None:
+            raise PaperError(f"{where}: placer {placer!r} already stands for method {twin!r}; one placer stands for "
+                             f"one column (its figures would tie with themselves)")
         methods.append(Method(name, placer, note))
     names = [m.name for m in methods]
     rows_data = data.get("rows")
@@ -224,6 +229,9 @@ def paper_from_dict(data: Mapping[str, Any], *, id: str, source: str = "<paper>"
         w, c = r.get("workload"), r.get("cluster")
         if (w is None) != (c is None):
             raise PaperError(f"{where}: give both 'workload' and 'cluster', or neither (no counterpart)")
+        for k, v in (("workload", w), ("cluster", c)):
+            if v is not None and not isinstance(v, str):
+                raise PaperError(f"{where}: {k} must be a name, got {short_repr(v)}")
         if w is not None and w not in workloads:
             raise PaperError(f"{where}: unknown workload {w!r}; zoo: {', '.join(sorted(workloads))}")
         if c is not None and c not in clusters:
@@ -237,25 +245,32 @@ def paper_from_dict(data: Mapping[str, Any], *, id: str, source: str = "<paper>"
                 raise PaperError(f"{where}: paper figure for {k!r}, which is not a method; methods: {', '.join(names)}")
         figures = {k: _paper_figure(f"{where}: paper.{k!r}", v) for k, v in paper.items()}
         rows.append(Row(label, w, c, figures, note))
+    placed = [m.name for m in methods if m.placer]
     for key in ("reference", "headline"):
         v = data.get(key)
-        if v is not None and v not in names:
-            raise PaperError(f"{source}: {key} {short_repr(v)} is not a method; methods: {', '.join(names)}")
+        if v is not None and v not in placed:
+            raise PaperError(f"{source}: {key} {short_repr(v)} is not a method with a placer; those are: "
+                             f"{', '.join(placed)}")
+    if not isinstance(data.get("claims", []), list):
+        raise PaperError(f"{source}: claims must be an array of tables ([[claims]])")
     claims = []
-    for i, c in enumerate(data.get("claims", [])) if isinstance(data.get("claims", []), list) else ():
+    for i, c in enumerate(data.get("claims", [])):
         where = f"{source}: claims[{i}]"
         if not isinstance(c, Mapping):
             raise PaperError(f"{where}: must be a table with 'text' and 'source'")
         _unknown(where, c, _CLAIM_KEYS)
-        pair = (c.get("method"), c.get("over"))
-        if (pair[0] is None) != (pair[1] is None):
+        method, over = c.get("method"), c.get("over")
+        if (method is None) != (over is None):
             raise PaperError(f"{where}: give both 'method' and 'over', or neither")
-        for k, v in zip(("method", "over"), pair, strict=True):
-            if v is not None and (v not in names or next(m for m in methods if m.name == v).placer is None):
+        if isinstance(over, str):
+            over = [over]
+        if over is not None and (not isinstance(over, list) or not over or method in over):
+            raise PaperError(f"{where}: over must be a method or a non-empty list of methods other than 'method', "
+                             f"got {short_repr(c.get('over'))}")
+        for k, v in [("method", method), *(("over", x) for x in over or ())]:
+            if v is not None and v not in placed:
                 raise PaperError(f"{where}: {k} {short_repr(v)} is not a method with a placer")
-        claims.append(Claim(_text(where, c, "text"), _text(where, c, "source"), *pair))
-    if not isinstance(data.get("claims", []), list):
-        raise PaperError(f"{source}: claims must be an array of tables ([[claims]])")
+        claims.append(Claim(_text(where, c, "text"), _text(where, c, "source"), method, tuple(over or ())))
     notes = data.get("notes", [])
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise PaperError(f"{source}: notes must be an array of strings")
@@ -362,9 +377,15 @@ def _theirs(row: Row, m: Method) -> Side:
 
 
 def _speedup(side: Side, ref: Side) -> float | None:
-    if side.time_s is None or ref.time_s is None or not math.isfinite(ref.time_s) or side.time_s == 0:
+    """ref / side: 0.0 where the method failed; None where either has no figure, the reference failed, or
+    either time is 0 s (undefined)."""
+    if side.time_s is None or ref.time_s is None or not math.isfinite(ref.time_s):
         return None
-    return ref.time_s / side.time_s  # 0.0 where the method failed
+    if not math.isfinite(side.time_s):
+        return 0.0
+    if side.time_s == 0 or ref.time_s == 0:
+        return None
+    return ref.time_s / side.time_s
 
 
 def _speedup_text(side: Side, ref: Side) -> str:
@@ -375,25 +396,34 @@ def _speedup_text(side: Side, ref: Side) -> str:
     if not math.isfinite(side.time_s):
         return STATUS_LABEL.get(side.status or "", side.status or "")
     x = _speedup(side, ref)
-    return format_speedup(x) if x is not None else MISSING
+    return format_speedup(x) if x is not None else UNDEFINED
 
 
-def _margin(sides: Mapping[str, Side], headline: str) -> float | None:
-    """How much faster the headline method is than the best other method with a figure: best other / headline
-    - 1 (0.235 = 23.5% faster). None when the headline method has no finite time or no other has one."""
-    h = sides[headline].time_s
-    others = [s.time_s for k, s in sides.items() if k != headline and s.time_s is not None]
-    if h is None or not math.isfinite(h) or h == 0 or not others or not math.isfinite(min(others)):
+def _margin(sides: Mapping[str, Side], headline: str, keys: Sequence[str]) -> float | None:
+    """How much faster the headline method is than the fastest other method of `keys`: that one's time /
+    the headline's - 1 (0.235 = 23.5% faster). None when either time is not a positive finite number."""
+    h = sides[headline].time_s if headline in keys else None
+    others = [sides[k].time_s for k in keys if k != headline]
+    if h is None or not others:
         return None
-    return min(others) / h - 1
+    best = min(others)
+    return best / h - 1 if 0 < h < math.inf and 0 < best < math.inf else None
 
 
-def _fastest(sides: Mapping[str, Side]) -> str:
-    timed = {k: s.time_s for k, s in sides.items() if s.time_s is not None and math.isfinite(s.time_s)}
+def _fastest(sides: Mapping[str, Side], keys: Sequence[str]) -> str:
+    timed = {k: t for k in keys if (t := sides[k].time_s) is not None and math.isfinite(t)}
     if not timed:
         return MISSING
     best = min(timed.values())
     return ", ".join(k for k, t in timed.items() if t == best)
+
+
+def rows_for(paper: PaperTable, rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The result rows of the table's cells: its (workload, cluster) pairs, its placers and its seeds."""
+    wanted = set(paper.pairs)
+    placers = set(paper.placers)
+    return [r for r in rows if (r["workload"], r["cluster"]) in wanted and r["placer"] in placers
+            and r.get("seed") in paper.seeds]
 
 
 @dataclass
@@ -406,14 +436,26 @@ class Comparison:
 
     @classmethod
     def from_rows(cls, paper: PaperTable, rows: Iterable[Mapping[str, Any]]) -> Comparison:
-        wanted = {(r.workload, r.cluster) for r in paper.rows if r.runnable}
+        """PaperError when a row of the table's cells was made under another methodology than the table's (it
+        would be compared as if it were one of its results)."""
+        used = rows_for(paper, rows)
         version = paper.methodology_version
-        placers = set(paper.placers)
-        res = Results.from_rows(r for r in rows if (r["workload"], r["cluster"]) in wanted and r["placer"] in placers
-                                and r.get("seed") in paper.seeds and r.get("methodology") == version)
+        for r in used:
+            if r.get("methodology") != version:
+                raise PaperError(f"{r['workload']} / {r['cluster']} / {r['placer']} / seed {r['seed']}: made under "
+                                 f"methodology {r.get('methodology') or '(none)'}; {paper.source} asks for {version}")
+        res = Results.from_rows(used)
         theirs = {r.label: {m.name: _theirs(r, m) for m in paper.methods} for r in paper.rows}
         ours = {r.label: {m.name: _ours(paper, res, r, m) for m in paper.methods} for r in paper.rows}
         return cls(paper, theirs, ours)
+
+    def compared(self, label: str) -> list[str]:
+        """The methods a row's fastest method and margins are taken over: those with a figure on both sides
+        when the row has any of the paper's figures (like for like), else those with one of ours."""
+        if any(s.time_s is not None for s in self.theirs[label].values()):
+            return [k for k in self.theirs[label] if self.theirs[label][k].time_s is not None
+                    and self.ours[label][k].time_s is not None]
+        return [k for k in self.ours[label] if self.ours[label][k].time_s is not None]
 
     def tau(self, label: str) -> tuple[float, int]:
         """Kendall's tau-b over the methods with a figure on both sides, and how many those are."""
@@ -425,9 +467,10 @@ class Comparison:
                              [self.ours[label][k].time_s for k in both]), len(both)
 
     def failures_agree(self, label: str) -> tuple[int, int]:
-        """Of the methods with a figure on both sides: how many agree on failed or not, and how many there are."""
+        """Of the methods with a figure on both sides: how many have the same status (ok, or the paper's OOM
+        and our OOM; our invalid, timeout or error never agrees with the paper's OOM), and how many there are."""
         both = [k for k in self.theirs[label] if self.theirs[label][k].status and self.ours[label][k].status]
-        agree = sum((self.theirs[label][k].status == "ok") == (self.ours[label][k].status == "ok") for k in both)
+        agree = sum(self.theirs[label][k].status == self.ours[label][k].status for k in both)
         return agree, len(both)
 
 
@@ -455,7 +498,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
     if p.reference:
         ref = p.reference
         if figures:
-            tables.append(_wide(comp, f"Speedup over {ref}: the paper's / placebench's",
+            tables.append(_wide(comp, f"Speedup over {ref}: from the paper's figures / placebench's",
                                 lambda r, n: f"{_speedup_text(comp.theirs[r][n], comp.theirs[r][ref])} / "
                                              f"{_speedup_text(comp.ours[r][n], comp.ours[r][ref])}"))
         else:
@@ -464,12 +507,13 @@ def comparison_tables(comp: Comparison) -> list[Table]:
     sides = [("paper", comp.theirs), ("placebench", comp.ours)] if figures else [("placebench", comp.ours)]
     columns = ["row", *(f"fastest ({k})" for k, _ in sides)]
     if figures:
-        columns += ["Kendall tau-b", "methods ranked", "failures agree"]
+        columns += ["Kendall tau-b", "methods ranked", "status agrees"]
     if p.headline:
         columns += [f"{p.headline} over the best other ({k})" for k, _ in sides]
     rows, raw = [], []
     for r in p.rows:
-        line: list[str] = [r.label, *(_fastest(side[r.label]) for _, side in sides)]
+        keys = comp.compared(r.label)
+        line: list[str] = [r.label, *(_fastest(side[r.label], keys) for _, side in sides)]
         vals: list[Any] = list(line)
         if figures:
             tau, n = comp.tau(r.label)
@@ -477,7 +521,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
             line += [f"{tau:+.2f}" if not math.isnan(tau) else MISSING, str(n), f"{agree}/{both}" if both else MISSING]
             vals += [None if math.isnan(tau) else tau, n, f"{agree}/{both}" if both else None]
         if p.headline:
-            margins = [_margin(side[r.label], p.headline) for _, side in sides]
+            margins = [_margin(side[r.label], p.headline, keys) for _, side in sides]
             line += [_pct(x) for x in margins]
             vals += margins
         rows.append(line)
@@ -487,26 +531,34 @@ def comparison_tables(comp: Comparison) -> list[Table]:
 
 
 def claim_figure(comp: Comparison, claim: Claim) -> str:
-    """placebench's figure for a claim that names two methods: the largest speedup of `method` over `over`
-    among the rows where both are ok (t_over / t_method - 1, and the step-time reduction 1 - t_method /
-    t_over), and in how many of those rows `method` is faster."""
-    if claim.method is None or claim.over is None:
+    """placebench's figure for a claim that names methods: in the rows where `method` and every method of
+    `over` have one of our figures, how often `method` is faster than the fastest of `over`, and its speedup
+    over that one (t_over / t_method - 1; a failed method is never faster and has no speedup)."""
+    if claim.method is None:
         return ""
-    best: tuple[float, str] | None = None
+    over = claim.over[0] if len(claim.over) == 1 else f"the fastest of {', '.join(claim.over)}"
+    speedups: list[tuple[float, str]] = []
     faster = n = 0
     for r in comp.paper.rows:
-        a, b = comp.ours[r.label][claim.method].time_s, comp.ours[r.label][claim.over].time_s
-        if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or a <= 0:
-            continue
+        ours = comp.ours[r.label]
+        a = ours[claim.method].time_s
+        bs = [ours[k].time_s for k in claim.over]
+        if a is None or any(b is None for b in bs) or (math.isinf(a) and math.isinf(min(bs))):
+            continue  # not run, no counterpart, or every one failed: nothing to compare
+        b = min(bs)
         n += 1
         faster += a < b
-        if best is None or b / a > best[0]:
-            best = (b / a, r.label)
-    if best is None:
-        return f"placebench: no row where both {claim.method} and {claim.over} are ok"
-    x, label = best
-    return (f"placebench: {claim.method} over {claim.over} at most {x - 1:+.1%} speed ({label}: step time "
-            f"{-(1 - 1 / x):+.1%}); faster in {faster} of {n} rows")
+        if 0 < a < math.inf and 0 < b < math.inf:
+            speedups.append((b / a - 1, r.label))
+    if not n:
+        return f"placebench: no row where {claim.method} and {over} can be compared"
+    text = f"placebench: {claim.method} is faster than {over} in {faster} of {n} rows"
+    if speedups:
+        (lo, lo_row), (hi, hi_row) = min(speedups), max(speedups)
+        cut = 1 - 1 / (1 + hi)
+        text += (f"; its speedup is {hi:+.1%} at most ({hi_row}: step time {-cut:+.1%})" if len(speedups) == 1 else
+                 f"; its speedup ranges from {lo:+.1%} ({lo_row}) to {hi:+.1%} ({hi_row}: step time {-cut:+.1%})")
+    return text
 
 
 def long_table(comp: Comparison) -> Table:
@@ -535,7 +587,7 @@ def summary_line(comp: Comparison) -> str:
     if not p.has_figures:
         wins: dict[str, int] = {}
         for r in p.rows:
-            for k in _fastest(comp.ours[r.label]).split(", "):
+            for k in _fastest(comp.ours[r.label], comp.compared(r.label)).split(", "):
                 if k != MISSING:
                     wins[k] = wins.get(k, 0) + 1
         counts = ", ".join(f"{k} {v}" for k, v in sorted(wins.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -543,7 +595,8 @@ def summary_line(comp: Comparison) -> str:
     same = total = agree = both = 0
     taus = []
     for r in p.rows:
-        a, b = _fastest(comp.theirs[r.label]), _fastest(comp.ours[r.label])
+        keys = comp.compared(r.label)
+        a, b = _fastest(comp.theirs[r.label], keys), _fastest(comp.ours[r.label], keys)
         if a != MISSING and b != MISSING:
             total += 1
             same += bool(set(a.split(", ")) & set(b.split(", ")))
@@ -557,7 +610,7 @@ def summary_line(comp: Comparison) -> str:
     if taus:
         parts.append(f"mean Kendall tau-b {sum(taus) / len(taus):+.2f} over {len(taus)} rows")
     if both:
-        parts.append(f"failed-or-not agrees for {agree} of {both} (row, method) pairs")
+        parts.append(f"the status (ok or OOM) agrees for {agree} of {both} (row, method) pairs")
     return "; ".join(parts) + "."
 
 
@@ -582,9 +635,11 @@ def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", not
         "",
         f"**placebench's figures** are this project's results for the rows' workloads and cluster presets: the "
         f"{p.methodology} methodology, seeds {', '.join(map(str, p.seeds))}, each placer's final placement "
-        "re-measured by the evaluator. On the simulator a step time is a prediction for a preset that models the "
-        "paper's hardware, not a measurement on it, and the learned placers train for the methodology's budget, "
-        "not the paper's hours: compare rankings, speedups and failures, not absolute times.",
+        "re-measured by the evaluator. On the simulator a step time is a prediction for the row's cluster preset "
+        "(the paper's setup above says how it relates to the paper's hardware), not a measurement, and the "
+        "learned placers train for the methodology's budget, not the paper's hours: compare rankings, speedups "
+        "and failures, not absolute times. The reference column of the speedups and the per-row comparisons "
+        "(fastest, margins: over the methods with a figure on both sides) are placebench's, not the paper's.",
         "",
         f"**Methods:** {mapping}.",
         "",
@@ -610,13 +665,3 @@ def write_paper(comp: Comparison, out_dir: str | Path, source: str = "", provena
         out_dir / f"{comp.paper.id}.md": paper_markdown(comp, source, provenance, note).encode(),
         out_dir / f"{comp.paper.id}.csv": to_csv(long_table(comp)).encode(),
     })
-
-
-def check_rows_fit(paper: PaperTable, rows: Sequence[Mapping[str, Any]]) -> None:
-    """PaperError when rows come from another methodology than the table asks for (they would be compared
-    as if they were its results)."""
-    meths = {r.get("methodology") for r in rows} - {None, ""}
-    if meths and paper.methodology_version not in meths:
-        raise PaperError(f"the rows were made under methodology {', '.join(sorted(meths))}; {paper.source} asks for "
-                         f"{paper.methodology_version}")
-

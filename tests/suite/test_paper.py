@@ -110,6 +110,11 @@ def _with(path, value):
     (("claims", 0, "over"), ..., "claims[0]: give both 'method' and 'over', or neither"),
     (("claims", 0, "over"), "Oracle", "claims[0]: over 'Oracle' is not a method with a placer"),
     (("seeds",), [0, 0], "seeds must be distinct non-negative integers"),
+    (("methods", "Oracle", "placer"), "single_gpu", "placer 'single_gpu' already stands for method 'GPU'"),
+    (("reference",), "Oracle", "reference 'Oracle' is not a method with a placer"),
+    (("rows", 0, "workload"), ["resnet50-b1-infer"], "rows[0]: workload must be a name, got ['resnet50-b1-infer']"),
+    (("claims", 0, "over"), [], "claims[0]: over must be a method or a non-empty list of methods"),
+    (("claims", 0, "over"), ["CPU", "GPU"], "claims[0]: over must be a method or a non-empty list"),
 ])
 def test_bad_paper_files_name_the_field(path, value, message):
     with pytest.raises(PaperError) as exc:
@@ -145,26 +150,58 @@ def test_comparison_by_hand():
     assert comp.ours["ResNet"]["GPU"].text == "1.500 s (2/3 ok)" and comp.ours["ResNet"]["CPU"].time_s == 3.0
     assert comp.ours["ResNet"]["Oracle"].text == paper.NO_COUNTERPART and comp.ours["NASNet"]["CPU"].time_s is None
     assert comp.ours["BERT"]["GPU"].text == "OOM" and comp.theirs["BERT"]["GPU"].status == "oom"
+    assert comp.compared("ResNet") == ["CPU", "GPU"] and comp.compared("NASNet") == []  # like for like
     tables = {tb.title.split(":")[0].split(" (")[0]: tb for tb in paper.comparison_tables(comp)}
     speed = tables["Speedup over CPU"].rows
     assert speed[0] == ["ResNet", "1.00x / 1.00x", "2.00x / 2.00x", "4.00x / -"]
     assert speed[1] == ["BERT", "1.00x / 1.00x", "OOM / OOM", "- / -"]
     per_row = tables["Per row"]
     assert per_row.columns == ["row", "fastest (paper)", "fastest (placebench)", "Kendall tau-b", "methods ranked",
-                               "failures agree", "GPU over the best other (paper)",
+                               "status agrees", "GPU over the best other (paper)",
                                "GPU over the best other (placebench)"]
-    assert per_row.rows[0] == ["ResNet", "Oracle", "GPU", "+1.00", "2", "2/2", "-50.0%", "+100.0%"]
+    # Oracle (0.5 s in the paper) has no counterpart: it is left out of the fastest method and the margins
+    assert per_row.rows[0] == ["ResNet", "GPU", "GPU", "+1.00", "2", "2/2", "+100.0%", "+100.0%"]
     assert per_row.rows[1] == ["BERT", "CPU", "CPU", "+1.00", "2", "2/2", "-", "-"]
-    assert per_row.rows[2][:3] == ["NASNet", "Oracle", "-"]
-    assert paper.summary_line(comp) == ("the fastest method agrees in 1 of 2 rows; mean Kendall tau-b +1.00 over 2 "
-                                        "rows; failed-or-not agrees for 4 of 4 (row, method) pairs.")
-    assert paper.claim_figure(comp, t.claims[0]) == ("placebench: GPU over CPU at most +100.0% speed (ResNet: step time "
-                                                     "-50.0%); faster in 1 of 1 rows")
+    assert per_row.rows[2] == ["NASNet", "-", "-", "-", "0", "-", "-", "-"]
+    assert paper.summary_line(comp) == ("the fastest method agrees in 2 of 2 rows; mean Kendall tau-b +1.00 over 2 "
+                                        "rows; the status (ok or OOM) agrees for 4 of 4 (row, method) pairs.")
+    # BERT: GPU fails, CPU does not: compared, not faster, no speedup
+    assert paper.claim_figure(comp, t.claims[0]) == ("placebench: GPU is faster than CPU in 1 of 2 rows; its speedup "
+                                                     "is +100.0% at most (ResNet: step time -50.0%)")
     csv_rows = paper.long_table(comp).raw
     assert ["BERT", "bert_base-12x768-s128-b1-infer", "xeon_h100", "GPU", "single_gpu", None, "oom", None, "oom",
             0.0, 0.0] in csv_rows
     md = paper.paper_markdown(comp)
     assert "**The paper's figures** are Someone et al., 2099, Table 9" in md and "Oracle: no counterpart" in md
+    assert '- The paper: "GPU is faster" (abstract). placebench: GPU is faster than CPU in 1 of 2 rows' in md
+
+
+def test_our_crash_does_not_agree_with_the_papers_oom():
+    t = paper.paper_from_dict(GOOD, id="t")
+    comp = paper.Comparison.from_rows(t, _rows(("bert_base-12x768-s128-b1-infer", "single_cpu", [8.0]),
+                                               ("bert_base-12x768-s128-b1-infer", "single_gpu", ["error"])))
+    assert comp.failures_agree("BERT") == (1, 2) and comp.ours["BERT"]["GPU"].text == "error [1 seed]"
+
+
+def test_zero_times_give_undefined_speedups_not_errors():
+    t = paper.paper_from_dict(_with(("claims", 0, "over"), ["CPU"]), id="t")
+    comp = paper.Comparison.from_rows(t, _rows(("resnet50-b1-infer", "single_cpu", [0.0, 0.0, 0.0]),
+                                               ("resnet50-b1-infer", "single_gpu", [0.0, 0.0, 0.0])))
+    speed = {tb.title.split(":")[0]: tb for tb in paper.comparison_tables(comp)}["Speedup over CPU"].rows[0]
+    assert speed[1:3] == ["1.00x / n/a", "2.00x / n/a"]
+    assert paper.claim_figure(comp, t.claims[0]) == "placebench: GPU is faster than CPU in 0 of 1 rows"
+    assert paper._margin(comp.ours["ResNet"], "GPU", ["CPU", "GPU"]) is None
+
+
+def test_rows_of_another_methodology_or_seed():
+    t = paper.paper_from_dict(GOOD, id="t")
+    rows = _rows(("resnet50-b1-infer", "single_cpu", [3.0]))
+    other = [dict(rows[0], seed=9, methodology="mine")]  # not a seed of the table: ignored
+    assert paper.rows_for(t, rows + other) == rows
+    assert paper.Comparison.from_rows(t, rows + other).ours["ResNet"]["CPU"].text == "3.000 s [1 seed]"
+    with pytest.raises(PaperError, match="resnet50-b1-infer / xeon_h100 / single_cpu / seed 0: made under "
+                                         "methodology mine; .* asks for placebench-methodology-v1"):
+        paper.Comparison.from_rows(t, [dict(rows[0], methodology="mine")])
 
 
 def test_without_figures_only_placebench_side_is_shown():
@@ -205,6 +242,12 @@ cluster = "xeon_h100"
 paper = { CPU = 2.0, GPU = 1.0, Oracle = 0.5 }
 
 [[rows]]
+label = "BERT"
+workload = "bert_base-12x768-s128-b1-infer"
+cluster = "haswell_2k80"
+paper = { CPU = 4.0, GPU = "OOM" }
+
+[[rows]]
 label = "NASNet"
 note = "not in the zoo"
 paper = { Oracle = 1.0 }
@@ -220,17 +263,27 @@ def test_paper_command_runs_the_cells_then_reports(capsys, tmp_path):
     assert code == 0, err
     assert "The paper's figures (Table 9" in stdout and "written: " in err
     md, csv = (out / "mine.md").read_text(), (out / "mine.csv").read_text()
-    assert "| ResNet | 2 | " in md and "the fastest method agrees in 0 of 1 rows" in md  # Oracle is fastest there
-    assert len(csv.splitlines()) == 1 + 2 * 3  # header + (2 rows x 3 methods)
-    assert len(list((store / "cells").iterdir())) == 2  # single_cpu, single_gpu on ResNet; NASNet needs none
+    assert "# Someone et al., 2099: Table 9" in md and "| ResNet | 2 | 1 | 0.5 |" in md
+    assert len(csv.splitlines()) == 1 + 3 * 3  # header + (3 rows x 3 methods)
+    # two (workload, cluster) pairs out of a 2 x 2 product, two placers, one seed; NASNet needs no cell
+    cells = [json.loads(p.read_text()) for p in (store / "cells").iterdir()]
+    assert sorted((c["workload"], c["cluster"]) for c in cells) == [
+        ("bert_base-12x768-s128-b1-infer", "haswell_2k80")] * 2 + [("resnet50-b1-infer", "xeon_h100")] * 2
     code = main(["paper", str(f), "--store", str(tmp_path / "none"), "--no-run", "--out", str(out)])
     _, err = capsys.readouterr()
     assert code == 2 and "--no-run: no results store at" in err
+    # a report that cannot be written after the cells ran leaves the old report whole
+    f.write_text(f.read_text().replace('citation = "Someone et al., 2099"', 'citation = "Someone else, 2100"'))
+    (out / "mine.csv").unlink()
+    (out / "mine.csv").mkdir()
+    code = main(["paper", str(f), "--store", str(store), "--out", str(out), "--quiet"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.startswith("placebench: error: ") and "Traceback" not in err
+    assert (out / "mine.md").read_text() == md
     f.write_text(f.read_text().replace('placer = "single_cpu"', 'placer = "single_cpx"'))
     code = main(["paper", str(f), "--store", str(store), "--out", str(out)])
     _, err = capsys.readouterr()
     assert code == 2 and err.startswith(f"placebench: error: {f}: methods.'CPU': unknown placer 'single_cpx'")
-    assert (out / "mine.md").read_text() == md  # nothing already written is lost
 
 
 def test_list_papers(capsys):
