@@ -427,8 +427,9 @@ def test_sigterm_or_sigint_to_the_group_stops_like_ctrl_c(sig, code, tiny_files,
         time.sleep(0.05)
     os.killpg(proc.pid, sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == code and "interrupted; finished cells are stored" in err
     rows = Store(out).rows()
+    # once (a fresh clone's CI, 2026-11-22) SIGINT gave exit 0: say whether the run had already finished
+    assert proc.returncode == code and "interrupted; finished cells are stored" in err, (proc.returncode, len(rows), err)
     assert 3 <= len(rows) < 12 and {r["status"] for r in rows} == {"ok"}
     assert (out / "results.csv").exists() and (out / "results.parquet").exists()
     run = json.loads((out / "manifest.json").read_text())["runs"][-1]
