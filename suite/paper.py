@@ -31,12 +31,14 @@ A paper's figure is always labelled as the paper's, never as a measurement.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite.errors import PlacebenchError, UnknownNameError
+from suite import methodology
+from suite.errors import PlacebenchError, SpecError, UnknownNameError
 from suite.report import (
     MISSING,
     STATUS_LABEL,
@@ -81,8 +83,9 @@ class Row:
     label: str
     workload: str | None  # a zoo workload, or None where the zoo has no counterpart
     cluster: str | None
-    paper: Mapping[str, float | str]  # method name -> seconds, or a PAPER_STATUSES key; absent: not reported
-    note: str = ""                    # (an empty table: the paper's figures are not transcribed)
+    # method name -> seconds, or a PAPER_STATUSES key; a method absent: not reported; empty: not transcribed
+    paper: Mapping[str, float | str]
+    note: str = ""
 
     @property
     def runnable(self) -> bool:
@@ -123,8 +126,6 @@ class PaperTable:
     @property
     def methodology_version(self) -> str:
         """The version string the rows of this methodology carry (e.g. "placebench-methodology-v1")."""
-        from suite import methodology
-
         return methodology.load(self.methodology).version
 
     @property
@@ -136,7 +137,7 @@ class PaperTable:
 
     @property
     def placers(self) -> list[str]:
-        return list(dict.fromkeys(m.placer for m in self.methods if m.placer))
+        return [m.placer for m in self.methods if m.placer]  # one column per placer (checked on reading)
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -275,9 +276,10 @@ def paper_from_dict(data: Mapping[str, Any], *, id: str, source: str = "<paper>"
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise PaperError(f"{source}: notes must be an array of strings")
     seeds = data.get("seeds", [0, 1, 2])
-    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                      for s in seeds) and len(set(seeds)) == len(seeds)):
-        raise PaperError(f"{source}: seeds must be distinct non-negative integers, got {short_repr(seeds)}")
+    try:
+        methodology.check_seeds(f"{source}: seeds", seeds)
+    except SpecError as exc:  # the rule of specs and methodologies, as this file's error
+        raise PaperError(str(exc)) from None
     meth = data.get("methodology", "v1")
     if not isinstance(meth, str) or not meth:
         raise PaperError(f"{source}: methodology must be a name, got {short_repr(meth)}")
@@ -335,19 +337,6 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
     return (conc - disc) / denom if denom else math.nan
 
 
-def _paper_time(v: float | str | None) -> float | None:
-    """Seconds, inf for a failure (ranks as infinitely slow), None when not reported."""
-    if v is None:
-        return None
-    return math.inf if isinstance(v, str) else float(v)
-
-
-def _paper_text(v: float | str | None) -> str:
-    if v is None:
-        return MISSING
-    return v if isinstance(v, str) else f"{v:g}"
-
-
 @dataclass(frozen=True)
 class Side:
     """One method in one row on one side (paper or ours): its time (inf: failed) and how it reads."""
@@ -373,7 +362,9 @@ def _theirs(row: Row, m: Method) -> Side:
     v = row.paper.get(m.name)
     if v is None:
         return Side(None, None, MISSING)
-    return Side(_paper_time(v), PAPER_STATUSES.get(v, "ok") if isinstance(v, str) else "ok", _paper_text(v))
+    if isinstance(v, str):  # a failure the paper prints: ranks as infinitely slow
+        return Side(math.inf, PAPER_STATUSES[v], v)
+    return Side(float(v), "ok", f"{v:g}")
 
 
 def _speedup(side: Side, ref: Side) -> float | None:
@@ -410,12 +401,14 @@ def _margin(sides: Mapping[str, Side], headline: str, keys: Sequence[str]) -> fl
     return best / h - 1 if 0 < h < math.inf and 0 < best < math.inf else None
 
 
-def _fastest(sides: Mapping[str, Side], keys: Sequence[str]) -> str:
+def _fastest(sides: Mapping[str, Side], keys: Sequence[str]) -> list[str]:
+    """The methods of `keys` with the smallest finite time (several on a tie; none when none is ok)."""
     timed = {k: t for k in keys if (t := sides[k].time_s) is not None and math.isfinite(t)}
-    if not timed:
-        return MISSING
-    best = min(timed.values())
-    return ", ".join(k for k, t in timed.items() if t == best)
+    return [k for k, t in timed.items() if t == min(timed.values())]
+
+
+def _names(methods: Sequence[str]) -> str:
+    return ", ".join(methods) or MISSING
 
 
 def rows_for(paper: PaperTable, rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -513,7 +506,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
     rows, raw = [], []
     for r in p.rows:
         keys = comp.compared(r.label)
-        line: list[str] = [r.label, *(_fastest(side[r.label], keys) for _, side in sides)]
+        line: list[str] = [r.label, *(_names(_fastest(side[r.label], keys)) for _, side in sides)]
         vals: list[Any] = list(line)
         if figures:
             tau, n = comp.tau(r.label)
@@ -585,11 +578,7 @@ def summary_line(comp: Comparison) -> str:
     the rows with figures on both sides. Without: which method is fastest how often on our side."""
     p = comp.paper
     if not p.has_figures:
-        wins: dict[str, int] = {}
-        for r in p.rows:
-            for k in _fastest(comp.ours[r.label], comp.compared(r.label)).split(", "):
-                if k != MISSING:
-                    wins[k] = wins.get(k, 0) + 1
+        wins = Counter(k for r in p.rows for k in _fastest(comp.ours[r.label], comp.compared(r.label)))
         counts = ", ".join(f"{k} {v}" for k, v in sorted(wins.items(), key=lambda kv: (-kv[1], kv[0])))
         return (f"the paper's figures are not transcribed; fastest on placebench's side (rows): {counts or 'none'}.")
     same = total = agree = both = 0
@@ -597,9 +586,9 @@ def summary_line(comp: Comparison) -> str:
     for r in p.rows:
         keys = comp.compared(r.label)
         a, b = _fastest(comp.theirs[r.label], keys), _fastest(comp.ours[r.label], keys)
-        if a != MISSING and b != MISSING:
+        if a and b:
             total += 1
-            same += bool(set(a.split(", ")) & set(b.split(", ")))
+            same += bool(set(a) & set(b))
         tau, _ = comp.tau(r.label)
         if not math.isnan(tau):
             taus.append(tau)
