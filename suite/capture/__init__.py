@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-CAPTURE_VERSION = 1
+CAPTURE_VERSION = 2
 
 
 def capture_module(module: Any, example_inputs: Any, **kwargs: Any) -> Any:

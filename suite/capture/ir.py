@@ -116,9 +116,22 @@ class ForwardGraph:
         return OpGraph.build(name, ops, edges, meta)
 
 
+LOOKUP_KINDS = ("embedding", "gather")  # ops that read only the rows they gather from their weights
+
+
 def op_bytes_read(op: FwdOp, var_bytes: Mapping[str, int]) -> int:
-    """Input tensors read plus every parameter used (weights are read each step)."""
-    return sum(op.inputs.values()) + op.own_param_bytes + sum(var_bytes[v] for v in op.variables)
+    """Input tensors read plus the weights used, which are read each step.
+
+    A variable op reads nothing: it holds resident weights, and each of its users reads them (as a
+    TensorFlow variable hands out a reference). A lookup (embedding, gather) reads the rows it gathers,
+    at most its output's bytes, not its whole table.
+    """
+    if op.kind == "variable":
+        return 0
+    weights = op.own_param_bytes + sum(var_bytes[v] for v in op.variables)
+    if op.kind in LOOKUP_KINDS:
+        weights = min(weights, op.output_bytes)
+    return sum(op.inputs.values()) + weights
 
 
 def inference_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]]:

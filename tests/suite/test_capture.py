@@ -110,15 +110,18 @@ def test_shape_only_ops_are_folded_and_dependencies_kept():
     assert edge_bytes(g, "x", "fc/1") == 4 * 8 * 4  # the slice x[:, 0], not the whole input
 
 
+class Twice(nn.Module):
+    """One linear layer used twice: its weights become a shared variable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.fc(x)))
+
+
 def test_shared_module_becomes_a_variable():
-    class Twice(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(6, 6)
-
-        def forward(self, x):
-            return self.fc(torch.relu(self.fc(x)))
-
     g = capture(Twice(), (torch.randn(3, 6),), name="twice")
     (var,) = by_kind(g, "variable")
     assert var.name == "fc/variable" and var.scope == "fc"
@@ -126,6 +129,35 @@ def test_shared_module_becomes_a_variable():
     assert [op.param_bytes for op in by_kind(g, "linear")] == [0, 0]
     assert edge_bytes(g, "fc/variable", "fc/0") == edge_bytes(g, "fc/variable", "fc/1") == var.param_bytes
     assert g.metadata["params"] == 42
+
+
+def test_a_variable_reads_nothing_its_users_read_the_weights():
+    g = capture(Twice(), (torch.randn(3, 6),), name="twice")
+    f = {op.name: op for op in g.ops}
+    w = (36 + 6) * 4
+    assert (f["fc/variable"].bytes_read, f["fc/variable"].bytes_written) == (0, 0)
+    # each use reads its input [3, 6] and the weights
+    assert f["fc/0"].bytes_read == f["fc/1"].bytes_read == 3 * 6 * 4 + w
+
+
+class Lookup(nn.Module):
+    """An embedding table of 100 x 8 looked up for 2 x 3 tokens, then summed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 8)
+
+    def forward(self, ids):
+        return self.emb(ids).sum()
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_an_embedding_reads_the_rows_it_gathers_not_its_table(mode):
+    g = capture(Lookup(), (torch.zeros(2, 3, dtype=torch.long),), name="lookup", mode=mode)
+    (emb,) = by_kind(g, "embedding")
+    assert emb.param_bytes == 100 * 8 * 4  # the whole table is resident
+    assert emb.output_bytes == 2 * 3 * 8 * 4
+    assert emb.bytes_read == 2 * 3 * 8 + 2 * 3 * 8 * 4  # the int64 ids and the 6 rows of 8 floats
 
 
 def test_dropout_folded_in_inference_an_op_in_training():
