@@ -262,9 +262,15 @@ def cmd_paper(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from suite import runner
 
-    for flag, value in (("--placement", args.placement), ("--save-placement", args.save_placement)):
+    for flag, value in (("--placement", args.placement), ("--save-placement", args.save_placement),
+                        ("--trace", args.trace)):
         if value is not None and not value.strip():
             raise UsageError(f"{flag} is empty: give a file")
+    if args.trace is not None:
+        if args.save_placement is not None and Path(args.save_placement).resolve() == Path(args.trace).resolve():
+            raise UsageError("--trace and --save-placement name the same file")
+        _check_output_file(args.trace, "--trace", [args.workload, args.cluster, args.methodology, args.placement or "",
+                                                    *args.plugin])
     if args.placement is not None:
         given = [flag for flag, value in (
             ("--save-placement", args.save_placement), ("--param", args.param or None), ("--seed", args.seed),
@@ -274,7 +280,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise UsageError(f"{given[0]} applies to a placer's search, not to --placement")
         record = runner.measure_placement(args.workload, args.cluster, args.placement, methodology=args.methodology,
                                           simulator_engine=args.engine)
-        return _print_evaluation(record, args.json)
+        code = _print_evaluation(record, args.json)
+        if args.trace is not None:
+            _write_trace(record, args.workload, args.cluster, args.trace)
+        return code
     if args.save_placement is not None:
         _check_output_file(args.save_placement, "--save-placement",
                            [args.workload, args.cluster, args.methodology, *args.plugin])
@@ -298,7 +307,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     code = _print_evaluation(record, args.json)  # shown before saving: a failed save does not hide the result
     if args.save_placement is not None:
         _save_placement(record, args.workload, args.cluster, args.save_placement)
+    if args.trace is not None:
+        _write_trace(record, args.workload, args.cluster, args.trace)
     return code
+
+
+def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str) -> None:
+    """The timeline of the cell's final placement (Trace Event Format) for Perfetto or chrome://tracing."""
+    from suite import load_cluster, load_workload
+    from suite.simulator.trace import write_chrome_trace
+
+    if record.get("placement") is None:
+        print(f"placebench: warning: no placement to trace in {path}: the cell's status is {record['status']}",
+              file=sys.stderr)
+        return
+    meta = {k: record[k] for k in ("placer", "seed", "params", "placement_hash") if record.get(k) is not None}
+    write_chrome_trace(path, load_workload(workload), load_cluster(cluster), record["placement"], metadata=meta)
+    print(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
 
 
 def _check_output_file(path: str, flag: str, inputs: Sequence[str]) -> None:
@@ -774,6 +799,9 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--placement", metavar="FILE",
                       help="measure the placement in FILE instead of running a placer (as --save-placement writes it)")
     e.add_argument("--save-placement", metavar="FILE", help="write the placer's final placement to FILE (JSON)")
+    e.add_argument("--trace", metavar="FILE",
+                   help="write the final placement's timeline (ops, transfers, memory per device) to FILE as a "
+                        "Chrome/Perfetto trace (JSON)")
     e.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="placer parameter (JSON value)")
     e.add_argument("--seed", type=SEED, help="the placer's seed (default 0)")
     e.add_argument("--methodology", default="v1", help="methodology name or file (default: v1)")

@@ -144,6 +144,32 @@ def test_evaluate_a_placement_file(capsys, tiny_files, tmp_path):
     assert code == 0 and json.loads((tmp_path / "new" / "p.json").read_text())["workload"] == "diamond"
 
 
+def test_evaluate_writes_the_timeline_of_the_final_placement(capsys, tiny_files, tmp_path, harness_plugin):
+    args = ["evaluate", str(tiny_files["diamond"]), "--cluster", str(tiny_files["cluster"])]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"placement": {"a": "cpu:0", "b": "cpu:0", "c": "gpu:0", "d": "cpu:0"}}))
+    trace = tmp_path / "out" / "trace.json"
+    code, out, err = _run(capsys, *args, "--placement", str(path), "--trace", str(trace), "--json")
+    assert code == 0 and f"trace: {trace}" in err
+    doc = json.loads(trace.read_text())
+    # the times of test_evaluate_a_placement_file: c on the GPU 1.001-1.101 s, d 2-3 s
+    ops = {e["name"]: (e["pid"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 0}
+    assert ops["c"][0] == 1 and ops["c"][1] == pytest.approx(1.001e6) and ops["d"][1:] == (2e6, 1e6)
+    assert (doc["otherData"]["step_time_s"], doc["otherData"]["status"]) == (json.loads(out)["step_time_s"], "ok")
+    # a placer's search: the trace names it and its seed
+    code, _, _ = _run(capsys, *args, "-p", "m_etf", "--seed", "3", "--trace", str(trace))
+    assert code == 0 and (json.loads(trace.read_text())["otherData"]["placer"], json.loads(trace.read_text())["otherData"]["seed"]) == ("m_etf", 3)
+    # checked before any work: not a directory, not an input, not the --save-placement file
+    for target, message in ((tmp_path, "is a directory"), (tiny_files["diamond"], "is an input of this command")):
+        _assert_usage_error(*_run(capsys, *args, "-p", "m_etf", "--trace", str(target)), message)
+    _assert_usage_error(*_run(capsys, *args, "-p", "m_etf", "--trace", str(trace), "--save-placement", str(trace)),
+                        "name the same file")
+    # a cell without a placement has nothing to trace: a warning, and the file is left as it was
+    before = trace.read_text()
+    code, _, err = _run(capsys, *args, "-p", "harness_raises", "--plugin", harness_plugin, "--trace", str(trace))
+    assert code == 0 and "no placement to trace" in err and trace.read_text() == before
+
+
 def test_evaluate_a_failing_placer_is_a_result_not_an_error(capsys, tiny_files, harness_plugin):
     code, out, _ = _run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]),
                         "-p", "harness_raises", "--plugin", harness_plugin, "--json")

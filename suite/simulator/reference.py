@@ -146,31 +146,37 @@ def simulate(
 
 def _peak_memory(dev, start, finish, succ, transfers, output_bytes, param_bytes, ndev) -> np.ndarray:
     """Sweep allocation/free events per device; frees before allocations at equal times."""
+    resident = np.zeros(ndev, dtype=np.int64)
+    for p in range(len(dev)):
+        resident[dev[p]] += int(param_bytes[p])
+    live = [0] * ndev
+    peak = [0] * ndev
+    for d, _t, delta in memory_events(dev, start, finish, succ, transfers, output_bytes):
+        live[d] += delta
+        peak[d] = max(peak[d], live[d])
+    return resident + np.array(peak, dtype=np.int64)
+
+
+def memory_events(dev, start, finish, succ, transfers, output_bytes) -> list[tuple[int, float, int]]:
+    """Every allocation and free of a live tensor as (device, time, +bytes or -bytes), in the order of the
+    sweep: by device, then time, frees before allocations at equal times."""
     n = len(dev)
     release = list(finish)  # when the producer's own copy can be freed
     for p in range(n):
         for c in succ[p]:
             if dev[c] == dev[p]:
                 release[p] = max(release[p], finish[c])
-    mem_events: list[tuple[int, float, int, int]] = []  # (device, time, 0 free / 1 alloc, bytes)
+    events: list[tuple[int, float, int, int]] = []  # (device, time, 0 free / 1 alloc, bytes)
     for p, _src, dst, s, e, nb in transfers:
         release[p] = max(release[p], e)
         freed = e
         for c in succ[p]:
             if dev[c] == dst:
                 freed = max(freed, finish[c])
-        mem_events.append((dst, s, 1, nb))
-        mem_events.append((dst, freed, 0, -nb))
+        events.append((dst, s, 1, nb))
+        events.append((dst, freed, 0, -nb))
     for p in range(n):
         nb = int(output_bytes[p])
-        mem_events.append((dev[p], start[p], 1, nb))
-        mem_events.append((dev[p], release[p], 0, -nb))
-    resident = np.zeros(ndev, dtype=np.int64)
-    for p in range(n):
-        resident[dev[p]] += int(param_bytes[p])
-    live = [0] * ndev
-    peak = [0] * ndev
-    for d, _t, _kind, delta in sorted(mem_events, key=lambda x: (x[0], x[1], x[2])):
-        live[d] += delta
-        peak[d] = max(peak[d], live[d])
-    return resident + np.array(peak, dtype=np.int64)
+        events.append((dev[p], start[p], 1, nb))
+        events.append((dev[p], release[p], 0, -nb))
+    return [(d, t, delta) for d, t, _kind, delta in sorted(events, key=lambda x: (x[0], x[1], x[2]))]

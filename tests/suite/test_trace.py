@@ -1,0 +1,97 @@
+"""The timeline of a placement (`suite.simulator.trace`): exact on a hand-computed chain, and consistent with
+the fast engine's results on random graphs."""
+
+import json
+from collections import defaultdict
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+
+from suite import Op, OpGraph, simulate
+from suite.simulator.trace import chrome_trace, memory_series, schedule, write_chrome_trace
+
+from .test_simulator_equivalence import problems
+
+G = 1e9  # FLOPs that take one second on the uniform cluster
+
+
+def _chain() -> OpGraph:
+    return OpGraph.build(
+        "chain",
+        [Op("a", "x", flops=2 * G, output_bytes=1000), Op("b", "x", flops=4 * G, output_bytes=500, param_bytes=70),
+         Op("c", "x", flops=G)],
+        [("a", "b"), ("b", "c")],
+    )
+
+
+def test_the_timeline_of_a_chain_across_two_devices(uniform_cluster, tmp_path):
+    # as in test_simulator_hand: a [0, 2] on d0; a -> d1 [2, 3.5]; b [3.5, 7.5] on d1; b -> d0 [7.5, 8.5];
+    # c [8.5, 9.5] on d0. Memory d0: a's output 1000 [0, 3.5), b's copy 500 [7.5, 9.5).
+    # d1: b's 70 parameter bytes always, a's copy 1000 [2, 7.5), b's output 500 [3.5, 8.5).
+    g, c = _chain(), uniform_cluster(2, latency_s=0.5)
+    doc = chrome_trace(g, c, [0, 1, 0], metadata={"placer": "by hand"})
+    ev = doc["traceEvents"]
+    slices = [(e["name"], e["pid"], e["tid"], e["ts"], e["dur"]) for e in ev if e["ph"] == "X"]
+    assert slices == [
+        ("a", 0, 0, 0.0, 2e6), ("b", 1, 0, 3.5e6, 4e6), ("c", 0, 0, 8.5e6, 1e6),  # compute
+        ("a", 0, 2, 2e6, 1.5e6), ("b", 1, 1, 7.5e6, 1e6),  # transfers, on the track of their destination
+    ]
+    assert [e["args"]["bytes"] for e in ev if e.get("cat") == "transfer"] == [1000, 500]
+    memory = defaultdict(list)
+    for e in ev:
+        if e["ph"] == "C":
+            memory[e["pid"]].append((e["ts"], e["args"]["bytes"]))
+    assert memory[0] == [(0.0, 1000), (3.5e6, 0), (7.5e6, 500), (9.5e6, 0)]
+    assert memory[1] == [(0.0, 70), (2e6, 1070), (3.5e6, 1570), (7.5e6, 570), (8.5e6, 70)]
+    tracks = {(e["pid"], e.get("tid")): e["args"]["name"] for e in ev if e["name"] in ("process_name", "thread_name")}
+    assert tracks[(0, 0)] == tracks[(1, 0)] == "compute"
+    assert (tracks[(0, 2)], tracks[(1, 1)]) == ("to d1", "to d0")
+    assert tracks[(0, None)].startswith("d0 (gpu, ")
+    other = doc["otherData"]
+    assert (other["step_time_s"], other["status"], other["bytes_transferred"], other["placer"]) == (9.5, "ok", 1500, "by hand")
+    assert other["peak_memory_bytes"] == {"d0": 1000, "d1": 1570}
+    # written as JSON that loads back to the same document
+    path = write_chrome_trace(tmp_path / "t.json", g, c, [0, 1, 0], metadata={"placer": "by hand"})
+    assert json.loads(path.read_text()) == json.loads(json.dumps(doc))
+
+
+def test_an_oom_placement_has_a_timeline_with_its_status(uniform_cluster):
+    g = _chain()
+    c = uniform_cluster(2, memory_bytes=1200)
+    doc = chrome_trace(g, c, [0, 0, 0])
+    assert doc["otherData"]["status"] == "oom" == simulate(g, c, [0, 0, 0]).status
+    top = max(e["args"]["bytes"] for e in doc["traceEvents"] if e["ph"] == "C" and e["pid"] == 0)
+    assert top == doc["otherData"]["peak_memory_bytes"]["d0"] == 1570 > 1200
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_the_timeline_agrees_with_the_fast_engine(problem):
+    g, c, placements = problem
+    for p in placements:
+        fast = simulate(g, c, p)
+        sched = schedule(g, c, p)
+        doc = chrome_trace(g, c, p)
+        ev = doc["traceEvents"]
+        assert doc["otherData"]["step_time_s"] == fast.step_time_s == sched.step_time_s
+        assert doc["otherData"]["status"] == fast.status
+        # each device's memory series peaks at the engine's peak memory, starting from its resident bytes
+        series = memory_series(g, c, p, sched)
+        resident = np.bincount(np.asarray(p), weights=g.arrays.param_bytes, minlength=c.num_devices)
+        for d, points in enumerate(series):
+            assert points[0][0] == 0.0 and points[0][1] >= resident[d]  # what starts at 0 is allocated at 0
+            assert max(b for _, b in points) == fast.peak_memory_bytes[d]
+            assert all(t0 < t1 and b0 != b1 for (t0, b0), (t1, b1) in zip(points, points[1:], strict=False))
+        # every op once, on its device; transfers carry the engine's bytes per channel, one at a time
+        compute = [e for e in ev if e["ph"] == "X" and e["tid"] == 0]
+        assert sorted((e["name"], e["pid"]) for e in compute) == sorted((op.name, int(d)) for op, d in zip(g.ops, p, strict=True))
+        link = np.zeros((c.num_devices, c.num_devices), dtype=np.int64)
+        for e in ev:
+            if e.get("cat") == "transfer":
+                link[e["pid"], e["tid"] - 1] += e["args"]["bytes"]
+        assert link.tolist() == fast.link_bytes.tolist()
+        spans = defaultdict(list)  # in seconds, as the schedule has them (microseconds round)
+        for _, src, dst, start, end, _ in sched.transfers:
+            spans[(src, dst)].append((start, end))
+        for channel in spans.values():
+            assert all(a[1] <= b[0] for a, b in zip(channel, channel[1:], strict=False))
