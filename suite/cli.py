@@ -229,6 +229,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
     table = paper.load_paper(args.paper)
     store = Path(args.store) if args.store else Path("runs") / "papers" / table.id
     _refuse_inside_store(store, args.out, "--out")
+    _check_output_dir(args.out, "--out")
     if args.no_run:
         if not store.exists():
             raise UsageError(f"--no-run: no results store at {store}; leave --no-run out to run the cells")
@@ -244,7 +245,10 @@ def cmd_paper(args: argparse.Namespace) -> int:
     runs = _store_runs(store)
     comp = paper.Comparison.from_rows(table, rows)
     used = paper.rows_for(table, rows)
-    warnings = [w for w in (_warn_if_incomplete(store, runs), _warn_if_mixed_code(runs, used)) if w]
+    setup = comp.setup_warning()
+    if setup:
+        print(f"placebench: warning: {setup}", file=sys.stderr)
+    warnings = [w for w in (_warn_if_incomplete(store, runs), _warn_if_mixed_code(runs, used), setup) if w]
     provenance = report.provenance(report.runs_that_made(runs, used))
     written = [str(p) for p in paper.write_paper(comp, args.out, source=str(store), provenance=provenance,
                                                  note="\n\n".join(f"**Warning: {w}.**" for w in warnings))]
@@ -324,6 +328,12 @@ def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str)
     meta = {k: record[k] for k in ("placer", "seed", "params", "placement_hash") if record.get(k) is not None}
     write_chrome_trace(path, load_workload(workload), load_cluster(cluster), record["placement"], metadata=meta)
     print(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
+
+
+def _check_output_dir(path: str | Path, flag: str) -> None:
+    """An output directory may be missing (it is made) but not a file."""
+    if Path(path).exists() and not Path(path).is_dir():
+        raise UsageError(f"{flag} {path} is a file, not a directory")
 
 
 def _check_output_file(path: str, flag: str, inputs: Sequence[str]) -> None:
@@ -467,12 +477,40 @@ def _names(text: str | None) -> list[str]:
     return [x for x in (text or "").split(",") if x]
 
 
+TABLE_FORMATS = ("text", "md", "csv", "latex", "html", "json")
+COMPARE_FORMATS = ("text", "md", "csv", "json")
+SUFFIX_FORMATS = {".txt": "text", ".md": "md", ".csv": "csv", ".tex": "latex", ".html": "html", ".htm": "html",
+                  ".json": "json"}
+
+
+def _output_format(args: argparse.Namespace, choices: Sequence[str]) -> str:
+    """The output format from --format, --json and --output's suffix, which must agree (default text)."""
+    asked = []
+    if args.format is not None:
+        asked.append((f"--format {args.format}", args.format))
+    if args.json:
+        asked.append(("--json", "json"))
+    if args.output:
+        fmt = SUFFIX_FORMATS.get(Path(args.output).suffix.lower())
+        if fmt is not None and fmt not in choices:
+            raise UsageError(f"--output {args.output}: this command writes {', '.join(choices)}, not {fmt}")
+        if fmt is not None:
+            asked.append((f"--output {args.output}", fmt))
+    for flag, fmt in asked[1:]:
+        if fmt != asked[0][1]:
+            raise UsageError(f"{asked[0][0]} and {flag} ask for different formats ({asked[0][1]}, {fmt})")
+    return asked[0][1] if asked else "text"
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     from suite import report
     from suite.store import atomic_write_files, open_rows
 
     for flag, path in (("--output", args.output), ("--chart", args.chart)):
         _refuse_inside_store(args.store, path, flag)
+    fmt = _output_format(args, TABLE_FORMATS)
+    if args.chart and Path(args.chart).suffix.lower() != ".png":
+        raise UsageError(f"--chart {args.chart}: the chart is a PNG; name the file *.png")
     if args.output and args.chart and Path(args.output).resolve() == Path(args.chart).resolve():
         raise UsageError(f"--output and --chart are the same file {args.output}")
     rows = open_rows(args.store)
@@ -492,7 +530,6 @@ def cmd_table(args: argparse.Namespace) -> int:
                 raise UsageError(f"{flag} {unknown[0]!r} has no rows in {args.store}; {field}s: {', '.join(known)}")
             rows = [r for r in rows if r[field] in wanted]
     _warn_if_mixed_code(runs, rows)
-    fmt = "json" if args.json else args.format
     # everything is made before anything is written: a failure leaves no half-written output
     png = report.chart_png(rows, args.reference, note=f"made by placebench table from {args.store}") if args.chart else None
     res = report.Results.from_rows(rows)
@@ -517,6 +554,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from suite.store import open_rows
 
     _refuse_inside_store(args.store, args.out, "--out")
+    _check_output_dir(args.out, "--out")
     rows = open_rows(args.store)
     runs = _store_runs(args.store)
     warnings = [w for w in (_warn_if_incomplete(args.store, runs), _warn_if_mixed_code(runs, rows)) if w]
@@ -540,6 +578,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"BASE and NEW are the same results {args.base}")
     for store in (args.base, args.new):
         _refuse_inside_store(store, args.output, "--output")
+    fmt = _output_format(args, COMPARE_FORMATS)
     sides = []
     for store in (args.base, args.new):
         rows = open_rows(store)
@@ -553,9 +592,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         found = ", ".join(f"{n} {v}" for v, n in compare.counts(pairs).items()) or "no cells on either side"
         raise report.ReportError(f"nothing to compare: no cell of {args.base} was measured the same way in {args.new} "
                                  f"({found})")
-    fmt = "json" if args.json else args.format
     if fmt == "json":
-        text = dumps(compare.as_json(pairs, args.factor, args.lenient, args.memory_factor)) + "\n"
+        text = dumps(compare.as_json(pairs, args.factor, args.lenient, args.memory_factor, args.all)) + "\n"
     else:
         t = compare.table(pairs, args.all, args.lenient, title=f"Changes: {args.new} against {args.base}")
         body = {"text": report.to_text, "md": report.to_markdown, "csv": report.to_csv}[fmt](t)
@@ -815,13 +853,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("table", help="render a results store (directory, .parquet or .csv)")
     t.add_argument("store")
-    t.add_argument("--format", "-f", choices=[f for f in ("text", "md", "csv", "latex", "html", "json")], default="text")
+    t.add_argument("--format", "-f", choices=TABLE_FORMATS,
+                   help="output format (default: from --output's suffix, else text)")
     t.add_argument("--reference", help="placer that speedups are relative to (default: single_gpu)")
     t.add_argument("--cluster", help="only this cluster")
     t.add_argument("--placers", help="only these placers, comma-separated (the reference is kept for speedups)")
     t.add_argument("--workloads", help="only these workloads, comma-separated")
     t.add_argument("--output", "-o", help="write to this file instead of stdout")
-    t.add_argument("--chart", help="also write a bar chart PNG to this file")
+    t.add_argument("--chart", metavar="FILE.png", help="also write a bar chart PNG to this file")
     t.add_argument("--json", action="store_true", help="same as --format json")
     t.set_defaults(func=cmd_table)
 
@@ -845,7 +884,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--lenient", action="store_true",
                     help="cells missing from NEW or measured another way (not comparable) are listed, not regressions")
     cp.add_argument("--all", action="store_true", help="list every cell, not only the changed ones")
-    cp.add_argument("--format", "-f", choices=("text", "md", "csv", "json"), default="text")
+    cp.add_argument("--format", "-f", choices=COMPARE_FORMATS,
+                    help="output format (default: from --output's suffix, else text)")
     cp.add_argument("--output", "-o", help="write to this file instead of stdout")
     cp.add_argument("--json", action="store_true", help="same as --format json")
     cp.set_defaults(func=cmd_compare)

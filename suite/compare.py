@@ -222,7 +222,10 @@ def summary(pairs: list[Pair], factor: float, lenient: bool = False, memory_fact
             f"{n_reg} regression{'s' if n_reg != 1 else ''}")
 
 
-def as_json(pairs: list[Pair], factor: float, lenient: bool = False, memory_factor: float | None = None) -> dict[str, Any]:
+def as_json(pairs: list[Pair], factor: float, lenient: bool = False, memory_factor: float | None = None,
+            show_all: bool = True) -> dict[str, Any]:
+    """The comparison as JSON: the counts and regressions of every pair, and the cells of those that are not
+    `same` (all of them with show_all)."""
     return {
         "factor": factor,
         "memory_factor": factor if memory_factor is None else memory_factor,
@@ -236,6 +239,6 @@ def as_json(pairs: list[Pair], factor: float, lenient: bool = False, memory_fact
              "base_step_time_s": p.base.get("step_time_s") if p.base else None,
              "new_step_time_s": p.new.get("step_time_s") if p.new else None,
              "time_ratio": p.time_ratio, "memory_ratio": p.memory_ratio, "not_comparable_because": p.why or None}
-            for p in pairs
+            for p in pairs if show_all or p.verdicts != ("same",)
         ],
     }

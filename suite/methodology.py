@@ -149,8 +149,12 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Methodology:
 
 
 def load(name_or_path: str = DEFAULT) -> Methodology:
+    """A built-in methodology by name (suite/methodology/NAME.toml) or a methodology file."""
     path = Path(name_or_path)
     if not path.suffix:
         path = METHODOLOGY_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            known = sorted(p.stem for p in METHODOLOGY_DIR.glob("*.toml"))
+            raise SpecError(f"unknown methodology {name_or_path!r}; built-in: {', '.join(known)} (or give a .toml file)")
     data = load_toml(path, SpecError, "methodology")
     return from_dict(data, source=str(path))

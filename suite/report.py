@@ -614,6 +614,7 @@ def chart_png(rows: Iterable[Mapping[str, Any]], reference: str | None = None, n
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.axhline(1.0, color="black", linewidth=0.6)
         ax.set_xticks(np.arange(len(workloads)), workloads, rotation=20, ha="right", fontsize=7)
+        ax.set_xlim(-0.5, len(workloads) - 0.5)  # text labels do not widen the axis: a group of failures would be cut
         ax.set_ylabel(f"speedup vs {ref}")
         ax.set_title(c)
         ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)

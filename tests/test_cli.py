@@ -196,9 +196,20 @@ def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
     _assert_usage_error(*_run(capsys, "table", str(store), "--placers", "nope"), "--placers 'nope' has no rows")
     code, out, _ = _run(capsys, "table", str(store / "results.csv"), "-f", "csv")
     assert out.splitlines()[0].startswith("cluster,workload,placer,seeds,ok_seeds,status,step_time_s")
+    # the format follows --output's suffix; --format, --json and the suffix must agree; the chart is a PNG
+    code, _, _ = _run(capsys, "table", str(store), "--output", str(tmp_path / "t.csv"))
+    assert code == 0 and (tmp_path / "t.csv").read_text() == out
+    for extra, message in ((["-f", "md", "--output", str(tmp_path / "t.csv")], "ask for different formats (md, csv)"),
+                           (["-f", "md", "--json"], "--format md and --json ask for different formats"),
+                           (["--chart", str(tmp_path / "c.jpg")], "the chart is a PNG")):
+        _assert_usage_error(*_run(capsys, "table", str(store), *extra), message)
+    _assert_usage_error(*_run(capsys, "compare", str(store), str(store / "results.csv"), "-o", str(tmp_path / "c.html")),
+                        "this command writes text, md, csv, json, not html")
     code, out, _ = _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "results"))
     assert code == 0 and "(spec " in (tmp_path / "results" / "leaderboard.md").read_text()  # names its run
     assert (tmp_path / "results" / "leaderboard.png").exists() and (tmp_path / "results" / "leaderboard.csv").exists()
+    _assert_usage_error(*_run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "t.csv")),
+                        f"--out {tmp_path / 't.csv'} is a file, not a directory")
 
 
 # -- bad input: one line, exit 2, nothing lost -----------------------------------------------------------------

@@ -103,6 +103,9 @@ def test_unlike_setups_are_not_compared_and_unmatched_cells_are_listed():
     data = cmp.as_json(pairs, 1.05)
     assert (data["regressions"], data["lenient"], [c["regression"] for c in data["cells"]]) == (1, False, [True, False, False])
     assert cmp.as_json(pairs, 1.05, lenient=True)["regressions"] == 0
+    # as the table: only the cells that changed, unless all are asked for; the counts cover every cell
+    changed = cmp.as_json(pairs, 1.05, show_all=False)
+    assert [c["placer"] for c in changed["cells"]] == ["a", "c"] and changed["counts"] == data["counts"]
 
 
 def test_the_table_lists_regressions_first_and_only_changes():
@@ -202,6 +205,7 @@ def test_compare_gates_a_changed_placer(capsys, two_stores, tmp_path):
     assert err == f"placebench: compare: {data['summary']}\n"
     broke = next(c for c in data["cells"] if c["verdicts"] == ["broke"])
     assert (broke["workload"], broke["base_status"], broke["new_status"]) == ("big", "ok", "oom")
+    assert len(data["cells"]) == 2 and len(json.loads(_run(capsys, "compare", str(cpu), str(gpu), "--json", "--all")[1])["cells"]) == 4
     code, out, _ = _run(capsys, "compare", str(cpu), str(cpu / "results.parquet"), "--all")  # a table file works too
     assert code == 0 and sum(ln.endswith(" same") for ln in out.splitlines()) == 4
     assert out.splitlines()[-1] == "4 cells in both, factor 1.05: 4 same; 0 regressions"

@@ -48,13 +48,17 @@ def _workload(args: argparse.Namespace):
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from suite import methodology as _m
+    from suite.cli import UsageError
     from suite.profiling import DEFAULT_DIR, profile_path, profile_workload
 
     rw = _workload(args)
     meth = _m.load(args.methodology)
+    target = profile_path(args.out or DEFAULT_DIR, rw.graph.name, args.device)
+    if target.exists() and not args.force:  # checked before measuring: a stored profile is a measurement too
+        raise UsageError(f"{target} exists (a stored profile); pass --force to measure and replace it, or --out DIR")
     prof = profile_workload(rw, args.device, methodology=meth, applies_to=args.applies_to,
                             threads=args.threads, calibrate=not args.no_calibrate, clock=args.clock)
-    path = prof.save(profile_path(args.out or DEFAULT_DIR, rw.graph.name, args.device))
+    path = prof.save(target)
     c = prof.metadata["calibration"]
     summary = {"workload": rw.graph.name, "device": args.device, "applies_to": prof.applies_to, "path": str(path),
                "ops": len(prof.op_times_s), "threads": prof.metadata["threads"],
@@ -207,6 +211,7 @@ def add_commands(sub: Any) -> None:
     pr.add_argument("--out", help="profile directory (default: results/profiles)")
     pr.add_argument("--applies-to", help="device name, kind or model the profile applies to (default: the kind)")
     pr.add_argument("--no-calibrate", action="store_true", help="raw op times, no per-op overhead calibration")
+    pr.add_argument("--force", action="store_true", help="replace a stored profile of the same workload and device")
     pr.set_defaults(func=cmd_profile)
 
     fi = sub.add_parser("fidelity", help="simulator vs real execution on a set of placements (table + PNG)")

@@ -23,9 +23,12 @@ def test_fidelity_variants_differ_from_v1_only_in_timing(name, measured):
     assert {k: getattr(variant, k) for k in same} == {k: getattr(v1, k) for k in same}
 
 
-def test_unknown_methodology_names_the_file():
-    with pytest.raises(SpecError, match="no-such-rules.toml: no such methodology file"):
+def test_an_unknown_methodology_lists_the_built_in_ones_and_a_missing_file_is_named(tmp_path):
+    with pytest.raises(SpecError, match=r"unknown methodology 'no-such-rules'; built-in: v1, v1-fidelity-large, "
+                                        r"v1-fidelity-light \(or give a .toml file\)"):
         methodology.load("no-such-rules")
+    with pytest.raises(SpecError, match="no-such-rules.toml: no such methodology file"):
+        methodology.load(str(tmp_path / "no-such-rules.toml"))
 
 
 def test_every_shipped_file_loads():

@@ -205,6 +205,20 @@ def test_rows_of_another_methodology_or_seed():
         paper.Comparison.from_rows(t, [dict(rows[0], methodology="mine")])
 
 
+def test_results_of_another_setup_are_named_in_the_report():
+    t, comp = _comparison()
+    assert (comp.seeds, comp.budgets, comp.setup_warning()) == ((0, 1, 2), (), None)
+    budget = {"budget_evaluations": 1000, "budget_seconds": 300.0}  # the v1 methodology's
+    rows = [dict(r, **budget) for r in _rows(("resnet50-b1-infer", "single_cpu", [3.0, 3.0, 3.0]))]
+    assert paper.Comparison.from_rows(t, rows).setup_warning() is None
+    small = [dict(r, budget_evaluations=200, budget_seconds=60.0) for r in rows[:1]]
+    comp = paper.Comparison.from_rows(t, small)
+    assert comp.setup_warning() == ("these results have seeds 0 where the table asks for 0, 1, 2 and a search budget "
+                                    "of 200 evaluations / 60 s where the v1 methodology gives 1000 evaluations / 300 s")
+    md = paper.paper_markdown(comp)
+    assert "the v1 methodology (search budget per cell: 200 evaluations / 60 s), seeds 0, each" in md
+
+
 def test_without_figures_only_placebench_side_is_shown():
     data = _with(("rows",), [dict(r, paper={}) for r in GOOD["rows"]])
     t = paper.paper_from_dict(data, id="t")

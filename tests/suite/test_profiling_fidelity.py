@@ -4,6 +4,7 @@ sets, statistics, reports, the CLI commands)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,6 +178,11 @@ def test_cli_profile_and_fidelity(tmp_path, capsys):
     assert main(["profile", *args, "--out", str(tmp_path / "p"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["applies_to"] == "cpu" and out["ops"] > 0
+    # a stored profile is not measured over without --force (checked before measuring)
+    before = Path(out["path"]).read_text()
+    assert main(["profile", *args, "--out", str(tmp_path / "p")]) == 2
+    assert "exists (a stored profile); pass --force" in capsys.readouterr().err
+    assert Path(out["path"]).read_text() == before
     assert main(["fidelity", *args, "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"),
                  "--splits", "1", "--random", "1", "--rounds", "1", "--no-png", "--placer", "metis"]) == 0
     text = capsys.readouterr().out
