@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -244,12 +244,11 @@ def cmd_paper(args: argparse.Namespace) -> int:
     rows = open_rows(store)
     runs = _store_runs(store)
     comp = paper.Comparison.from_rows(table, rows)
-    used = paper.rows_for(table, rows)
     setup = comp.setup_warning()
     if setup:
         print(f"placebench: warning: {setup}", file=sys.stderr)
-    warnings = [w for w in (_warn_if_incomplete(store, runs), _warn_if_mixed_code(runs, used), setup) if w]
-    provenance = report.provenance(report.runs_that_made(runs, used))
+    warnings = [w for w in (_warn_if_incomplete(store, runs), _warn_if_mixed_code(runs, comp.rows), setup) if w]
+    provenance = report.provenance(report.runs_that_made(runs, comp.rows))
     written = [str(p) for p in paper.write_paper(comp, args.out, source=str(store), provenance=provenance,
                                                  note="\n\n".join(f"**Warning: {w}.**" for w in warnings))]
     if args.json:
@@ -631,18 +630,27 @@ def _list_workloads() -> list[dict[str, Any]]:
     return out
 
 
+def _list_loaded(names: Iterable[str], load: Callable[[str], Any], describe: Callable[[Any], dict[str, Any]],
+                 broken: dict[str, Any]) -> list[dict[str, Any]]:
+    """One entry per name, described from what `load` gives; one that fails to load is listed as broken (with
+    the `broken` fields and its error), the others are still listed."""
+    out = []
+    for name in names:
+        try:
+            item = describe(load(name))
+        except PlacebenchError as exc:
+            out.append({"name": name, "status": "broken", **broken, "description": str(exc)})
+            continue
+        out.append({"name": name, "status": "ok", **item})
+    return out
+
+
 def _list_clusters() -> list[dict[str, Any]]:
     from suite import registry
 
-    out = []
-    for name in registry.cluster_names():
-        try:
-            c = registry.load_cluster(name)
-        except PlacebenchError as exc:  # one broken preset is reported, the others are still listed
-            out.append({"name": name, "status": "broken", "devices": [], "description": str(exc)})
-            continue
-        out.append({"name": name, "status": "ok", "devices": [d.name for d in c.devices], "description": c.description})
-    return out
+    return _list_loaded(registry.cluster_names(), registry.load_cluster,
+                        lambda c: {"devices": [d.name for d in c.devices], "description": c.description},
+                        {"devices": []})
 
 
 def _list_placers() -> list[dict[str, Any]]:
@@ -674,22 +682,15 @@ def _list_specs() -> list[dict[str, Any]]:
     return out
 
 
-
 def _list_papers() -> list[dict[str, Any]]:
     from suite import paper
 
-    out = []
-    for name in paper.paper_names():
-        try:
-            t = paper.load_paper(name)
-        except PlacebenchError as exc:  # one broken table is reported, the others are still listed
-            out.append({"name": name, "status": "broken", "description": str(exc)})
-            continue
-        out.append({"name": name, "status": "ok", "description": f"{t.citation}, {t.table}: {t.quantity}",
-                    "path": t.source})
-    return out
+    return _list_loaded(paper.paper_names(), paper.load_paper,
+                        lambda t: {"description": f"{t.citation}, {t.table}: {t.quantity}", "path": t.source}, {})
 
-_LISTS = {"workloads": _list_workloads, "clusters": _list_clusters, "placers": _list_placers, "specs": _list_specs, "papers": _list_papers}
+
+_LISTS = {"workloads": _list_workloads, "clusters": _list_clusters, "placers": _list_placers, "specs": _list_specs,
+          "papers": _list_papers}
 
 
 def cmd_list(args: argparse.Namespace) -> int:

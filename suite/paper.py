@@ -45,6 +45,8 @@ from suite.report import (
     UNDEFINED,
     Results,
     Table,
+    budget_text,
+    budgets_of,
     format_speedup,
     to_csv,
     to_markdown,
@@ -411,10 +413,6 @@ def _ints(values: Sequence[int]) -> str:
     return ", ".join(map(str, values))
 
 
-def _budgets(budgets: Sequence[tuple[int, float]]) -> str:
-    return "; ".join(f"{e} evaluations / {s:g} s" for e, s in budgets)
-
-
 def _names(methods: Sequence[str]) -> str:
     return ", ".join(methods) or MISSING
 
@@ -434,8 +432,7 @@ class Comparison:
     paper: PaperTable
     theirs: dict[str, dict[str, Side]]  # row label -> method name -> Side
     ours: dict[str, dict[str, Side]]
-    seeds: tuple[int, ...] = ()  # the seeds of our rows
-    budgets: tuple[tuple[int, float], ...] = ()  # the search budgets (evaluations, seconds) of our rows
+    rows: list[Mapping[str, Any]]  # our result rows of the table's cells (`rows_for`)
 
     @classmethod
     def from_rows(cls, paper: PaperTable, rows: Iterable[Mapping[str, Any]]) -> Comparison:
@@ -450,9 +447,17 @@ class Comparison:
         res = Results.from_rows(used)
         theirs = {r.label: {m.name: _theirs(r, m) for m in paper.methods} for r in paper.rows}
         ours = {r.label: {m.name: _ours(paper, res, r, m) for m in paper.methods} for r in paper.rows}
-        seeds = tuple(sorted({int(r["seed"]) for r in used}))
-        budgets = tuple(sorted({(r.get("budget_evaluations"), r.get("budget_seconds")) for r in used} - {(None, None)}))
-        return cls(paper, theirs, ours, seeds, budgets)
+        return cls(paper, theirs, ours, used)
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The seeds of our rows."""
+        return tuple(sorted({int(r["seed"]) for r in self.rows}))
+
+    @property
+    def budgets(self) -> list[tuple[int, float]]:
+        """The search budgets (evaluations, seconds) of our rows."""
+        return budgets_of(self.rows)
 
     def setup_warning(self) -> str | None:
         """What differs between our rows and the table's setup (seeds, the methodology's budget), or None."""
@@ -463,8 +468,8 @@ class Comparison:
             problems.append(f"seeds {_ints(self.seeds)} where the table asks for {_ints(self.paper.seeds)}")
         other = [b for b in self.budgets if (b[0], float(b[1])) != wanted]
         if other:
-            problems.append(f"a search budget of {_budgets(other)} where the {self.paper.methodology} methodology "
-                            f"gives {_budgets([wanted])}")
+            problems.append(f"a search budget of {budget_text(other)} where the {self.paper.methodology} methodology "
+                            f"gives {budget_text([wanted])}")
         return f"these results have {' and '.join(problems)}" if problems else None
 
     def compared(self, label: str) -> list[str]:
@@ -648,7 +653,7 @@ def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", not
         figures,
         "",
         f"**placebench's figures** are this project's results for the rows' workloads and cluster presets: the "
-        f"{p.methodology} methodology (search budget per cell: {_budgets(comp.budgets) or 'unknown'}), seeds "
+        f"{p.methodology} methodology (search budget per cell: {budget_text(comp.budgets) or 'unknown'}), seeds "
         f"{_ints(comp.seeds) or _ints(p.seeds)}, each placer's final placement "
         "re-measured by the evaluator. On the simulator a step time is a prediction for the row's cluster preset "
         "(the paper's setup above says how it relates to the paper's hardware), not a measurement, and the "

@@ -496,6 +496,15 @@ def runs_that_made(runs: Iterable[Mapping[str, Any]], rows: list[Mapping[str, An
     return [run for run in runs if not used or run.get("run_id") in used]
 
 
+def budgets_of(rows: Iterable[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """The distinct search budgets (evaluations, seconds) that result rows were made with."""
+    return sorted({(r.get("budget_evaluations"), r.get("budget_seconds")) for r in rows} - {(None, None)})
+
+
+def budget_text(budgets: Iterable[tuple[int, float]]) -> str:
+    return "; ".join(f"{e} evaluations / {s:g} s" for e, s in budgets)
+
+
 def provenance(runs: Iterable[Mapping[str, Any]]) -> str:
     """One line per run: what code, packages and machine produced the rows."""
     lines = []
@@ -519,8 +528,7 @@ def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | Non
     res = Results.from_rows(rows)
     if not res.cells:
         raise ReportError("no result rows to report")
-    budgets = sorted({(r.get("budget_evaluations"), r.get("budget_seconds")) for r in rows} - {(None, None)})
-    budget_text = "; ".join(f"{e} evaluations / {s:g} s" for e, s in budgets) or "unknown"
+    budget = budget_text(budgets_of(rows)) or "unknown"
     seeds = sorted({int(r["seed"]) for r in rows})
     header = [
         f"<!-- {GENERATED_NOTE}{f' ({source})' if source else ''} -->",
@@ -529,7 +537,7 @@ def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | Non
         f"_{GENERATED_NOTE[0].upper()}{GENERATED_NOTE[1:]}._",
         "",
         f"Methodology: {', '.join(res.methodologies) or 'unknown'}; evaluator: {', '.join(res.evaluators) or 'unknown'}; "
-        f"search budget per cell: {budget_text}; seeds: {', '.join(map(str, seeds))}. "
+        f"search budget per cell: {budget}; seeds: {', '.join(map(str, seeds))}. "
         "Each cell is the re-measured step time of the placer's final placement (median over seeds; a failed "
         "seed counts as infinitely slow). OOM, invalid, timeout and error are results, not numbers."
         + (" With the simulator evaluator a step time is a prediction from an analytic cost model and the "

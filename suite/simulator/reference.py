@@ -44,6 +44,8 @@ class Schedule:
     peak_memory_bytes: np.ndarray  # [D], resident bytes included
     link_bytes: np.ndarray  # [D, D]
     transfers: list[tuple[int, int, int, float, float, int]]  # (op, src dev, dst dev, start, end, bytes)
+    resident_bytes: np.ndarray  # [D] parameter bytes of the ops on each device
+    memory_events: list[tuple[int, float, int]]  # `memory_events`: (device, time, +/- bytes of a live tensor)
 
 
 def simulate(
@@ -132,29 +134,32 @@ def simulate(
         dispatch(t)
 
     finish_arr = np.array(finish, dtype=np.float64)
-    peak = _peak_memory(dev, start, finish, succ, transfers, output_bytes, param_bytes, ndev)
+    resident = np.zeros(ndev, dtype=np.int64)
+    for p in range(n):
+        resident[dev[p]] += int(param_bytes[p])
+    mem = memory_events(dev, start, finish, succ, transfers, output_bytes)
     return Schedule(
         step_time_s=float(finish_arr.max()) if n else 0.0,
         start_s=np.array(start, dtype=np.float64),
         finish_s=finish_arr,
         busy_s=np.array(busy_s, dtype=np.float64),
-        peak_memory_bytes=peak,
+        peak_memory_bytes=resident + _peak_live(mem, ndev),
         link_bytes=link_bytes,
         transfers=transfers,
+        resident_bytes=resident,
+        memory_events=mem,
     )
 
 
-def _peak_memory(dev, start, finish, succ, transfers, output_bytes, param_bytes, ndev) -> np.ndarray:
-    """Sweep allocation/free events per device; frees before allocations at equal times."""
-    resident = np.zeros(ndev, dtype=np.int64)
-    for p in range(len(dev)):
-        resident[dev[p]] += int(param_bytes[p])
+def _peak_live(events: list[tuple[int, float, int]], ndev: int) -> np.ndarray:
+    """The most live bytes on each device over the sweep of `memory_events` (frees before allocations at
+    equal times)."""
     live = [0] * ndev
     peak = [0] * ndev
-    for d, _t, delta in memory_events(dev, start, finish, succ, transfers, output_bytes):
+    for d, _t, delta in events:
         live[d] += delta
         peak[d] = max(peak[d], live[d])
-    return resident + np.array(peak, dtype=np.int64)
+    return np.array(peak, dtype=np.int64)
 
 
 def memory_events(dev, start, finish, succ, transfers, output_bytes) -> list[tuple[int, float, int]]:

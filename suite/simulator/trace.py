@@ -21,8 +21,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from suite.cluster import Cluster
 from suite.costmodel import Profile
 from suite.graph import OpGraph
@@ -38,20 +36,13 @@ def schedule(workload: OpGraph, cluster: Cluster, placement, *, profiles: Iterab
     return reference.simulate(place, *inputs_for(workload, cluster, profiles).args())
 
 
-def memory_series(workload: OpGraph, cluster: Cluster, placement, sched: reference.Schedule) -> list[list[tuple[float, int]]]:
+def memory_series(sched: reference.Schedule) -> list[list[tuple[float, int]]]:
     """Per device, (time, resident + live bytes) at the end of each instant at which that value changes.
 
     The first point of every device is at time 0; the largest value is its peak memory."""
-    place = validate(placement, workload, cluster)
-    a = workload.arrays
-    dev = [int(d) for d in place]
-    succ = [[int(c) for c in a.succ_idx[a.succ_ptr[i]:a.succ_ptr[i + 1]]] for i in range(workload.num_ops)]
-    resident = np.zeros(cluster.num_devices, dtype=np.int64)
-    np.add.at(resident, place, a.param_bytes)
-    series: list[list[tuple[float, int]]] = [[(0.0, int(r))] for r in resident]
-    live = [int(r) for r in resident]
-    for d, t, delta in reference.memory_events(dev, sched.start_s.tolist(), sched.finish_s.tolist(), succ,
-                                               sched.transfers, a.output_bytes):
+    series: list[list[tuple[float, int]]] = [[(0.0, int(r))] for r in sched.resident_bytes]
+    live = [int(r) for r in sched.resident_bytes]
+    for d, t, delta in sched.memory_events:
         live[d] += delta
         if series[d][-1][0] == t:
             series[d][-1] = (t, live[d])  # the value at the end of the instant
@@ -89,7 +80,7 @@ def chrome_trace(
             "ph": "X", "name": workload.ops[p].name, "cat": "transfer", "pid": src, "tid": 1 + dst,
             "ts": start * US, "dur": (end - start) * US, "args": {"bytes": nbytes, "to": names[dst]},
         })
-    for d, points in enumerate(memory_series(workload, cluster, place, sched)):
+    for d, points in enumerate(memory_series(sched)):
         events.extend({"ph": "C", "name": "memory", "pid": d, "ts": t * US, "args": {"bytes": b}} for t, b in points)
     peak = sched.peak_memory_bytes
     capacity = [d.memory_bytes for d in cluster.devices]

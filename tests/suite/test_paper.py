@@ -207,7 +207,7 @@ def test_rows_of_another_methodology_or_seed():
 
 def test_results_of_another_setup_are_named_in_the_report():
     t, comp = _comparison()
-    assert (comp.seeds, comp.budgets, comp.setup_warning()) == ((0, 1, 2), (), None)
+    assert (comp.seeds, comp.budgets, comp.setup_warning()) == ((0, 1, 2), [], None)
     budget = {"budget_evaluations": 1000, "budget_seconds": 300.0}  # the v1 methodology's
     rows = [dict(r, **budget) for r in _rows(("resnet50-b1-infer", "single_cpu", [3.0, 3.0, 3.0]))]
     assert paper.Comparison.from_rows(t, rows).setup_warning() is None

@@ -76,8 +76,9 @@ def test_the_timeline_agrees_with_the_fast_engine(problem):
         assert doc["otherData"]["step_time_s"] == fast.step_time_s == sched.step_time_s
         assert doc["otherData"]["status"] == fast.status
         # each device's memory series peaks at the engine's peak memory, starting from its resident bytes
-        series = memory_series(g, c, p, sched)
+        series = memory_series(sched)
         resident = np.bincount(np.asarray(p), weights=g.arrays.param_bytes, minlength=c.num_devices)
+        assert sched.resident_bytes.tolist() == resident.tolist()
         for d, points in enumerate(series):
             assert points[0][0] == 0.0 and points[0][1] >= resident[d]  # what starts at 0 is allocated at 0
             assert max(b for _, b in points) == fast.peak_memory_bytes[d]
