@@ -2,8 +2,8 @@
 
 `simulate` is the public entry point. Two engines share one semantics (documented in `reference.py`):
 `"reference"`, a short pure-Python event loop, and `"fast"` (the default), a compiled port of it with a
-batch API (`simulate_batch`) that evaluates many placements at once. Property tests check that both agree
-exactly.
+batch API (`simulate_batch`) that evaluates many placements at once; `start_times` gives its schedule's op
+start times (features for placers such as Placeto). Property tests check that both agree exactly.
 """
 
 from __future__ import annotations
@@ -242,6 +242,30 @@ def simulate_batch(
     """
     from suite.simulator import fast
 
+    placements = _checked_batch(workload, cluster, placements, validate_each)
+    inputs = inputs_for(workload, cluster, profiles)
+    steps, busy, peak, link = fast.simulate_batch(placements, *inputs.fast_args())
+    return [_result(inputs, cluster, steps[b], busy[b], peak[b], link[b]) for b in range(len(placements))]
+
+
+def start_times(
+    workload: OpGraph,
+    cluster: Cluster,
+    placements: np.ndarray,
+    *,
+    profiles: Iterable[Profile] = (),
+    validate_each: bool = True,
+) -> np.ndarray:
+    """float64 [B, n]: when each op starts under each placement of a [B, n] batch (the fast engine's
+    schedule, equal to the reference's `start_s`). Checks as `simulate_batch`."""
+    from suite.simulator import fast
+
+    placements = _checked_batch(workload, cluster, placements, validate_each)
+    return fast.simulate_batch(placements, *inputs_for(workload, cluster, profiles).fast_args(), start_times=True)[4]
+
+
+def _checked_batch(workload: OpGraph, cluster: Cluster, placements: np.ndarray, validate_each: bool) -> np.ndarray:
+    """A [B, n] batch of placements as the contiguous int64 array the engine reads, after the checks."""
     placements = np.asarray(placements)
     if placements.ndim != 2 or placements.shape[1] != workload.num_ops:
         raise PlacementError(
@@ -251,9 +275,7 @@ def simulate_batch(
         placements = np.stack([validate(p, workload, cluster) for p in placements]) if len(placements) else placements
     else:
         _check_device_indices(placements, workload, cluster)
-    inputs = inputs_for(workload, cluster, profiles)
-    steps, busy, peak, link = fast.simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), *inputs.fast_args())
-    return [_result(inputs, cluster, steps[b], busy[b], peak[b], link[b]) for b in range(len(placements))]
+    return np.ascontiguousarray(placements, dtype=np.int64)
 
 
 def _check_device_indices(placements: np.ndarray, workload: OpGraph, cluster: Cluster) -> None:

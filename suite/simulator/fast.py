@@ -205,8 +205,9 @@ def _workspace(n, ndev, n_edges):
 
 @njit(cache=True, error_model="numpy")
 def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap, param_bytes,
-              latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide):
-    """One placement; fills busy_s [D], peak [D] and link_bytes [D, D]; returns the step time."""
+              latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, starts):
+    """One placement; fills busy_s [D], peak [D], link_bytes [D, D] and, unless None, starts [n] (each op's
+    start time); returns the step time."""
     n = U(placement.shape[0])
     ndev = U(cost.shape[1])
     busy_s[:] = 0.0
@@ -254,6 +255,8 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
             go ^= bit
             if wide is None:  # bit k is device k
                 _start(k, t, ready, low, n_ready, running, dev_end, dur_of, busy_s, live, output_bytes)
+                if starts is not None:
+                    starts[running[k]] = t
                 idle ^= bit
                 if n_ready[k] == 0:
                     has_ready ^= bit
@@ -263,6 +266,8 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 for d in range(k, ndev, 64):
                     if dev_end[d] == INF and n_ready[d] > 0:
                         _start(d, t, ready, low, n_ready, running, dev_end, dur_of, busy_s, live, output_bytes)
+                        if starts is not None:
+                            starts[running[d]] = t
                     idle_k |= U(dev_end[d] == INF)
                     ready_k |= U(n_ready[d] > 0)
                 idle = (idle & ~bit) | (idle_k << k)
@@ -385,11 +390,16 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
 
 @njit(cache=True)
 def _simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                    output_bytes, send_cap, param_bytes, latency_s, bandwidth, steps, busy, peak, link, ws, wide):
+                    output_bytes, send_cap, param_bytes, latency_s, bandwidth, steps, busy, peak, link, ws, wide, starts):
     for b in range(placements.shape[0]):
-        steps[b] = _simulate(placements[b], cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                             output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b], link[b], ws,
-                             wide)
+        if starts is None:  # pruned at compile time: the engine without start times stores none
+            steps[b] = _simulate(placements[b], cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
+                                 output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b], link[b],
+                                 ws, wide, None)
+        else:
+            steps[b] = _simulate(placements[b], cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
+                                 output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b], link[b],
+                                 ws, wide, starts[b])
 
 
 _kept = threading.local()  # per thread: the last workspace and its sizes
@@ -412,8 +422,10 @@ def _workspace_for(n: int, ndev: int, n_edges: int) -> tuple:
 
 
 def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                   output_bytes, send_cap, param_bytes, latency_s, bandwidth):
-    """Placements [B, n] -> (steps [B], busy [B, D], peak [B, D], link_bytes [B, D, D]).
+                   output_bytes, send_cap, param_bytes, latency_s, bandwidth, *, start_times=False):
+    """Placements [B, n] -> (steps [B], busy [B, D], peak [B, D], link_bytes [B, D, D]), and with
+    `start_times` a fifth array [B, n] of each op's start time (a separately compiled engine; the one
+    without stores none).
 
     The index arrays (succ_ptr, succ_idx, pred_ptr, pred_idx) are used as uint64; `SimInputs.fast_args`
     gives them so, other callers pay a conversion per call. Device indices are not checked here: the
@@ -425,11 +437,12 @@ def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, p
     busy = np.zeros((bsz, ndev), np.float64)
     peak = np.zeros((bsz, ndev), np.int64)
     link = np.zeros((bsz, ndev, ndev), np.int64)
+    starts = np.zeros(placements.shape, np.float64) if start_times else None
     ws = _workspace_for(placements.shape[1], ndev, succ_idx.shape[0])
     _simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), cost, unsigned(succ_ptr), unsigned(succ_idx),
                     succ_bytes, unsigned(pred_ptr), unsigned(pred_idx), output_bytes, send_cap, param_bytes, latency_s,
-                    bandwidth, steps, busy, peak, link, ws, None if ndev <= 64 else ndev)
-    return steps, busy, peak, link
+                    bandwidth, steps, busy, peak, link, ws, None if ndev <= 64 else ndev, starts)
+    return (steps, busy, peak, link, starts) if start_times else (steps, busy, peak, link)
 
 
 def unsigned(index: np.ndarray) -> np.ndarray:

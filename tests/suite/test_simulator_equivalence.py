@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from suite import Op, OpGraph, simulate, simulate_batch
 from suite.cluster import Cluster, Device, Link
+from suite.simulator import SimInputs, reference, start_times
 
 
 @st.composite
@@ -57,10 +58,12 @@ def _same(a, b):
 def test_fast_equals_reference(problem):
     g, c, placements = problem
     batch = simulate_batch(g, c, np.array(placements))
-    for p, rb in zip(placements, batch, strict=True):
+    starts = start_times(g, c, np.array(placements))
+    for p, rb, st_ in zip(placements, batch, starts, strict=True):
         ref = simulate(g, c, p, engine="reference")
         _same(ref, simulate(g, c, p, engine="fast"))
         _same(ref, rb)
+        assert st_.tolist() == reference.simulate(np.array(p), *SimInputs.build(g, c).args()).start_s.tolist()
 
 
 @settings(max_examples=40, deadline=None)
@@ -82,8 +85,6 @@ def test_fast_equals_reference_on_larger_random_graphs(seed):
 
 def test_schedule_invariants_on_random_graphs(uniform_cluster):
     """No op starts before its inputs arrive; a device runs one op at a time; busy time adds up."""
-    from suite.simulator import SimInputs, reference
-
     rng = np.random.default_rng(0)
     c = uniform_cluster(3, latency_s=0.25)
     for _ in range(20):
@@ -119,11 +120,13 @@ def test_fast_equals_reference_with_more_than_64_devices(ndev):
     c = Cluster("wide", devices, (Link(tuple(d.name for d in devices), 1000.0, 0.5),))
     placements = rng.integers(0, ndev, size=(3, n))
     placements[0, :] = rng.integers(ndev - 3, ndev, size=n)  # only the devices past bit 63 when ndev > 64
-    for p, rb in zip(placements, simulate_batch(g, c, placements), strict=True):
+    starts = start_times(g, c, placements)
+    for p, rb, st_ in zip(placements, simulate_batch(g, c, placements), starts, strict=True):
         ref = simulate(g, c, p, engine="reference")
         assert ref.peak_memory_bytes[-3:].max() > 0
         _same(ref, simulate(g, c, p, engine="fast"))
         _same(ref, rb)
+        assert st_.tolist() == reference.simulate(p, *SimInputs.build(g, c).args()).start_s.tolist()
 
 
 def test_the_kept_workspace_gives_every_call_the_result_of_a_fresh_one():

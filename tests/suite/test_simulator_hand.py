@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from suite import Op, OpGraph, simulate
-from suite.simulator import SimInputs, reference
+from suite.errors import PlacementError
+from suite.simulator import SimInputs, reference, start_times
 
 ENGINES = ["reference", "fast"]
 G = 1e9  # FLOPs that take one second
@@ -65,6 +66,20 @@ def test_fork_join(engine, uniform_cluster):
     # all on one device: serial 1+2+3+1 = 7 s too, but no traffic
     r1 = simulate(g, uniform_cluster(2), [0, 0, 0, 0], engine=engine)
     assert r1.step_time_s == 7.0 and r1.link_bytes.sum() == 0
+
+
+def test_start_times_of_the_fork_join(uniform_cluster):
+    # the schedules of test_fork_join: a [0,1], b [2,4], c [1,4], d [6,7]; all on d0: a, b, c, d in turn
+    g = OpGraph.build(
+        "forkjoin",
+        [Op("a", "x", flops=G, output_bytes=1000), Op("b", "x", flops=2 * G, output_bytes=2000),
+         Op("c", "x", flops=3 * G, output_bytes=500), Op("d", "x", flops=G)],
+        [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+    )
+    starts = start_times(g, uniform_cluster(2), np.array([[0, 1, 0, 0], [0, 0, 0, 0]]))
+    assert starts.tolist() == [[0.0, 2.0, 1.0, 6.0], [0.0, 1.0, 3.0, 6.0]]
+    with pytest.raises(PlacementError, match=r"shape \[B, 4\]"):
+        start_times(g, uniform_cluster(2), np.array([0, 1, 0, 0]))
 
 
 @pytest.mark.parametrize("engine", ENGINES)
