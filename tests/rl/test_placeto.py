@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl.grouping import colocation_grouping
+from rl.grouping import Grouping, colocation_grouping
 from rl.placeto import (
     GroupGraph,
     PlacetoPlacer,
@@ -18,12 +18,14 @@ from rl.placeto import (
     PlacetoSearch,
     StateFeatures,
     group_graph,
+    group_start_times,
     reachable,
 )
 from rl.reward import RewardEvaluator
 from suite.costmodel import cost_matrix
 from suite.errors import PlacebenchError
 from suite.placer import make_placer, placer_names
+from suite.simulator import SimInputs, reference
 
 
 def closure(n: int, edges: list[tuple[int, int]]) -> np.ndarray:
@@ -103,17 +105,40 @@ def test_embedding_does_not_depend_on_group_labels(branchy, k80x2):
 
 def test_state_features_by_hand(branchy, k80x2):
     gg = group_graph(branchy, colocation_grouping(branchy), np.asarray(cost_matrix(branchy, k80x2)))
-    feats = StateFeatures(gg, k80x2.num_devices)
+    seen = []
+
+    def starts(gd):  # a stand-in schedule: group g starts at g seconds
+        seen.append(gd.tolist())
+        return np.tile(np.arange(8.0), (len(gd), 1))
+
+    feats = StateFeatures(gg, k80x2.num_devices, starts)
     placement = torch.tensor([[0, 1, 1, 2, 2, 1, 0, 0]])
     visits = torch.tensor([[1.0, 1, 0, 0, 0, 0, 0, 0]])
     x = feats(placement, visits, torch.tensor([2]))
     D = k80x2.num_devices
     assert x.shape == (1, 8, feats.width) and feats.width == 6 + 2 * D
+    assert seen == [[[0, 1, 1, 2, 2, 1, 0, 0]]]  # the schedule of the state's own placement
     own = gg.cost_s[np.arange(8), placement[0].numpy()]
     np.testing.assert_allclose(x[0, :, 0].numpy(), own / own.max(), rtol=1e-6)
+    np.testing.assert_allclose(x[0, :, 1].numpy(), np.arange(8) / 7, rtol=1e-6)  # start over the latest start
+    np.testing.assert_allclose(x[0, :, 2].numpy(), gg.output_bytes / gg.output_bytes.max(), rtol=1e-6)
     assert x[0, :, 4 + D].tolist() == visits[0].tolist()  # visits, then the current flag, then the one-hot
     assert x[0, :, 5 + D].tolist() == [0, 0, 1, 0, 0, 0, 0, 0]
     assert x[0, :, 6 + D :].argmax(dim=1).tolist() == placement[0].tolist()
+
+
+def test_group_start_times_are_the_first_start_of_each_group_in_the_schedule(branchy, k80x2, make_problem):
+    # groups {in, a1, b1}, {a2, b2}, {c1, join, out} on branchy (in a1 a2 b1 b2 c1 join out)
+    grouping = Grouping.from_labels([0, 0, 1, 0, 1, 2, 2, 2])
+    problem, _ = make_problem(branchy, k80x2)
+    starts = group_start_times(problem, grouping)
+    gd = np.array([[0, 1, 2], [2, 2, 2], [1, 0, 1]])
+    got = starts(gd)
+    inputs = SimInputs.build(branchy, k80x2)
+    for row, g in zip(got, gd, strict=True):
+        s = reference.simulate(grouping.expand(g), *inputs.args()).start_s
+        assert row.tolist() == [s[[0, 1, 3]].min(), s[[2, 4]].min(), s[[5, 6, 7]].min()]
+    assert got[1].tolist() == sorted(got[1].tolist()) and got[1][0] == 0.0  # all on one device: in order
 
 
 def test_an_episode_changes_one_group_per_step_and_counts_every_evaluation(branchy, k80x2, make_problem,
