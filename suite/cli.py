@@ -694,6 +694,12 @@ _LISTS = {"workloads": _list_workloads, "clusters": _list_clusters, "placers": _
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.plugin:
+        if args.what != "placers":
+            raise UsageError("--plugin applies to 'list placers' only")
+        from suite import runner
+
+        runner.load_plugins(args.plugin)
     items = _LISTS[args.what]()
     if args.json:
         _print_json(items)
@@ -734,7 +740,54 @@ def workload_info(name: str) -> dict[str, Any]:
     }
 
 
+def cluster_info(name: str) -> dict[str, Any]:
+    """A cluster's devices and links with every number's source, and the numbers that have none."""
+    from suite import registry
+    from suite.cluster import DEVICE_NUMBERS, LINK_NUMBERS, unsourced
+
+    c = registry.load_cluster(name)
+    return {
+        "name": c.name,
+        "hash": c.content_hash,
+        "description": c.description,
+        "source": dict(c.source),
+        "devices": [{"name": d.name, "kind": d.kind, "model": d.model,
+                     **{k: getattr(d, k) for k in DEVICE_NUMBERS}, "source": dict(d.source)} for d in c.devices],
+        "links": [{"name": lk.name, "between": list(lk.between), **{k: getattr(lk, k) for k in LINK_NUMBERS},
+                   "source": dict(lk.source)} for lk in c.links],
+        "unsourced": unsourced(c),
+    }
+
+
+def _show_cluster(name: str, as_json: bool) -> int:
+    info = cluster_info(name)
+    if as_json:
+        _print_json(info)
+        return 0
+    lines = [f"cluster {info['name']}" + (f": {info['description']}" if info["description"] else ""),
+             f"hash {info['hash']}"]
+    lines += [f"source.{k}: {v}" for k, v in info["source"].items()]
+    for d in info["devices"]:
+        lines.append(f"device {d['name']} ({d['kind']}{', ' + d['model'] if d['model'] else ''}): "
+                     f"{d['peak_flops']:.4g} FLOP/s x {d['compute_efficiency']:g}, {d['mem_bandwidth']:.4g} B/s x "
+                     f"{d['memory_efficiency']:g}, {_fmt_bytes(d['memory_bytes'])}, {d['op_overhead_s']:g} s per op")
+        lines += [f"  source.{k}: {v}" for k, v in d["source"].items()]
+    for j, lk in enumerate(info["links"]):
+        lines.append(f"links[{j}]{' ' + lk['name'] if lk['name'] else ''} ({', '.join(lk['between'])}): "
+                     f"{lk['bandwidth']:.4g} B/s per direction, {lk['latency_s']:g} s latency")
+        lines += [f"  source.{k}: {v}" for k, v in lk["source"].items()]
+    missing = info["unsourced"]
+    lines.append(f"numbers without a source ({len(missing)}): {', '.join(missing)}" if missing else
+                 "every number has a source")
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
+    if (args.workload is None) == (args.cluster is None):
+        raise UsageError("show takes a workload or --cluster C (a preset name or a cluster file), one of them")
+    if args.cluster is not None:
+        return _show_cluster(args.cluster, args.json)
     info = workload_info(args.workload)
     if args.json:
         _print_json(info)
@@ -907,11 +960,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list workloads, clusters, placers, specs or paper tables")
     ls.add_argument("what", choices=sorted(_LISTS))
+    ls.add_argument("--plugin", action="append", default=[],
+                    help="with placers: module or .py file to import first, so its placers are listed (repeatable)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_list)
 
-    sh = sub.add_parser("show", help="statistics and metadata of one workload")
-    sh.add_argument("workload", help="zoo workload name or graph file")
+    sh = sub.add_parser("show", help="statistics and metadata of one workload, or one cluster with its sources")
+    sh.add_argument("workload", nargs="?", help="zoo workload name or graph file")
+    sh.add_argument("--cluster", "-c", help="show this cluster (preset name or file) instead")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=cmd_show)
 

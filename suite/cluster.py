@@ -224,6 +224,18 @@ def _validate(c: Cluster, where: str) -> None:
         c.routes  # noqa: B018 - raises on a disconnected cluster
 
 
+DEVICE_NUMBERS = ("peak_flops", "mem_bandwidth", "memory_bytes", "op_overhead_s", "compute_efficiency",
+                  "memory_efficiency")
+LINK_NUMBERS = ("bandwidth", "latency_s")
+
+
+def unsourced(c: Cluster) -> list[str]:
+    """The numbers of `c` without a `source` line beside them, as "device.field" or "links[j].field"
+    (an efficiency left out of the file is its default 1.0, and needs a source too)."""
+    out = [f"{d.name}.{k}" for d in c.devices for k in DEVICE_NUMBERS if not d.source.get(k)]
+    return out + [f"links[{j}].{k}" for j, lk in enumerate(c.links) for k in LINK_NUMBERS if not lk.source.get(k)]
+
+
 _DEVICE_KEYS = {f for f in Device.__dataclass_fields__}
 _LINK_KEYS = {f for f in Link.__dataclass_fields__}
 _TOP_KEYS = {"schema_version", "name", "description", "source", "devices", "links"}

@@ -163,9 +163,12 @@ def comparable(pairs: Iterable[Pair]) -> int:
 
 
 def _short(value: Any) -> str:
-    """A setup value for a message: hashes cut to 12 digits."""
+    """A setup value for a message: hashes (bare or "sha256:"-prefixed) cut to 12 digits."""
     text = str(value)
-    return text[:12] if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text
+    prefix, _, digest = text.rpartition(":")
+    if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) and prefix in ("", "sha256"):
+        return f"{prefix}:{digest[:12]}" if prefix else digest[:12]
+    return text
 
 
 def counts(pairs: Iterable[Pair]) -> dict[str, int]:
@@ -217,6 +220,8 @@ def summary(pairs: list[Pair], factor: float, lenient: bool = False, memory_fact
     n_reg = sum(p.regression(lenient) for p in pairs)
     both = sum(p.base is not None and p.new is not None for p in pairs)
     parts = ", ".join(f"{n} {v}" for v, n in c.items()) or "nothing to compare"
+    if sum(c.values()) > len(pairs):
+        parts += " (a cell with two verdicts counts for both)"
     memory = "" if memory_factor is None else f", memory factor {memory_factor:g}"
     return (f"{both} cells in both, factor {factor:g}{memory}{', lenient' if lenient else ''}: {parts}; "
             f"{n_reg} regression{'s' if n_reg != 1 else ''}")

@@ -610,7 +610,8 @@ def summary_line(comp: Comparison) -> str:
     if not p.has_figures:
         wins = Counter(k for r in p.rows for k in _fastest(comp.ours[r.label], comp.compared(r.label)))
         counts = ", ".join(f"{k} {v}" for k, v in sorted(wins.items(), key=lambda kv: (-kv[1], kv[0])))
-        return (f"the paper's figures are not transcribed; fastest on placebench's side (rows): {counts or 'none'}.")
+        return (f"the paper's figures are not transcribed; fastest on placebench's side (rows; a tie counts for "
+                f"every method in it): {counts or 'none'}.")
     same = total = agree = both = 0
     taus = []
     for r in p.rows:
@@ -640,8 +641,8 @@ def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", not
     figures = (f"**The paper's figures** are {p.citation}, {p.table} ({p.url}), read from {p.figures_from}. They "
                f"are {p.quantity}, measured by the paper's authors." if p.has_figures else
                f"**The paper's figures are not transcribed:** {p.figures_from}")
-    claims = [f"- The paper: \"{c.text}\" ({c.source})" + (f". {claim_figure(comp, c)}." if c.method else "")
-              for c in p.claims]
+    claims = [f"- The paper: \"{c.text}\" ({c.source}). " + (f"{claim_figure(comp, c)}." if c.method else
+              "placebench: no figure, since the claim names no method of this table to compare.") for c in p.claims]
     lines = [
         f"<!-- {GENERATED_NOTE}{f' ({source})' if source else ''} -->",
         f"# {p.citation}: {p.table}",
@@ -653,8 +654,8 @@ def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", not
         figures,
         "",
         f"**placebench's figures** are this project's results for the rows' workloads and cluster presets: the "
-        f"{p.methodology} methodology (search budget per cell: {budget_text(comp.budgets) or 'unknown'}), seeds "
-        f"{_ints(comp.seeds) or _ints(p.seeds)}, each placer's final placement "
+        f"{p.methodology} methodology, a search budget per cell of {budget_text(comp.budgets) or 'unknown'} and "
+        f"seeds {_ints(comp.seeds) or _ints(p.seeds)} (those of the stored rows), each placer's final placement "
         "re-measured by the evaluator. On the simulator a step time is a prediction for the row's cluster preset "
         "(the paper's setup above says how it relates to the paper's hardware), not a measurement, and the "
         "learned placers train for the methodology's budget, not the paper's hours: compare rankings, speedups "
@@ -664,8 +665,9 @@ def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", not
         f"**Methods:** {mapping}.",
         "",
         *([*claims, ""] if claims else []),
-        *([f"- {r.label}: {r.note}" for r in p.rows if r.note] + [""] if any(r.note for r in p.rows) else []),
-        *([f"- {n}" for n in p.notes] + [""] if p.notes else []),
+        *(["**Notes on the rows:**", "", *[f"- {r.label}: {r.note}" for r in p.rows if r.note], ""]
+          if any(r.note for r in p.rows) else []),
+        *(["**Notes:**", "", *[f"- {n}" for n in p.notes], ""] if p.notes else []),
         *([provenance, ""] if provenance else []),
         *([note, ""] if note else []),
         f"**Summary:** {summary_line(comp)}",

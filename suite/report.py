@@ -544,6 +544,11 @@ def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | Non
            "cluster file's device parameters (assumed efficiencies and overheads), not a measurement on the "
            "named hardware, and not comparable with the papers' tables." if "simulator" in res.evaluators else ""),
         "",
+        "In each summary, runs, ok, OOM, failed and skipped count rows (one per seed); the geometric-mean speedup "
+        "is over the cells where the placer and the reference are both ok (\"both ok\"); the mean rank is over "
+        "the \"ranked\" cells (a failure ranks last, ties share their average rank); \"best\" counts the cells "
+        "where the placer is the fastest, so a tie counts for every placer in it.",
+        "",
         *([made_by, ""] if made_by else []),
         *([note, ""] if note else []),
         "",

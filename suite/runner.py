@@ -397,6 +397,8 @@ class Plan:
     cells: list[Cell]
     workloads: dict[str, OpGraph]  # by reference (zoo name or absolute path)
     clusters: dict[str, Cluster]
+    seeds: tuple[int, ...] = ()  # what the cells run: the spec's, else the methodology's
+    cell_timeout_s: float | None = None
 
 
 def cell_id(key: Mapping[str, Any]) -> str:
@@ -572,7 +574,7 @@ def make_plan(spec: Spec) -> Plan:
                         Cell(cid, key, wref, cref, p, int(seed), meth, spec.evaluator, spec.simulator_engine, timeout_s,
                              spec.plugins, codes[p.name])
                     )
-    return Plan(spec, meth, cells, workloads, clusters)
+    return Plan(spec, meth, cells, workloads, clusters, tuple(int(x) for x in seeds), timeout_s)
 
 
 def _check_costs(graph: OpGraph, cluster: Cluster, cluster_ref: str) -> None:
@@ -1030,6 +1032,8 @@ def run(
             "cells_planned": len(plan.cells),
             "cells_to_run": len(todo),
             "cells_stale": len(stale),
+            "seeds": list(plan.seeds),  # the methodology's entry keeps its own defaults; these are the run's
+            "cell_timeout_s": plan.cell_timeout_s,
             "jobs": jobs,
             "git": _git(),
             "packages": package_versions(),

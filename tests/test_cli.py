@@ -74,6 +74,14 @@ def test_list_placers_and_specs(capsys):
     assert [s["name"] for s in json.loads(out)][:2] == ["full", "quick"]
 
 
+def test_list_placers_with_a_plugin_file(capsys, harness_plugin):
+    code, out, _ = _run(capsys, "list", "placers", "--plugin", harness_plugin, "--json")
+    placers = {p["name"]: p for p in json.loads(out)}
+    assert code == 0 and placers["harness_raises"]["status"] == "ok" and "single_cpu" in placers
+    assert placers["harness_raises"]["source"] == "registered in this process"
+    _assert_usage_error(*_run(capsys, "list", "clusters", "--plugin", harness_plugin), "--plugin applies to")
+
+
 def test_list_placers_reports_a_broken_plugin(capsys, broken_entry_point):
     code, out, _ = _run(capsys, "list", "placers", "--json")
     placers = {p["name"]: p for p in json.loads(out)}
@@ -92,6 +100,24 @@ def test_show_workload(capsys, tiny_files):
     code, out, _ = _run(capsys, "show", "resnet50-b1-infer")
     assert "published.params            25,557,032" in out and "published.source            torchvision" in out
     assert "resident bytes              97.49 MiB (parameters" in out
+
+
+def test_show_cluster_with_its_sources(capsys, tiny_files):
+    code, out, _ = _run(capsys, "show", "--cluster", "haswell_2k80", "--json")
+    info = json.loads(out)
+    assert code == 0 and [d["name"] for d in info["devices"]] == ["cpu:0", "gpu:0", "gpu:1"]
+    assert info["devices"][1]["memory_bytes"] == 11996758016 and info["unsourced"] == []
+    assert info["devices"][1]["source"]["memory_bytes"].startswith("11441 MiB usable per GK210")
+    code, out, _ = _run(capsys, "show", "-c", str(tiny_files["cluster"]))
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == "cluster tiny: test cluster: a CPU and a small GPU"
+    assert "device gpu:0 (gpu): 1e+10 FLOP/s x 1, 1e+30 B/s x 1, 1.00 MiB, 0 s per op" in lines
+    assert lines[-1] == ("numbers without a source (14): cpu:0.peak_flops, cpu:0.mem_bandwidth, cpu:0.memory_bytes, "
+                         "cpu:0.op_overhead_s, cpu:0.compute_efficiency, cpu:0.memory_efficiency, gpu:0.peak_flops, "
+                         "gpu:0.mem_bandwidth, gpu:0.memory_bytes, gpu:0.op_overhead_s, gpu:0.compute_efficiency, "
+                         "gpu:0.memory_efficiency, links[0].bandwidth, links[0].latency_s")
+    _assert_usage_error(*_run(capsys, "show"), "show takes a workload or --cluster C")
+    _assert_usage_error(*_run(capsys, "show", "resnet50-b1-infer", "-c", "haswell_2k80"), "one of them")
 
 
 # -- one cell -------------------------------------------------------------------------------------------------

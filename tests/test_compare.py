@@ -58,8 +58,10 @@ def test_memory_is_judged_beside_time():
     assert verdicts(row(t=2.0, memory=1000), row(t=1.0, memory=1100)) == ("faster", "more memory")
     assert verdicts(row(memory=1000), row(memory=900)) == ("less memory",)
     assert verdicts(row(memory=None), row(memory=5000)) == ("same",)
-    (pair,) = cmp.compare([row(t=2.0, memory=1000)], [row(t=1.0, memory=1100)])
-    assert pair.regression()  # faster does not excuse more memory
+    pairs = cmp.compare([row(t=2.0, memory=1000)], [row(t=1.0, memory=1100)])
+    assert pairs[0].regression()  # faster does not excuse more memory
+    assert cmp.summary(pairs, 1.05) == ("1 cells in both, factor 1.05: 1 more memory, 1 faster (a cell with two "
+                                        "verdicts counts for both); 1 regression")
     assert cmp.compare([row(memory=1000)], [row(memory=1100)], memory_factor=1.2)[0].verdicts == ("same",)
     assert cmp.compare([row(memory=1000)], [row(memory=1100)], factor=1.2)[0].verdicts == ("same",)  # the default
     assert cmp.compare([row(memory=1000)], [row(memory=1100)], factor=1.2, memory_factor=1.05)[0].verdicts == (
@@ -89,9 +91,11 @@ def test_a_pair_measured_another_way_is_not_comparable(field):
 
 
 def test_unlike_setups_are_not_compared_and_unmatched_cells_are_listed():
-    (pair,) = cmp.compare([row(t=1.0)], [row(t=9.0, workload_hash="a" * 64, methodology="v2")])
+    (pair,) = cmp.compare([row(t=1.0)], [row(t=9.0, workload_hash="a" * 64, methodology="v2",
+                                              cluster_hash="sha256:" + "b" * 64)])
     assert pair.verdicts == ("not comparable",) and pair.time_ratio is None
-    assert pair.why == "workload_hash wh -> aaaaaaaaaaaa; methodology v1 -> v2"  # hashes cut to 12 digits
+    assert pair.why == ("workload_hash wh -> aaaaaaaaaaaa; cluster_hash ch -> sha256:bbbbbbbbbbbb; "
+                        "methodology v1 -> v2")  # hashes cut to 12 digits
     assert pair.regression() and not pair.regression(lenient=True)
     pairs = cmp.compare([row("a"), row("b")], [row("b"), row("c")])
     assert [(p.key[2], p.verdicts) for p in pairs] == [("a", ("missing",)), ("b", ("same",)), ("c", ("new",))]

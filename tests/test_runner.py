@@ -315,6 +315,9 @@ def test_manifest_describes_the_run(outcome_run):
     assert m["methodologies"]["placebench-methodology-v1"]["budget"]["max_evaluations"] == 10
     run = m["runs"][-1]
     assert run["machine"]["cpus"] >= 1 and run["packages"]["numpy"] and "commit" in run["git"]
+    # the spec's timeout is what the cells ran under; the methodology's entry keeps its own default
+    assert (run["cell_timeout_s"], run["seeds"]) == (1.5, [0])
+    assert m["methodologies"]["placebench-methodology-v1"]["cell_timeout_s"] == 900.0
     assert (result.store.root / "results.parquet").exists() and (result.store.root / "results.csv").exists()
 
 

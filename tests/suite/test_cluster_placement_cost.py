@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from suite import Op, OpGraph, load_cluster, simulate
-from suite.cluster import from_dict, preset_names
+from suite.cluster import DEVICE_NUMBERS, from_dict, preset_names, unsourced
 from suite.costmodel import Profile, cost_matrix, load_profile
 from suite.errors import ClusterError, GraphError, PlacementError, ProfileError, UnknownNameError
 from suite.placement import load_placement, save_placement, validate
@@ -21,11 +21,17 @@ def test_presets_exist_and_every_number_has_a_source():
     for name in PRESETS:
         c = load_cluster(name)
         assert c.devices[0].kind == "cpu" and c.device_indices("gpu")
-        for d in c.devices:
-            for key in ("peak_flops", "mem_bandwidth", "memory_bytes", "op_overhead_s", "compute_efficiency", "memory_efficiency"):
-                assert d.source.get(key), f"{name}: {d.name}.{key} has no source"
-        for lk in c.links:
-            assert lk.source.get("bandwidth") and lk.source.get("latency_s")
+        assert unsourced(c) == [], name
+
+
+def test_unsourced_numbers_are_named():
+    data = json.loads(json.dumps(GOOD_CLUSTER))
+    c = from_dict(data)
+    assert unsourced(c) == [f"{d}.{k}" for d in ("a", "b") for k in DEVICE_NUMBERS] + [
+        "links[0].bandwidth", "links[0].latency_s"]
+    data["devices"][0]["source"] = {k: "datasheet" for k in DEVICE_NUMBERS if k != "memory_bytes"}
+    data["links"][0]["source"] = {"bandwidth": "spec", "latency_s": "measured"}
+    assert unsourced(from_dict(data)) == ["a.memory_bytes", *(f"b.{k}" for k in DEVICE_NUMBERS)]
 
 
 def test_k80_presets_match_the_paper_setup():
@@ -68,6 +74,11 @@ def test_among_fewest_link_routes_the_widest_then_the_quickest_wins():
     assert (bw[0, 3], lat[0, 3]) == (1e6, 0.2)  # equally wide: the least latency (a-b-d)
 
 
+GOOD_CLUSTER = {"name": "c", "devices": [
+    dict(name=n, kind="gpu", peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=10, op_overhead_s=0) for n in "ab"],
+    "links": [dict(between=["a", "b"], bandwidth=1.0, latency_s=0.0)]}
+
+
 @pytest.mark.parametrize(
     "mutate,message",
     [
@@ -104,9 +115,7 @@ def test_among_fewest_link_routes_the_widest_then_the_quickest_wins():
     ],
 )
 def test_cluster_errors(mutate, message):
-    data = {"name": "c", "devices": [
-        dict(name=n, kind="gpu", peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=10, op_overhead_s=0) for n in "ab"],
-        "links": [dict(between=["a", "b"], bandwidth=1.0, latency_s=0.0)]}
+    data = json.loads(json.dumps(GOOD_CLUSTER))
     mutate(data)
     with pytest.raises(ClusterError, match=message) as err:
         from_dict(data, source="my.toml")

@@ -175,6 +175,14 @@ def test_comparison_by_hand():
     md = paper.paper_markdown(comp)
     assert "**The paper's figures** are Someone et al., 2099, Table 9" in md and "Oracle: no counterpart" in md
     assert '- The paper: "GPU is faster" (abstract). placebench: GPU is faster than CPU in 1 of 2 rows' in md
+    assert "**Notes on the rows:**\n\n- NASNet: not in the zoo\n" in md
+
+
+def test_a_claim_naming_no_method_says_why_it_has_no_figure():
+    data = _with(("claims",), [*GOOD["claims"], {"text": "better than others", "source": "abstract"}])
+    comp = paper.Comparison.from_rows(paper.paper_from_dict(data, id="t"), [])
+    assert ('- The paper: "better than others" (abstract). placebench: no figure, since the claim names no method '
+            "of this table to compare.\n") in paper.paper_markdown(comp)
 
 
 def test_our_crash_does_not_agree_with_the_papers_oom():
@@ -216,7 +224,8 @@ def test_results_of_another_setup_are_named_in_the_report():
     assert comp.setup_warning() == ("these results have seeds 0 where the table asks for 0, 1, 2 and a search budget "
                                     "of 200 evaluations / 60 s where the v1 methodology gives 1000 evaluations / 300 s")
     md = paper.paper_markdown(comp)
-    assert "the v1 methodology (search budget per cell: 200 evaluations / 60 s), seeds 0, each" in md
+    assert "the v1 methodology, a search budget per cell of 200 evaluations / 60 s and seeds 0 (those of the stored " \
+           "rows), each" in md
 
 
 def test_without_figures_only_placebench_side_is_shown():
@@ -227,7 +236,7 @@ def test_without_figures_only_placebench_side_is_shown():
     titles = [tb.title for tb in paper.comparison_tables(comp)]
     assert not any("paper" in x for x in titles) and "placebench: speedup over CPU" in titles
     assert paper.summary_line(comp) == ("the paper's figures are not transcribed; fastest on placebench's side "
-                                        "(rows): GPU 1.")
+                                        "(rows; a tie counts for every method in it): GPU 1.")
     assert "**The paper's figures are not transcribed:** the PDF" in paper.paper_markdown(comp)
 
 
