@@ -73,6 +73,7 @@ def test_status_changes():
     assert verdicts(row(), row(status="oom")) == ("broke",)
     assert verdicts(row(status="oom"), row()) == ("fixed",)
     assert verdicts(row(status="oom"), row(status="error")) == ("changed",)
+    assert cmp.compare([row(status="oom")], [row(status="error")])[0].regression()  # another failure is one too
     assert verdicts(row(status="error"), row(status="error")) == ("same",)
     assert verdicts(row(status="skipped"), row(status="skipped")) == ("same",)
     assert verdicts(row(), row(status="skipped")) == ("broke",)
@@ -82,6 +83,11 @@ def test_zero_step_times():
     assert verdicts(row(t=0.0), row(t=0.0)) == ("same",)
     (pair,) = cmp.compare([row(t=0.0)], [row(t=1e-9)])
     assert pair.verdicts == ("slower",) and pair.time_ratio == float("inf")
+
+
+def test_another_evaluator_or_budget_is_not_comparable():
+    (pair,) = cmp.compare([row()], [row(evaluator="torch", budget_seconds=30.0)])
+    assert pair.verdicts == ("not comparable",) and pair.why == "budget_seconds 60.0 -> 30.0; evaluator simulator -> torch"
 
 
 @pytest.mark.parametrize("field", cmp.SAME_SETUP)

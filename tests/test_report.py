@@ -148,6 +148,7 @@ def test_seed_aggregation():
     assert Cell(("oom", "oom"), (inf, inf)).text == "OOM"
     assert Cell(("oom", "ok", "oom"), (inf, 2.0, inf)).text == "OOM (1/3 ok)"  # a failed cell still shows its ok seeds
     assert Cell(("error", "ok", "ok"), (inf, 0.5, 0.7)).text == "700.0 ms (2/3 ok)"
+    assert Cell(("timeout", "error", "error"), (inf, inf, inf)).status == "error"  # the most frequent failure
 
 
 def test_skipped_cells_are_not_ranked():

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from suite import store as st
-from suite.store import ROW_COLUMNS, Store, StoreError
+from suite.store import ROW_COLUMNS, Store, StoreError, row_problem
 
 
 def _record(cell_id: str, **kw) -> dict:
@@ -255,6 +255,8 @@ def test_run_into_a_users_directory_is_one_line_and_keeps_the_files(capsys, tiny
         ({"seed": 0.5}, "seed must be a 64-bit integer, got 0.5"),
         ({"seed": True}, "seed must be a 64-bit integer, got true"),
         ({"seed": 2**64}, "seed must be a 64-bit integer"),
+        ({"seed": 2**63}, "seed must be a 64-bit integer"),  # one past int64's largest
+        ({"seed": -(2**63) - 1}, "seed must be a 64-bit integer"),
         ({"cluster": None}, "cluster must be a non-empty string, got null"),
         ({"placer": 3}, "placer must be a non-empty string, got 3"),
         ({"workload": ""}, 'workload must be a non-empty string, got ""'),
@@ -278,6 +280,11 @@ def test_a_malformed_cell_is_an_error_naming_the_file_and_field(tmp_path, change
         s.read_cell("bad")
     with pytest.raises(StoreError, match=r"bad\.json: " + message):
         s.rows()
+
+
+def test_the_extreme_64_bit_seeds_are_accepted():
+    assert row_problem({**_record("x"), "seed": 2**63 - 1}) is None
+    assert row_problem({**_record("x"), "seed": -(2**63)}) is None
 
 
 @pytest.mark.parametrize("field", ["cell_id", "workload", "cluster", "placer", "seed", "status"])

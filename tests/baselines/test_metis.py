@@ -106,6 +106,10 @@ def test_fewer_vertices_than_parts_fill_the_largest_shares():
     parts = metis_parts(np.array([0, 1, 2]), np.array([1, 0]), np.array([1, 5]), np.array([1, 1]),
                         np.array([1.0, 3.0, 2.0]), seed=0)
     assert parts.tolist() == [2, 1]
+    # as many vertices as parts: one each, the heavier in the larger share (METIS itself puts both in part 0)
+    parts = metis_parts(np.array([0, 1, 2]), np.array([1, 0]), np.array([1, 5]), np.array([1, 1]),
+                        np.array([0.7, 0.3]), seed=0)
+    assert parts.tolist() == [1, 0]
 
 
 def test_two_clusters_joined_by_one_edge_are_cut_there():

@@ -61,6 +61,21 @@ def test_rollouts_respect_budget_and_track_best(train2, k80x2, make_problem):
     assert len(problem.evaluator.curve) == 10
 
 
+def test_ties_keep_the_first_best_and_a_greedy_placement_as_good_wins(branchy, k80x2, make_problem):
+    """All on gpu:0 and all on gpu:1 take the same time: the best stays the first seen, within a batch and
+    across batches; a greedy placement that scores as well as the best sampled one is the final one."""
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=10)
+    rollouts = RewardEvaluator(problem.evaluator, colocation_grouping(branchy))
+    gpu0, gpu1 = np.full(8, 1), np.full(8, 2)
+    r = rollouts(np.stack([gpu1, gpu0]))
+    assert r.scores_s[0] == r.scores_s[1] and rollouts.best_group_devices.tolist() == gpu1.tolist()
+    rollouts(gpu0[None])
+    assert rollouts.best_group_devices.tolist() == gpu1.tolist()
+    final, source, score = rollouts.final(gpu0, "best_or_greedy")
+    assert (final.tolist(), source, score) == (gpu0.tolist(), "greedy", rollouts.best_score_s)
+    assert rollouts.final(gpu0, "best")[:2][1] == "best_sampled"
+
+
 def test_oom_shaping_ranks_nearly_fitting_placements_better(branchy, k80x2, make_problem):
     problem, _ = make_problem(branchy, k80x2)
     ev = problem.evaluator

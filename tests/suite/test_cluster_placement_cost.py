@@ -24,6 +24,11 @@ def test_presets_exist_and_every_number_has_a_source():
         assert unsourced(c) == [], name
 
 
+def test_the_fastest_device_of_a_kind_is_the_first_on_ties():
+    c = load_cluster("haswell_2k80")  # gpu:0 and gpu:1 are the same K80 chip
+    assert (c.fastest("gpu"), c.fastest("cpu")) == (1, 0)
+
+
 def test_unsourced_numbers_are_named():
     data = json.loads(json.dumps(GOOD_CLUSTER))
     c = from_dict(data)

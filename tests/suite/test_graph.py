@@ -165,6 +165,14 @@ def test_json_round_trip_and_hash(tmp_path):
     assert diamond().content_hash == g.content_hash
     changed = OpGraph.build("diamond", [*g.ops[:3], Op("d", "add", flops=3.0)], [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")], {"model": "toy"})
     assert changed.content_hash != g.content_hash
+    # so does an edge's own byte count
+    ops = [Op("a", "x", output_bytes=8), Op("b", "x")]
+    assert OpGraph.build("g", ops, [("a", "b", 4)]).content_hash != OpGraph.build("g", ops, [("a", "b", 8)]).content_hash
+
+
+def test_a_byte_count_of_exactly_the_limit_is_accepted():
+    g = OpGraph.build("g", [Op("a", "x", param_bytes=MAX_BYTES, output_bytes=MAX_BYTES)], [])
+    assert g.stats.param_bytes == MAX_BYTES and g.ops[0].output_bytes == 2**53
 
 
 def test_edited_file_fails_hash_check(tmp_path):

@@ -265,8 +265,9 @@ def test_profile_calibration_is_checked_when_loaded(tmp_path, calibration, field
 
 
 def test_uncalibrated_undoes_a_checked_calibration(tmp_path):
-    prof = load_profile(_profile_file(tmp_path, {"a": 3e-3, "b": 0.0}, {"method": "additive", "op_overhead_s": 1e-3}))
-    assert uncalibrated(prof).op_times_s == pytest.approx({"a": 2e-3, "b": 0.0})
+    times = {"a": 3e-3, "b": 0.0, "c": 0.5e-3}  # c ran in less than the overhead: its raw time is 0, not negative
+    prof = load_profile(_profile_file(tmp_path, times, {"method": "additive", "op_overhead_s": 1e-3}))
+    assert uncalibrated(prof).op_times_s == pytest.approx({"a": 2e-3, "b": 0.0, "c": 0.0})
     prof = load_profile(_profile_file(tmp_path, {"a": 3e-3, "b": 0.0}, {"method": "scale", "factor": 0.5}))
     assert uncalibrated(prof).op_times_s == pytest.approx({"a": 6e-3, "b": 0.0})
     assert uncalibrated(load_profile(_profile_file(tmp_path, {"a": 3e-3}))).op_times_s == {"a": 3e-3}
