@@ -280,12 +280,16 @@ class StateFeatures:
         self.static = torch.as_tensor(static, dtype=torch.float32)  # [G, 2 + D]
         self.width = 2 + self.static.shape[1] + 2 + num_devices
 
-    def __call__(self, placement: torch.Tensor, visits: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
-        """placement [N, G] long, visits [N, G] float, current [N] long -> features [N, G, F]."""
+    def __call__(self, placement: torch.Tensor, visits: torch.Tensor, current: torch.Tensor,
+                 starts: np.ndarray | None = None) -> torch.Tensor:
+        """placement [N, G] long, visits [N, G] float, current [N] long -> features [N, G, F]. `starts` [N, G]:
+        `group_starts(placement)` if the caller has it already (else simulated here)."""
         N, G = placement.shape
         own = self.cost.expand(N, G, -1).gather(2, placement.unsqueeze(2)).squeeze(2)  # time on its device
         own = own / own.amax(dim=1, keepdim=True).clamp_min(1e-30)
-        start = torch.as_tensor(self.group_starts(placement.numpy()), dtype=torch.float32)
+        if starts is None:
+            starts = self.group_starts(placement.numpy())
+        start = torch.as_tensor(starts, dtype=torch.float32)
         start = start / start.amax(dim=1, keepdim=True).clamp_min(1e-30)
         flag = F.one_hot(current, G).float()
         onehot = F.one_hot(placement, self.num_devices).float()
@@ -366,10 +370,11 @@ class PlacetoSearch:
         rewards = np.zeros((k, T))
         for t, v in enumerate(self.order):
             current = torch.full((k,), int(v), dtype=torch.long)
+            starts = self.features.group_starts(placement.numpy())  # kept for the update: simulated once
             with torch.no_grad():
-                x = self.features(placement, visits, current)
+                x = self.features(placement, visits, current, starts)
                 a, _, _ = masked_categorical(self.policy(x, current), self.mask[v], generator=self.generator)
-            states.append((placement.clone(), visits.clone()))
+            states.append((placement.clone(), visits.clone(), starts))
             actions.append(a)
             placement[:, v] = a
             visits[:, v] += 1
@@ -394,8 +399,9 @@ class PlacetoSearch:
         adv = scale_advantages(adv.reshape(-1), bool(p["normalize_advantages"])).reshape(k, T)
         placement = torch.stack([s[0] for s in states], dim=1).reshape(k * T, G)  # row b * T + t
         visits = torch.stack([s[1] for s in states], dim=1).reshape(k * T, G)
+        starts = np.stack([s[2] for s in states], axis=1).reshape(k * T, G)
         current = torch.as_tensor(self.order).repeat(k)
-        logits = self.policy(self.features(placement, visits, current), current)
+        logits = self.policy(self.features(placement, visits, current, starts), current)
         _, logp, ent = masked_categorical(logits, self.mask[current], actions=actions.reshape(-1))
         weight = torch.as_tensor(adv.reshape(-1), dtype=logp.dtype)
         loss = -(weight * logp).sum() / k - float(p["entropy_coef"]) * ent.sum() / k

@@ -397,8 +397,8 @@ class Plan:
     cells: list[Cell]
     workloads: dict[str, OpGraph]  # by reference (zoo name or absolute path)
     clusters: dict[str, Cluster]
-    seeds: tuple[int, ...] = ()  # what the cells run: the spec's, else the methodology's
-    cell_timeout_s: float | None = None
+    seeds: tuple[int, ...]  # what the cells run: the spec's, else the methodology's
+    cell_timeout_s: float  # likewise
 
 
 def cell_id(key: Mapping[str, Any]) -> str:

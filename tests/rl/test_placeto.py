@@ -118,6 +118,8 @@ def test_state_features_by_hand(branchy, k80x2):
     D = k80x2.num_devices
     assert x.shape == (1, 8, feats.width) and feats.width == 6 + 2 * D
     assert seen == [[[0, 1, 1, 2, 2, 1, 0, 0]]]  # the schedule of the state's own placement
+    given = feats(placement, visits, torch.tensor([2]), np.arange(8.0)[None])  # start times the caller has
+    assert torch.equal(given, x) and len(seen) == 1  # used as they are, not simulated again
     own = gg.cost_s[np.arange(8), placement[0].numpy()]
     np.testing.assert_allclose(x[0, :, 0].numpy(), own / own.max(), rtol=1e-6)
     np.testing.assert_allclose(x[0, :, 1].numpy(), np.arange(8) / 7, rtol=1e-6)  # start over the latest start
@@ -193,7 +195,8 @@ def test_update_makes_the_better_episode_more_likely(branchy, k80x2, make_proble
     search = PlacetoSearch(problem, params, seed=0)
     G = search.graph.num_groups
     start = torch.as_tensor(search.initial)
-    states = [(torch.stack([start, start]), torch.zeros(2, G))] * G
+    both = torch.stack([start, start])
+    states = [(both, torch.zeros(2, G), search.features.group_starts(both.numpy()))] * G  # as an episode keeps them
     actions = torch.zeros(2, G, dtype=torch.long)
     actions[1, 0] = 1  # the episodes differ in their first action only
     rewards = np.zeros((2, G))
