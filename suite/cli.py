@@ -183,6 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.strip():
         raise UsageError("--out is empty: give a store directory, or leave --out out for runs/<spec name>")
     out = Path(args.out) if args.out is not None else Path("runs") / spec.name
+    _check_output_dir(out, "--out")
     jobs = args.jobs if args.jobs is not None else usable_cpus()
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
@@ -330,19 +331,32 @@ def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str)
 
 
 def _check_output_dir(path: str | Path, flag: str) -> None:
-    """An output directory may be missing (it is made) but not a file."""
+    """An output directory may be missing (it is made) but not a file, and it must take files."""
+    from suite.store import check_writable
+
     if Path(path).exists() and not Path(path).is_dir():
         raise UsageError(f"{flag} {path} is a file, not a directory")
+    try:
+        check_writable(path, directory=True)
+    except OSError as exc:
+        raise UsageError(f"{flag}: {exc.strerror}") from None
 
 
 def _check_output_file(path: str, flag: str, inputs: Sequence[str]) -> None:
-    """An output file must not be a directory or one of the command's own input files (checked before any work)."""
+    """An output file must be writable and not one of the command's own input files (checked before any work,
+    so that a long search is not lost to a bad path)."""
+    from suite.store import check_writable
+
     target = Path(path).resolve()
     if target.is_dir():
         raise UsageError(f"{flag} {path} is a directory")
     for name in inputs:
         if Path(name).is_file() and Path(name).resolve() == target:
             raise UsageError(f"{flag} {path} is an input of this command")
+    try:
+        check_writable(path)
+    except OSError as exc:
+        raise UsageError(f"{flag}: {exc.strerror}") from None
 
 
 def _save_placement(record: dict[str, Any], workload: str, cluster: str, path: str) -> None:
@@ -507,6 +521,8 @@ def cmd_table(args: argparse.Namespace) -> int:
 
     for flag, path in (("--output", args.output), ("--chart", args.chart)):
         _refuse_inside_store(args.store, path, flag)
+        if path:
+            _check_output_file(path, flag, [])
     fmt = _output_format(args, TABLE_FORMATS)
     if args.chart and Path(args.chart).suffix.lower() != ".png":
         raise UsageError(f"--chart {args.chart}: the chart is a PNG; name the file *.png")
@@ -577,6 +593,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"BASE and NEW are the same results {args.base}")
     for store in (args.base, args.new):
         _refuse_inside_store(store, args.output, "--output")
+    if args.output:
+        _check_output_file(args.output, "--output", [])
     fmt = _output_format(args, COMPARE_FORMATS)
     sides = []
     for store in (args.base, args.new):
@@ -985,6 +1003,13 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated
 
 
+def _os_error_text(exc: OSError) -> str:
+    """The message without Python's "[Errno N]" prefix; the file it names, if any, first."""
+    if not exc.strerror:
+        return str(exc)
+    return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     previous = None
@@ -999,7 +1024,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # an unwritable --out, a missing directory: the user's input, not a bug
-        print(f"placebench: error: {exc}", file=sys.stderr)
+        print(f"placebench: error: {_os_error_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
         if args.func not in (cmd_run, cmd_paper):  # only these store cells as they finish

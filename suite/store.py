@@ -22,6 +22,7 @@ import json
 import math
 import os
 import platform
+import stat
 import subprocess
 import tempfile
 import warnings
@@ -118,17 +119,24 @@ def atomic_write_files(files: Mapping[Path, bytes]) -> list[Path]:
     """Write several files so that either all are replaced or none is (as far as the file system allows).
 
     Every file is first written in full to a temporary file next to its target; only when all of them are
-    written, and no target is a directory, are they renamed over their targets. An error names the target,
-    not the temporary file.
+    written, and no target is a directory, are they renamed over their targets. A symbolic link is written
+    through (its target is replaced, the link stays). A target that exists and is not a regular file (a
+    device such as /dev/stdout, a FIFO) is written directly, since it cannot be replaced. An error names
+    the target, not the temporary file.
     """
     staged: list[tuple[str, Path]] = []
     try:
         for path, data in files.items():
             path = Path(path)
+            target = Path(os.path.realpath(path))
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-                staged.append((tmp, path))
+                if _is_special(path):
+                    with open(path, "wb") as f:
+                        f.write(data)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+                staged.append((tmp, target))
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                     f.flush()
@@ -136,16 +144,53 @@ def atomic_write_files(files: Mapping[Path, bytes]) -> list[Path]:
                 os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared like any file
             except OSError as exc:
                 raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
-        for _, path in staged:
-            if path.is_dir():
-                raise IsADirectoryError(errno.EISDIR, f"cannot write {path}: it is a directory")
-        for tmp, path in staged:
-            os.replace(tmp, path)
+        for _, target in staged:
+            if target.is_dir():
+                raise IsADirectoryError(errno.EISDIR, f"cannot write {target}: it is a directory")
+        for tmp, target in staged:
+            os.replace(tmp, target)
     except BaseException:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)
         raise
-    return [path for _, path in staged]
+    return [Path(p) for p in files]
+
+
+def _is_special(path: Path) -> bool:
+    """An existing file that is neither a regular file nor a directory (a device, a FIFO, a socket)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def check_writable(path: str | Path, *, directory: bool = False) -> None:
+    """Raise OSError naming `path` unless `atomic_write_files` could write there (a directory with `directory`).
+
+    Checked before long work (a search, a run) so that its result is not lost to a bad output path: the
+    nearest existing directory on the way must take a new file (tried, not guessed from permission bits,
+    which root and special file systems do not honour).
+    """
+    if _is_special(Path(path)):
+        if not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, f"cannot write {path}: permission denied")
+        return
+    target = Path(os.path.realpath(path))
+    if target.is_dir() and not directory:
+        raise IsADirectoryError(errno.EISDIR, f"cannot write {path}: it is a directory")
+    if target.exists() and not target.is_dir() and directory:
+        raise NotADirectoryError(errno.ENOTDIR, f"cannot write in {path}: it is a file, not a directory")
+    where = target if directory else target.parent
+    while not where.exists():
+        where = where.parent
+    if not where.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"cannot write {path}: {where} is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror} ({where})") from None
 
 
 def _read_umask() -> int:

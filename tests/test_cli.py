@@ -131,7 +131,7 @@ def test_evaluate(capsys, tiny_files):
     assert "status          ok" in out and "step time       4.000 s" in out
 
 
-def test_evaluate_a_placement_file(capsys, tiny_files, tmp_path):
+def test_evaluate_a_placement_file(capsys, tiny_files, tmp_path, harness_plugin):
     args = ["evaluate", str(tiny_files["diamond"]), "--cluster", str(tiny_files["cluster"])]
     path = tmp_path / "p.json"
     # a on the CPU (0-1 s), b after it (1-2 s); c on the GPU once a's 1000 bytes crossed (1 ms at 1 MB/s):
@@ -168,6 +168,14 @@ def test_evaluate_a_placement_file(capsys, tiny_files, tmp_path):
     assert json.loads(tiny_files["diamond"].read_text())["format"] == "placebench.opgraph"
     code, out, _ = _run(capsys, *args, "-p", "m_etf", "--save-placement", str(tmp_path / "new" / "p.json"))
     assert code == 0 and json.loads((tmp_path / "new" / "p.json").read_text())["workload"] == "diamond"
+    # a path no file can be written at is refused before the search (here a placer whose search is an error
+    # row, exit 0, if it ran): a long search is not thrown away at the end
+    _assert_usage_error(*_run(capsys, *args, "-p", "harness_raises", "--plugin", harness_plugin,
+                              "--save-placement", "/proc/placebench/p.json"),
+                        "--save-placement: cannot write /proc/placebench/p.json: No such file or directory")
+    _assert_usage_error(*_run(capsys, *args, "-p", "harness_raises", "--plugin", harness_plugin,
+                              "--trace", str(tiny_files["diamond"]) + "/t.json"),
+                        "--trace: cannot write")
 
 
 def test_evaluate_writes_the_timeline_of_the_final_placement(capsys, tiny_files, tmp_path, harness_plugin):
@@ -450,7 +458,7 @@ def test_reports_are_not_written_into_their_store_and_are_replaced_together(caps
     # the chart cannot be written (a directory is in the way): the table beside it is not written either
     (tmp_path / "c.png").mkdir()
     _assert_usage_error(*_run(capsys, "table", str(store), "-f", "md", "-o", str(tmp_path / "t.md"),
-                              "--chart", str(tmp_path / "c.png")), f"cannot write {tmp_path / 'c.png'}: it is a directory")
+                              "--chart", str(tmp_path / "c.png")), f"--chart {tmp_path / 'c.png'} is a directory")
     assert not (tmp_path / "t.md").exists() and not list(tmp_path.glob(".*.tmp"))
     lb.mkdir()
     for name in ("leaderboard.md", "leaderboard.csv"):
@@ -459,6 +467,14 @@ def test_reports_are_not_written_into_their_store_and_are_replaced_together(caps
     _assert_usage_error(*_run(capsys, "leaderboard", str(store), "--out", str(lb)), "it is a directory")
     assert (lb / "leaderboard.md").read_text() == "old" and (lb / "leaderboard.csv").read_text() == "old"
     _assert_usage_error(*_run(capsys, "table", str(store), "-o", "/proc/placebench.md"), "cannot write /proc/placebench.md")
+    # a link is written through, a device directly: neither is replaced by a file
+    (tmp_path / "shared.md").write_text("old")
+    (tmp_path / "latest.md").symlink_to(tmp_path / "shared.md")
+    assert _run(capsys, "table", str(store), "-o", str(tmp_path / "latest.md"))[0] == 0
+    assert (tmp_path / "latest.md").is_symlink() and "single_gpu" in (tmp_path / "shared.md").read_text()
+    _assert_usage_error(*_run(capsys, "table", str(store), "-o", "/dev/full"), "cannot write /dev/full: No space left")
+    _assert_usage_error(*_run(capsys, "run", "quick", "--out", "/proc/placebench"),
+                        "--out: cannot write /proc/placebench: No such file or directory")
     # a store given as one of its table files is protected the same way
     before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     for argv in (["table", str(store / "results.csv"), "-f", "json", "-o", str(store / "manifest.json")],

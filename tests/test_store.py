@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import threading
 
 import pytest
 
@@ -65,6 +67,47 @@ def test_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
         st.atomic_write_text(p, "new")
     assert p.read_text() == "old"
     assert [x.name for x in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_a_symbolic_link_is_written_through_and_kept(tmp_path):
+    (tmp_path / "shared").mkdir()
+    target = tmp_path / "shared" / "report.md"
+    target.write_text("old")
+    link = tmp_path / "latest.md"
+    link.symlink_to(target)
+    st.atomic_write_text(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["latest.md", "report.md", "shared"]
+
+
+def test_a_device_or_fifo_is_written_directly_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    st.atomic_write_text(fifo, "through the pipe")
+    reader.join(5)
+    assert received == ["through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with pytest.raises(OSError, match="cannot write /dev/full: No space left on device"):
+        st.atomic_write_text("/dev/full", "x")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_check_writable_tries_the_nearest_existing_directory(tmp_path):
+    st.check_writable(tmp_path / "a" / "b" / "c.json")  # missing directories are made later
+    st.check_writable(tmp_path / "a" / "b", directory=True)
+    assert list(tmp_path.iterdir()) == []  # the check leaves nothing behind
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError, match="is a file, not a directory"):
+        st.check_writable(tmp_path / "f" / "c.json")
+    with pytest.raises(NotADirectoryError, match="it is a file, not a directory"):
+        st.check_writable(tmp_path / "f", directory=True)
+    with pytest.raises(IsADirectoryError, match="it is a directory"):
+        st.check_writable(tmp_path)
+    with pytest.raises(OSError, match="cannot write /proc/x.json"):
+        st.check_writable("/proc/x.json")
+    st.check_writable("/dev/null")
 
 
 def test_a_cell_is_stored_once_under_its_id(tmp_path):
