@@ -48,6 +48,7 @@ class Profile:
     op_times_s: Mapping[str, float]
     workload_hash: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    source: str = field(default="", compare=False)  # the file it was read from, for messages; not saved
 
     def matches(self, device: Device) -> bool:
         return self.applies_to in (device.name, device.kind, device.model)
@@ -115,6 +116,7 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
         op_times_s=seconds,
         workload_hash=data.get("workload_hash", ""),
         metadata=dict(data.get("metadata", {})),
+        source=source if source != "<dict>" else "",
     )
 
 
@@ -189,21 +191,22 @@ def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = 
         for d, dev in enumerate(cluster.devices):
             out[:, d] = roofline_time_s(a.flops, a.bytes_accessed.astype(np.float64), dev)
     for prof in profiles:
+        where = f"{prof.source}: profile" if prof.source else "profile"
         if prof.workload_hash and prof.workload_hash != graph.content_hash:
             raise ProfileError(
-                f"profile for {prof.workload!r} was measured on graph {prof.workload_hash}, "
+                f"{where} for {prof.workload!r} was measured on graph {prof.workload_hash}, "
                 f"not on {graph.name!r} ({graph.content_hash})"
             )
         cols = [d for d, dev in enumerate(cluster.devices) if prof.matches(dev)]
         if not cols:
             raise ProfileError(
-                f"profile for {prof.workload!r} applies to {prof.applies_to!r}, which is no device name, kind or "
+                f"{where} for {prof.workload!r} applies to {prof.applies_to!r}, which is no device name, kind or "
                 f"model of cluster {cluster.name!r} ({_devices_summary(cluster)})"
             )
         for name, t in prof.op_times_s.items():
             i = graph.index.get(name)
             if i is None:
-                raise ProfileError(f"profile for {prof.workload!r}: op {name!r} is not in graph {graph.name!r}")
+                raise ProfileError(f"{where} for {prof.workload!r}: op {name!r} is not in graph {graph.name!r}")
             out[i, cols] = t
     _check_finite(out, graph, cluster)
     out.setflags(write=False)

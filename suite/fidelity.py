@@ -354,7 +354,12 @@ def run_fidelity(
     prof_meta = [{"applies_to": p.applies_to, "workload_hash": p.workload_hash,
                   "calibration": {k: v for k, v in p.metadata.get("calibration", {}).items()
                                   if k != "measured_step_samples_s"},
-                  "threads": p.metadata.get("threads"), "device": p.metadata.get("device")} for p in profiles]
+                  "threads": p.metadata.get("threads"), "device": p.metadata.get("device"),
+                  "clock": p.metadata.get("clock", "wall"), "path": p.source or None,
+                  "machine": p.metadata.get("machine"), "device_model": p.metadata.get("device_model"),
+                  "measured_at": p.metadata.get("measured_at"),
+                  "ops": sum(name in graph.index for name in p.op_times_s), "graph_ops": graph.num_ops}
+                 for p in profiles]
     return FidelityResult(graph.name, graph.content_hash, cluster.name, backend, dict(device_map.as_dict()), rows,
                           prof_meta, info)
 
@@ -402,8 +407,18 @@ def markdown(result: FidelityResult) -> str:
         c = p.get("calibration", {})
         lines.append(f"Profile for {p['applies_to']} ({p.get('device')}, {p.get('threads')} thread(s)): raw op sum "
                      f"{_ms(c.get('raw_sum_s'))} ms, measured step {_ms(c.get('measured_step_s'))} ms, calibration "
-                     f"{c.get('method')} ({_calib_text(c)}).")
+                     f"{c.get('method')} ({_calib_text(c)}); {_provenance(p)}.")
     return "\n".join(lines) + "\n"
+
+
+def _provenance(p: dict[str, Any]) -> str:
+    """Where a profile came from: file, machine, device model, date, clock, and the ops it covers."""
+    parts = [f"file {p['path']}" if p.get("path") else "not from a file"]
+    parts += [f"{key.replace('_', ' ')} {p[key]}" for key in ("machine", "device_model", "measured_at", "clock")
+              if p.get(key)]
+    if p.get("ops") is not None:
+        parts.append(f"times for {p['ops']} of {p['graph_ops']} ops")
+    return ", ".join(parts)
 
 
 def _calib_text(c: dict[str, Any]) -> str:

@@ -95,11 +95,17 @@ def _cluster_and_map(args: argparse.Namespace):
 def profiles_for(rw: Any, cluster: Any, dmap: Any, directory: Path, *, threads: int, methodology: Any,
                  clock: str = "wall", log: Any = print, reprofile: bool = False) -> list[Any]:
     """One profile per torch device used by the cluster (stored, or measured now and stored), each applied to
-    the cluster devices mapped to that torch device (`applies_to` = the cluster device's name)."""
+    the cluster devices mapped to that torch device (`applies_to` = the cluster device's name).
+
+    A stored profile is a measurement: it is replaced only with `reprofile`. One that is damaged, covers
+    not every op, or was measured with other settings or on another machine is an error naming what
+    differs, as `placebench profile` refuses to measure over a stored profile without --force.
+    """
     from suite.costmodel import load_profile
     from suite.errors import ProfileError
     from suite.profiling import profile_path, profile_workload
 
+    hint = "pass --reprofile to measure it again and replace it, or --profiles DIR to keep it"
     out = []
     for tdev in dict.fromkeys(dmap.torch_devices):
         path = profile_path(directory, rw.graph.name, tdev)
@@ -109,17 +115,38 @@ def profiles_for(rw: Any, cluster: Any, dmap: Any, directory: Path, *, threads: 
                 prof = load_profile(path)
             except ProfileError as exc:  # a damaged profile is reported, never silently measured over
                 raise ProfileError(f"{exc} (fix or delete it, or pass --reprofile to measure it again)") from None
-        if prof is not None and (prof.workload_hash != rw.graph.content_hash or prof.metadata.get("threads") != threads
-                                 or prof.metadata.get("device") != tdev or prof.metadata.get("clock", "wall") != clock):
-            log(f"profile {path} is stale (other graph, device, threads or clock): measuring again")
-            prof = None
+            differs = _profile_differences(prof, rw.graph, tdev, threads, clock)
+            if differs:
+                raise ProfileError(f"{path}: stored profile {'; '.join(differs)}: {hint}")
+            log(f"using the stored profile {path} (measured {prof.metadata.get('measured_at', '?')} on "
+                f"{prof.metadata.get('machine', '?')})")
         if prof is None:
             log(f"profiling {rw.graph.name} on {tdev} ...")
             prof = profile_workload(rw, tdev, methodology=methodology, threads=threads, clock=clock)
             prof.save(path)
+            prof = replace(prof, source=str(path))
         for name, t in zip(dmap.cluster_devices, dmap.torch_devices, strict=True):
             if t == tdev:
                 out.append(replace(prof, applies_to=name))
+    return out
+
+
+def _profile_differences(prof: Any, graph: Any, device: str, threads: int, clock: str) -> list[str]:
+    """How a stored profile differs from what this run would measure (empty when it can be used)."""
+    import platform
+
+    meta = prof.metadata
+    out = []
+    if prof.workload_hash != graph.content_hash:
+        out.append(f"was measured on graph {prof.workload_hash or '(no hash)'}, not {graph.content_hash}")
+    for key, want in (("device", device), ("threads", threads), ("clock", clock), ("machine", platform.node())):
+        got = meta.get(key, "wall" if key == "clock" else None)
+        if got != want:
+            out.append(f"has {key} {got!r}, this run {want!r}")
+    missing = [op.name for op in graph.ops if op.name not in prof.op_times_s]
+    if missing:
+        out.append(f"covers {graph.num_ops - len(missing)} of {graph.num_ops} ops (missing {', '.join(missing[:3])}"
+                   + (", ..." if len(missing) > 3 else "") + ")")
     return out
 
 

@@ -332,6 +332,16 @@ def test_profile_that_applies_to_no_device_is_refused():
         cost_matrix(g, c, [Profile("small", "tpu", {"fwd": 1.0})])
 
 
+def test_a_profile_read_from_a_file_is_named_in_errors(tmp_path):
+    g, c = small(), load_cluster("haswell_2k80")
+    path = tmp_path / "small__cpu0.json"
+    path.write_text(json.dumps(Profile("small", "cpu", {"fwd": 1.0, "nosuch": 2.0}).to_dict()))
+    prof = load_profile(path)
+    assert prof.source == str(path) and prof == Profile("small", "cpu", {"fwd": 1.0, "nosuch": 2.0})
+    with pytest.raises(ProfileError, match=rf"^{path}: profile for 'small': op 'nosuch' is not in graph 'small'$"):
+        cost_matrix(g, c, [prof])
+
+
 def test_cost_matrix_refuses_a_non_finite_time():
     devs = [dict(name=n, kind=k, peak_flops=5e-324, mem_bandwidth=5e-324, memory_bytes=2**40, op_overhead_s=0)
             for n, k in (("c", "cpu"), ("g", "gpu"))]

@@ -4,6 +4,7 @@ sets, statistics, reports, the CLI commands)."""
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -187,12 +188,27 @@ def test_cli_profile_and_fidelity(tmp_path, capsys):
                  "--splits", "1", "--random", "1", "--rounds", "1", "--no-png", "--placer", "metis"]) == 0
     text = capsys.readouterr().out
     assert "metis" in text
-    assert "Spearman" in text and "stale" not in text  # the stored profile was used
+    assert "Spearman" in text and f"using the stored profile {out['path']}" in text and "profiling" not in text
     reports = sorted(p.name for p in (tmp_path / "f").glob("*.md"))
     assert reports[1] == "summary.md" and reports[0].endswith("__torch__cpu.md")
-    assert main(["fidelity", *args[:-1], "wall", "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"),
-                 "--splits", "0", "--random", "0", "--rounds", "1", "--no-png", "--placer", "none"]) == 0
-    assert "stale" in capsys.readouterr().out  # a CPU-clock profile is not used for wall-clock predictions
+    report = (tmp_path / "f" / reports[0]).read_text()  # where the profile came from
+    assert f"file {out['path']}, machine {platform.node()}, " in report and ", clock cpu, times for " in report
+    # a profile measured with other settings is not used, nor measured over, without --reprofile
+    fid = ["fidelity", *args[:-1], "wall", "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"),
+           "--splits", "0", "--random", "0", "--rounds", "1", "--no-png", "--placer", "none"]
+    assert main(fid) == 2
+    assert "stored profile has clock 'cpu', this run 'wall': pass --reprofile" in capsys.readouterr().err
+    assert Path(out["path"]).read_text() == before
+    # nor one without a time for every op (it would fall back to the analytic estimate for those)
+    doc = json.loads(before)
+    dropped = next(iter(doc["op_times_s"]))
+    del doc["op_times_s"][dropped]
+    Path(out["path"]).write_text(json.dumps(doc))
+    assert main(["cpu" if a == "wall" else a for a in fid]) == 2
+    n = len(doc["op_times_s"])
+    assert f"covers {n} of {n + 1} ops (missing {dropped})" in capsys.readouterr().err
+    assert main([*fid, "--reprofile"]) == 0
+    assert "profiling" in capsys.readouterr().out and json.loads(Path(out["path"]).read_text())["metadata"]["clock"] == "wall"
     (stored,) = (tmp_path / "p").glob("*.json")
     stored.write_text(stored.read_text().replace('"op_times_s": {', '"op_times_s": {"bogus op": -1, ', 1))
     damaged = stored.read_text()
