@@ -28,6 +28,7 @@ whose forward called the function. Op names: the module path of a module called 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -187,6 +188,8 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
             else:
                 vals[node] = b.constant()
         elif node.op == "output":
+            if training:
+                _check_loss(what, outs)
             outputs = ins
         elif not any(v.deps or v.params for v in ins) and node.op != "call_module":
             vals[node] = b.constant()  # computed from no input and no parameter: static
@@ -195,6 +198,14 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
         else:
             vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, out_shape, canon, training)
     return b.finish(outputs)
+
+
+def _check_loss(what: str, outs: Sequence[Any]) -> None:
+    """A training step differentiates one scalar: the loss the module returns."""
+    if len(outs) != 1 or math.prod(outs[0].shape) != 1:
+        got = ", ".join(str(tuple(t.shape)) for t in outs) or "no tensor"
+        raise GraphError(f"training mode needs {what} to return its loss, one scalar tensor; it returns {got} "
+                         f"(wrap the model in a module that computes the loss, or capture it in inference mode)")
 
 
 def _op_names(gm: GraphModule) -> dict[Node, str]:

@@ -198,6 +198,37 @@ def test_bad_mode_and_untraceable_module_are_graph_errors():
         capture(DataDependent(), (torch.randn(2),), name="x")
 
 
+def test_training_mode_needs_a_scalar_loss():
+    """The backward pass differentiates one scalar: logits, or two outputs, are an error, not a guess."""
+    with pytest.raises(GraphError, match=r"training mode needs Linear to return its loss, one scalar tensor; "
+                                         r"it returns \(3, 2\)"):
+        capture(nn.Linear(4, 2), (torch.randn(3, 4),), name="x", mode="training")
+
+    class TwoOutputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y.sum(), y.mean()
+
+    with pytest.raises(GraphError, match=r"it returns \(\), \(\)"):
+        capture(TwoOutputs(), (torch.randn(3, 4),), name="x", mode="training")
+
+    class Loss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x).square().mean()
+
+    g = capture(Loss(), (torch.randn(3, 4),), name="x", mode="training")
+    assert any(op.phase == "backward" for op in g.ops) and any(op.phase == "update" for op in g.ops)
+    assert capture(nn.Linear(4, 2), (torch.randn(3, 4),), name="x").metadata["mode"] == "inference"  # any output
+
+
 def test_meta_tensors_capture_without_computing():
     with torch.device("meta"):
         big = nn.Linear(20000, 20000)  # 1.6 GB of weights if it were real
