@@ -44,12 +44,15 @@ class ReportError(PlacebenchError):
 
 # -- numbers ----------------------------------------------------------------------------------------------
 def format_seconds(t: float) -> str:
-    """Four significant digits in s, ms or µs: 1.234 s, 12.35 ms, 400.0 µs (from 10,000 s on, whole seconds).
+    """Four significant digits in s, ms or µs: 1.234 s, 12.35 ms, 400.0 µs (from 10,000 s on, whole seconds;
+    from a million seconds on, in powers of ten: 1.235e+07 s, never a 300-digit number).
 
     The unit and the decimals follow the rounded value: 0.99996 s is 1.000 s, not 1000.0 ms.
     """
     if not math.isfinite(t) or t < 0:
         raise ValueError(f"not a step time: {t!r}")
+    if t >= 999999.5:
+        return f"{t:.3e} s"
     if t >= 9999.5:
         return f"{t:.0f} s"
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
@@ -609,18 +612,21 @@ def chart_png(rows: Iterable[Mapping[str, Any]], reference: str | None = None, n
         placers, workloads = res.placers[c], res.workloads[c]
         width = 0.8 / max(1, len(placers))
         at_bottom = ax.get_xaxis_transform()  # x in data, y in axes fractions
+        values = [1.0]
         for j, p in enumerate(placers):
             xs = np.arange(len(workloads)) + (j - (len(placers) - 1) / 2) * width
             for x, w in zip(xs, workloads, strict=True):
                 text, value = _speedup(res, c, w, p, ref)
-                if isinstance(value, float):
-                    ax.bar(x, value, width, color=colour[p])
+                if isinstance(value, float):  # from 1x, up for faster, down for slower than the reference
+                    ax.bar(x, value - 1.0, width, bottom=1.0, color=colour[p])
+                    values.append(value)
                 elif text != MISSING:  # in the placer's colour, at the foot of the axis: never over the title
                     ax.text(x, 0.02, text, transform=at_bottom, rotation=90, ha="center", va="bottom", fontsize=5,
                             color=colour[p], fontweight="bold")
         # every placer of the cluster in the legend, also those with no bar (all their cells failed)
         handles = [Patch(color=colour[p], label=p) for p in placers]
         ax.set_yscale("log")
+        ax.set_ylim(min(0.5, min(values) / 1.25), max(2.0, max(values) * 1.25))  # 0.5x, 1x and 2x always labelled
         ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_minor_locator(LogLocator(subs="auto"))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))

@@ -133,7 +133,8 @@ def test_latex_and_html_escape_and_mark_failures():
      (1234.0, "1234 s"), (0.0, "0.000 µs"),
      # rounding to four digits may reach the next unit or decade: the rounded value decides
      (0.99996, "1.000 s"), (9.99996, "10.00 s"), (0.00099996, "1.000 ms"), (0.099996, "100.0 ms"),
-     (9999.4, "9999 s"), (9999.6, "10000 s"), (12345.6, "12346 s")],
+     (9999.4, "9999 s"), (9999.6, "10000 s"), (12345.6, "12346 s"), (999999.4, "999999 s"),
+     (999999.6, "1.000e+06 s"), (12345678.0, "1.235e+07 s"), (3.8e288, "3.800e+288 s")],
 )
 def test_format_seconds(seconds, text):
     assert format_seconds(seconds) == text
@@ -269,7 +270,8 @@ def test_bar_chart_bars_are_speedups_and_failed_cells_are_labelled(monkeypatch):
     bar, text = Axes.bar, Axes.text
 
     def spy_bar(self, x, height, *args, **kwargs):
-        bars.append((float(x), float(height), kwargs.get("color")))
+        bars.append((float(x), kwargs["bottom"] + float(height), kwargs.get("color")))  # drawn from 1x to here
+        assert kwargs["bottom"] == 1.0
         return bar(self, x, height, *args, **kwargs)
 
     def spy_text(self, x, y, s, *args, **kwargs):
@@ -281,7 +283,17 @@ def test_bar_chart_bars_are_speedups_and_failed_cells_are_labelled(monkeypatch):
     rows = [_row("w1", "a", "ok", 1.0), _row("w1", "b", "ok", 4.0), _row("w1", "ref", "ok", 2.0),
             _row("w2", "a", "oom"), _row("w2", "b", "ok", 0.5), _row("w2", "ref", "ok", 1.0),
             _row("w3", "a", "ok", 1.0), _row("w3", "ref", "oom")]
+    limits = []
+    set_ylim = Axes.set_ylim
+
+    def spy_ylim(self, *args, **kwargs):
+        if len(args) == 2 and not kwargs:  # the chart's own call, not matplotlib's internal ones
+            limits.append(args)
+        return set_ylim(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "set_ylim", spy_ylim)
     assert report.chart_png(rows, "ref")[:8] == b"\x89PNG\r\n\x1a\n"
+    assert limits == [(0.4, 2.5)]  # the widest bars 0.5x and 2x, with room: 0.5x, 1x and 2x labelled
     w = 0.8 / 3
     assert [x for x, _, _ in bars] == pytest.approx([-w, 0.0, 1.0, w, 1 + w])
     assert [h for _, h, _ in bars] == pytest.approx([2.0, 0.5, 2.0, 1.0, 1.0])
