@@ -470,7 +470,16 @@ class Comparison:
         if other:
             problems.append(f"a search budget of {budget_text(other)} where the {self.paper.methodology} methodology "
                             f"gives {budget_text([wanted])}")
+        absent = self.not_run()
+        if absent:
+            problems.append(f"no rows of {', '.join(absent)} (not run into this store)")
         return f"these results have {' and '.join(problems)}" if problems else None
+
+    def not_run(self) -> list[str]:
+        """The table's methods with a placebench counterpart that has no row in any runnable row."""
+        rows = [r for r in self.paper.rows if r.runnable]
+        return [m.name for m in self.paper.methods if m.placer is not None and rows
+                and all(self.ours[r.label][m.name].text == "not run" for r in rows)]
 
     def compared(self, label: str) -> list[str]:
         """The methods a row's fastest method and margins are taken over: those with a figure on both sides
@@ -574,7 +583,9 @@ def claim_figure(comp: Comparison, claim: Claim) -> str:
         if 0 < a < math.inf and 0 < b < math.inf:
             speedups.append((b / a - 1, r.label))
     if not n:
-        return f"placebench: no row where {claim.method} and {over} can be compared"
+        absent = [m for m in (claim.method, *claim.over) if m in comp.not_run()]
+        why = f" ({', '.join(absent)}: not run into this store)" if absent else ""
+        return f"placebench: no row where {claim.method} and {over} can be compared{why}"
     text = f"placebench: {claim.method} is faster than {over} in {faster} of {n} rows"
     if speedups:
         (lo, lo_row), (hi, hi_row) = min(speedups), max(speedups)

@@ -218,8 +218,15 @@ def test_results_of_another_setup_are_named_in_the_report():
     assert (comp.seeds, comp.budgets, comp.setup_warning()) == ((0, 1, 2), [], None)
     budget = {"budget_evaluations": 1000, "budget_seconds": 300.0}  # the v1 methodology's
     rows = [dict(r, **budget) for r in _rows(("resnet50-b1-infer", "single_cpu", [3.0, 3.0, 3.0]))]
+    # the table's GPU column has no row at all: said so, and its claim says why it has no figure
+    comp = paper.Comparison.from_rows(t, rows)
+    assert comp.not_run() == ["GPU"]
+    assert comp.setup_warning() == "these results have no rows of GPU (not run into this store)"
+    assert paper.claim_figure(comp, t.claims[0]) == ("placebench: no row where GPU and CPU can be compared (GPU: not "
+                                                     "run into this store)")
+    rows += [dict(r, **budget) for r in _rows(("resnet50-b1-infer", "single_gpu", [1.0, 1.0, 1.0]))]
     assert paper.Comparison.from_rows(t, rows).setup_warning() is None
-    small = [dict(r, budget_evaluations=200, budget_seconds=60.0) for r in rows[:1]]
+    small = [dict(r, budget_evaluations=200, budget_seconds=60.0) for r in rows[::3]]
     comp = paper.Comparison.from_rows(t, small)
     assert comp.setup_warning() == ("these results have seeds 0 where the table asks for 0, 1, 2 and a search budget "
                                     "of 200 evaluations / 60 s where the v1 methodology gives 1000 evaluations / 300 s")
