@@ -283,10 +283,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if given:
             raise UsageError(f"{given[0]} applies to a placer's search, not to --placement")
         record = runner.measure_placement(args.workload, args.cluster, args.placement, methodology=args.methodology,
-                                          simulator_engine=args.engine)
+                                          simulator_engine=args.engine, profiles=args.profile)
         code = _print_evaluation(record, args.json)
         if args.trace is not None:
-            _write_trace(record, args.workload, args.cluster, args.trace)
+            _write_trace(record, args.workload, args.cluster, args.trace, args.profile)
         return code
     if args.save_placement is not None:
         _check_output_file(args.save_placement, "--save-placement",
@@ -307,18 +307,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         cell_timeout_s=args.timeout,
         plugins=args.plugin,
         simulator_engine=args.engine,
+        profiles=args.profile,
     )
     code = _print_evaluation(record, args.json)  # shown before saving: a failed save does not hide the result
     if args.save_placement is not None:
         _save_placement(record, args.workload, args.cluster, args.save_placement)
     if args.trace is not None:
-        _write_trace(record, args.workload, args.cluster, args.trace)
+        _write_trace(record, args.workload, args.cluster, args.trace, args.profile)
     return code
 
 
-def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str) -> None:
+def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str, profiles: Sequence[str] = ()) -> None:
     """The timeline of the cell's final placement (Trace Event Format) for Perfetto or chrome://tracing."""
     from suite import load_cluster, load_workload
+    from suite.costmodel import load_profile
     from suite.simulator.trace import write_chrome_trace
 
     if record.get("placement") is None:
@@ -326,7 +328,10 @@ def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str)
               file=sys.stderr)
         return
     meta = {k: record[k] for k in ("placer", "seed", "params", "placement_hash") if record.get(k) is not None}
-    write_chrome_trace(path, load_workload(workload), load_cluster(cluster), record["placement"], metadata=meta)
+    graph = load_workload(workload)
+    profs = [p for p in map(load_profile, profiles) if p.workload_hash in ("", graph.content_hash)]
+    write_chrome_trace(path, graph, load_cluster(cluster), record["placement"], profiles=profs,
+                       metadata={**meta, "evaluator": record.get("evaluator")})
     print(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
 
 
@@ -920,6 +925,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=_positive_float, help="cell timeout in seconds (default: the methodology's)")
     e.add_argument("--plugin", action="append", default=[], help="module or .py file to import first (repeatable)")
     e.add_argument("--engine", choices=("fast", "reference"), help="simulator engine (same results)")
+    e.add_argument("--profile", action="append", default=[], metavar="FILE",
+                   help="measured per-op times for the simulator (`placebench profile`; repeatable)")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_evaluate)
 

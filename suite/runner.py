@@ -11,13 +11,17 @@ A spec is a TOML file (`suite/specs/*.toml` for the built-in ones)::
     methodology = "v1"                # name or file
     evaluator = "simulator"           # or a name from `register_evaluator` / entry points placebench.evaluators
     simulator_engine = "fast"         # optional: "fast" or "reference" (same semantics)
+    profiles = ["p/nmt__cuda0.json"]  # optional: measured per-op times (`placebench profile`) for the simulator
     cell_timeout_s = 60               # default: the methodology's
     plugins = []                      # modules or .py files imported (here and in every worker) first
     [budget]                          # overrides of the methodology's search budget
     max_evaluations = 200
     max_seconds = 5.0
 
-Relative file paths in a spec are relative to the spec file.
+Relative file paths in a spec are relative to the spec file. With `profiles`, the simulator takes each op's
+time on the devices a profile applies to from the profile of its workload (matched by the graph's content
+hash) instead of the roofline estimate; those cells' evaluator is `simulator+profiles:<digest of the
+profiles>`, so they are never mixed or compared with the analytic simulator's.
 
 Each cell runs in a worker process (start method "spawn": torch and fork do not mix) with a timeout. A
 placer that raises gives a row with status `error` and the exception; one that hangs past the cell timeout
@@ -60,6 +64,7 @@ import suite
 from suite import methodology as _methodology
 from suite import registry, simulator
 from suite.cluster import Cluster
+from suite.costmodel import Profile, load_profile
 from suite.errors import BudgetExhausted, ClusterError, PlacebenchError, SpecError, UnknownNameError
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend
 from suite.graph import OpGraph
@@ -84,6 +89,7 @@ _SPEC_KEYS = {
     "methodology",
     "evaluator",
     "simulator_engine",
+    "profiles",
     "cell_timeout_s",
     "plugins",
     "budget",
@@ -130,6 +136,7 @@ class Spec:
     plugins: tuple[str, ...] = ()
     budget: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    profiles: tuple[str, ...] = ()
     source: str = "<spec>"
 
     def as_dict(self) -> dict[str, Any]:
@@ -144,6 +151,7 @@ class Spec:
             "methodology": self.methodology,
             "evaluator": self.evaluator,
             "simulator_engine": self.simulator_engine,
+            "profiles": list(self.profiles) or None,
             "cell_timeout_s": self.cell_timeout_s,
             "plugins": list(self.plugins),
             "budget": dict(self.budget),
@@ -264,6 +272,12 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
     description = data.get("description", "")
     if not isinstance(description, str):
         raise SpecError(f"{source}: description must be a string, got {description!r}")
+    profiles = data.get("profiles", [])
+    if not isinstance(profiles, list) or not all(isinstance(p, str) and p for p in profiles):
+        raise SpecError(f"{source}: profiles must be a list of profile files, got {short_repr(profiles)}")
+    if profiles and evaluator != "simulator":
+        raise SpecError(f"{source}: profiles are per-op times for the simulator; evaluator {evaluator!r} measures "
+                        f"its own")
     return Spec(
         name=name,
         description=description,
@@ -278,6 +292,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
         plugins=tuple(_resolve(p, base) for p in plugins),
         budget=dict(budget),
         source=source,
+        profiles=tuple(_resolve(p, base) for p in profiles),
     )
 
 
@@ -381,6 +396,7 @@ class Cell:
     timeout_s: float
     plugins: tuple[str, ...]
     placer_code: str | None = None  # fingerprint of the placer's source (suite.placer_code); not in the key
+    profiles: tuple[str, ...] = ()  # profile files of the cell's workload (their digest is in the key's evaluator)
 
     @property
     def budget(self) -> Budget:
@@ -540,10 +556,11 @@ def make_plan(spec: Spec) -> Plan:
     for graph in workloads.values():  # a combination no placement can satisfy: a clear error now, not odd rows
         for cluster in clusters.values():
             check_placeable(graph, cluster)
+    profiles = _profiles_by_workload(spec, workloads)
     if spec.evaluator == "simulator":  # op and transfer times must be finite: a clear error now, not error rows
-        for graph in workloads.values():
+        for wref, graph in workloads.items():
             for cref, cluster in clusters.items():
-                _check_costs(graph, cluster, cref)
+                _check_costs(graph, cluster, cref, [prof for _, prof in profiles[wref]])
     placers = _expand_placers(spec.placers)
     codes = {p.name: placer_code(p.name) for p in placers}
     cells = []
@@ -564,7 +581,7 @@ def make_plan(spec: Spec) -> Plan:
                         "methodology": meth.version,
                         "budget_evaluations": int(meth.budget.max_evaluations),
                         "budget_seconds": float(meth.budget.max_seconds),
-                        "evaluator": spec.evaluator,
+                        "evaluator": _evaluator_label(spec.evaluator, [prof for _, prof in profiles[wref]]),
                     }
                     cid = cell_id(key)
                     if cid in seen:
@@ -572,15 +589,39 @@ def make_plan(spec: Spec) -> Plan:
                     seen.add(cid)
                     cells.append(
                         Cell(cid, key, wref, cref, p, int(seed), meth, spec.evaluator, spec.simulator_engine, timeout_s,
-                             spec.plugins, codes[p.name])
+                             spec.plugins, codes[p.name], tuple(path for path, _ in profiles[wref]))
                     )
     return Plan(spec, meth, cells, workloads, clusters, tuple(int(x) for x in seeds), timeout_s)
 
 
-def _check_costs(graph: OpGraph, cluster: Cluster, cluster_ref: str) -> None:
+def _profiles_by_workload(spec: Spec, workloads: Mapping[str, OpGraph]) -> dict[str, list[tuple[str, Profile]]]:
+    """The spec's profile files, each given to the workload it was measured on (same content hash; a
+    hand-written profile without a hash: same name). A profile of none of the workloads is an error."""
+    out: dict[str, list[tuple[str, Profile]]] = {ref: [] for ref in workloads}
+    for path in spec.profiles:
+        prof = load_profile(path)
+        refs = [ref for ref, g in workloads.items()
+                if prof.workload_hash == g.content_hash or (not prof.workload_hash and prof.workload == g.name)]
+        if not refs:
+            raise SpecError(f"{spec.source}: profile {path} was measured on workload {prof.workload!r} "
+                            f"({prof.workload_hash or 'no hash'}), which is none of the spec's workloads")
+        for ref in refs:
+            out[ref].append((path, prof))
+    return out
+
+
+def _evaluator_label(evaluator: str, profiles: Sequence[Profile]) -> str:
+    """The evaluator a row names: the simulator with measured per-op times is another evaluator."""
+    if not profiles:
+        return evaluator
+    digest = hashlib.sha256("\n".join(sorted(json.dumps(p.to_dict(), sort_keys=True) for p in profiles)).encode())
+    return f"{evaluator}+profiles:{digest.hexdigest()[:12]}"
+
+
+def _check_costs(graph: OpGraph, cluster: Cluster, cluster_ref: str, profiles: Sequence[Profile] = ()) -> None:
     """The simulator's op and transfer times are finite (ClusterError naming the cluster file otherwise)."""
     try:
-        simulator.inputs_for(graph, cluster)
+        simulator.inputs_for(graph, cluster, profiles)
     except ClusterError as exc:
         raise ClusterError(f"{cluster_ref}: {exc}" if cluster_ref != cluster.name else str(exc)) from None
 
@@ -611,7 +652,7 @@ def failure_record(cell: Cell, status: str, message: str, cell_wall_time_s: floa
 
 def make_backend(cell: Cell, graph: OpGraph, cluster: Cluster) -> Any:
     if cell.evaluator == "simulator":
-        return SimulatorBackend(graph, cluster, engine=cell.simulator_engine)
+        return SimulatorBackend(graph, cluster, [load_profile(p) for p in cell.profiles], engine=cell.simulator_engine)
     return _evaluator_factory(cell.evaluator)(graph, cluster, cell.methodology)
 
 
@@ -683,7 +724,8 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
         placer = make_placer(cell.placer.name, **dict(cell.placer.params))
         backend = make_backend(cell, graph, cluster)
         _warm_up(graph, cluster, backend, (cell.workload_ref, cell.cluster_ref))
-        evaluator = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=backend)
+        evaluator = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=backend,
+                              profiles=getattr(backend, "profiles", ()))
         problem = Problem(graph, cluster, evaluator)
     except PlacebenchError as exc:
         return done("error", str(exc))
@@ -721,7 +763,9 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
     stats["info"] = result.info
     # Re-measure the final placement with a fresh backend and evaluator, outside the search budget.
     try:
-        judge = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=make_backend(cell, graph, cluster))
+        judge_backend = make_backend(cell, graph, cluster)
+        judge = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=judge_backend,
+                          profiles=getattr(judge_backend, "profiles", ()))
         m = judge.measure(result.placement)
     except PlacebenchError as exc:
         return done("invalid", str(exc), **stats)
@@ -1078,6 +1122,7 @@ def measure_placement(
     *,
     methodology: str = _methodology.DEFAULT,
     simulator_engine: str | None = None,
+    profiles: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Measure the placement in a file (`suite.placement.save_placement`'s format, or a list of device
     indices) as a cell's final placement is measured: same evaluator and methodology. Nothing is stored.
@@ -1089,9 +1134,11 @@ def measure_placement(
     meth = _methodology.load(methodology)
     graph, target = suite.load_workload(workload), suite.load_cluster(cluster)
     placement = load_placement(path, graph, target)
-    _check_costs(graph, target, cluster)
-    backend = SimulatorBackend(graph, target, engine=simulator_engine)
-    m = Evaluator(graph, target, meth.budget, methodology=meth, backend=backend).measure(placement)
+    spec = Spec("evaluate", (workload,), (cluster,), (), profiles=tuple(profiles), source="placebench evaluate")
+    profs = [prof for _, prof in _profiles_by_workload(spec, {workload: graph})[workload]]
+    _check_costs(graph, target, cluster, profs)
+    backend = SimulatorBackend(graph, target, profs, engine=simulator_engine)
+    m = Evaluator(graph, target, meth.budget, methodology=meth, backend=backend, profiles=profs).measure(placement)
     return {
         "workload": graph.name,
         "workload_hash": graph.content_hash,
@@ -1099,7 +1146,7 @@ def measure_placement(
         "cluster_hash": target.content_hash,
         "placement_file": str(path),
         "methodology": meth.version,
-        "evaluator": "simulator",
+        "evaluator": _evaluator_label("simulator", profs),
         **_measurement_fields(m),
         "placement_hash": placement_hash(placement),
         "placement": placement.tolist(),
@@ -1118,6 +1165,7 @@ def evaluate_one(
     cell_timeout_s: float | None = None,
     plugins: Sequence[str] = (),
     simulator_engine: str | None = None,
+    profiles: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run one cell in an isolated worker (same rules as a suite run) and return its record; nothing is stored."""
     spec = spec_from_dict(
@@ -1132,6 +1180,7 @@ def evaluate_one(
             "plugins": list(plugins),
             **({"cell_timeout_s": cell_timeout_s} if cell_timeout_s is not None else {}),
             **({"simulator_engine": simulator_engine} if simulator_engine else {}),
+            **({"profiles": [str(Path(p).resolve()) for p in profiles]} if profiles else {}),
         },
         source="placebench evaluate",
         base=Path.cwd(),

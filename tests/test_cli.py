@@ -178,6 +178,35 @@ def test_evaluate_a_placement_file(capsys, tiny_files, tmp_path, harness_plugin)
                         "--trace: cannot write")
 
 
+def test_evaluate_with_a_profile_takes_its_op_times(capsys, tiny_files, tmp_path):
+    """The diamond of test_evaluate_a_placement_file with b measured at 0.5 s on the CPU (a hand-written
+    profile, matched by the workload's name): d starts when b ends, at 1.5 s, and ends at 2.5 s."""
+    args = ["evaluate", str(tiny_files["diamond"]), "--cluster", str(tiny_files["cluster"])]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"placement": {"a": "cpu:0", "b": "cpu:0", "c": "gpu:0", "d": "cpu:0"}}))
+    prof = tmp_path / "diamond__cpu.json"
+    prof.write_text(json.dumps({"format": "placebench.profile", "schema_version": 1, "workload": "diamond",
+                                "applies_to": "cpu", "op_times_s": {"b": 0.5}}))
+    code, out, _ = _run(capsys, *args, "--placement", str(path), "--profile", str(prof), "--json")
+    rec = json.loads(out)
+    assert code == 0 and (rec["status"], rec["step_time_s"]) == ("ok", 2.5)
+    assert rec["evaluator"].startswith("simulator+profiles:") and len(rec["evaluator"]) == len("simulator+profiles:") + 12
+    # a placer's search and its re-measurement use it too (single_cpu runs the ops in turn: b 0.5 s shorter)
+    code, out, _ = _run(capsys, *args, "--placer", "single_cpu", "--profile", str(prof), "--json")
+    searched = json.loads(out)
+    assert code == 0 and searched["evaluator"] == rec["evaluator"]
+    code, out, _ = _run(capsys, *args, "--placer", "single_cpu", "--json")
+    assert searched["step_time_s"] == pytest.approx(json.loads(out)["step_time_s"] - 0.5)
+    # a profile of another workload, or one that applies to no device, is an error naming the file
+    other = tmp_path / "other.json"
+    other.write_text(prof.read_text().replace('"diamond"', '"chain"'))
+    _assert_usage_error(*_run(capsys, *args, "--placement", str(path), "--profile", str(other)),
+                        f"profile {other} was measured on workload 'chain' (no hash), which is none of")
+    other.write_text(prof.read_text().replace('"cpu"', '"tpu"'))
+    _assert_usage_error(*_run(capsys, *args, "--placer", "single_cpu", "--profile", str(other)),
+                        f"{other}: profile for 'diamond' applies to 'tpu'")
+
+
 def test_evaluate_writes_the_timeline_of_the_final_placement(capsys, tiny_files, tmp_path, harness_plugin):
     args = ["evaluate", str(tiny_files["diamond"]), "--cluster", str(tiny_files["cluster"])]
     path = tmp_path / "p.json"

@@ -72,6 +72,9 @@ def test_spec_fields_are_read(tmp_path):
         ({"name": "../../escaped"}, "name '../../escaped' must be a plain name"),
         ({"name": "/tmp/abs"}, "name '/tmp/abs' must be a plain name"),
         ({"workloads": ["ok", "bad\x00.json"]}, r"t.toml\.workloads\[1\]: 'bad\\x00.json' contains a NUL character"),
+        ({"profiles": "p.json"}, "profiles must be a list of profile files, got 'p.json'"),
+        ({"profiles": ["p.json"], "evaluator": "torch"}, "profiles are per-op times for the simulator; evaluator "
+                                                         "'torch' measures its own"),
     ],
 )
 def test_bad_specs_name_file_field_and_value(change, message):
@@ -161,6 +164,33 @@ def test_one_setup_per_store(tiny_files, write_spec, tmp_path):
     rows = Store(store).rows()
     with pytest.raises(report.ReportError, match="seed 0 has several rows"):
         report.Results.from_rows(rows + [{**rows[0], "budget_evaluations": 6}])
+
+
+def test_profiles_in_a_spec_give_their_workload_measured_op_times(tiny_files, write_spec, tmp_path):
+    """single_cpu runs the diamond's ops one after another, so b measured at 0.5 s (its estimate: 1 s) makes
+    the step 0.5 s shorter; the chain, which no profile is for, is unchanged. The profiled cells name the
+    profiled simulator as their evaluator, so they never share a store with the analytic simulator's."""
+    prof = tmp_path / "diamond__cpu.json"
+    prof.write_text(json.dumps({"format": "placebench.profile", "schema_version": 1, "workload": "diamond",
+                                "applies_to": "cpu", "op_times_s": {"b": 0.5}}))
+    spec = {"workloads": [str(tiny_files["diamond"]), str(tiny_files["chain"])], "clusters": [str(tiny_files["cluster"])],
+            "placers": ["single_cpu"]}
+    plain = runner.run(runner.load_spec(str(write_spec("plain", **spec))), tmp_path / "plain").rows
+    profiled_spec = runner.load_spec(str(write_spec("prof", **spec, profiles=[prof.name])))
+    assert profiled_spec.profiles == (str(prof),) and profiled_spec.as_dict()["profiles"] == [str(prof)]
+    rows = runner.run(profiled_spec, tmp_path / "prof").rows
+    by = {r["workload"]: r for r in plain}
+    got = {r["workload"]: r for r in rows}
+    assert got["diamond"]["step_time_s"] == pytest.approx(by["diamond"]["step_time_s"] - 0.5)
+    assert got["diamond"]["evaluator"].startswith("simulator+profiles:")
+    assert got["chain"]["evaluator"] == "simulator" and got["chain"]["step_time_s"] == by["chain"]["step_time_s"]
+    with pytest.raises(SpecError, match="evaluator"):  # not mixed into the analytic simulator's store
+        runner.run(profiled_spec, tmp_path / "plain")
+    lone = runner.load_spec(str(write_spec("lone", **{**spec, "workloads": [str(tiny_files["chain"])]},
+                                           profiles=[str(prof)])))
+    with pytest.raises(SpecError, match=f"profile {prof} was measured on workload 'diamond' \\(no hash\\), which "
+                                        "is none of the spec's workloads"):
+        runner.make_plan(lone)
 
 
 def test_a_label_keeps_its_placer_and_parameters_in_a_store(tiny_files, write_spec, tmp_path):
