@@ -1,0 +1,102 @@
+"""Audit additions for rl.hsdag: the GCN's normalised adjacency by hand, the episode's state updates, its
+dropout stream (the search's own, advancing), and the moving baseline and the weight it gives the update."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import rl.hsdag
+from rl.hsdag import HSDAGPlacer, HSDAGSearch, episode_return, normalized_adjacency
+from rl.reward import RewardEvaluator
+
+
+def test_normalized_adjacency_by_hand():
+    # path 0 - 1 - 2 with self-loops: degrees 2, 3, 2; entry (i, j) = 1 / sqrt(d_i d_j) where joined
+    adj = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], dtype=bool)
+    a, b = 1 / 2, 1 / math.sqrt(6)
+    expected = [[a, b, 0], [b, 1 / 3, b], [0, b, a]]
+    np.testing.assert_allclose(normalized_adjacency(adj).numpy(), expected, rtol=1e-6)
+
+
+def _search(problem, seed=0, **params):
+    return HSDAGSearch(problem, {**HSDAGPlacer.defaults, "grouping": "colocation", **params}, seed=seed)
+
+
+def test_each_placement_of_an_episode_is_parsed_from_features_plus_the_last_embeddings(branchy, k80x2,
+                                                                                      make_problem):
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=50)
+    s = _search(problem, steps=3, dropout=0.0)
+    calls = []
+    forward = s.policy.forward
+
+    def spy(x):
+        out = forward(x)
+        calls.append((x.detach().clone(), out[1].detach().clone(), out[2].copy()))
+        return out
+
+    s.policy.forward = spy
+    assert s.episode(reserve=0)
+    assert len(calls) == 3 and torch.equal(calls[0][0], s.x0)
+    for (x, emb, cluster_of), (nxt, _, _) in zip(calls[:-1], calls[1:], strict=True):
+        torch.testing.assert_close(nxt, x + emb[torch.as_tensor(cluster_of)])
+
+
+def _params_after_one_episode(problem_maker, global_seed):
+    problem, _ = problem_maker()
+    torch.manual_seed(global_seed)  # the caller's global RNG must not matter
+    s = _search(problem, steps=4)  # dropout 0.2
+    assert s.episode(reserve=0)
+    return [p.detach().clone() for p in s.policy.parameters()], s
+
+
+def test_dropout_draws_from_the_search_stream_not_the_callers(branchy, k80x2, make_problem):
+    make = lambda: make_problem(branchy, k80x2, max_evaluations=50)  # noqa: E731
+    a, s = _params_after_one_episode(make, 1)
+    b, _ = _params_after_one_episode(make, 2)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    before = s.rng_state.clone()
+    assert s.episode(reserve=0)
+    assert not torch.equal(s.rng_state, before)  # the stream advances: the next episode draws new masks
+
+
+def test_moving_baseline_and_the_weight_of_the_update(branchy, k80x2, make_problem, monkeypatch):
+    """baseline "moving": the first return is the baseline (weight 0); the second episode's weight is
+    (R2 - R1) / |R1|, the gradient reaching every log-probability is -weight; the baseline moves to
+    0.9 R1 + 0.1 R2."""
+    rewards = []
+    inner = RewardEvaluator.__call__
+
+    def spy(self, gd):
+        r = inner(self, gd)
+        rewards.append(r.rewards.copy())
+        return r
+
+    monkeypatch.setattr(RewardEvaluator, "__call__", spy)
+    grads = []
+    real = rl.hsdag.masked_categorical
+
+    def hooked(*args, **kw):
+        a, logp, ent = real(*args, **kw)
+        if logp.requires_grad:
+            logp.register_hook(lambda g: grads.append(g.clone()))
+        return a, logp, ent
+
+    monkeypatch.setattr(rl.hsdag, "masked_categorical", hooked)
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=50)
+    s = _search(problem, steps=3, baseline="moving")
+    assert s.episode(reserve=0)
+    r1 = episode_return(rewards[0], 0.95)
+    assert s.baseline == pytest.approx(r1, rel=1e-12)
+    assert all(torch.all(g == 0) for g in grads)  # weight (R1 - R1) / |R1| = 0
+    grads.clear()
+    assert s.episode(reserve=0)
+    r2 = episode_return(rewards[1], 0.95)
+    weight = (r2 - r1) / abs(r1)
+    assert abs(weight) > 1e-6 and len(grads) == 3
+    for g in grads:
+        torch.testing.assert_close(g, torch.full_like(g, -weight), rtol=1e-5, atol=1e-9)
+    assert s.baseline == pytest.approx(0.9 * r1 + 0.1 * r2, rel=1e-12)

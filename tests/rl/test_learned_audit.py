@@ -1,0 +1,84 @@
+"""Audit additions for rl.learned: the default group cap, the parameters grouped_problem passes on, the
+evaluation kept back (or not) for the greedy placement, the final choice, and torch's thread count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl.grouping import make_grouping
+from rl.learned import grouped_problem, torch_threads
+from rl.post import PostPlacer
+from rl.seq2seq import Seq2SeqPlacer
+from suite import Op, OpGraph
+
+GFLOP = 1e9
+
+
+def chain_graph(n: int = 50) -> OpGraph:
+    """n ops in a chain, uneven work and bytes (so that the coarsening methods disagree)."""
+    ops = [Op(f"o{i}", "matmul", flops=(1 + i % 7) * GFLOP, output_bytes=1000 * (1 + (i * 37) % 11)) for i in range(n)]
+    return OpGraph.build("chain50", ops, [(f"o{i}", f"o{i + 1}") for i in range(n - 1)])
+
+
+def params(**kw):
+    return {**Seq2SeqPlacer.defaults, "grouping": "colocation", **kw}
+
+
+def test_default_group_cap_is_20_per_device(two_gpus, make_problem):
+    """max_groups None: min(256, 20 x devices) = 40 groups for 50 ops on 2 devices."""
+    problem, _ = make_problem(chain_graph(), two_gpus)
+    grouping, mask, _ = grouped_problem(problem, params(max_groups=None))
+    assert grouping.num_groups == 40 and mask.shape == (40, 2)
+
+
+def test_grouped_problem_coarsens_with_the_coarsen_parameter(two_gpus, make_problem):
+    graph = chain_graph()
+    problem, _ = make_problem(graph, two_gpus)
+    topo = make_grouping(graph, "colocation", 10, coarsen_method="topological")
+    heavy = make_grouping(graph, "colocation", 10, coarsen_method="heavy_edge")
+    assert topo.assignment.tolist() != heavy.assignment.tolist()  # the test can tell them apart
+    for method, expected in (("topological", topo), ("heavy_edge", heavy)):
+        grouping, _, _ = grouped_problem(problem, params(max_groups=10, coarsen=method))
+        assert grouping.assignment.tolist() == expected.assignment.tolist()
+
+
+def test_grouped_problem_passes_the_reward_parameters(train2, k80x2, make_problem):
+    problem, _ = make_problem(train2, k80x2)
+    _, _, rollouts = grouped_problem(problem, params(reward="inv", oom_score_s=7.0, invalid_score_s=9.0,
+                                                     oom_shaping=False))
+    c = rollouts.config
+    assert (c.transform, c.oom_score_s, c.invalid_score_s, c.oom_shaping) == ("inv", 7.0, 9.0, False)
+
+
+@pytest.mark.parametrize("placer", [Seq2SeqPlacer, PostPlacer])
+def test_final_best_spends_every_evaluation_on_samples(placer, train2, k80x2, make_problem):
+    """final "best": no evaluation kept back for the greedy placement: 37 = 4 batches of 8 and one of 5."""
+    problem, budget = make_problem(train2, k80x2, max_evaluations=37)
+    result = placer(batch_size=8, final="best").place(problem, budget, seed=1)
+    assert result.evaluations == 37 and result.info["final"] == "best_sampled"
+    assert result.info["greedy_score_s"] is None
+    assert result.info["best_search_score_s"] == pytest.approx(min(c.best_score_s for c in result.curve))
+
+
+def test_final_greedy_returns_the_greedy_placement_even_when_a_sample_was_better(branchy, k80x2, make_problem):
+    problem, budget = make_problem(branchy, k80x2, max_evaluations=17)
+    result = Seq2SeqPlacer(grouping="colocation", batch_size=8, final="greedy").place(problem, budget, seed=0)
+    assert result.info["greedy_score_s"] > result.info["best_search_score_s"]  # the premise: a sample was better
+    assert result.info["final"] == "greedy"
+    assert problem.evaluator.measure(result.placement).step_time_s == pytest.approx(result.info["greedy_score_s"])
+
+
+def test_torch_threads_restores_the_callers_count(train2, k80x2, make_problem):
+    before = torch.get_num_threads()
+    outer = 2 if before != 2 else 3
+    torch.set_num_threads(outer)
+    try:
+        with torch_threads(1):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == outer
+        problem, budget = make_problem(train2, k80x2, max_evaluations=3)
+        Seq2SeqPlacer(batch_size=2, threads=1).place(problem, budget, seed=0)
+        assert torch.get_num_threads() == outer
+    finally:
+        torch.set_num_threads(before)
