@@ -328,9 +328,8 @@ def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str,
               file=sys.stderr)
         return
     meta = {k: record[k] for k in ("placer", "seed", "params", "placement_hash") if record.get(k) is not None}
-    graph = load_workload(workload)
-    profs = [p for p in map(load_profile, profiles) if p.workload_hash in ("", graph.content_hash)]
-    write_chrome_trace(path, graph, load_cluster(cluster), record["placement"], profiles=profs,
+    profs = [load_profile(p) for p in profiles]  # the evaluation checked that each is this workload's
+    write_chrome_trace(path, load_workload(workload), load_cluster(cluster), record["placement"], profiles=profs,
                        metadata={**meta, "evaluator": record.get("evaluator")})
     print(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
 
@@ -339,8 +338,6 @@ def _check_output_dir(path: str | Path, flag: str) -> None:
     """An output directory may be missing (it is made) but not a file, and it must take files."""
     from suite.store import check_writable
 
-    if Path(path).exists() and not Path(path).is_dir():
-        raise UsageError(f"{flag} {path} is a file, not a directory")
     try:
         check_writable(path, directory=True)
     except OSError as exc:
@@ -353,8 +350,6 @@ def _check_output_file(path: str, flag: str, inputs: Sequence[str]) -> None:
     from suite.store import check_writable
 
     target = Path(path).resolve()
-    if target.is_dir():
-        raise UsageError(f"{flag} {path} is a directory")
     for name in inputs:
         if Path(name).is_file() and Path(name).resolve() == target:
             raise UsageError(f"{flag} {path} is an input of this command")

@@ -162,7 +162,9 @@ class Evaluator:
         self.methodology = methodology or _m.load()
         self.budget = budget or self.methodology.budget
         self.backend = backend or SimulatorBackend(workload, cluster, profiles)
-        self.failure_score_s = self.methodology.failure_multiple * serial_bound_s(workload, cluster, profiles)
+        # a simulator backend's own op times, with or without profiles, bound the failure score
+        bound_profiles = getattr(self.backend, "profiles", profiles)
+        self.failure_score_s = self.methodology.failure_multiple * serial_bound_s(workload, cluster, bound_profiles)
         self.evaluations_used = 0
         self.started = time.perf_counter()
         self.curve: list[CurvePoint] = []

@@ -583,7 +583,7 @@ def claim_figure(comp: Comparison, claim: Claim) -> str:
         if 0 < a < math.inf and 0 < b < math.inf:
             speedups.append((b / a - 1, r.label))
     if not n:
-        absent = [m for m in (claim.method, *claim.over) if m in comp.not_run()]
+        absent = [m for m in comp.not_run() if m in (claim.method, *claim.over)]
         why = f" ({', '.join(absent)}: not run into this store)" if absent else ""
         return f"placebench: no row where {claim.method} and {over} can be compared{why}"
     text = f"placebench: {claim.method} is faster than {over} in {faster} of {n} rows"

@@ -396,7 +396,7 @@ class Cell:
     timeout_s: float
     plugins: tuple[str, ...]
     placer_code: str | None = None  # fingerprint of the placer's source (suite.placer_code); not in the key
-    profiles: tuple[str, ...] = ()  # profile files of the cell's workload (their digest is in the key's evaluator)
+    profiles: tuple[Profile, ...] = ()  # the profiles of the cell's workload, read when planned (digest: key's evaluator)
 
     @property
     def budget(self) -> Budget:
@@ -556,11 +556,11 @@ def make_plan(spec: Spec) -> Plan:
     for graph in workloads.values():  # a combination no placement can satisfy: a clear error now, not odd rows
         for cluster in clusters.values():
             check_placeable(graph, cluster)
-    profiles = _profiles_by_workload(spec, workloads)
+    profiles = _profiles_by_workload(spec.profiles, workloads, spec.source)
     if spec.evaluator == "simulator":  # op and transfer times must be finite: a clear error now, not error rows
         for wref, graph in workloads.items():
             for cref, cluster in clusters.items():
-                _check_costs(graph, cluster, cref, [prof for _, prof in profiles[wref]])
+                _check_costs(graph, cluster, cref, profiles[wref])
     placers = _expand_placers(spec.placers)
     codes = {p.name: placer_code(p.name) for p in placers}
     cells = []
@@ -581,7 +581,7 @@ def make_plan(spec: Spec) -> Plan:
                         "methodology": meth.version,
                         "budget_evaluations": int(meth.budget.max_evaluations),
                         "budget_seconds": float(meth.budget.max_seconds),
-                        "evaluator": _evaluator_label(spec.evaluator, [prof for _, prof in profiles[wref]]),
+                        "evaluator": _evaluator_label(spec.evaluator, profiles[wref]),
                     }
                     cid = cell_id(key)
                     if cid in seen:
@@ -589,24 +589,25 @@ def make_plan(spec: Spec) -> Plan:
                     seen.add(cid)
                     cells.append(
                         Cell(cid, key, wref, cref, p, int(seed), meth, spec.evaluator, spec.simulator_engine, timeout_s,
-                             spec.plugins, codes[p.name], tuple(path for path, _ in profiles[wref]))
+                             spec.plugins, codes[p.name], tuple(profiles[wref]))
                     )
     return Plan(spec, meth, cells, workloads, clusters, tuple(int(x) for x in seeds), timeout_s)
 
 
-def _profiles_by_workload(spec: Spec, workloads: Mapping[str, OpGraph]) -> dict[str, list[tuple[str, Profile]]]:
-    """The spec's profile files, each given to the workload it was measured on (same content hash; a
+def _profiles_by_workload(paths: Sequence[str], workloads: Mapping[str, OpGraph], source: str
+                          ) -> dict[str, list[Profile]]:
+    """Profile files read and each given to the workload it was measured on (same content hash; a
     hand-written profile without a hash: same name). A profile of none of the workloads is an error."""
-    out: dict[str, list[tuple[str, Profile]]] = {ref: [] for ref in workloads}
-    for path in spec.profiles:
+    out: dict[str, list[Profile]] = {ref: [] for ref in workloads}
+    for path in paths:
         prof = load_profile(path)
         refs = [ref for ref, g in workloads.items()
                 if prof.workload_hash == g.content_hash or (not prof.workload_hash and prof.workload == g.name)]
         if not refs:
-            raise SpecError(f"{spec.source}: profile {path} was measured on workload {prof.workload!r} "
+            raise SpecError(f"{source}: profile {path} was measured on workload {prof.workload!r} "
                             f"({prof.workload_hash or 'no hash'}), which is none of the spec's workloads")
         for ref in refs:
-            out[ref].append((path, prof))
+            out[ref].append(prof)
     return out
 
 
@@ -652,7 +653,7 @@ def failure_record(cell: Cell, status: str, message: str, cell_wall_time_s: floa
 
 def make_backend(cell: Cell, graph: OpGraph, cluster: Cluster) -> Any:
     if cell.evaluator == "simulator":
-        return SimulatorBackend(graph, cluster, [load_profile(p) for p in cell.profiles], engine=cell.simulator_engine)
+        return SimulatorBackend(graph, cluster, cell.profiles, engine=cell.simulator_engine)
     return _evaluator_factory(cell.evaluator)(graph, cluster, cell.methodology)
 
 
@@ -724,8 +725,7 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
         placer = make_placer(cell.placer.name, **dict(cell.placer.params))
         backend = make_backend(cell, graph, cluster)
         _warm_up(graph, cluster, backend, (cell.workload_ref, cell.cluster_ref))
-        evaluator = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=backend,
-                              profiles=getattr(backend, "profiles", ()))
+        evaluator = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=backend)
         problem = Problem(graph, cluster, evaluator)
     except PlacebenchError as exc:
         return done("error", str(exc))
@@ -763,9 +763,7 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
     stats["info"] = result.info
     # Re-measure the final placement with a fresh backend and evaluator, outside the search budget.
     try:
-        judge_backend = make_backend(cell, graph, cluster)
-        judge = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=judge_backend,
-                          profiles=getattr(judge_backend, "profiles", ()))
+        judge = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=make_backend(cell, graph, cluster))
         m = judge.measure(result.placement)
     except PlacebenchError as exc:
         return done("invalid", str(exc), **stats)
@@ -1134,11 +1132,10 @@ def measure_placement(
     meth = _methodology.load(methodology)
     graph, target = suite.load_workload(workload), suite.load_cluster(cluster)
     placement = load_placement(path, graph, target)
-    spec = Spec("evaluate", (workload,), (cluster,), (), profiles=tuple(profiles), source="placebench evaluate")
-    profs = [prof for _, prof in _profiles_by_workload(spec, {workload: graph})[workload]]
+    profs = _profiles_by_workload(profiles, {workload: graph}, "placebench evaluate")[workload]
     _check_costs(graph, target, cluster, profs)
     backend = SimulatorBackend(graph, target, profs, engine=simulator_engine)
-    m = Evaluator(graph, target, meth.budget, methodology=meth, backend=backend, profiles=profs).measure(placement)
+    m = Evaluator(graph, target, meth.budget, methodology=meth, backend=backend).measure(placement)
     return {
         "workload": graph.name,
         "workload_hash": graph.content_hash,

@@ -179,8 +179,6 @@ def check_writable(path: str | Path, *, directory: bool = False) -> None:
     target = Path(os.path.realpath(path))
     if target.is_dir() and not directory:
         raise IsADirectoryError(errno.EISDIR, f"cannot write {path}: it is a directory")
-    if target.exists() and not target.is_dir() and directory:
-        raise NotADirectoryError(errno.ENOTDIR, f"cannot write in {path}: it is a file, not a directory")
     where = target if directory else target.parent
     while not where.exists():
         where = where.parent

@@ -272,7 +272,7 @@ def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
     assert code == 0 and "(spec " in (tmp_path / "results" / "leaderboard.md").read_text()  # names its run
     assert (tmp_path / "results" / "leaderboard.png").exists() and (tmp_path / "results" / "leaderboard.csv").exists()
     _assert_usage_error(*_run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "t.csv")),
-                        f"--out {tmp_path / 't.csv'} is a file, not a directory")
+                        f"--out: cannot write {tmp_path / 't.csv'}: {tmp_path / 't.csv'} is a file, not a directory")
 
 
 # -- bad input: one line, exit 2, nothing lost -----------------------------------------------------------------
@@ -487,7 +487,7 @@ def test_reports_are_not_written_into_their_store_and_are_replaced_together(caps
     # the chart cannot be written (a directory is in the way): the table beside it is not written either
     (tmp_path / "c.png").mkdir()
     _assert_usage_error(*_run(capsys, "table", str(store), "-f", "md", "-o", str(tmp_path / "t.md"),
-                              "--chart", str(tmp_path / "c.png")), f"--chart {tmp_path / 'c.png'} is a directory")
+                              "--chart", str(tmp_path / "c.png")), f"--chart: cannot write {tmp_path / 'c.png'}: it is a directory")
     assert not (tmp_path / "t.md").exists() and not list(tmp_path.glob(".*.tmp"))
     lb.mkdir()
     for name in ("leaderboard.md", "leaderboard.csv"):

@@ -101,7 +101,8 @@ def test_check_writable_tries_the_nearest_existing_directory(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(NotADirectoryError, match="is a file, not a directory"):
         st.check_writable(tmp_path / "f" / "c.json")
-    with pytest.raises(NotADirectoryError, match="it is a file, not a directory"):
+    with pytest.raises(NotADirectoryError, match=rf"cannot write {tmp_path / 'f'}: {tmp_path / 'f'} is a file, not a "
+                                                 r"directory"):
         st.check_writable(tmp_path / "f", directory=True)
     with pytest.raises(IsADirectoryError, match="it is a directory"):
         st.check_writable(tmp_path)

@@ -7,7 +7,7 @@ import pytest
 from suite import Op, OpGraph
 from suite.costmodel import Profile
 from suite.errors import BudgetExhausted
-from suite.evaluator import Evaluator, Measurement, serial_bound_s
+from suite.evaluator import Evaluator, Measurement, SimulatorBackend, serial_bound_s
 from suite.methodology import Budget
 from suite.methodology import load as load_methodology
 
@@ -74,6 +74,9 @@ def test_a_profile_reaches_batches_single_evaluations_re_measurement_and_the_fai
     plain = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
     assert [m.step_time_s for m in plain.evaluate_batch([[0, 0, 0], [0, 0, 1]])] == [5.0, 4.0]
     assert plain.failure_score_s == plain.methodology.failure_multiple * 5.0
+    # a simulator backend handed in (as the runner does) bounds the failure score with its own profiles
+    given = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60), backend=SimulatorBackend(g, c, [prof]))
+    assert given.failure_score_s == ev.failure_score_s
 
 
 def test_batch_larger_than_budget_is_refused_whole(problem):
