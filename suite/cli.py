@@ -486,8 +486,14 @@ def _refuse_inside_store(store: str | Path, path: str | Path | None, flag: str) 
         raise UsageError(f"{flag} {path} is the results file the report is made from: write reports elsewhere")
 
 
-def _names(text: str | None) -> list[str]:
-    return [x for x in (text or "").split(",") if x]
+def _names(text: str | None, flag: str) -> list[str]:
+    """A comma-separated filter; an option given with no names is an error, not "no filter"."""
+    if text is None:
+        return []
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise UsageError(f"{flag} {text!r} names nothing: give one or more names, comma-separated")
+    return names
 
 
 TABLE_FORMATS = ("text", "md", "csv", "latex", "html", "json")
@@ -533,9 +539,9 @@ def cmd_table(args: argparse.Namespace) -> int:
     _warn_if_incomplete(args.store, runs)
     reference = args.reference or report.DEFAULT_REFERENCE
     for flag, field, wanted in (("--cluster", "cluster", [args.cluster] if args.cluster else []),
-                                ("--workloads", "workload", _names(args.workloads)), ("--placers", "placer", None)):
+                                ("--workloads", "workload", _names(args.workloads, "--workloads")), ("--placers", "placer", None)):
         if wanted is None:  # placers last: the reference joins them only if it has rows left after the others
-            wanted = _names(args.placers)
+            wanted = _names(args.placers, "--placers")
             if wanted and reference not in wanted and any(r["placer"] == reference for r in rows):
                 wanted.append(reference)  # speedups need the reference's column
         if wanted:

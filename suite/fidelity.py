@@ -366,11 +366,17 @@ def run_fidelity(
 
 # -- reports ---------------------------------------------------------------------------------------------
 def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x * 1e3:.2f}"
+    """Milliseconds with two decimals; from a billion ms (an absurd prediction) in powers of ten."""
+    if x is None:
+        return "-"
+    return f"{x * 1e3:.3e}" if abs(x * 1e3) >= 1e9 else f"{x * 1e3:.2f}"
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:+.1f}%"
+    """A relative error in percent; from +-100,000% on in powers of ten, never a 300-digit number."""
+    if x is None:
+        return "-"
+    return f"{x * 100:+.2e}%" if abs(x * 100) >= 1e5 else f"{x * 100:+.1f}%"
 
 
 def markdown(result: FidelityResult) -> str:

@@ -9,7 +9,9 @@ File layout (schema version 1)::
      "edges": [[src_name, dst_name, bytes], ...]}
 
 The hash covers name, metadata, ops and edges in canonical form, so an unchanged model hashes the same
-on every machine; loading checks it, so a hand-edited or truncated file is reported, not used.
+on every machine; loading checks it, so a hand-edited or truncated file is reported, not used. A file
+without a "hash" key (one written by hand or by another tool) loads: its hash is computed on loading, and
+results and profiles name that hash.
 """
 
 from __future__ import annotations

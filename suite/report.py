@@ -411,7 +411,11 @@ def _latex_escape(s: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in s).replace("µ", r"$\mu$")
 
 
+LATEX_PREAMBLE_NOTE = "% placebench tables: the document needs \\usepackage{booktabs} (\\toprule, \\midrule, \\bottomrule)\n"
+
+
 def to_latex(t: Table) -> str:
+    """One `table` float with a booktabs `tabular` (see LATEX_PREAMBLE_NOTE)."""
     lines = [
         r"\begin{table}[ht]",
         r"\centering",
@@ -468,7 +472,7 @@ def render(rows: Iterable[Mapping[str, Any]], fmt: str = "text", reference: str 
     if fmt == "md":
         return "\n\n".join(f"## {name}\n\n" + "\n\n".join(to_markdown(t) for t in ts) for name, ts in sections) + "\n"
     if fmt == "latex":
-        return "\n\n".join(to_latex(t) for _, ts in sections for t in ts) + "\n"
+        return LATEX_PREAMBLE_NOTE + "\n\n".join(to_latex(t) for _, ts in sections for t in ts) + "\n"
     body = "\n".join(f"<h2>{html.escape(name)}</h2>\n" + "\n".join(to_html(t) for t in ts) for name, ts in sections)
     return f"{_HTML_HEAD}\n{body}\n</body></html>\n"
 

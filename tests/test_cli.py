@@ -257,6 +257,8 @@ def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
     code, out, _ = _run(capsys, "table", str(store), "--placers", "single_cpu", "--workloads", "big")
     assert code == 0 and "single_cpu  single_gpu" in out and "diamond" not in out  # the reference is kept
     _assert_usage_error(*_run(capsys, "table", str(store), "--placers", "nope"), "--placers 'nope' has no rows")
+    for flag in ("--placers", "--workloads"):  # an empty filter is a mistake, not "everything"
+        _assert_usage_error(*_run(capsys, "table", str(store), flag, " , "), f"{flag} ' , ' names nothing")
     code, out, _ = _run(capsys, "table", str(store / "results.csv"), "-f", "csv")
     assert out.splitlines()[0].startswith("cluster,workload,placer,seeds,ok_seeds,status,step_time_s")
     # the format follows --output's suffix; --format, --json and the suffix must agree; the chart is a PNG

@@ -123,6 +123,7 @@ def test_latex_and_html_escape_and_mark_failures():
     rows = [_row("net_1", "p&q", "ok", 2.5e-5), _row("net_1", "x<y>", "oom")]
     tex = report.render(rows, "latex")
     assert r"net\_1 & 25.00 $\mu$s & OOM \\" in tex and r"p\&q" in tex and r"\begin{tabular}{lrr}" in tex
+    assert tex.startswith("% placebench tables: the document needs \\usepackage{booktabs}")  # \toprule is booktabs'
     page = report.render(rows, "html")
     assert "<th>x&lt;y&gt;</th>" in page and '<td class="oom" style="text-align:right">OOM</td>' in page
 

@@ -103,6 +103,14 @@ def test_spearman_by_hand():
     assert spearman([1, 1, 1], [1, 2, 3]) is None
 
 
+def test_report_numbers_stay_short():
+    from suite.fidelity import _ms, _pct
+
+    assert (_pct(-0.0512), _pct(3.0), _pct(999.0), _pct(1e300), _pct(None)) == (
+        "-5.1%", "+300.0%", "+99900.0%", "+1.00e+302%", "-")
+    assert (_ms(0.5), _ms(1e6), _ms(-2.5e7)) == ("500.00", "1.000e+09", "-2.500e+10")
+
+
 def test_placement_sets_are_valid_and_respect_groups():
     rw = small_workload("nmt-2x1024-b64", mode="training")
     g = rw.graph
