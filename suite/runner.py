@@ -1096,10 +1096,10 @@ def run(
 
         try:
             execute(todo, jobs=jobs, on_done=finished, on_start=on_start)
-            entry["complete"] = True
         finally:
             entry["finished_at"] = _now()
             entry["cells_run"] = ran
+            entry["complete"] = ran == len(todo)  # an interrupt after the last cell was stored stops nothing
             _manifest_update(store, plan, entry, labels)
             store.compact()
         wanted = {c.cell_id for c in plan.cells}

@@ -470,6 +470,25 @@ def test_sigterm_or_sigint_to_the_group_stops_like_ctrl_c(sig, code, tiny_files,
     assert runner.run(str(spec), out, jobs=2).ran == 12 - len(rows)
 
 
+def test_an_interrupt_after_every_cell_is_stored_leaves_a_complete_run(tiny_files, write_spec, monkeypatch, tmp_path):
+    """Ctrl-C while the worker pool shuts down, once every cell is stored: the run is complete (a table
+    must not warn that '2 of its 2 cells' were run), and the interrupt still reaches the caller."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu", "single_gpu"])
+    real = runner.execute
+
+    def then_interrupted(cells, **kw):
+        real(cells, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "execute", then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(str(spec), tmp_path / "store", jobs=1)
+    run = json.loads((tmp_path / "store" / "manifest.json").read_text())["runs"][-1]
+    assert (run["complete"], run["cells_run"], run["cells_to_run"]) == (True, 2, 2)
+    assert len(Store(tmp_path / "store").rows()) == 2
+
+
 def test_a_broken_plugin_is_an_error_row_not_a_failed_run(tiny_files, write_spec, broken_entry_point, tmp_path):
     spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
                       placers=["single_cpu", broken_entry_point])
