@@ -39,8 +39,14 @@ def workload_names() -> list[str]:
 
 
 def load_workload(name_or_path: str) -> OpGraph:
+    """A graph file by path, a zoo workload by name, or a shape variant of one by its name
+    (`nmt-2x1024-b64+batch_size=1+mode=inference`, as `placebench profile --set` names it)."""
     if _looks_like_path(name_or_path) or Path(name_or_path).is_file():
         return graph_io.load(name_or_path)
+    if "+" in name_or_path:
+        from suite.backends.workload import variant_graph
+
+        return variant_graph(name_or_path)
     from suite import zoo
 
     return zoo.load(name_or_path)

@@ -100,16 +100,53 @@ def random_inputs(module: nn.Module, examples: Sequence[torch.Tensor], seed: int
     return tuple(out)
 
 
-def real_workload(name: str, *, seed: int = 0, mode: str | None = None, capture: bool = False,
-                  **overrides: Any) -> RealWorkload:
-    """A zoo workload (or a shape variant of it, see the module docstring) ready to run on the CPU."""
-    from suite import zoo
-    from suite.capture.fx import capture as capture_graph
+def parse_variant_name(name: str) -> tuple[str, dict[str, Any]]:
+    """The zoo name and overrides (shape parameters as integers, and `mode`) of a name `variant_name` made,
+    e.g. `nmt-2x1024-b64+batch_size=1+mode=inference`; a name without `+` is a zoo name with no overrides."""
+    base, *parts = name.split("+")
+    overrides: dict[str, Any] = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or not key or not value or key in overrides:
+            raise PlacebenchError(f"workload {name!r}: {part!r} is not KEY=VALUE (a variant name is "
+                                  "ZOO_NAME+KEY=VALUE+..., for example rnnlm-2x2048-b64+batch_size=1)")
+        if key == "mode":
+            overrides[key] = value
+        else:
+            try:
+                overrides[key] = int(value)
+            except ValueError:
+                raise PlacebenchError(f"workload {name!r}: shape parameter {key}={value!r} must be a positive "
+                                      "integer") from None
+    return base, overrides
 
+
+@dataclass(frozen=True)
+class _Variant:
+    workload: Any  # the zoo's Workload
+    family: Any  # its module in suite.zoo
+    mode: str
+    params: dict[str, Any]
+    name: str  # the graph's name (`variant_name`)
+
+
+def _variant(name: str, mode: str | None, overrides: dict[str, Any]) -> _Variant:
+    """Check a zoo name (or variant name) and shape overrides; the variant they make."""
+    from suite import zoo
+
+    asked = name  # errors name what was asked for
+    if "+" in name:
+        base, parsed = parse_variant_name(name)
+        given_mode = parsed.pop("mode", None)
+        clash = [k for k in parsed if k in overrides and overrides[k] != parsed[k]]
+        if clash or (mode is not None and given_mode is not None and mode != given_mode):
+            raise PlacebenchError(f"workload {asked!r}: the name and the overrides disagree on "
+                                  f"{', '.join(clash) or 'mode'}")
+        name, overrides, mode = base, {**parsed, **overrides}, mode or given_mode
     w = zoo.spec(name)
     mode = mode or w.mode
     if mode not in ("inference", "training"):
-        raise PlacebenchError(f"workload {name!r}: mode {mode!r} is not 'inference' or 'training'")
+        raise PlacebenchError(f"workload {asked!r}: mode {mode!r} is not 'inference' or 'training'")
     unknown = set(overrides) - set(w.params)
     family = importlib.import_module(f"suite.zoo.{w.family}")
     if unknown:
@@ -118,35 +155,75 @@ def real_workload(name: str, *, seed: int = 0, mode: str | None = None, capture:
         allowed = set(inspect.signature(family.model_and_inputs).parameters) - {"with_loss"}
         if unknown - allowed:
             raise PlacebenchError(
-                f"workload {name!r}: unknown shape parameter(s) {sorted(unknown - allowed)}; "
+                f"workload {asked!r}: unknown shape parameter(s) {sorted(unknown - allowed)}; "
                 f"known: {sorted(allowed)}"
             )
     for key, value in overrides.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PlacebenchError(f"workload {name!r}: shape parameter {key}={value!r} must be a positive integer")
-    params = {**w.params, **overrides}
+            raise PlacebenchError(f"workload {asked!r}: shape parameter {key}={value!r} must be a positive integer")
     changes = dict(overrides)
     if mode != w.mode:
         changes["mode"] = mode
-    torch.manual_seed(seed)
-    module, examples = family.model_and_inputs(**params, with_loss=mode == "training")
-    module.train(mode == "training")
-    inputs = random_inputs(module, examples, seed)
     gname = variant_name(name, {k: v for k, v in changes.items() if w.params.get(k) != v or k == "mode"})
-    if gname == name and not capture:
-        graph = zoo.load(name)
+    return _Variant(w, family, mode, {**w.params, **overrides}, gname)
+
+
+def _capture(v: _Variant, module: nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
+    from suite import zoo
+    from suite.capture.fx import capture as capture_graph
+
+    meta = dict(v.workload.metadata())
+    meta.update(mode=v.mode, batch_size=v.params["batch_size"], workload_params=v.params)
+    if "num_layers" in v.params:
+        meta["num_layers"] = v.params["num_layers"]
+    w = v.workload
+    meta["blocks"] = zoo.Workload(v.name, w.family, v.mode, v.params, w.description, w.source).blocks()
+    if v.name != w.name:
+        meta["variant_of"] = w.name
+    return capture_graph(module, inputs, name=v.name, mode=v.mode, metadata=meta)
+
+
+def real_workload(name: str, *, seed: int = 0, mode: str | None = None, capture: bool = False,
+                  **overrides: Any) -> RealWorkload:
+    """A zoo workload (or a shape variant of it, see the module docstring) ready to run on the CPU. `name`
+    may be a variant's name; overrides add to its own."""
+    from suite import zoo
+
+    v = _variant(name, mode, overrides)
+    torch.manual_seed(seed)
+    module, examples = v.family.model_and_inputs(**v.params, with_loss=v.mode == "training")
+    module.train(v.mode == "training")
+    inputs = random_inputs(module, examples, seed)
+    base = v.workload.name
+    if v.name == base and not capture:
+        graph = zoo.load(base)
     else:
-        meta = dict(w.metadata())
-        meta.update(mode=mode, batch_size=params["batch_size"], workload_params=params)
-        if "num_layers" in params:
-            meta["num_layers"] = params["num_layers"]
-        meta["blocks"] = zoo.Workload(gname, w.family, mode, params, w.description, w.source).blocks()
-        if gname != name:
-            meta["variant_of"] = name
-        graph = capture_graph(module, inputs, name=gname, mode=mode, metadata=meta)
-        if gname == name and graph.content_hash != zoo.load(name).content_hash:
-            raise GraphError(f"workload {name!r}: the graph captured from the real module differs from the zoo's")
-    return RealWorkload(gname, mode, module, inputs, graph, params)
+        graph = _capture(v, module, inputs)
+        if v.name == base and graph.content_hash != zoo.load(base).content_hash:
+            raise GraphError(f"workload {base!r}: the graph captured from the real module differs from the zoo's")
+    return RealWorkload(v.name, v.mode, module, inputs, graph, v.params)
+
+
+_VARIANT_GRAPHS: dict[str, OpGraph] = {}
+
+
+def variant_graph(name: str) -> OpGraph:
+    """The graph of a shape variant by its name, as `real_workload` captures it but without weights (built on
+    the meta device, as the zoo's graphs are); kept for the process, not cached on disk. The name must be
+    the one `variant_name` makes (sorted keys, only values that differ from the zoo workload's), so one
+    variant has one name in results."""
+    graph = _VARIANT_GRAPHS.get(name)
+    if graph is not None:
+        return graph
+    v = _variant(name, None, {})
+    if v.name != name:
+        raise PlacebenchError(f"workload {name!r}: write this variant as {v.name!r} (keys sorted, only values "
+                              "that differ from the zoo workload's)")
+    with torch.device("meta"):
+        module, examples = v.family.model_and_inputs(**v.params, with_loss=v.mode == "training")
+    module.train(v.mode == "training")
+    graph = _VARIANT_GRAPHS[name] = _capture(v, module, examples)
+    return graph
 
 
 def from_module(module: nn.Module, inputs: Sequence[torch.Tensor], *, name: str,

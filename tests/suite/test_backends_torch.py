@@ -4,6 +4,8 @@ protocol, device maps. CPU only: multi-device placements use logical CPU devices
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,14 @@ import torch.nn as nn
 from suite import zoo
 from suite.backends.devices import DeviceMap, local_cluster
 from suite.backends.torch_exec import ExecGraph, TorchBackend, TorchExecutor
-from suite.backends.workload import SMALL_SHAPES, for_graph, from_module, real_workload, small_workload
+from suite.backends.workload import (
+    SMALL_SHAPES,
+    for_graph,
+    from_module,
+    parse_variant_name,
+    real_workload,
+    small_workload,
+)
 from suite.errors import ClusterError, PlacebenchError
 from suite.evaluator import Evaluator
 from suite.fidelity import random_placement, random_split_placement
@@ -327,6 +336,43 @@ def test_variants_and_the_zoo_graph():
     assert for_graph(rw.graph).graph.content_hash == rw.graph.content_hash
     with pytest.raises(PlacebenchError, match="unknown shape parameter"):
         real_workload("rnnlm-2x2048-b64", depth=3)
+
+
+@pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
+def test_a_variant_name_loads_the_graph_of_the_module_that_runs(family):
+    """`suite.load_workload(variant name)` builds on the meta device, without weights: the same graph as the
+    one captured from the real module, by name too, and from a name with the overrides in it."""
+    import suite
+
+    base = next(n for n in zoo.names() if zoo.spec(n).family == family)
+    rw = real_workload(base, mode="inference", **SMALL_SHAPES[family])
+    graph = suite.load_workload(rw.graph.name)
+    assert (graph.name, graph.content_hash) == (rw.graph.name, rw.graph.content_hash)
+    again = real_workload(rw.graph.name)  # a variant's name is a name real_workload takes
+    assert (again.name, again.graph.content_hash) == (rw.graph.name, rw.graph.content_hash)
+
+
+def test_variant_names_are_checked():
+    import suite
+
+    assert parse_variant_name("nmt-2x1024-b64+batch_size=1+mode=inference") == (
+        "nmt-2x1024-b64", {"batch_size": 1, "mode": "inference"})
+    assert parse_variant_name("nmt-2x1024-b64") == ("nmt-2x1024-b64", {})
+    for name, message in (
+        ("nmt-2x1024-b64+mode=inference+batch_size=1", "write this variant as 'nmt-2x1024-b64+batch_size=1+mode"),
+        ("nmt-2x1024-b64+batch_size=64", "write this variant as 'nmt-2x1024-b64'"),  # the zoo's own value
+        ("nmt-2x1024-b64+batch_size", "'batch_size' is not KEY=VALUE"),
+        ("nmt-2x1024-b64+batch_size=1+batch_size=2", "'batch_size=2' is not KEY=VALUE"),
+        ("nmt-2x1024-b64+batch_size=x", "batch_size='x' must be a positive integer"),
+        ("nmt-2x1024-b64+batch_size=0", "batch_size=0 must be a positive integer"),
+        ("nmt-2x1024-b64+depth=2", "'nmt-2x1024-b64+depth=2': unknown shape parameter"),
+        ("nmt-2x1024-b64+mode=eval", "mode 'eval' is not"),
+        ("nope+batch_size=1", "unknown workload 'nope'"),
+    ):
+        with pytest.raises(PlacebenchError, match=re.escape(message)):
+            suite.load_workload(name)
+    with pytest.raises(PlacebenchError, match="disagree on batch_size"):
+        real_workload("nmt-2x1024-b64+batch_size=1", batch_size=2)
 
 
 def test_registered_workload_captured_from_the_real_module_is_the_zoo_graph():

@@ -187,6 +187,11 @@ def test_cli_profile_and_fidelity(tmp_path, capsys):
     assert main(["profile", *args, "--out", str(tmp_path / "p"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["applies_to"] == "cpu" and out["ops"] > 0
+    # the variant's name loads as a workload, so its profile gives the simulator measured times
+    assert main(["evaluate", out["workload"], "-c", "xeon_h100", "-p", "single_cpu", "--profile", out["path"],
+                 "--json"]) == 0
+    row, times = json.loads(capsys.readouterr().out), json.loads(Path(out["path"]).read_text())["op_times_s"]
+    assert row["evaluator"].startswith("simulator+profiles:") and row["step_time_s"] == pytest.approx(sum(times.values()))
     # a stored profile is not measured over without --force (checked before measuring)
     before = Path(out["path"]).read_text()
     assert main(["profile", *args, "--out", str(tmp_path / "p")]) == 2
