@@ -273,6 +273,8 @@ def summary_table(res: Results, clusters: Sequence[str], reference: str | None, 
     applicable) is not ranked. "ranked" counts the cells a placer's mean rank is over: mean ranks over
     different numbers of cells (a placer that ran on fewer workloads or clusters) are not comparable.
     best = cells where the placer's time equals the fastest ok time of its (cluster, workload).
+    Rows are in order of mean rank, best first (a placer with no ranked cell last; ties by name): a
+    leaderboard.
     """
     placers = sorted({p for c in clusters for p in res.placers[c]})
     counts: dict[str, Counter] = {p: Counter() for p in placers}
@@ -297,7 +299,7 @@ def summary_table(res: Results, clusters: Sequence[str], reference: str | None, 
                 if ref is not None and ref.ok and cell.ok and ref.value_s > 0 and v > 0:
                     speedups[p].append(ref.value_s / v)
     rows, raw = [], []
-    for p in placers:
+    for p in sorted(placers, key=lambda p: (float(np.mean(ranks[p])) if ranks[p] else math.inf, p)):
         k = counts[p]
         n = sum(k.values())
         failed = k["invalid"] + k["timeout"] + k["error"]
@@ -551,6 +553,7 @@ def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | Non
            "cluster file's device parameters (assumed efficiencies and overheads), not a measurement on the "
            "named hardware, and not comparable with the papers' tables." if "simulator" in res.evaluators else ""),
         "",
+        "Each summary lists the placers by mean rank, best first. "
         "In each summary, runs, ok, OOM, failed and skipped count rows (one per seed); the geometric-mean speedup "
         "is over the cells where the placer and the reference are both ok (\"both ok\"); the mean rank is over "
         "the \"ranked\" cells (a failure ranks last, ties share their average rank); \"best\" counts the cells "
