@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 from suite.errors import PlacebenchError
 
+EXIT_NOT_OK = 1  # evaluate: the cell's status is not ok (the row is still printed and saved)
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
@@ -371,11 +372,14 @@ def _save_placement(record: dict[str, Any], workload: str, cluster: str, path: s
 
 
 def _print_evaluation(record: dict[str, Any], as_json: bool) -> int:
+    """Print the cell's row; the exit code: 0 when its status is ok, EXIT_NOT_OK for any other (a CI step
+    that evaluates a placer fails on an OOM, invalid, timed-out, failed or skipped cell)."""
     from suite.report import format_seconds
 
+    code = 0 if record["status"] == "ok" else EXIT_NOT_OK
     if as_json:
         _print_json(_row_objects(record))
-        return 0
+        return code
     status = record["status"]
     lines = [("workload", record["workload"]), ("cluster", record["cluster"])]
     if "placement_file" in record:
@@ -398,7 +402,7 @@ def _print_evaluation(record: dict[str, Any], as_json: bool) -> int:
     lines.append(("methodology", f"{record['methodology']}, evaluator {record['evaluator']}"))
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
-    return 0
+    return code
 
 
 # -- table and leaderboard ----------------------------------------------------------------------------------
@@ -407,6 +411,18 @@ def _store_runs(store: str | Path) -> list[dict[str, Any]]:
     from suite.store import Store
 
     return (Store(store, create=False).manifest().get("runs") or []) if Path(store).is_dir() else []
+
+
+def _store_methodologies(store: str | Path) -> dict[str, Any]:
+    """The methodology definitions (by version) in the manifest of the store behind STORE (none for a results
+    table file outside a store)."""
+    from suite.store import Store, is_store_dir
+
+    root = _store_root(store)
+    if root is None or not is_store_dir(root):
+        return {}
+    meths = Store(root, create=False).manifest().get("methodologies")
+    return dict(meths) if isinstance(meths, dict) else {}
 
 
 def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]]) -> str:
@@ -609,12 +625,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _warn_if_incomplete(store, runs)
         _warn_if_mixed_code(runs, rows)
         sides.append(rows)
-    pairs = compare.compare(sides[0], sides[1], args.factor, args.memory_factor, names=(args.base, args.new))
+    pairs = compare.compare(sides[0], sides[1], args.factor, args.memory_factor, names=(args.base, args.new),
+                            methodologies=(_store_methodologies(args.base), _store_methodologies(args.new)))
     line = compare.summary(pairs, args.factor, args.lenient, args.memory_factor)
     if not compare.comparable(pairs):
         found = ", ".join(f"{n} {v}" for v, n in compare.counts(pairs).items()) or "no cells on either side"
+        why = compare.why_not_comparable(pairs)
         raise report.ReportError(f"nothing to compare: no cell of {args.base} was measured the same way in {args.new} "
-                                 f"({found})")
+                                 f"({found})" + (f": {why}" if why else ""))
     if fmt == "json":
         text = dumps(compare.as_json(pairs, args.factor, args.lenient, args.memory_factor, args.all)) + "\n"
     else:
@@ -907,8 +925,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the rows and report as JSON")
     r.set_defaults(func=cmd_run)
 
-    e = sub.add_parser("evaluate", help="run one cell (workload, cluster, placer, seed); nothing is stored")
-    e.add_argument("workload", help="zoo workload name or graph file")
+    e = sub.add_parser("evaluate", help="run one cell (workload, cluster, placer, seed); nothing is stored",
+                       description="Run one cell and print its row. Exit status: 0 when the cell is ok, 1 when it "
+                                   "is oom, invalid, timeout, error or skipped, 2 on bad input.")
+    e.add_argument("workload", help="zoo workload name, shape variant name (ZOO+key=value...) or graph file")
     e.add_argument("--cluster", "-c", required=True, help="cluster preset name or file")
     what = e.add_mutually_exclusive_group(required=True)
     what.add_argument("--placer", "-p", help="placer name (placebench list placers)")

@@ -131,10 +131,13 @@ def compare_pair(base: Mapping[str, Any], new: Mapping[str, Any], factor: float,
 
 def compare(base_rows: Iterable[Mapping[str, Any]], new_rows: Iterable[Mapping[str, Any]],
             factor: float = DEFAULT_FACTOR, memory_factor: float | None = None,
-            names: tuple[str, str] = ("base", "new")) -> list[Pair]:
+            names: tuple[str, str] = ("base", "new"),
+            methodologies: tuple[Mapping[str, Any], Mapping[str, Any]] = ({}, {})) -> list[Pair]:
     """Every cell of either side, matched and judged, in a stable order (cluster, workload, placer, seed).
 
-    `names` label the two sides in errors (the CLI gives their paths)."""
+    `names` label the two sides in errors (the CLI gives their paths). `methodologies` are the two stores'
+    methodology definitions by version (their manifests'): rows under one version whose definitions differ
+    (an edited methodology file that kept its version) are not comparable, as `run` refuses to mix them."""
     if not (math.isfinite(factor) and factor >= 1):
         raise ReportError(f"the factor must be a finite number >= 1, got {factor!r}")
     if memory_factor is not None and not memory_factor >= 1:
@@ -150,6 +153,8 @@ def compare(base_rows: Iterable[Mapping[str, Any]], new_rows: Iterable[Mapping[s
             pairs.append(Pair(key, None, n, ("new",), None, None))
             continue
         differ = [f"{f} {_short(b.get(f))} -> {_short(n.get(f))}" for f in SAME_SETUP if b.get(f) != n.get(f)]
+        if not differ:
+            differ = _methodology_differs(b.get("methodology"), *methodologies)
         if differ:
             pairs.append(Pair(key, b, n, ("not comparable",), None, None, "; ".join(differ)))
             continue
@@ -160,6 +165,23 @@ def compare(base_rows: Iterable[Mapping[str, Any]], new_rows: Iterable[Mapping[s
 def comparable(pairs: Iterable[Pair]) -> int:
     """How many pairs were judged (in both, same setup)."""
     return sum(p.base is not None and p.new is not None and p.verdicts != ("not comparable",) for p in pairs)
+
+
+def _methodology_differs(version: Any, base: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What differs between two definitions of one methodology version (none where either is unknown)."""
+    b, n = base.get(version), new.get(version)
+    if not (isinstance(b, Mapping) and isinstance(n, Mapping)) or b == n:
+        return []
+    keys = sorted(k for k in {*b, *n} if b.get(k) != n.get(k))
+    return [f"methodology {version} defined differently ({', '.join(keys)})"]
+
+
+def why_not_comparable(pairs: Iterable[Pair], most: int = 3) -> str:
+    """The most frequent reasons pairs are not comparable, with their counts, for a one-line message."""
+    reasons = Counter(p.why for p in pairs if "not comparable" in p.verdicts)
+    shown = [f"{why} ({n} cell{'s' if n != 1 else ''})" for why, n in reasons.most_common(most)]
+    more = len(reasons) - len(shown)
+    return "; ".join(shown) + (f"; and {more} other reason(s)" if more > 0 else "")
 
 
 def _short(value: Any) -> str:

@@ -9,6 +9,7 @@ with the `register_placer` decorator. `suite/` never imports a placer module by 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,11 +83,22 @@ def register_placer(name: str) -> Callable[[type], type]:
         if ep is not None:  # a plugin must not pass its results off as an installed placer's
             raise PlacebenchError(f"placer name {name!r} is taken by the installed placer {ep.value}; "
                                   f"register {cls.__name__} under another name")
+        was = _REGISTERED.get(name)
+        if was is not None and origin(was) != origin(cls):  # the same class loaded again is fine
+            raise PlacebenchError(f"placer name {name!r} is taken by {origin(was)} (registered in this process); "
+                                  f"register {origin(cls)} under another name")
         cls.name = name
         _REGISTERED[name] = cls
         return cls
 
     return deco
+
+
+def origin(obj: Any) -> str:
+    """Where a class or function is defined: module and qualified name, and the file of a plugin file."""
+    module = sys.modules.get(obj.__module__)
+    file = getattr(module, "__file__", None) if obj.__module__.startswith("placebench_plugin_") else None
+    return f"{obj.__module__}.{obj.__qualname__}" + (f" ({file})" if file else "")
 
 
 def unregister_placer(name: str) -> None:

@@ -353,6 +353,19 @@ def register_evaluator(name: str) -> Callable[[Callable[..., Any]], Callable[...
     built-in "simulator" needs neither."""
 
     def deco(factory: Callable[..., Any]) -> Callable[..., Any]:
+        from importlib.metadata import entry_points
+
+        from suite.placer import origin
+
+        installed = {ep.name: ep.value for ep in entry_points(group=EVALUATOR_GROUP)}
+        if name == "simulator" or name in installed:  # a plugin must not pass its rows off as another's
+            taken = "the built-in simulator" if name == "simulator" else f"the installed evaluator {installed[name]}"
+            raise PlacebenchError(f"evaluator name {name!r} is taken by {taken}; register {origin(factory)} under "
+                                  "another name")
+        was = _EVALUATORS.get(name)
+        if was is not None and origin(was) != origin(factory):
+            raise PlacebenchError(f"evaluator name {name!r} is taken by {origin(was)} (registered in this process); "
+                                  f"register {origin(factory)} under another name")
         _EVALUATORS[name] = factory
         return factory
 
@@ -486,17 +499,18 @@ def _one_definition_per_name(kind: str, loaded: Mapping[str, OpGraph | Cluster])
 
 def _check_store_matches(store: Store, m: Mapping[str, Any], records: Sequence[Mapping[str, Any]], plan: Plan,
                          labels: Mapping[str, Any]) -> None:
-    """A store (its manifest `m` and stored `records`) holds one setup (methodology, search budget,
-    evaluator) and one definition per workload and cluster name: refuse to mix in another, which tables
-    would merge as if it were more seeds."""
-    if plan.cells and records:  # one stored row tells the store's setup: this check keeps it to one
-        row, cell = records[0], plan.cells[0].key
-        setup = ("methodology", "budget_evaluations", "budget_seconds", "evaluator")
-        if any(row.get(k) != cell[k] for k in setup):
-            theirs = ", ".join(f"{k} {row.get(k)}" for k in setup)
-            ours = ", ".join(f"{k} {cell[k]}" for k in setup)
-            raise SpecError(f"{store.root}: its rows were made with {theirs}; this run has {ours}; "
-                            f"tables would mix them: use another --out")
+    """A store (its manifest `m` and stored `records`) holds one setup (methodology, search budget, evaluator;
+    with profiles, one evaluator label per workload, of the same base evaluator) and one definition per
+    workload and cluster name: refuse to mix in another, which tables would merge as if it were more seeds."""
+    if plan.cells and records:
+        planned = {c.key["workload"]: _setup(c.key) for c in plan.cells}
+        for row in records:
+            ours, theirs, where = planned.get(row.get("workload")), _setup(row), f" of {row.get('workload')}"
+            if ours is None:  # another workload's rows: the store-wide part must agree
+                ours, theirs, where = _store_wide(next(iter(planned.values()))), _store_wide(theirs), ""
+            if theirs != ours:
+                raise SpecError(f"{store.root}: its rows{where} were made with {_setup_text(theirs)}; this run has "
+                                f"{_setup_text(ours)}; tables would mix them: use another --out")
     old_meth = m.get("methodologies", {}).get(plan.methodology.version)
     if isinstance(old_meth, Mapping) and old_meth != plan.methodology.as_dict():
         changed = sorted(k for k in {*old_meth, *plan.methodology.as_dict()}
@@ -519,6 +533,23 @@ def _check_store_matches(store: Store, m: Mapping[str, Any], records: Sequence[M
                     f"{store.root}: its rows for {kind} {x.name!r} were made from a different definition (hash "
                     f"{str(entry['hash'])[:12]}, now {x.content_hash[:12]}); tables would mix them: use another --out"
                 )
+
+
+_SETUP = ("methodology", "budget_evaluations", "budget_seconds", "evaluator")
+
+
+def _setup(key: Mapping[str, Any]) -> dict[str, Any]:
+    """What a row was measured under: methodology, budget, evaluator (with its profiles' digest)."""
+    return {k: key.get(k) for k in _SETUP}
+
+
+def _store_wide(setup: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a setup every row of a store shares: profiles are per workload, the base evaluator is not."""
+    return {**setup, "evaluator": None, "base evaluator": str(setup.get("evaluator")).split("+profiles:")[0]}
+
+
+def _setup_text(setup: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in setup.items() if k != "evaluator" or v is not None)
 
 
 def _stored_placer_labels(manifest: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -125,7 +125,7 @@ def test_evaluate(capsys, tiny_files):
     args = ["evaluate", str(tiny_files["big"]), "--cluster", str(tiny_files["cluster"])]
     code, out, _ = _run(capsys, *args, "--placer", "single_gpu", "--json")
     rec = json.loads(out)
-    assert code == 0 and (rec["status"], rec["oom_devices"], rec["placement"]) == ("oom", "gpu:0", [1, 1, 1, 1])
+    assert code == 1 and (rec["status"], rec["oom_devices"], rec["placement"]) == ("oom", "gpu:0", [1, 1, 1, 1])
     assert isinstance(rec["peak_memory_bytes"], dict) and rec["params"] == {}  # objects, not JSON text
     code, out, _ = _run(capsys, *args, "--placer", "single_cpu")
     assert "status          ok" in out and "step time       4.000 s" in out
@@ -230,14 +230,15 @@ def test_evaluate_writes_the_timeline_of_the_final_placement(capsys, tiny_files,
     # a cell without a placement has nothing to trace: a warning, and the file is left as it was
     before = trace.read_text()
     code, _, err = _run(capsys, *args, "-p", "harness_raises", "--plugin", harness_plugin, "--trace", str(trace))
-    assert code == 0 and "no placement to trace" in err and trace.read_text() == before
+    assert code == 1 and "no placement to trace" in err and trace.read_text() == before
 
 
 def test_evaluate_a_failing_placer_is_a_result_not_an_error(capsys, tiny_files, harness_plugin):
     code, out, _ = _run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]),
                         "-p", "harness_raises", "--plugin", harness_plugin, "--json")
     rec = json.loads(out)
-    assert code == 0 and rec["status"] == "error" and rec["message"] == "RuntimeError: boom from a test placer"
+    # a row, not a usage error (2); exit 1 as for any status but ok, so a CI step fails on it
+    assert code == 1 and rec["status"] == "error" and rec["message"] == "RuntimeError: boom from a test placer"
 
 
 # -- run, table, leaderboard ---------------------------------------------------------------------------------
@@ -384,6 +385,41 @@ def test_a_plugin_cannot_take_an_installed_placers_name(capsys, tiny_files, tmp_
     _assert_usage_error(*_run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]),
                               "-p", "m_etf", "--plugin", str(plugin)),
                         "placer name 'm_etf' is taken by the installed placer baselines.m_etf:")
+
+
+def test_two_plugins_cannot_share_a_name(capsys, tmp_path):
+    """A stale copy of a plugin listed beside it must not silently replace the placer (or evaluator) under
+    test; loading the same file twice, under two spellings of its path, is fine."""
+    from suite.placer import unregister_placer
+    from suite.runner import _EVALUATORS
+
+    body = ("from suite.placer import BasePlacer, register_placer\nfrom suite.runner import register_evaluator\n\n"
+            "@register_placer('twin_placer')\nclass Twin(BasePlacer):\n    pass\n\n"
+            "@register_evaluator('twin_eval')\ndef twin(workload, cluster, methodology):\n    pass\n")
+    first, copy = tmp_path / "first.py", tmp_path / "copy.py"
+    first.write_text(body)
+    copy.write_text(body)
+    try:
+        code, out, _ = _run(capsys, "list", "placers", "--plugin", str(first), "--plugin",
+                            f"{tmp_path}/../{tmp_path.name}/first.py", "--json")
+        assert code == 0 and "twin_placer" in {p["name"] for p in json.loads(out)}
+        _assert_usage_error(*_run(capsys, "list", "placers", "--plugin", str(first), "--plugin", str(copy)),
+                            "placer name 'twin_placer' is taken by placebench_plugin_first_")
+        copy.write_text(body.replace("@register_placer('twin_placer')", "@register_placer('twin_other')"))
+        _assert_usage_error(*_run(capsys, "list", "placers", "--plugin", str(first), "--plugin", str(copy)),
+                            "evaluator name 'twin_eval' is taken by placebench_plugin_first_")
+    finally:
+        for name in ("twin_placer", "twin_other"):
+            unregister_placer(name)
+        _EVALUATORS.pop("twin_eval", None)
+
+
+def test_a_plugin_cannot_take_the_simulators_name(capsys, tmp_path):
+    plugin = tmp_path / "fake_sim.py"
+    plugin.write_text("from suite.runner import register_evaluator\n\n"
+                      "@register_evaluator('simulator')\ndef fake(workload, cluster, methodology):\n    pass\n")
+    _assert_usage_error(*_run(capsys, "list", "placers", "--plugin", str(plugin)),
+                        "evaluator name 'simulator' is taken by the built-in simulator")
 
 
 def test_a_plugin_that_exits_at_import_is_an_error_not_a_success(capsys, tiny_files, tmp_path):

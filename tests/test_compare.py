@@ -90,6 +90,24 @@ def test_another_evaluator_or_budget_is_not_comparable():
     assert pair.verdicts == ("not comparable",) and pair.why == "budget_seconds 60.0 -> 30.0; evaluator simulator -> torch"
 
 
+def test_one_methodology_version_defined_two_ways_is_not_comparable():
+    """An edited methodology file that kept its version: the stores' manifests tell the definitions apart."""
+    v1 = {"version": "v1", "failure_multiple": 10.0, "seeds": [0]}
+    (pair,) = cmp.compare([row()], [row()], methodologies=({"v1": v1}, {"v1": {**v1, "failure_multiple": 1.0}}))
+    assert pair.verdicts == ("not comparable",) and pair.why == "methodology v1 defined differently (failure_multiple)"
+    for known in (({"v1": v1}, {"v1": dict(v1)}), ({"v1": v1}, {}), ({}, {})):  # the same, or unknown on a side
+        assert cmp.compare([row()], [row()], methodologies=known)[0].verdicts == ("same",)
+
+
+def test_the_reasons_pairs_are_not_comparable_are_counted():
+    pairs = cmp.compare([row(seed=s) for s in range(3)] + [row(placer="q")],
+                        [row(seed=s, budget_evaluations=20) for s in range(3)] + [row(placer="q", evaluator="torch")])
+    assert cmp.why_not_comparable(pairs) == ("budget_evaluations 10 -> 20 (3 cells); "
+                                             "evaluator simulator -> torch (1 cell)")
+    assert cmp.why_not_comparable(pairs, most=1) == "budget_evaluations 10 -> 20 (3 cells); and 1 other reason(s)"
+    assert cmp.why_not_comparable(cmp.compare([row()], [row()])) == ""
+
+
 @pytest.mark.parametrize("field", cmp.SAME_SETUP)
 def test_a_pair_measured_another_way_is_not_comparable(field):
     (pair,) = cmp.compare([row()], [row(**{field: "other"})])
@@ -240,6 +258,24 @@ def test_missing_cells_fail_the_gate_unless_lenient(capsys, two_stores, tmp_path
     code, _, err = _run(capsys, "compare", str(cpu), str(header), "--lenient")
     assert code == 2 and err == (f"placebench: error: nothing to compare: no cell of {cpu} was measured the same way "
                                  f"in {header} (4 missing)\n")
+
+
+def test_stores_measured_another_way_say_how(capsys, two_stores, tmp_path):
+    """Nothing comparable: the error names what differs. A methodology edited under the same version (which
+    `run` refuses to mix into one store) is told apart by the stores' manifests."""
+    gpu, cpu = two_stores
+    other = tmp_path / "other"
+    shutil.copytree(cpu, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    (version, meth), = manifest["methodologies"].items()
+    manifest["methodologies"][version] = {**meth, "failure_multiple": meth["failure_multiple"] + 1}
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = _run(capsys, "compare", str(cpu), str(other))
+    assert code == 2 and err == (f"placebench: error: nothing to compare: no cell of {cpu} was measured the same way "
+                                 f"in {other} (4 not comparable): methodology {version} defined differently "
+                                 f"(failure_multiple) (4 cells)\n")
+    code, _, err = _run(capsys, "compare", str(cpu / "results.csv"), str(other / "results.csv"))  # tables: the same
+    assert code == 2 and "(failure_multiple) (4 cells)" in err
 
 
 def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp_path):

@@ -184,8 +184,16 @@ def test_profiles_in_a_spec_give_their_workload_measured_op_times(tiny_files, wr
     assert got["diamond"]["step_time_s"] == pytest.approx(by["diamond"]["step_time_s"] - 0.5)
     assert got["diamond"]["evaluator"].startswith("simulator+profiles:")
     assert got["chain"]["evaluator"] == "simulator" and got["chain"]["step_time_s"] == by["chain"]["step_time_s"]
-    with pytest.raises(SpecError, match="evaluator"):  # not mixed into the analytic simulator's store
+    with pytest.raises(SpecError, match="its rows of diamond were made with .*evaluator simulator; this run has "
+                                        ".*evaluator simulator\\+profiles:"):  # not mixed into the analytic store
         runner.run(profiled_spec, tmp_path / "plain")
+    # a profiled store takes its own spec again (resumes), in either workload order: each workload keeps its
+    # evaluator, profiled or not, so the chain's analytic rows may join it too
+    for order in (spec["workloads"], spec["workloads"][::-1]):
+        again = runner.load_spec(str(write_spec("prof", **{**spec, "workloads": order}, profiles=[prof.name])))
+        assert (runner.run(again, tmp_path / "prof").ran, len(Store(tmp_path / "prof").rows())) == (0, 2)
+    chain_only = runner.load_spec(str(write_spec("chain", **{**spec, "workloads": [str(tiny_files["chain"])]})))
+    assert runner.run(chain_only, tmp_path / "prof").reused == 1
     lone = runner.load_spec(str(write_spec("lone", **{**spec, "workloads": [str(tiny_files["chain"])]},
                                            profiles=[str(prof)])))
     with pytest.raises(SpecError, match=f"profile {prof} was measured on workload 'diamond' \\(no hash\\), which "
