@@ -29,6 +29,9 @@ def _overrides(items: list[str]) -> dict[str, Any]:
         if "=" not in text:
             raise PlacebenchError(f"--set {text!r}: expected KEY=VALUE (for example batch_size=1)")
         key, raw = text.split("=", 1)
+        if key.strip() == "mode":
+            raise PlacebenchError(f"--set {text!r}: the step (inference or training) is chosen with --mode, "
+                                  "not --set")
         try:
             out[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:

@@ -235,6 +235,9 @@ def test_cli_errors_name_the_problem(capsys):
     assert "unknown workload" in capsys.readouterr().err
     assert main(["profile", "rnnlm-2x2048-b64", "--set", "depth=2"]) == 2
     assert "unknown shape parameter" in capsys.readouterr().err
+    for command in ("profile", "fidelity"):  # not a traceback from two values of mode
+        assert main([command, "rnnlm-2x2048-b64", "--set", "mode=inference"]) == 2
+        assert "the step (inference or training) is chosen with --mode, not --set" in capsys.readouterr().err
     for bad in ("batch_size=-1", "batch_size=0", "batch_size=NaN", "batch_size=2.5"):
         assert main(["profile", "rnnlm-2x2048-b64", "--set", bad]) == 2
         assert f"shape parameter {bad.split('=')[0]}=" in capsys.readouterr().err
