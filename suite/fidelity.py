@@ -556,6 +556,8 @@ def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
     singles: list[str] = []
     overall: list[str] = []
     left_out: list[str] = []
+    stale: list[str] = []
+    hashes: dict[str, str | None] = {}
     for path in sorted(out.glob("*.json")):
         try:
             data = load_json(path, PlacebenchError, "fidelity report")
@@ -565,8 +567,14 @@ def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
         if not (isinstance(data, dict) and data.get("format") == "placebench.fidelity"):
             continue  # not a fidelity report
         try:
-            singles += _single_rows(data)
-            overall.append(_overall_row(data))
+            mark = ""
+            now = hashes.setdefault(data["workload"], _current_hash(data["workload"]))
+            if now is not None and now != data["workload_hash"]:
+                mark = " †"
+                stale.append(f"- {path.name}: measured {str(data['info'].get('measured_at', '?'))[:10]} on graph "
+                             f"{str(data['workload_hash'])[:19]}; {data['workload']} is now graph {now[:19]}")
+            singles += _single_rows(data, mark)
+            overall.append(_overall_row(data, mark))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             left_out.append(f"{path}: a malformed fidelity report ({type(exc).__name__}: {exc})")
     lines = [
@@ -587,6 +595,11 @@ def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
         "|---|---|---|---|---:|---:|---:|---:|",
         *overall,
     ]
+    if stale:
+        lines += ["", "## † Reports of an earlier graph", "",
+                  "These workloads' graphs have changed since they were measured (a capture change: see "
+                  "`suite.capture.CAPTURE_VERSION`); `placebench fidelity WORKLOAD ... --reprofile` measures them "
+                  "again.", "", *stale]
     if left_out:
         lines += ["", "## Files left out", "", *(f"- {m}" for m in left_out)]
         for m in left_out:
@@ -597,9 +610,20 @@ def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
     return path
 
 
-def _single_rows(d: dict[str, Any]) -> list[str]:
+def _current_hash(workload: str) -> str | None:
+    """The content hash of the workload's graph now (a zoo name or variant name), None if it cannot be loaded
+    here (a graph made from a module of one's own)."""
+    from suite.registry import load_workload
+
+    try:
+        return load_workload(workload).content_hash
+    except PlacebenchError:
+        return None
+
+
+def _single_rows(d: dict[str, Any], mark: str = "") -> list[str]:
     return [
-        f"| {d['workload']} | {d['backend']} | {_mode(d)} | {r['label'][7:]} | {_ms(r['predicted_s'])} | "
+        f"| {d['workload']}{mark} | {d['backend']} | {_mode(d)} | {r['label'][7:]} | {_ms(r['predicted_s'])} | "
         f"{_ms(r['measured_s'])} | {_pct(r['rel_error'])} | {_ms(r.get('predicted_raw_s'))} | "
         f"{_pct(r.get('rel_error_raw'))} |"
         for r in d["rows"]
@@ -607,11 +631,11 @@ def _single_rows(d: dict[str, Any]) -> list[str]:
     ]
 
 
-def _overall_row(d: dict[str, Any]) -> str:
+def _overall_row(d: dict[str, Any], mark: str = "") -> str:
     s = d["stats"]
     med = s["median_abs_rel_error"]
     rho = s["spearman"]
-    return (f"| {d['workload']} | {d['cluster']} | {d['backend']} | {_mode(d)} | {s['measured_ok']}/{s['placements']} | "
+    return (f"| {d['workload']}{mark} | {d['cluster']} | {d['backend']} | {_mode(d)} | {s['measured_ok']}/{s['placements']} | "
             f"{'-' if med is None else f'{med * 100:.1f}%'} | {'-' if rho is None else f'{rho:.3f}'} | "
             f"{s['within_15pct']} |")
 

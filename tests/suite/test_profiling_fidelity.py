@@ -167,6 +167,25 @@ def test_summary_lists_the_reports_it_cannot_read(tmp_path, capsys):
     assert err.count("warning: the fidelity summary leaves out") == 2
 
 
+def test_summary_marks_reports_of_an_earlier_graph(tmp_path):
+    """A report whose workload hash is not the graph's hash now (a capture change since) is marked and listed;
+    one of the current graph, or of a workload this machine cannot load, is not."""
+    from suite import load_workload
+
+    rows = [Row("single:cpu:0", "single", 1.0, 1.25, "ok")]
+    now = load_workload("resnet50-b1-infer").content_hash
+    for name, workload, digest in (("old", "resnet50-b1-infer", "sha256:" + "0" * 64),
+                                   ("new", "resnet50-b32+batch_size=2", load_workload("resnet50-b32+batch_size=2").content_hash),
+                                   ("mine", "my_module", "sha256:" + "1" * 64)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(FidelityResult(workload, digest, "c", "torch", {}, rows).to_dict()))
+    text = write_summary(tmp_path).read_text()
+    assert "| resnet50-b1-infer † | torch |" in text and "| resnet50-b1-infer † | c |" in text
+    assert "| resnet50-b32+batch_size=2 | torch |" in text and "| my_module | torch |" in text
+    stale = text.split("## † Reports of an earlier graph")[1].split("\n## ")[0]
+    assert f"- old.json: measured ? on graph sha256:000000000000; resnet50-b1-infer is now graph {now[:19]}" in stale
+    assert "new.json" not in stale and "mine.json" not in stale
+
+
 def test_statistics_ignore_failed_placements():
     rows = [Row("a", "single", 1.0, 1.0, "ok"), Row("b", "split", 2.0, 1.0, "ok"), Row("c", "random", 3.0, 4.0, "ok"),
             Row("d", "random", 1.0, None, "oom")]
