@@ -1012,7 +1012,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_list)
 
     sh = sub.add_parser("show", help="statistics and metadata of one workload, or one cluster with its sources")
-    sh.add_argument("workload", nargs="?", help="zoo workload name or graph file")
+    sh.add_argument("workload", nargs="?", help="zoo workload name, shape variant name (ZOO+key=value...) or graph file")
     sh.add_argument("--cluster", "-c", help="show this cluster (preset name or file) instead")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=cmd_show)

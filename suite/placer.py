@@ -83,10 +83,7 @@ def register_placer(name: str) -> Callable[[type], type]:
         if ep is not None:  # a plugin must not pass its results off as an installed placer's
             raise PlacebenchError(f"placer name {name!r} is taken by the installed placer {ep.value}; "
                                   f"register {cls.__name__} under another name")
-        was = _REGISTERED.get(name)
-        if was is not None and origin(was) != origin(cls):  # the same class loaded again is fine
-            raise PlacebenchError(f"placer name {name!r} is taken by {origin(was)} (registered in this process); "
-                                  f"register {origin(cls)} under another name")
+        check_name_free("placer", name, _REGISTERED.get(name), cls)
         cls.name = name
         _REGISTERED[name] = cls
         return cls
@@ -99,6 +96,14 @@ def origin(obj: Any) -> str:
     module = sys.modules.get(obj.__module__)
     file = getattr(module, "__file__", None) if obj.__module__.startswith("placebench_plugin_") else None
     return f"{obj.__module__}.{obj.__qualname__}" + (f" ({file})" if file else "")
+
+
+def check_name_free(kind: str, name: str, was: Any, new: Any) -> None:
+    """Refuse a registration under a name that another class or function already holds in this process (the
+    same one loaded again is fine): a stale copy of a plugin must not silently replace the one under test."""
+    if was is not None and origin(was) != origin(new):
+        raise PlacebenchError(f"{kind} name {name!r} is taken by {origin(was)} (registered in this process); "
+                              f"register {origin(new)} under another name")
 
 
 def unregister_placer(name: str) -> None:

@@ -355,17 +355,14 @@ def register_evaluator(name: str) -> Callable[[Callable[..., Any]], Callable[...
     def deco(factory: Callable[..., Any]) -> Callable[..., Any]:
         from importlib.metadata import entry_points
 
-        from suite.placer import origin
+        from suite.placer import check_name_free, origin
 
         installed = {ep.name: ep.value for ep in entry_points(group=EVALUATOR_GROUP)}
         if name == "simulator" or name in installed:  # a plugin must not pass its rows off as another's
             taken = "the built-in simulator" if name == "simulator" else f"the installed evaluator {installed[name]}"
             raise PlacebenchError(f"evaluator name {name!r} is taken by {taken}; register {origin(factory)} under "
                                   "another name")
-        was = _EVALUATORS.get(name)
-        if was is not None and origin(was) != origin(factory):
-            raise PlacebenchError(f"evaluator name {name!r} is taken by {origin(was)} (registered in this process); "
-                                  f"register {origin(factory)} under another name")
+        check_name_free("evaluator", name, _EVALUATORS.get(name), factory)
         _EVALUATORS[name] = factory
         return factory
 
@@ -545,11 +542,11 @@ def _setup(key: Mapping[str, Any]) -> dict[str, Any]:
 
 def _store_wide(setup: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a setup every row of a store shares: profiles are per workload, the base evaluator is not."""
-    return {**setup, "evaluator": None, "base evaluator": str(setup.get("evaluator")).split("+profiles:")[0]}
+    return {**setup, "evaluator": str(setup.get("evaluator")).split("+profiles:")[0]}
 
 
 def _setup_text(setup: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in setup.items() if k != "evaluator" or v is not None)
+    return ", ".join(f"{k} {v}" for k, v in setup.items())
 
 
 def _stored_placer_labels(manifest: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
