@@ -69,6 +69,20 @@ def test_memory_is_judged_beside_time():
     assert cmp.compare([row(memory=1)], [row(memory=10**9)], memory_factor=float("inf"))[0].verdicts == ("same",)
 
 
+def test_interquartile_ranges_that_touch_overlap():
+    """Ranges that share an end point overlap: no verdict either way, however far the medians moved."""
+    base = row(t=1.0, samples=5, q25=0.9, q75=1.2)
+    assert verdicts(base, row(t=1.3, samples=5, q25=1.2, q75=1.4)) == ("same",)
+    assert verdicts(base, row(t=0.8, samples=5, q25=0.7, q75=0.9)) == ("same",)
+
+
+def test_less_memory_needs_the_factor_too():
+    """A peak within the factor below the base is the same, as one within it above is (factor 1.05)."""
+    assert verdicts(row(memory=1000), row(memory=960)) == ("same",)  # 0.96 x 1.05 > 1
+    assert verdicts(row(memory=1000), row(memory=950)) == ("less memory",)  # 0.95 x 1.05 < 1
+    assert verdicts(row(memory=1000), row(memory=1040)) == ("same",)
+
+
 def test_status_changes():
     assert verdicts(row(), row(status="oom")) == ("broke",)
     assert verdicts(row(status="oom"), row()) == ("fixed",)

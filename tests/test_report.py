@@ -350,3 +350,21 @@ def test_markdown_and_latex_escape_what_they_would_interpret():
     assert "| a\\|b |" in md and "\\<lambda\\> at \\*x\\* \\`y\\`" in md
     tex = report.render(rows, "latex")
     assert r"a\textbar{}b" in tex and r"\textless{}lambda\textgreater{}" in tex
+
+
+def test_the_summary_numbers_for_programs_are_the_ones_shown():
+    """The summary's raw rows (JSON) carry what its text shows (see the comment above EXPECTED_TEXT): an OOM
+    row counts under OOM, never under ok."""
+    summary = report.tables(report.Results.from_rows(ROWS), "ref")[0][1][2]
+    assert summary.raw == [["a", 7, 3, 2, 2, 0, pytest.approx(2.0), 1, 5, 1.5, 2],
+                           ["b", 4, 2, 0, 2, 0, pytest.approx(math.sqrt(2)), 2, 4, 1.875, 1],
+                           ["ref", 3, 2, 1, 0, 0, pytest.approx(1.0), 2, 3, pytest.approx(7 / 3), 0]]
+
+
+def test_a_zero_second_reference_gives_no_speedup_to_a_slower_placer():
+    """ref takes 0 s on w: a's speedup there is undefined (not 0x), and a's geomean is over u alone (2x)."""
+    rows = [_row("w", "a", "ok", 1.0), _row("w", "ref", "ok", 0.0), _row("u", "a", "ok", 1.0), _row("u", "ref", "ok", 2.0)]
+    res = report.Results.from_rows(rows)
+    assert [r[1] for r in report.speedup_table(res, "c1", "ref").raw] == [2.0, "undefined"]
+    summary = report.tables(res, "ref")[0][1][2]
+    assert summary.raw[0][:1] + summary.raw[0][6:8] == ["a", 2.0, 1]

@@ -245,3 +245,25 @@ def test_timeline_books_into_idle_gaps():
     t.book(1.0, 1.5)
     assert t.gap_start == [2.5] and t.gap_end == [3.0]
     assert t.earliest_start(0.0, 0.5) == 2.5
+
+
+def test_transfers_on_one_channel_are_booked_one_after_the_other(make_problem, make_cluster):
+    """The contention case above with q GPU-only: a's output holds the CPU->GPU channel 0.1..0.2, so p's
+    output (ready at 0.11) is booked after it, 0.2..0.3, and q runs 0.3..0.315 on the GPU. The estimate is the
+    simulated step time (booking p's transfer at 0.11, as if the channel were free, would estimate 0.245)."""
+    ops = [Op("a", "x", flops=1e8, output_bytes=100 * MB, allowed_kinds=("cpu",)),
+           Op("p", "x", flops=1e7, output_bytes=100 * MB, allowed_kinds=("cpu",)),
+           Op("c", "x", flops=3e8, output_bytes=8), Op("q", "x", flops=1.5e8, output_bytes=8, allowed_kinds=("gpu",))]
+    g = OpGraph.build("booked", ops, [("a", "c"), ("p", "q")])
+    _placed_as(make_problem(g, make_cluster(1)), [0, 0, 1, 1], step_s=0.315)
+
+
+def test_when_nothing_fits_the_op_goes_where_the_most_memory_is_left(make_problem):
+    """a's 1000 parameter bytes fit neither gpu:0 (100 B) nor gpu:1 (200 B): it goes to gpu:1, 800 bytes over
+    rather than 900, and the overflow is counted."""
+    devs = tuple(Device(f"gpu:{k}", "gpu", peak_flops=1e10, mem_bandwidth=1e30, memory_bytes=m, op_overhead_s=0.0)
+                 for k, m in enumerate((100, 200)))
+    c = Cluster("small_gpus", devs, (Link(("gpu:0", "gpu:1"), bandwidth=1e9, latency_s=0.0),))
+    g = OpGraph.build("big", [Op("a", "x", flops=1e9, output_bytes=8, param_bytes=1000)], [])
+    placement, info = m_etf_placement(make_problem(g, c))
+    assert placement.tolist() == [1] and info["memory_overflows"] == 1

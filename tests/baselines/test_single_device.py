@@ -26,3 +26,18 @@ def test_a_cluster_without_the_kind_is_not_applicable(make_problem, make_cluster
         SingleGPU().place(make_problem(chain(), make_cluster(0)), Budget(), 0)
     with pytest.raises(NotApplicable, match="has no CPU device"):
         SingleCPU().place(make_problem(chain(), make_cluster(2, cpu=False)), Budget(), 0)
+
+
+def test_the_fastest_device_by_effective_flops_not_the_first(make_problem):
+    """cpu:1 doubles cpu:0; gpu:0 has the higher peak but 25% efficiency (5e9 effective against gpu:1's 1e10)."""
+    from suite.cluster import Cluster, Device, Link
+
+    def dev(name, kind, flops, eff=1.0):
+        return Device(name, kind, peak_flops=flops, compute_efficiency=eff, mem_bandwidth=1e30, memory_bytes=2**40,
+                      op_overhead_s=0.0)
+
+    devs = (dev("cpu:0", "cpu", 1e9), dev("cpu:1", "cpu", 2e9), dev("gpu:0", "gpu", 2e10, 0.25), dev("gpu:1", "gpu", 1e10))
+    c = Cluster("mixed", devs, (Link(tuple(d.name for d in devs), bandwidth=1e9, latency_s=0.0),))
+    gpu = SingleGPU().place(make_problem(chain(), c), Budget(), 0)
+    assert gpu.placement.tolist() == [3, 3, 3] and gpu.info["device"] == "gpu:1"
+    assert SingleCPU().place(make_problem(chain(), c), Budget(), 0).placement.tolist() == [1, 1, 1]

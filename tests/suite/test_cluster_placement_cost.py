@@ -384,3 +384,14 @@ def test_roofline_by_hand_on_every_device():
     assert cm[1, 0] == pytest.approx(4.001)
     # gpu: 1e9 / 4e9 = 0.25 s vs 1e6 / (2e9*0.5) = 1 ms; memory op 1e9 / 1e9 = 1 s vs 1e3 / 4e9
     assert cm[0, 1] == pytest.approx(0.25) and cm[1, 1] == pytest.approx(1.0)
+
+
+def test_cost_matrix_refuses_a_negative_time_from_a_profile_made_in_code():
+    """A profile file with a negative time is refused when read; one built in code reaches the cost matrix,
+    which refuses it too, naming the profile and the op: a negative op time would run the simulator's clock
+    backwards."""
+    g, c = small(), load_cluster("haswell_2k80")
+    for t in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ProfileError, match=rf"profile for 'small': op 'fwd' takes {t!r} s, not a finite"):
+            cost_matrix(g, c, [Profile("small", "gpu", {"fwd": t})])
+    assert cost_matrix(g, c, [Profile("small", "gpu", {"fwd": 0.0})])[1, 1] == 0.0  # zero is a time

@@ -177,3 +177,39 @@ def test_measure_repetitions_keep_each_devices_largest_peak(tiny_graph, tiny_clu
     backend = Scripted(ok(1.0, {"cpu:0": 5, "gpu:0": 1}), ok(3.0, {"cpu:0": 2, "gpu:0": 4}), ok(8.0, {"cpu:0": 3}))
     m = Evaluator(tiny_graph, tiny_cluster, backend=backend).measure([0, 0, 0, 0], repetitions=3)
     assert (m.peak_memory_bytes, m.bytes_transferred, m.step_time_s) == ({"cpu:0": 5, "gpu:0": 4}, 64, 3.0)
+
+
+def test_an_invalid_placement_in_a_batch_costs_an_evaluation_and_is_on_the_curve(problem):
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
+    ms = ev.evaluate_batch([[0, 0, 0], [0, 0], [0, 1, 0]])
+    assert [m.status for m in ms] == ["ok", "invalid", "ok"]
+    assert ev.evaluations_used == 3 and [p.evaluations for p in ev.curve] == [1, 2, 3]
+    # scores 5, 2 x failure score, 4 (as in test_budget_is_counted_and_enforced)
+    bad = 2 * ev.failure_score_s
+    assert [p.best_score_s for p in ev.curve] == [5.0, 5.0, 4.0]
+    assert ev.curve[-1].mean_score_s == pytest.approx((5.0 + bad + 4.0) / 3)
+
+
+def test_bytes_transferred_add_up_every_link(problem, uniform_cluster):
+    # a on d0 sends its 1000 bytes to b on d1 and to c on d2: two transfers, 2000 bytes.
+    g, _ = problem
+    ev = Evaluator(g, uniform_cluster(3), Budget(max_evaluations=10, max_seconds=60))
+    assert ev.evaluate([0, 1, 2]).bytes_transferred == 2000
+    assert [m.bytes_transferred for m in ev.evaluate_batch([[0, 1, 2], [0, 1, 1]])] == [2000, 1000]
+    assert ev.measure([0, 1, 2]).bytes_transferred == 2000
+
+
+def test_the_oom_message_names_only_the_devices_over_capacity(uniform_cluster):
+    # a holds 1000 parameter bytes on d0 (exactly the capacity: fits), b 1001 on d1 (one byte over).
+    g = OpGraph.build("params", [Op("a", "x", flops=G, param_bytes=1000), Op("b", "x", flops=G, param_bytes=1001)], [])
+    m = Evaluator(g, uniform_cluster(2, memory_bytes=1000)).measure([0, 1])
+    assert (m.status, m.oom_devices) == ("oom", ("d1",))
+    assert m.message == "out of memory: d1 needs 1001 bytes of 1000 bytes"
+    assert m.peak_memory_bytes == {"d0": 1000, "d1": 1001}
+
+
+def test_measure_is_oom_whichever_repetition_is(tiny_graph, tiny_cluster):
+    oom = Measurement(status="oom", step_time_s=8.0, samples_s=(8.0,), oom_devices=("gpu:0",), message="over")
+    m = Evaluator(tiny_graph, tiny_cluster, backend=Scripted(_ok(1.0), oom, _ok(3.0))).measure([0, 0, 0, 0], repetitions=3)
+    assert (m.status, m.oom_devices, m.step_time_s, m.samples_s) == ("oom", ("gpu:0",), 3.0, (1.0, 8.0, 3.0))

@@ -249,3 +249,67 @@ def test_roofline_overhead_and_efficiency():
     t = roofline_time_s(np.array([1e9, 1e3]), np.array([1e3, 1e9]), dev)
     # compute bound: 1e9 / (1e12 * 0.5) = 2 ms; memory bound: 1e9 / (1e11 * 0.5) = 20 ms; plus 10 us each
     assert t.tolist() == pytest.approx([2e-3 + 1e-5, 2e-2 + 1e-5], rel=1e-12)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_each_direction_of_a_link_is_its_own_channel(engine, uniform_cluster):
+    # a (1 s, 1000 B) on d0 -> b on d1; x (1 s, 1000 B) on d1 -> y on d0; all ops 1 s.
+    # At t=1 a->d1 and x->d0 leave at once, one per direction of the link: both [1, 2]. b and y [2, 3].
+    # Step 3 (one channel shared by both directions would delay one copy to [2, 3]: step 4).
+    # Memory d0: a's output [0, 2), x's copy [1, 3): 2000; d1 the mirror image: 2000.
+    g = OpGraph.build(
+        "bidir",
+        [Op("a", "x", flops=G, output_bytes=1000), Op("x", "x", flops=G, output_bytes=1000),
+         Op("b", "x", flops=G), Op("y", "x", flops=G)],
+        [("a", "b"), ("x", "y")],
+    )
+    assert [op.name for op in g.ops] == ["a", "x", "b", "y"]
+    r = simulate(g, uniform_cluster(2), [0, 1, 1, 0], engine=engine)
+    assert r.step_time_s == 3.0
+    assert r.link_bytes.tolist() == [[0, 1000], [1000, 0]]
+    assert r.peak_memory_bytes.tolist() == [2000, 2000]
+    assert r.busy_s.tolist() == [2.0, 2.0]
+    if engine == "reference":
+        s = reference.simulate(np.array([0, 1, 1, 0]), *SimInputs.build(g, uniform_cluster(2)).args())
+        assert [(t[0], t[1], t[2], t[3], t[4]) for t in s.transfers] == [(0, 0, 1, 1.0, 2.0), (1, 1, 0, 1.0, 2.0)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_step_time_is_the_latest_finish_not_the_last_ops(engine, uniform_cluster):
+    # a (3 s) on d0 and b (1 s) on d1, independent: b is last in the canonical order but ends at 1 s;
+    # the step ends when a does, at 3 s.
+    g = OpGraph.build("uneven", [Op("a", "x", flops=3 * G), Op("b", "x", flops=G)], [])
+    assert [op.name for op in g.ops] == ["a", "b"]
+    assert simulate(g, uniform_cluster(2), [0, 1], engine=engine).step_time_s == 3.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_queued_transfer_starts_when_the_one_ahead_ends(engine, uniform_cluster):
+    # p1 (1 s, 3000 B) and p2 (1 s, 1000 B) on d0; c1 (0 s) reads p1 and c2 (1 s) reads p2, both on d1.
+    # p1 [0, 1], p2 [1, 2]. p1->d1 [1, 4]; p2->d1 is asked for at 2 but the channel is busy until 4: [4, 5].
+    # c1 [4, 4]; d1 is idle when p2's copy arrives, so the wait alone decides: c2 [5, 6]. Step 6 (4 if
+    # p2's copy had left at 2). Memory d1: p1's copy 3000 [1, 4), p2's copy 1000 [4, 6): at 4 the free
+    # comes first, peak 3000. d0: p1's output [0, 4), p2's [1, 5): 4000.
+    g = OpGraph.build(
+        "queued",
+        [Op("p1", "x", flops=G, output_bytes=3000), Op("p2", "x", flops=G, output_bytes=1000),
+         Op("c1", "x", flops=0), Op("c2", "x", flops=G)],
+        [("p1", "c1"), ("p2", "c2")],
+    )
+    assert [op.name for op in g.ops] == ["p1", "p2", "c1", "c2"]
+    r = simulate(g, uniform_cluster(2), [0, 0, 1, 1], engine=engine)
+    assert r.step_time_s == 6.0
+    assert r.peak_memory_bytes.tolist() == [4000, 3000]
+    assert r.link_bytes.tolist() == [[0, 4000], [0, 0]]
+    assert start_times(g, uniform_cluster(2), np.array([[0, 0, 1, 1]])).tolist() == [[0.0, 1.0, 4.0, 5.0]]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_profile_reaches_both_engines(engine, uniform_cluster):
+    # b measured at 7 s where the roofline says 1 s: a [0, 1] on d0, a->d1 1000 B [1, 2], b [2, 9].
+    from suite.costmodel import Profile
+
+    g = OpGraph.build("prof", [Op("a", "x", flops=G, output_bytes=1000), Op("b", "x", flops=G)], [("a", "b")])
+    prof = Profile(workload="prof", applies_to="gpu", op_times_s={"b": 7.0})
+    assert simulate(g, uniform_cluster(2), [0, 1], profiles=[prof], engine=engine).step_time_s == 9.0
+    assert simulate(g, uniform_cluster(2), [0, 1], engine=engine).step_time_s == 3.0

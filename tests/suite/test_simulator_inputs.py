@@ -87,3 +87,20 @@ def test_send_caps_by_hand():
     succ_ptr = np.array([0, 2, 2, 3])  # op 0 -> two edges, op 1 none, op 2 -> one edge
     caps = send_caps(np.array([1000, 70, 0]), succ_ptr, np.array([400, 1500, 300]))
     assert caps.tolist() == [1500, 70, 300]
+
+
+def test_a_batch_is_validated_placement_by_placement_by_default(uniform_cluster):
+    """`simulate_batch` and `start_times` check each placement as `simulate` does (device kinds, colocation)
+    unless the caller says it already did (`validate_each=False`)."""
+    from suite import simulate_batch
+    from suite.errors import PlacementError
+    from suite.simulator import start_times
+
+    g = OpGraph.build("kinds", [Op("a", "matmul", flops=1e9, output_bytes=1000),
+                                Op("b", "matmul", flops=1e9, allowed_kinds=("gpu",))], [("a", "b")])
+    c = uniform_cluster(2, kinds=("cpu", "gpu"))
+    assert [r.step_time_s for r in simulate_batch(g, c, np.array([[0, 1], [1, 1]]))] == [3.0, 2.0]
+    for run in (simulate_batch, start_times):
+        with pytest.raises(PlacementError, match="'b'"):
+            run(g, c, np.array([[0, 1], [1, 0]]))  # b on the CPU, which it forbids
+    assert [r.step_time_s for r in simulate_batch(g, c, np.array([[1, 0]]), validate_each=False)] == [3.0]
