@@ -3,7 +3,7 @@
 # One intra-op thread and the CPU clock: the figures of a shared 2-core machine. Each command measures
 # its workload's profile again (--reprofile) and rewrites results/fidelity/summary.md.
 # Usage: results/fidelity/regenerate.sh [base|variants|large|all]   (default: base and variants)
-# base: about 25 minutes; variants: about 35 minutes; large: 40-50 minutes each and about 20 GB of memory.
+# base: about 25 minutes; variants: about 35 minutes; large: 50-60 minutes each and about 20 GB of memory.
 set -euo pipefail
 what="${1:-default}"
 one_cpu=(--logical-cpus 1 --clock cpu --threads 1 --splits 0 --random 0 --placer none --rounds 1 --reprofile)
