@@ -207,7 +207,7 @@ def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = 
             i = graph.index.get(name)
             if i is None:
                 raise ProfileError(f"{where} for {prof.workload!r}: op {name!r} is not in graph {graph.name!r}")
-            if not (math.isfinite(t) and t >= 0):  # a profile made in code skipped the file reader's check
+            if _seconds(t) is None:  # a profile made in code skipped the file reader's check
                 raise ProfileError(f"{where} for {prof.workload!r}: op {name!r} takes {t!r} s, not a finite "
                                    "non-negative time")
             out[i, cols] = t

@@ -391,7 +391,7 @@ def test_cost_matrix_refuses_a_negative_time_from_a_profile_made_in_code():
     which refuses it too, naming the profile and the op: a negative op time would run the simulator's clock
     backwards."""
     g, c = small(), load_cluster("haswell_2k80")
-    for t in (-1.0, float("nan"), float("inf")):
+    for t in (-1.0, float("nan"), float("inf"), "1"):
         with pytest.raises(ProfileError, match=rf"profile for 'small': op 'fwd' takes {t!r} s, not a finite"):
             cost_matrix(g, c, [Profile("small", "gpu", {"fwd": t})])
     assert cost_matrix(g, c, [Profile("small", "gpu", {"fwd": 0.0})])[1, 1] == 0.0  # zero is a time
