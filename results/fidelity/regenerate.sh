@@ -2,8 +2,9 @@
 # Re-measure every profile in results/profiles and every report in results/fidelity on this machine.
 # One intra-op thread and the CPU clock: the figures of a shared 2-core machine. Each command measures
 # its workload's profile again (--reprofile) and rewrites results/fidelity/summary.md.
-# Usage: results/fidelity/regenerate.sh [base|variants|large|all]   (default: base and variants)
-# base: about 25 minutes; variants: about 35 minutes; large: 50-60 minutes each and about 20 GB of memory.
+# Usage: results/fidelity/regenerate.sh [base|variants|concurrent|large|all]   (default: base, variants, concurrent)
+# base: about 25 minutes; variants: about 35 minutes; concurrent: about 15 minutes (wall clock: run it on an
+# idle machine); large: 50-60 minutes each and about 20 GB of memory.
 set -euo pipefail
 what="${1:-default}"
 one_cpu=(--logical-cpus 1 --clock cpu --threads 1 --splits 0 --random 0 --placer none --rounds 1 --reprofile)
@@ -30,6 +31,13 @@ variants() {
     "${two_cpu[@]}"
 }
 
+concurrent() {
+  # One thread per logical device, timed by the wall clock; its profile is a wall-clock one, kept apart
+  # from the CPU-clock profiles above (one file per workload and device holds one clock).
+  placebench fidelity nmt-2x1024-b64 --set batch_size=1 --mode inference --logical-cpus 2 --threads 1 \
+    --concurrent on --profiles results/profiles/wall --reprofile
+}
+
 large() {
   for w in rnnlm-4x6144-b64 nmt-4x4096-b64; do
     placebench fidelity "$w" "${one_cpu[@]}" --methodology v1-fidelity-large
@@ -39,8 +47,9 @@ large() {
 case "$what" in
   base) base ;;
   variants) variants ;;
+  concurrent) concurrent ;;
   large) large ;;
-  all) base; variants; large ;;
-  default) base; variants ;;
-  *) echo "usage: $0 [base|variants|large|all]" >&2; exit 2 ;;
+  all) base; variants; concurrent; large ;;
+  default) base; variants; concurrent ;;
+  *) echo "usage: $0 [base|variants|concurrent|large|all]" >&2; exit 2 ;;
 esac
