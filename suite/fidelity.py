@@ -355,13 +355,24 @@ def run_fidelity(
                   "calibration": {k: v for k, v in p.metadata.get("calibration", {}).items()
                                   if k != "measured_step_samples_s"},
                   "threads": p.metadata.get("threads"), "device": p.metadata.get("device"),
-                  "clock": p.metadata.get("clock", "wall"), "path": p.source or None,
+                  "clock": p.metadata.get("clock", "wall"), "path": shown_path(p.source),
                   "machine": p.metadata.get("machine"), "device_model": p.metadata.get("device_model"),
                   "measured_at": p.metadata.get("measured_at"),
                   "ops": sum(name in graph.index for name in p.op_times_s), "graph_ops": graph.num_ops}
                  for p in profiles]
     return FidelityResult(graph.name, graph.content_hash, cluster.name, backend, dict(device_map.as_dict()), rows,
                           prof_meta, info)
+
+
+def shown_path(source: str) -> str | None:
+    """A profile's file as a report names it: relative to the working directory when inside it, so a report
+    measured in a scratch checkout names `results/profiles/...`, not that checkout's absolute path."""
+    if not source:
+        return None
+    try:
+        return str(Path(source).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return source
 
 
 # -- reports ---------------------------------------------------------------------------------------------

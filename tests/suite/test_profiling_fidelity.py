@@ -23,6 +23,7 @@ from suite.fidelity import (
     placements_for,
     random_split_placement,
     run_fidelity,
+    shown_path,
     spearman,
     write_report,
     write_summary,
@@ -147,6 +148,16 @@ def test_fidelity_study_and_reports(tmp_path):
     assert data["stats"] == json.loads(json.dumps(s)) and len(data["rows"]) == 4
     assert "| single:cpu:0 |" in paths["md"].read_text()
     assert rw.graph.name in paths["summary"].read_text()
+
+
+def test_a_report_names_a_profile_inside_the_working_directory_by_its_relative_path(tmp_path, monkeypatch):
+    inside = tmp_path / "results" / "profiles" / "w__cpu.json"
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(str(inside)) == str(Path("results", "profiles", "w__cpu.json"))
+    assert shown_path("results/profiles/w__cpu.json") == str(Path("results", "profiles", "w__cpu.json"))
+    outside = str(tmp_path.parent / "elsewhere" / "w__cpu.json")
+    assert shown_path(outside) == outside
+    assert shown_path("") is None
 
 
 def test_summary_lists_the_reports_it_cannot_read(tmp_path, capsys):
