@@ -1,72 +1,59 @@
-"""The fast simulator: a numba port of `reference.py` with the same semantics, float for float.
+"""The fast simulator: a numba engine with the semantics of `reference.py`, float for float.
 
-It differs from the reference in implementation only, and relies on three facts of those semantics:
+It differs from the reference in how it gets there, relying on these facts of those semantics:
 
-* Within one instant the order in which events are handled does not change any result: readiness counts,
-  memory deltas and channel bookkeeping commute, a device has at most one op-done event per instant, and
-  dispatch runs after all of the instant's events. So events need times only, no tie-breaking.
-* Every device runs one op at a time, and every channel is first come first served with non-decreasing end
-  times. So each device has one event slot (the end of its running op, `dev_end`, INF when idle), and the
-  queue holds at most one event per channel (the transfer at its head; the others wait in a per-channel
-  list), in a short array kept in descending time order. The next instant is the minimum of the slots
-  (compared as the int64 bit patterns of the times, which order like non-negative floats, in a branch-free
-  scan of 8 slots at a time) and of the queue's end; with no transfer queued and at most one device busy
-  there is nothing to search.
-* The ready op with the smallest index wins a device, so each device's ready set is a bitmap over op
-  indices; popping scans forward from the lowest word that may be non-empty.
+* A transfer's end is known when it is created: a channel is first come first served, so a transfer starts
+  when the channel is free (`ch_free`, the end of the one ahead of it) and takes latency + bytes / bandwidth.
+  So arrivals are not events. When op p ends, each consumer gets the arrival time of its input at once (p's
+  end for a consumer on p's device, the transfer's end for one elsewhere); its ready time `ready_at` is the
+  latest of them, and once its last producer has ended it is *released* to its device.
+* An idle device starts the released op with the smallest index whose ready time has come (a bitmap over
+  op indices per device). Each device has one event slot: the end of its running op, or when idle the
+  earliest ready time among its released ops (INF if none). The next instant is the smallest slot or the
+  start of a queued transfer (below); there are no other events. Within an instant the order of op ends
+  does not matter, and every device whose slot it is dispatches after all of them, as in the reference.
+* Memory changes as in the reference: an op's output is allocated when it starts; a received copy when its
+  transfer starts: at once on a free channel, else when the transfer ahead ends (queued transfers wait in a
+  list per channel, and the event queue holds the next start of each channel); frees when consumers end.
+  The transfers of op p hold its own copy until the last of them ends, a future time when p ends: that
+  release waits in a list per device. Releases only lower a device's live bytes, so the list is applied only
+  when the live bytes (still counting those copies) exceed the device's peak so far, when the time moves on;
+  otherwise the exact value could not set a new peak. This equals the reference's sweep of memory events
+  with frees before allocations at equal times: the peak is the largest live bytes at the end of a time.
 
-Dispatch and the op-done events go over bitmasks of devices (idle, with a ready op, done at this instant).
-Bit k stands for the devices d with d % 64 == k: up to 64 devices that is device k alone; above, the
-engine loops over the devices of each set bit (larger clusters are correct, not tuned). That code is
-compiled only for them: `_simulate`'s argument `wide` is None up to 64 devices, and numba prunes the
-branches on `wide is None` at compile time (-6% for a batch of blocks, alone). When an op ends, each
-remote consumer edge is linked into the list of the one transfer to its device, so a transfer's arrival
-walks only its consumers. Readiness is counted without branches (a consumer whose count reaches zero sets
-its bit through a mask), and the last instant is the step time.
+Devices in masks (`busy`, `act`, `armed`, `over`): bit k stands for the devices d with d % 64 == k; up to
+64 devices that is device k alone. Larger clusters loop over the devices of each set bit and check each one
+(correct, not tuned); that code is compiled only for them: `_simulate`'s argument `wide` is None up to 64
+devices and numba prunes the branches on `wide is None` at compile time. Indices are unsigned, with `NONE`
+as "no such": numba wraps negative indices around, which costs a sign test in the hot loop.
+`simulate_batch` runs many placements in one compiled call, sequentially on one core, reusing one workspace,
+which is also kept for the next call with the same sizes.
 
-Memory is tracked online with reference counts: `live` changes at once, and at the end of every instant
-every device has its `live` sampled into its peak (a plain loop, cheaper than tracking which devices got
-an allocation). This equals the reference's sweep with frees before allocations at equal times: a device
-with no allocation in an instant ends it no higher than before, so sampling it changes nothing. A
-transfer queued behind a busy channel starts, and allocates its receive buffer, when the transfer ahead of
-it ends. `simulate_batch` runs many placements in one compiled call, sequentially on one core, reusing one
-workspace, which is also kept for the next call with the same sizes.
+Measured on tests/suite/test_simulator_bench.py's graph (10,000 ops, 8 devices, one core; minimum ms of a
+batch of 64 blocks / groups / random placements), side by side in one sitting: 18.0 / 39.6 / 47.8, against
+20.0 / 42.8 / 58.0 for the engine before this one (until 7261ced), which made every transfer's arrival an
+event in a queue of channel heads: 10,200 / 14,400 / 17,400 instants per placement (random: 10,000 op ends and
+11,900 arrivals) against 10,000 / 11,100 / 12,100 here. With at most two devices armed and no queued start,
+the next instant is found without the 8-wide scan (-3% blocks, -4% groups). Removing a part (results then
+wrong) shows what the time goes to: the frees of a finished op's inputs cost 7 / 6 / 0 ms of a batch; the rest
+is the event loop, bound by chains of dependent loads and by branch mispredictions more than by instruction
+count (cachegrind: 5.7 M instructions per random placement, about 2.2 per cycle).
 
-Every index (op, device, channel, transfer, bitmap word) is unsigned, with `NONE` as "no such": numba
-wraps negative indices around, which costs a sign test and keeps every array's length live in the hot loop.
-`SimInputs.fast_args` hands the graph's index arrays over as uint64 (converted once); index arrays from
-other callers are converted on each call.
-
-Measured on tests/suite/test_simulator_bench.py's graph (10,000 ops, 8 devices, one core; minimum ms of one
-placement / of a batch of 64, blocks, groups, random placements):
-  signed indices, candidate list, all events queued:  0.44 / -, 0.91 / -, 1.26 / -
-  unsigned indices (the previous engine):              0.31 / 21.1, 0.69 / 45.3, 1.05 / 69.3
-  device slots and masks, consumer lists, branch-free readiness:  0.29 / 19.9, 0.65 / 43.4, 0.91 / 60.6
-(the same with one-word masks, limited to 64 devices: 0.28 / 18.5, 0.63 / 42.9, 0.83 / 56.1). These were
-measured side by side in one sitting; the stored benchmark (results/benchmarks/simulator.json, another
-sitting, after transfers came to carry the sum of their edges, capped per op by `send_cap`, and with `wide`
-and the plain peak loop below) has 0.29 / 19.6, 0.64 / 43.4, 0.84 / 56.7 for this engine; side by side with
-the engine before those two changes: 20.1 / 43.5 / 58.9 against 19.8 / 42.9 / 57.6 ms for a batch.
-Tried and dropped: an engine without transfer events (ready times known when the last input is produced,
-future memory deltas in per-device heaps; exact, but 0.84 / 1.20 / 1.36 ms against 0.45 / 0.91 / 1.31);
-slots for channel events too; per-channel source/destination tables; int32 counters; reading the
-placement in the hot loop instead of gathered device/duration arrays; branch-free clearing of the ready
-mask; one record array of all buffers (own outputs and received copies, looked up per (op, device)) with
-branch-free frees, alone or two inputs at a time: faster for random (-2%) but slower for blocks (+20%)
-once combined with the rest; device masks as arrays of words (+40% for blocks). Also dropped (batch of 64,
-blocks / groups / random, against 20.2 / 44.0 / 59.5 ms): two placements' runs interleaved instant by
-instant in one loop, with a second workspace (24.6 / 54.2 / 73.4: the register pressure doubles; with the
-instant as an inlined function taking the workspace tuple, 6x slower from reference counting); branch-free
-successor loop listing every consumer by device, local ones into a dropped list (23.3 / 46.1 / 60.3);
-branch-free frees in the input loop (20.8 / 43.6 / 59.9); pending, references, device and duration of each
-op in one array of 4 words per op (21.2 / 44.3 / 58.7); peaks as one 8-wide vector max (22.1 / 44.6 / 59.3).
-The channel queue is not where the time goes: per random placement of the benchmark it takes 11,882 pushes
-at a mean size of 1.77 (0.87 shifts per push; at most about 14 of the 56 channels are ever busy at once), and
-replacing it did not help (batch of 64, against 20.6 / 43.8 / 59.3 ms in the same sitting): a binary heap
-21.0 / 44.0 / 61.0; branch-free insertion 21.8 / 45.4 / 63.5; per-source slots with 8-wide scans instead of a
-queue 21.0 / 57.4 / 81.0 (against 21.2 / 45.8 / 62.3); the source device carried in the queue key 20.2 /
-47.3 / 64.6. Each extra transfer costs about 53 ns (random) to 89 ns (groups); 32 ms for `random` would take
-about 17 ns.
+Tried and dropped (batch of 64, blocks / groups / random, against 18.3 / 40.6 / 48.1 ms for a prototype of
+this design in the same sitting): arrivals delivered lazily at the destination's next dispatch, with transfer
+records in per-channel lists (28.0 / 54.5 / 74.6); the successors of an ended op in two branch-free passes
+(23.2 / 46.3 / 52.3) or in one (18.5 / 43.7 / 49.0); frees without branches through one reference count per
+(op, device) (19.9 / 44.5 / 56.4); frees moved after the dispatch (21.7 / 46.8 / 56.8); every device's peak
+compared 8 wide at the end of each instant (20.4 / 41.7 / 49.1); the own-copy releases in per-channel lists
+(25.9 / 49.7 / 62.0, before the peak bound); no float division (a product instead: no change). Tried on the
+engine before (against its 20 / 43 / 58 ms): future memory deltas in per-device heaps instead of arrival
+events (0.84 / 1.20 / 1.36 ms per placement against 0.45 / 0.91 / 1.31 then); a binary heap, a branch-free
+insertion, per-source slots or source-tagged keys for the channel queue; two placements interleaved instant by
+instant (+25%: twice the live registers); int32 counters; one array of 4 words per op; device masks as arrays
+of words (+40% for blocks); an 8-wide vector min of the slots (no change: a vector load of slots just written
+by scalar stores is not forwarded). Vectorising across the placements of a batch was ruled out by measurement:
+an 8-wide gather or scatter of int64 takes 5-6.5 ns on this machine's CPU (AMD EPYC, AVX-512), about what the
+scalar engine spends per event.
 """
 
 from __future__ import annotations
@@ -81,8 +68,8 @@ from numba.extending import intrinsic
 
 U = np.uint64
 ONE = U(1)
-NONE = U(0xFFFFFFFFFFFFFFFF)  # no op, transfer or edge; also "empty" for channel heads
-INF = np.int64(0x7FF0000000000000)  # the bits of +inf: "no event" in a device's slot
+NONE = U(0xFFFFFFFFFFFFFFFF)  # no op, device, edge or channel
+INF = np.int64(0x7FF0000000000000)  # the bits of +inf: no event in a slot, no ready time yet
 
 
 @intrinsic
@@ -102,43 +89,6 @@ def _time(typingctx, x):
 
 
 @njit(cache=True, inline="always")
-def _queue_push(qt, qs, size, t, s):
-    """Insert channel `s` at time `t`; the queue is kept in descending time order."""
-    j = size
-    while j > U(0) and qt[j - ONE] < t:
-        qt[j] = qt[j - ONE]
-        qs[j] = qs[j - ONE]
-        j -= ONE
-    qt[j] = t
-    qs[j] = s
-    return size + ONE
-
-
-@njit(cache=True, inline="always")
-def _ready_pop(bits, low, d):
-    """Remove and return the smallest ready op of device d (the caller knows there is one)."""
-    w = low[d]
-    while bits[d, w] == U(0):
-        w += ONE
-    x = bits[d, w]
-    bits[d, w] = x & (x - ONE)
-    low[d] = w
-    return w * U(64) + U(trailing_zeros(x))
-
-
-@njit(cache=True, inline="always")
-def _input_arrived(c, d, pending, ready, low, n_ready):
-    """One more input of op c is on its device d; at the last one c joins d's ready set (without branches)."""
-    v = pending[c] - 1
-    pending[c] = v
-    z = U(v == 0)
-    w = c >> U(6)
-    ready[d, w] |= z << (c & U(63))
-    low[d] = min(low[d], w | (z - ONE))  # w | NONE (no change) unless c became ready
-    n_ready[d] += z
-
-
-@njit(cache=True, inline="always")
 def _min8(a, o):
     """The smallest of a[o:o + 8], as a tree of selects (no branches)."""
     return min(min(min(a[o], a[o + ONE]), min(a[o + U(2)], a[o + U(3)])),
@@ -154,52 +104,82 @@ def _equal8(a, o, m):
 
 
 @njit(cache=True, inline="always")
-def _start(d, t, ready, low, n_ready, running, dev_end, dur_of, busy_s, live, output_bytes):
-    """Device d starts its ready op with the smallest index at time t."""
-    i = _ready_pop(ready, low, d)
-    n_ready[d] -= 1
-    running[d] = i
-    dur = dur_of[i]
-    busy_s[d] += dur
-    live[d] += output_bytes[i]
-    dev_end[d] = _bits(t + dur)
+def _queue_push(qt, qs, size, t, ch):
+    """Insert channel `ch` at time `t` (bits); the queue is kept in descending time order."""
+    j = size
+    while j > U(0) and qt[j - ONE] < t:
+        qt[j] = qt[j - ONE]
+        qs[j] = qs[j - ONE]
+        j -= ONE
+    qt[j] = t
+    qs[j] = ch
+    return size + ONE
+
+
+@njit(cache=True, inline="always")
+def _pick(d, tb, released, low, n_released, ready_at):
+    """The released op of device d with the smallest index whose ready time is at most `tb`, removed from the
+    set; else NONE and the earliest ready time of the set (INF if empty)."""
+    left = n_released[d]
+    earliest = INF
+    w = low[d]
+    while left > 0:
+        x = released[d, w]
+        if x == U(0) and earliest == INF:
+            low[d] = w + ONE  # no released op below this word
+        while x != U(0):
+            c = w * U(64) + U(trailing_zeros(x))
+            r = ready_at[c]
+            if r <= tb:
+                released[d, w] ^= x & (~x + ONE)
+                n_released[d] = n_released[d] - 1
+                return c, earliest
+            earliest = min(earliest, r)
+            x &= x - ONE
+            left -= 1
+        w += ONE
+    return NONE, earliest
 
 
 @njit(cache=True)
 def _workspace(n, ndev, n_edges):
     """Scratch arrays for one graph size, reused across the placements of a batch.
 
-    The arrays built with zeros, -1 or NONE are returned to that state by every run.
+    The arrays built with zeros, -1, NONE or INF are returned to that state by every run.
     """
+    w = (ndev + 7) // 8 * 8  # slots, live bytes and peaks padded to whole groups of 8
     n_xfer = min(n_edges, n * max(ndev - 1, 0)) + 1  # at most one transfer per (producer, other device)
     return (
-        np.empty(ndev * ndev, np.float64),  # event queue: times
-        np.empty(ndev * ndev, np.uint64),  # event queue: channels
-        np.empty(n_xfer, np.uint64),  # transfer: producer
-        np.empty(n_xfer, np.int64),  # transfer: bytes
-        np.empty(n_xfer, np.float64),  # transfer: end time
-        np.empty(n_xfer, np.uint64),  # transfer: next transfer on its channel, or NONE
-        np.empty(n_xfer, np.uint64),  # transfer: first edge to its consumers (listed through edge_next)
-        np.full(ndev * ndev, NONE, np.uint64),  # channel: first transfer not yet done, or NONE
-        np.empty(ndev * ndev, np.uint64),  # channel: last transfer
-        np.zeros(ndev * ndev, np.float64),  # channel: time it becomes free
-        np.zeros((ndev, (n + 63) // 64), np.uint64),  # ready bitmaps per device
+        np.empty(ndev * ndev, np.int64),  # event queue of queued transfer starts: time (bits), descending
+        np.empty(ndev * ndev, np.uint64),  # event queue: channel (src * ndev + dst), one entry per channel
+        np.full(ndev * ndev, NONE, np.uint64),  # channel: first queued transfer not yet started
+        np.empty(ndev * ndev, np.uint64),  # channel: last queued transfer
+        np.empty(n_xfer, np.int64),  # queued transfer: start (bits)
+        np.empty(n_xfer, np.int64),  # queued transfer: bytes
+        np.empty(n_xfer, np.uint64),  # queued transfer: next on its channel
+        np.empty(ndev * ndev, np.float64),  # channel (src * ndev + dst): time it becomes free
+        np.zeros((ndev, (n + 63) // 64), np.uint64),  # released ops per device (bitmaps)
         np.empty(ndev, np.uint64),  # lowest word of each bitmap that may be non-empty
-        np.empty(ndev, np.int64),  # ready ops per device
-        np.empty(ndev, np.uint64),  # running op per device
-        np.full((ndev + 7) // 8 * 8, INF, np.int64),  # end of each device's running op (`_bits`), INF if idle
-        np.empty(n, np.int64),  # inputs not yet on the op's device
+        np.empty(ndev, np.int64),  # released ops per device
+        np.empty(ndev, np.uint64),  # running op per device, NONE if idle
+        np.full(w, INF, np.int64),  # slot: end of the running op, or earliest ready time when idle (bits)
+        np.empty(n, np.int64),  # inputs not yet produced
+        np.empty(n, np.int64),  # ready time (bits): the latest arrival of an input so far
         np.empty(n, np.int64),  # references to each op's own output copy
         np.zeros((n, ndev), np.int64),  # references to each received copy
         np.empty((n, ndev), np.int64),  # bytes of each received copy
-        np.empty(ndev, np.int64),  # live bytes per device
+        np.empty(w, np.int64),  # live bytes per device
+        np.empty(w, np.int64),  # peak live bytes per device so far
         np.full(ndev, -1, np.int64),  # scratch: bytes to send to each device, -1 = none
         np.zeros(ndev, np.int64),  # scratch: consumers on each other device
-        np.empty(ndev, np.uint64),  # scratch: destinations of the op that just finished
+        np.empty(ndev, np.uint64),  # scratch: destinations of the op that just ended
         np.empty(ndev, np.uint64),  # scratch: last edge to each destination
-        np.empty(max(n_edges, 1), np.uint64),  # edge: next edge to a consumer of the same transfer
+        np.empty(max(n_edges, 1), np.uint64),  # edge: next edge to a consumer on the same destination
         np.empty(n, np.uint64),  # the placement, unsigned
-        np.empty(n, np.float64),  # duration of each op on its device, gathered in one pass
+        np.empty(n, np.float64),  # duration of each op on its device
+        np.full(ndev, NONE, np.uint64),  # pending own-copy releases per device: first op of its list
+        np.empty(n, np.uint64),  # pending release: next op of the list
+        np.empty(n, np.int64),  # pending release: when the op's last transfer ends (bits)
     )
 
 
@@ -215,102 +195,65 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
     link_bytes[:, :] = 0
     if n == U(0):
         return 0.0
-    (qt, qs, x_op, x_bytes, x_end, x_next, x_first, ch_head, ch_tail, ch_free, ready, low, n_ready, running,
-     dev_end, pending, own_refs, recv_refs, recv_bytes, live, send_bytes, n_remote, dsts, dst_edge, edge_next,
-     dev_of, dur_of) = ws
+    (qt, qs, ch_qhead, ch_qtail, xq_start, xq_bytes, xq_next, ch_free, released, low, n_released, running, slot,
+     pending, ready_at, own_refs, recv_refs, recv_bytes, live, top, send_bytes, n_remote, dsts, dst_edge, edge_next,
+     dev_of, dur_of, rel_head, rel_next, rel_time) = ws
     ch_free[:] = 0.0
     live[:] = 0
-    n_words = U(ready.shape[1])
+    top[:] = 0
+    n_words = U(released.shape[1])
     for d in range(ndev):
         low[d] = n_words
-        n_ready[d] = 0
+        n_released[d] = 0
+        running[d] = NONE
+        slot[d] = 0  # every device dispatches at 0
     for i in range(n):
         d = U(placement[i])
         dev_of[i] = d
         dur_of[i] = cost[i, d]
         pending[i] = pred_ptr[i + ONE] - pred_ptr[i]
-        own_refs[i] = ONE + succ_ptr[i + ONE] - succ_ptr[i]  # its own run + every consumer (see OP_DONE)
-    # device masks: bit k stands for the devices d with d % 64 == k (for up to 64 devices, device k alone)
-    full = NONE >> (U(64) - min(ndev, U(64)))
-    idle = full  # some device of the class is idle
-    has_ready = U(0)  # some device of the class has a ready op
+        own_refs[i] = ONE + succ_ptr[i + ONE] - succ_ptr[i]  # its own run + every consumer (see below)
+        ready_at[i] = 0
     for i in range(n):
         if pending[i] == 0:
             d = dev_of[i]
             w = U(i) >> U(6)
-            ready[d, w] |= ONE << (U(i) & U(63))
+            released[d, w] |= ONE << (U(i) & U(63))
             low[d] = min(low[d], w)
-            n_ready[d] += 1
-            has_ready |= ONE << (d & U(63))
-    q = U(0)  # queue size
-    nx = U(0)  # transfers created
+            n_released[d] += 1
+    busy = U(0)  # device classes with a running op (up to 64 devices: the devices)
+    armed = U(0)  # device classes with a finite slot
+    act = NONE >> (U(64) - min(ndev, U(64)))  # device classes to dispatch at this instant: at 0, all
+    done = U(0)  # device classes whose running op ends at this instant
+    q = U(0)  # channels in the event queue
+    nq = U(0)  # queued transfers so far
     t = 0.0
     tb = np.int64(0)  # _bits(t)
+    over = U(0)  # device classes whose live bytes may exceed their peak in this instant
     while True:
-        # dispatch: every idle device with a ready op starts the one with the smallest index
-        go = idle & has_ready
-        while go != U(0):
-            k = U(trailing_zeros(go))
-            bit = ONE << k
-            go ^= bit
-            if wide is None:  # bit k is device k
-                _start(k, t, ready, low, n_ready, running, dev_end, dur_of, busy_s, live, output_bytes)
-                if starts is not None:
-                    starts[running[k]] = t
-                idle ^= bit
-                if n_ready[k] == 0:
-                    has_ready ^= bit
-            else:  # bit k stands for devices k, k + 64, ...: start every one that can
-                idle_k = U(0)
-                ready_k = U(0)
-                for d in range(k, ndev, 64):
-                    if dev_end[d] == INF and n_ready[d] > 0:
-                        _start(d, t, ready, low, n_ready, running, dev_end, dur_of, busy_s, live, output_bytes)
-                        if starts is not None:
-                            starts[running[d]] = t
-                    idle_k |= U(dev_end[d] == INF)
-                    ready_k |= U(n_ready[d] > 0)
-                idle = (idle & ~bit) | (idle_k << k)
-                has_ready = (has_ready & ~bit) | (ready_k << k)
-        busy = ~idle & full
-        if wide is None and q == U(0) and (busy & (busy - ONE)) == U(0):  # one event source at most
-            done = busy
-            m = dev_end[trailing_zeros(busy)] if busy != U(0) else INF
-        else:
-            m = INF
-            done = U(0)
-            for g in range(0, dev_end.shape[0], 8):
-                gm = _min8(dev_end, U(g))
-                gmask = _equal8(dev_end, U(g), gm)
-                done = (done & (U(gm < m) - ONE)) | (gmask & (U(gm <= m) * NONE)) << (U(g) & U(63))
-                m = min(m, gm)
-            if q > U(0):
-                mc = _bits(qt[q - ONE])
-                done &= U(mc < m) - ONE
-                m = min(m, mc)
-        if m != tb:  # the instant is over: its end state is a peak candidate
-            for d in range(ndev):  # a device with no allocation in the instant ends it no higher than sampled
-                peak[d] = max(peak[d], live[d])
-            if m == INF:
-                break
-            tb = m
-            t = _time(m)
         while done != U(0):
             k = U(trailing_zeros(done))
             done &= done - ONE
             for src in range(k, ndev if wide is not None else k + ONE, 64):
-                if dev_end[src] != m:
+                if wide is not None and (running[src] == NONE or slot[src] != tb):
                     continue
-                # OP_DONE: the op running on device src finished
-                dev_end[src] = INF
-                idle |= ONE << k
+                # the op running on src ends: each consumer gets its input, at once or by a transfer
                 p = running[src]
+                running[src] = NONE
+                busy &= ~(ONE << k)
                 n_dst = U(0)
                 for j in range(succ_ptr[p], succ_ptr[p + ONE]):
                     c = succ_idx[j]
                     dc = dev_of[c]
                     if dc == src:
-                        _input_arrived(c, src, pending, ready, low, n_ready)
+                        v = pending[c] - 1
+                        pending[c] = v
+                        ready_at[c] = max(ready_at[c], tb)
+                        z = U(v == 0)
+                        w = c >> U(6)
+                        released[src, w] |= z << (c & U(63))
+                        low[src] = min(low[src], w | (z - ONE))  # w | NONE (no change) unless c was released
+                        n_released[src] += z
                     else:
                         if send_bytes[dc] < 0:
                             dsts[n_dst] = dc
@@ -321,35 +264,63 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                         dst_edge[dc] = j
                         send_bytes[dc] += succ_bytes[j]
                         n_remote[dc] += 1
-                has_ready |= U(n_ready[src] > 0) << k
-                # the own copy was referenced once per consumer: remote consumers now hold it through
-                # one transfer per destination instead
+                # the own copy was referenced by its run and each consumer; remote consumers now hold it
+                # through their transfers, and all of p's transfers through one release when the last ends
                 own_refs[p] -= 1
+                last = tb
                 for e in range(n_dst):
                     dst = dsts[e]
                     nb = min(send_bytes[dst], send_cap[p])
                     send_bytes[dst] = -1
-                    own_refs[p] -= n_remote[dst] - 1
+                    own_refs[p] -= n_remote[dst]
                     recv_refs[p, dst] = n_remote[dst]
                     n_remote[dst] = 0
                     recv_bytes[p, dst] = nb
                     ch = src * ndev + dst
-                    end = max(t, ch_free[ch]) + latency_s[src, dst] + nb / bandwidth[src, dst]
+                    s = max(t, ch_free[ch])
+                    end = s + latency_s[src, dst] + nb / bandwidth[src, dst]
                     ch_free[ch] = end
                     link_bytes[src, dst] += nb
-                    x_op[nx] = p
-                    x_bytes[nx] = nb
-                    x_end[nx] = end
-                    x_next[nx] = NONE
-                    x_first[nx] = dst_edge[dst]
-                    if ch_head[ch] == NONE:  # the channel is free: the transfer starts now
-                        ch_head[ch] = nx
-                        q = _queue_push(qt, qs, q, end, ch)
-                        live[dst] += nb
-                    else:
-                        x_next[ch_tail[ch]] = nx
-                    ch_tail[ch] = nx
-                    nx += ONE
+                    eb = _bits(end)
+                    last = max(last, eb)
+                    if s == t:  # the channel is free: the received copy is allocated now
+                        lv = live[dst] + nb
+                        live[dst] = lv
+                        over |= U(lv > top[dst]) << (dst & U(63))
+                    else:  # queued behind the channel's transfers: it starts when the one ahead ends
+                        xq_start[nq] = _bits(s)
+                        xq_bytes[nq] = nb
+                        xq_next[nq] = NONE
+                        if ch_qhead[ch] == NONE:
+                            ch_qhead[ch] = nq
+                            q = _queue_push(qt, qs, q, _bits(s), ch)
+                        else:
+                            xq_next[ch_qtail[ch]] = nq
+                        ch_qtail[ch] = nq
+                        nq += ONE
+                    idle = ((busy >> (dst & U(63))) & ONE) == U(0) if wide is None else running[dst] == NONE
+                    j = dst_edge[dst]
+                    while j != NONE:  # the consumers on dst get their input when the transfer ends
+                        c = succ_idx[j]
+                        j = edge_next[j]
+                        v = pending[c] - 1
+                        pending[c] = v
+                        r = max(ready_at[c], eb)
+                        ready_at[c] = r
+                        z = U(v == 0)
+                        w = c >> U(6)
+                        released[dst, w] |= z << (c & U(63))
+                        low[dst] = min(low[dst], w | (z - ONE))
+                        n_released[dst] += z
+                        if z and idle:  # an idle device wakes when its released op is ready
+                            slot[dst] = min(slot[dst], r)
+                            act |= U(r == tb) << (dst & U(63))
+                            armed |= ONE << (dst & U(63))
+                if n_dst > U(0):
+                    own_refs[p] += 1
+                    rel_time[p] = last
+                    rel_next[p] = rel_head[src]
+                    rel_head[src] = p
                 if own_refs[p] == 0:
                     live[src] -= output_bytes[p]
                 for j in range(pred_ptr[p], pred_ptr[p + ONE]):  # the inputs lose a consumer
@@ -362,27 +333,95 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                         recv_refs[r, src] -= 1
                         if recv_refs[r, src] == 0:
                             live[src] -= recv_bytes[r, src]
-        while q > U(0) and qt[q - ONE] == t:  # XFER_DONE: the transfer at the head of channel ch arrived
+        while q > U(0) and qt[q - ONE] == tb:  # queued transfers that start now
             q -= ONE
             ch = qs[q]
-            x = ch_head[ch]
-            p = x_op[x]
-            src = ch // ndev
-            dst = ch - src * ndev
-            nxt = x_next[x]
-            ch_head[ch] = nxt
-            if nxt != NONE:  # the next transfer on this channel starts now
-                q = _queue_push(qt, qs, q, x_end[nxt], ch)
-                live[dst] += x_bytes[nxt]
-            j = x_first[x]
-            while j != NONE:  # its consumers (all on dst)
-                c = succ_idx[j]
-                j = edge_next[j]
-                _input_arrived(c, dst, pending, ready, low, n_ready)
-            has_ready |= U(n_ready[dst] > 0) << (dst & U(63))
-            own_refs[p] -= 1
-            if own_refs[p] == 0:
-                live[src] -= output_bytes[p]
+            x = ch_qhead[ch]
+            d = ch % ndev
+            lv = live[d] + xq_bytes[x]
+            live[d] = lv
+            over |= U(lv > top[d]) << (d & U(63))
+            x = xq_next[x]
+            ch_qhead[ch] = x
+            if x != NONE:
+                q = _queue_push(qt, qs, q, xq_start[x], ch)
+        while act != U(0):  # dispatch: each idle device of the instant starts its ready op, if any
+            k = U(trailing_zeros(act))
+            act &= act - ONE
+            for d in range(k, ndev if wide is not None else k + ONE, 64):
+                if wide is not None and (running[d] != NONE or slot[d] != tb):
+                    continue
+                i, earliest = _pick(d, tb, released, low, n_released, ready_at)
+                if i != NONE:
+                    running[d] = i
+                    dur = dur_of[i]
+                    busy_s[d] += dur
+                    slot[d] = _bits(t + dur)
+                    busy |= ONE << k
+                    armed |= ONE << k
+                    lv = live[d] + output_bytes[i]
+                    live[d] = lv
+                    over |= U(lv > top[d]) << k
+                    if starts is not None:
+                        starts[i] = t
+                else:
+                    slot[d] = earliest
+                    if wide is None:
+                        armed = (armed & ~(ONE << k)) | (U(earliest != INF) << k)
+        # the next instant: the earliest slot, or a queued transfer start
+        two = armed & (armed - ONE)  # armed without its lowest bit
+        if wide is None and q == U(0) and two == U(0):  # one event source at most
+            act = armed
+            m = slot[trailing_zeros(armed)] if armed != U(0) else INF
+        elif wide is None and q == U(0) and (two & (two - ONE)) == U(0):  # two
+            ka = U(trailing_zeros(armed))
+            kb = U(trailing_zeros(two))
+            m = min(slot[ka], slot[kb])
+            act = (U(slot[ka] == m) << ka) | (U(slot[kb] == m) << kb)
+        else:
+            m = INF
+            act = U(0)
+            for g in range(0, slot.shape[0], 8):
+                gm = _min8(slot, U(g))
+                gmask = _equal8(slot, U(g), gm)
+                act = (act & (U(gm < m) - ONE)) | (gmask & (U(gm <= m) * NONE)) << (U(g) & U(63))
+                m = min(m, gm)
+            if q > U(0):
+                mc = qt[q - ONE]
+                act &= U(mc < m) - ONE
+                m = min(m, mc)
+        if m != tb:  # the time moves on: the instant's end state is a peak candidate
+            while over != U(0):  # new peaks, after the releases that are due
+                k = U(trailing_zeros(over))
+                over &= over - ONE
+                for d in range(k, ndev if wide is not None else k + ONE, 64):
+                    if live[d] <= top[d]:
+                        continue
+                    prev = NONE
+                    p = rel_head[d]
+                    while p != NONE:
+                        nxt = rel_next[p]
+                        if rel_time[p] <= tb:  # p's last transfer has ended
+                            if prev == NONE:
+                                rel_head[d] = nxt
+                            else:
+                                rel_next[prev] = nxt
+                            own_refs[p] -= 1
+                            if own_refs[p] == 0:
+                                live[d] -= output_bytes[p]
+                        else:
+                            prev = p
+                        p = nxt
+                    top[d] = max(top[d], live[d])
+            if m == INF:
+                break
+        tb = m
+        t = _time(m)
+        done = act & busy if wide is None else act
+    for d in range(ndev):
+        peak[d] = top[d]
+        slot[d] = INF
+        rel_head[d] = NONE
     for i in range(n):
         peak[dev_of[i]] += param_bytes[i]
     return t

@@ -156,3 +156,26 @@ def test_the_kept_workspace_gives_every_call_the_result_of_a_fresh_one():
             for b, r in enumerate(simulate_batch(g, c, placements[::-1])):
                 _same(expected[k, len(placements) - 1 - b], r)
     assert fast._kept.sizes == (60, 3, 80)
+
+
+def test_a_burst_of_transfers_queued_on_one_channel():
+    """Forty short ops on d0 each send a large tensor to a consumer on d1 over a slow link: up to forty
+    transfers wait on one channel at once (more than the cluster has channels), each starting, and allocating
+    its copy on d1, when the one ahead ends. The fast engine agrees with the reference, and the copies that
+    have started but whose consumers have not run make d1's peak."""
+    n = 40
+    ops = [Op(f"p{i}", "x", flops=1e9, output_bytes=1000) for i in range(n)]
+    ops += [Op(f"c{i}", "x", flops=1e9, output_bytes=0) for i in range(n)]
+    g = OpGraph.build("burst", ops, [(f"p{i}", f"c{i}") for i in range(n)])
+    devices = tuple(Device(f"d{k}", "gpu", 1e12 if k == 0 else 1e9, 1e30, 10**9, 0.0) for k in range(2))
+    c = Cluster("slow", devices, (Link(("d0", "d1"), 100.0, 0.0),))  # 10 s per tensor, 0.001 s per producer
+    placements = np.array([[0] * n + [1] * n, [0] * n + [1, 0] * (n // 2)])
+    s = reference.simulate(placements[0], *SimInputs.build(g, c).args())
+    assert max(sum(1 for t in s.transfers if t[3] > tt) for tt in s.finish_s[:n]) > 2 * 2  # queued at once
+    for p, rb in zip(placements, simulate_batch(g, c, placements), strict=True):
+        ref = simulate(g, c, p, engine="reference")
+        _same(ref, simulate(g, c, p, engine="fast"))
+        _same(ref, rb)
+    # c_i runs for 1 s once its tensor arrives (one every 10 s), while the next transfer, which started as
+    # this one ended, already holds its copy on d1: two copies at most
+    assert simulate(g, c, placements[0]).peak_memory_bytes[1] == 2000
