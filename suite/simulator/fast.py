@@ -15,15 +15,29 @@ It differs from the reference in how it gets there, relying on these facts of th
 * Memory changes as in the reference: an op's output is allocated when it starts; a received copy when its
   transfer starts: at once on a free channel, else when the transfer ahead ends (queued transfers wait in a
   list per channel, and the event queue holds the next start of each channel); frees when consumers end.
-  The transfers of op p hold its own copy until the last of them ends, a future time when p ends: that
-  release waits in a list per device. Releases only lower a device's live bytes, so the list is applied only
+  The transfers of op p hold its own copy until the last of them ends (at p's end or later): that release
+  waits in a list per device. Releases only lower a device's live bytes, so the list is applied only
   when the live bytes (still counting those copies) exceed the device's peak so far, when the time moves on;
   otherwise the exact value could not set a new peak. This equals the reference's sweep of memory events
   with frees before allocations at equal times: the peak is the largest live bytes at the end of a time.
+* The dispatch scan passes over released ops not ready yet, and the release walk over releases not yet due.
+  Both are short in practice (at most 6 entries per op over the zoo workloads and cluster presets with
+  random, grouped and block placements; 0.1 on the benchmark graph) but grow with the number of ops waiting
+  at once: a fan of thousands of transfers queued on one slow link makes them quadratic. So the engine counts
+  them and gives up past 32 n + 4096 (n ops), and `_simulate_guarded` reruns the placement with the robust
+  engine, compiled from the same code (`robust` True): a released op found not ready moves to its device's
+  min-heap by ready time until its time comes, and each release waits on the channel of its last transfer, in
+  time order (a channel's transfer ends only grow), so that only due releases are visited. It is linear in
+  every case, but about 1.5 times slower on usual graphs (the extra code in the event loop), hence not the
+  default. On 16,000 producers sending to 16,000 consumers over one slow link (`test_simulator_bench.py`),
+  one placement takes 4.4 ms (2.8 in the robust engine) against 261 ms (consumers in producer order) and
+  335 ms (in reverse) for the fast engine left to run.
 
 Devices in masks (`busy`, `act`, `armed`, `over`): bit k stands for the devices d with d % 64 == k; up to
 64 devices that is device k alone. Larger clusters loop over the devices of each set bit and check each one
-(correct, not tuned); that code is compiled only for them: `_simulate`'s argument `wide` is None up to 64
+(correct, not tuned); they read `act`, `done` and `over` only (`busy` and `armed`, which a class of devices
+cannot keep exactly, are not read) and test each device's `running` and `slot`; that code is compiled only
+for them: `_simulate`'s argument `wide` is None up to 64
 devices and numba prunes the branches on `wide is None` at compile time. Indices are unsigned, with `NONE`
 as "no such": numba wraps negative indices around, which costs a sign test in the hot loop.
 `simulate_batch` runs many placements in one compiled call, sequentially on one core, reusing one workspace,
@@ -45,7 +59,10 @@ records in per-channel lists (28.0 / 54.5 / 74.6); the successors of an ended op
 (23.2 / 46.3 / 52.3) or in one (18.5 / 43.7 / 49.0); frees without branches through one reference count per
 (op, device) (19.9 / 44.5 / 56.4); frees moved after the dispatch (21.7 / 46.8 / 56.8); every device's peak
 compared 8 wide at the end of each instant (20.4 / 41.7 / 49.1); the own-copy releases in per-channel lists
-(25.9 / 49.7 / 62.0, before the peak bound); no float division (a product instead: no change). Tried on the
+(25.9 / 49.7 / 62.0, before the peak bound); no float division (a product instead: no change); the
+robust engine's heaps and per-channel release lists as the only engine (32.3 / 55.2 / 66.9 against 19.3 / 40.5 /
+48.1), or only its heap check in the dispatch (23.7 / 44.6 / 54.1): code in the event loop costs even when it
+never runs, and a cold call to out-of-line code costs as much (34.6 / 56.2 / 66.9, llvm.expect hints no help). Tried on the
 engine before (against its 20 / 43 / 58 ms): future memory deltas in per-device heaps instead of arrival
 events (0.84 / 1.20 / 1.36 ms per placement against 0.45 / 0.91 / 1.31 then); a binary heap, a branch-free
 insertion, per-source slots or source-tagged keys for the channel queue; two placements interleaved instant by
@@ -69,7 +86,7 @@ from numba.extending import intrinsic
 U = np.uint64
 ONE = U(1)
 NONE = U(0xFFFFFFFFFFFFFFFF)  # no op, device, edge or channel
-INF = np.int64(0x7FF0000000000000)  # the bits of +inf: no event in a slot, no ready time yet
+INF = np.int64(0x7FF0000000000000)  # the bits of +inf: no event in a slot, no released op
 
 
 @intrinsic
@@ -117,10 +134,51 @@ def _queue_push(qt, qs, size, t, ch):
 
 
 @njit(cache=True, inline="always")
+def _heap_push(heap_t, heap_op, base, size, t, c):
+    """Add op c with ready time t (bits) to the min-heap heap_t/heap_op[base:base + size]; returns the new size."""
+    i = size
+    while i > U(0):
+        parent = (i - ONE) >> ONE
+        if heap_t[base + parent] <= t:
+            break
+        heap_t[base + i] = heap_t[base + parent]
+        heap_op[base + i] = heap_op[base + parent]
+        i = parent
+    heap_t[base + i] = t
+    heap_op[base + i] = c
+    return size + ONE
+
+
+@njit(cache=True, inline="always")
+def _heap_pop(heap_t, heap_op, base, size):
+    """Remove the root of the min-heap heap_t/heap_op[base:base + size] (size > 0); returns the new size."""
+    size -= ONE
+    t = heap_t[base + size]
+    c = heap_op[base + size]
+    i = U(0)
+    while True:
+        child = (i << ONE) + ONE
+        if child >= size:
+            break
+        if child + ONE < size and heap_t[base + child + ONE] < heap_t[base + child]:
+            child += ONE
+        if t <= heap_t[base + child]:
+            break
+        heap_t[base + i] = heap_t[base + child]
+        heap_op[base + i] = heap_op[base + child]
+        i = child
+    heap_t[base + i] = t
+    heap_op[base + i] = c
+    return size
+
+
+@njit(cache=True, inline="always")
 def _pick(d, tb, released, low, n_released, ready_at):
     """The released op of device d with the smallest index whose ready time is at most `tb`, removed from the
-    set; else NONE and the earliest ready time of the set (INF if empty)."""
-    left = n_released[d]
+    set; else NONE and the earliest ready time of the set (INF if empty). Also returns how many released ops
+    it passed over (not ready yet): the work that `_simulate` bounds."""
+    total = n_released[d]
+    left = total
     earliest = INF
     w = low[d]
     while left > 0:
@@ -133,12 +191,44 @@ def _pick(d, tb, released, low, n_released, ready_at):
             if r <= tb:
                 released[d, w] ^= x & (~x + ONE)
                 n_released[d] = n_released[d] - 1
-                return c, earliest
+                return c, earliest, total - left
             earliest = min(earliest, r)
             x &= x - ONE
             left -= 1
         w += ONE
-    return NONE, earliest
+    return NONE, earliest, total
+
+
+@njit(cache=True, inline="always")
+def _pick_waiting(d, tb, released, low, n_released, ready_at, heap_t, heap_op, heap_base, heap_size):
+    """`_pick` for the robust engine: a released op found not ready yet leaves the bitmap for the device's heap
+    of waiting ops (by ready time), and comes back when its time has come, so each op is passed over at most
+    once however long it waits. The earliest ready time returned when none is ready includes the heap's."""
+    base = heap_base[d]
+    while heap_size[d] > U(0) and heap_t[base] <= tb:
+        c = heap_op[base]
+        heap_size[d] = _heap_pop(heap_t, heap_op, base, heap_size[d])
+        w = c >> U(6)
+        released[d, w] |= ONE << (c & U(63))
+        low[d] = min(low[d], w)
+        n_released[d] += 1
+    w = low[d]
+    while n_released[d] > 0:
+        x = released[d, w]
+        while x != U(0):
+            c = w * U(64) + U(trailing_zeros(x))
+            bit = x & (~x + ONE)
+            released[d, w] ^= bit
+            n_released[d] -= 1
+            r = ready_at[c]
+            if r <= tb:
+                low[d] = w
+                return c, INF
+            heap_size[d] = _heap_push(heap_t, heap_op, base, heap_size[d], r, c)
+            x ^= bit
+        w += ONE
+    low[d] = U(released.shape[1])
+    return NONE, heap_t[base] if heap_size[d] > U(0) else INF
 
 
 @njit(cache=True)
@@ -177,17 +267,25 @@ def _workspace(n, ndev, n_edges):
         np.empty(max(n_edges, 1), np.uint64),  # edge: next edge to a consumer on the same destination
         np.empty(n, np.uint64),  # the placement, unsigned
         np.empty(n, np.float64),  # duration of each op on its device
-        np.full(ndev, NONE, np.uint64),  # pending own-copy releases per device: first op of its list
-        np.empty(n, np.uint64),  # pending release: next op of the list
+        np.full(ndev * ndev, NONE, np.uint64),  # own-copy releases waiting: first op of each list (see `robust`)
+        np.empty(n, np.uint64),  # waiting release: next op of the list
         np.empty(n, np.int64),  # pending release: when the op's last transfer ends (bits)
+        np.empty(ndev * ndev, np.uint64),  # robust engine: last op of each channel's list of waiting releases
+        np.empty(n, np.int64),  # robust engine: heaps of waiting ops (released, not ready), a segment per device
+        np.empty(n, np.uint64),  # robust engine: heaps of waiting ops: op
+        np.empty(ndev, np.uint64),  # robust engine: heap segment of each device: start
+        np.zeros(ndev, np.uint64),  # robust engine: heap of each device: size
     )
 
 
 @njit(cache=True, error_model="numpy")
 def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap, param_bytes,
-              latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, starts):
-    """One placement; fills busy_s [D], peak [D], link_bytes [D, D] and, unless None, starts [n] (each op's
-    start time); returns the step time."""
+              latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, robust, starts):
+    """One placement; fills busy_s [D], peak [D], link_bytes [D, D] and starts [n] (each op's start time);
+    returns the step time.
+
+    With `robust` None, the fast engine: it gives up and returns -1.0 (the workspace restored) once its scans
+    have passed over more than 32 n + 4096 entries; the robust engine (`robust` True) never does."""
     n = U(placement.shape[0])
     ndev = U(cost.shape[1])
     busy_s[:] = 0.0
@@ -197,7 +295,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
         return 0.0
     (qt, qs, ch_qhead, ch_qtail, xq_start, xq_bytes, xq_next, ch_free, released, low, n_released, running, slot,
      pending, ready_at, own_refs, recv_refs, recv_bytes, live, top, send_bytes, n_remote, dsts, dst_edge, edge_next,
-     dev_of, dur_of, rel_head, rel_next, rel_time) = ws
+     dev_of, dur_of, rel_head, rel_next, rel_time, rel_tail, heap_t, heap_op, heap_base, heap_size) = ws
     ch_free[:] = 0.0
     live[:] = 0
     top[:] = 0
@@ -207,13 +305,22 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
         n_released[d] = 0
         running[d] = NONE
         slot[d] = 0  # every device dispatches at 0
+        heap_base[d] = 0
     for i in range(n):
         d = U(placement[i])
+        if robust is not None:
+            heap_base[d] += ONE
         dev_of[i] = d
         dur_of[i] = cost[i, d]
         pending[i] = pred_ptr[i + ONE] - pred_ptr[i]
         own_refs[i] = ONE + succ_ptr[i + ONE] - succ_ptr[i]  # its own run + every consumer (see below)
         ready_at[i] = 0
+    if robust is not None:
+        start = U(0)
+        for d in range(ndev):  # device d's heap holds at most its ops
+            count = heap_base[d]
+            heap_base[d] = start
+            start += count
     for i in range(n):
         if pending[i] == 0:
             d = dev_of[i]
@@ -230,6 +337,8 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
     t = 0.0
     tb = np.int64(0)  # _bits(t)
     over = U(0)  # device classes whose live bytes may exceed their peak in this instant
+    work = np.int64(0)  # fast engine: released ops and waiting releases passed over so far
+    limit = np.int64(32) * np.int64(n) + 4096
     while True:
         while done != U(0):
             k = U(trailing_zeros(done))
@@ -268,6 +377,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 # through their transfers, and all of p's transfers through one release when the last ends
                 own_refs[p] -= 1
                 last = tb
+                last_ch = NONE
                 for e in range(n_dst):
                     dst = dsts[e]
                     nb = min(send_bytes[dst], send_cap[p])
@@ -282,7 +392,11 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                     ch_free[ch] = end
                     link_bytes[src, dst] += nb
                     eb = _bits(end)
-                    last = max(last, eb)
+                    if robust is None:
+                        last = max(last, eb)
+                    elif eb >= last:
+                        last = eb
+                        last_ch = ch
                     if s == t:  # the channel is free: the received copy is allocated now
                         lv = live[dst] + nb
                         live[dst] = lv
@@ -319,8 +433,16 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 if n_dst > U(0):
                     own_refs[p] += 1
                     rel_time[p] = last
-                    rel_next[p] = rel_head[src]
-                    rel_head[src] = p
+                    if robust is None:  # a list per device, newest first
+                        rel_next[p] = rel_head[src]
+                        rel_head[src] = p
+                    else:  # a list per channel, in time order: a channel's transfer ends only grow
+                        rel_next[p] = NONE
+                        if rel_head[last_ch] == NONE:
+                            rel_head[last_ch] = p
+                        else:
+                            rel_next[rel_tail[last_ch]] = p
+                        rel_tail[last_ch] = p
                 if own_refs[p] == 0:
                     live[src] -= output_bytes[p]
                 for j in range(pred_ptr[p], pred_ptr[p + ONE]):  # the inputs lose a consumer
@@ -351,7 +473,12 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
             for d in range(k, ndev if wide is not None else k + ONE, 64):
                 if wide is not None and (running[d] != NONE or slot[d] != tb):
                     continue
-                i, earliest = _pick(d, tb, released, low, n_released, ready_at)
+                if robust is None:
+                    i, earliest, passed = _pick(d, tb, released, low, n_released, ready_at)
+                    work += passed
+                else:
+                    i, earliest = _pick_waiting(d, tb, released, low, n_released, ready_at, heap_t, heap_op,
+                                                heap_base, heap_size)
                 if i != NONE:
                     running[d] = i
                     dur = dur_of[i]
@@ -362,8 +489,7 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                     lv = live[d] + output_bytes[i]
                     live[d] = lv
                     over |= U(lv > top[d]) << k
-                    if starts is not None:
-                        starts[i] = t
+                    starts[i] = t
                 else:
                     slot[d] = earliest
                     if wide is None:
@@ -397,50 +523,83 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 for d in range(k, ndev if wide is not None else k + ONE, 64):
                     if live[d] <= top[d]:
                         continue
-                    prev = NONE
-                    p = rel_head[d]
-                    while p != NONE:
-                        nxt = rel_next[p]
-                        if rel_time[p] <= tb:  # p's last transfer has ended
-                            if prev == NONE:
-                                rel_head[d] = nxt
+                    if robust is None:  # walk the device's list
+                        prev = NONE
+                        p = rel_head[d]
+                        while p != NONE:
+                            nxt = rel_next[p]
+                            if rel_time[p] <= tb:  # p's last transfer has ended
+                                if prev == NONE:
+                                    rel_head[d] = nxt
+                                else:
+                                    rel_next[prev] = nxt
+                                own_refs[p] -= 1
+                                if own_refs[p] == 0:
+                                    live[d] -= output_bytes[p]
                             else:
-                                rel_next[prev] = nxt
-                            own_refs[p] -= 1
-                            if own_refs[p] == 0:
-                                live[d] -= output_bytes[p]
-                        else:
-                            prev = p
-                        p = nxt
+                                prev = p
+                                work += 1
+                            p = nxt
+                    else:  # the due releases lead each of the device's channels' lists
+                        for ch in range(d * ndev, d * ndev + ndev):
+                            p = rel_head[ch]
+                            while p != NONE and rel_time[p] <= tb:
+                                own_refs[p] -= 1
+                                if own_refs[p] == 0:
+                                    live[d] -= output_bytes[p]
+                                p = rel_next[p]
+                            rel_head[ch] = p
                     top[d] = max(top[d], live[d])
-            if m == INF:
+            if m == INF or (robust is None and work > limit):
                 break
         tb = m
         t = _time(m)
         done = act & busy if wide is None else act
+    if robust is None and work > limit:  # given up: the workspace as found, for the robust engine
+        ch_qhead[:] = NONE
+        released[:, :] = 0
+        recv_refs[:, :] = 0
+        slot[:] = INF
+        rel_head[:] = NONE
+        return -1.0
     for d in range(ndev):
         peak[d] = top[d]
         slot[d] = INF
-        rel_head[d] = NONE
+        heap_size[d] = 0
+    rel_head[:] = NONE
     for i in range(n):
         peak[dev_of[i]] += param_bytes[i]
     return t
 
 
 @njit(cache=True)
+def _simulate_guarded(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap,
+                      param_bytes, latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, starts, mode):
+    """Mode 0: the fast engine, and the robust one where the fast one gives up; 1: the fast engine only (-1.0
+    where it gives up); 2: the robust engine only."""
+    step = -1.0
+    if mode != 2:
+        step = _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap,
+                         param_bytes, latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, None, starts)
+    if step < 0.0 and mode != 1:
+        step = _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap,
+                         param_bytes, latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, True, starts)
+    return step
+
+
+@njit(cache=True)
 def _simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                    output_bytes, send_cap, param_bytes, latency_s, bandwidth, steps, busy, peak, link, ws, wide, starts):
+                    output_bytes, send_cap, param_bytes, latency_s, bandwidth, steps, busy, peak, link, ws, wide, starts,
+                    mode):
+    """Placement b's start times go to starts[b], or all to one scratch row when `starts` has one."""
+    last = starts.shape[0] - 1
     for b in range(placements.shape[0]):
-        if starts is None:  # pruned at compile time: the engine without start times stores none
-            steps[b] = _simulate(placements[b], cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                                 output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b], link[b],
-                                 ws, wide, None)
-        else:
-            steps[b] = _simulate(placements[b], cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                                 output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b], link[b],
-                                 ws, wide, starts[b])
+        steps[b] = _simulate_guarded(placements[b], cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
+                                     output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b],
+                                     link[b], ws, wide, starts[min(b, last)], mode)
 
 
+ENGINES = {"auto": 0, "fast": 1, "robust": 2}
 _kept = threading.local()  # per thread: the last workspace and its sizes
 
 
@@ -461,10 +620,13 @@ def _workspace_for(n: int, ndev: int, n_edges: int) -> tuple:
 
 
 def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                   output_bytes, send_cap, param_bytes, latency_s, bandwidth, *, start_times=False):
+                   output_bytes, send_cap, param_bytes, latency_s, bandwidth, *, start_times=False, engine="auto"):
     """Placements [B, n] -> (steps [B], busy [B, D], peak [B, D], link_bytes [B, D, D]), and with
-    `start_times` a fifth array [B, n] of each op's start time (a separately compiled engine; the one
-    without stores none).
+    `start_times` a fifth array [B, n] of each op's start time (the engine records them in any case: one
+    store per op, within the noise of the benchmark, and half the code to compile as a second engine).
+
+    `engine`: "auto" (the fast engine, and the robust one for the placements on which it gives up), "fast"
+    (its step time is -1.0 where it gives up; for tests) or "robust".
 
     The index arrays (succ_ptr, succ_idx, pred_ptr, pred_idx) are used as uint64; `SimInputs.fast_args`
     gives them so, other callers pay a conversion per call. Device indices are not checked here: the
@@ -476,11 +638,12 @@ def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, p
     busy = np.zeros((bsz, ndev), np.float64)
     peak = np.zeros((bsz, ndev), np.int64)
     link = np.zeros((bsz, ndev, ndev), np.int64)
-    starts = np.zeros(placements.shape, np.float64) if start_times else None
+    starts = np.zeros(placements.shape if start_times else (1, placements.shape[1]), np.float64)
     ws = _workspace_for(placements.shape[1], ndev, succ_idx.shape[0])
-    _simulate_batch(np.ascontiguousarray(placements, dtype=np.int64), cost, unsigned(succ_ptr), unsigned(succ_idx),
+    # writable, as a read-only array is another type to numba: a second compiled engine for nothing
+    _simulate_batch(np.require(placements, np.int64, ["C", "W"]), cost, unsigned(succ_ptr), unsigned(succ_idx),
                     succ_bytes, unsigned(pred_ptr), unsigned(pred_idx), output_bytes, send_cap, param_bytes, latency_s,
-                    bandwidth, steps, busy, peak, link, ws, None if ndev <= 64 else ndev, starts)
+                    bandwidth, steps, busy, peak, link, ws, None if ndev <= 64 else ndev, starts, ENGINES[engine])
     return (steps, busy, peak, link, starts) if start_times else (steps, busy, peak, link)
 
 
