@@ -124,7 +124,8 @@ def test_schedule_invariants_on_random_graphs(uniform_cluster):
 
 @pytest.mark.parametrize("ndev", [63, 64, 65, 130])
 def test_fast_equals_reference_with_more_than_64_devices(ndev):
-    """The fast engine tracks peaks with a 64-bit device mask; larger clusters take another path."""
+    """The fast engine tracks peaks with a 64-bit device mask; larger clusters take another path (in the
+    robust engine too)."""
     rng = np.random.default_rng(ndev)
     n = 300
     ops = [Op(f"o{i}", "x", flops=float(rng.integers(0, 4)) * 1e9, output_bytes=int(rng.choice([0, 500, 1000])),
@@ -145,6 +146,7 @@ def test_fast_equals_reference_with_more_than_64_devices(ndev):
         _same(ref, simulate(g, c, p, engine="fast"))
         _same(ref, rb)
         assert st_.tolist() == reference.simulate(p, *SimInputs.build(g, c).args()).start_s.tolist()
+        assert _engine(g, c, p, "robust") == _raw(ref)
 
 
 def test_the_kept_workspace_gives_every_call_the_result_of_a_fresh_one():
