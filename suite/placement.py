@@ -137,6 +137,21 @@ def check_placement(placement: np.ndarray, graph: OpGraph, cluster: Cluster) -> 
             )
 
 
+def all_valid(placements: np.ndarray, graph: OpGraph, cluster: Cluster) -> bool:
+    """Whether every row of an integer [B, n] array passes `validate`, in a few whole-batch passes. False
+    says only that some row fails: `validate` on each row names what is wrong."""
+    if placements.ndim != 2 or placements.shape[1] != graph.num_ops or placements.dtype.kind not in "iu":
+        return False
+    if placements.size == 0:
+        return True
+    if placements.min() < 0 or placements.max() >= cluster.num_devices:
+        return False
+    rules = _rules(graph, cluster)
+    if rules.allowed is not None and not rules.allowed[np.arange(graph.num_ops), placements].all():
+        return False
+    return rules.leader is None or bool((placements == placements[:, rules.leader]).all())
+
+
 def validate(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray:
     """`as_placement` then `check_placement`; returns the read-only int64 placement array."""
     arr = as_placement(placement, graph, cluster)

@@ -18,7 +18,7 @@ from suite.cluster import Cluster
 from suite.costmodel import Profile, cost_matrix
 from suite.errors import ClusterError, PlacementError, ProfileError
 from suite.graph import OpGraph
-from suite.placement import validate
+from suite.placement import all_valid, validate
 from suite.simulator import reference
 
 ENGINES = ("fast", "reference")
@@ -271,10 +271,10 @@ def _checked_batch(workload: OpGraph, cluster: Cluster, placements: np.ndarray, 
         raise PlacementError(
             f"batch of placements must have shape [B, {workload.num_ops}], got {placements.shape}"
         )
-    if validate_each:
-        placements = np.stack([validate(p, workload, cluster) for p in placements]) if len(placements) else placements
-    else:
+    if not validate_each:
         _check_device_indices(placements, workload, cluster)
+    elif not all_valid(placements, workload, cluster):  # some placement is invalid: `validate` names the first
+        placements = np.stack([validate(p, workload, cluster) for p in placements]) if len(placements) else placements
     return np.ascontiguousarray(placements, dtype=np.int64)
 
 

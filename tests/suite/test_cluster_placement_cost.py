@@ -196,18 +196,24 @@ def _reference_violation(p, graph, cluster):
     return None
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_vectorized_validation_equals_the_rules_as_loops(data):
-    c = load_cluster("haswell_4k80")  # cpu:0 and four GPUs
-    n = data.draw(st.integers(1, 12))
+def _draw_ruled_graph(data, max_ops: int) -> OpGraph:
+    """A graph of up to max_ops ops, some in colocation groups g1 and g2, some allowing only cpu or gpu."""
+    n = data.draw(st.integers(1, max_ops))
     groups = data.draw(st.lists(st.sampled_from(["", "", "g1", "g2"]), min_size=n, max_size=n))
     kinds = data.draw(st.lists(st.sampled_from([(), (), ("cpu",), ("gpu",)]), min_size=n, max_size=n))
     ops = [Op(f"o{i}", "x", flops=1.0, group=groups[i] or None, allowed_kinds=kinds[i]) for i in range(n)]
     try:
-        g = OpGraph.build("v", ops, [])
+        return OpGraph.build("v", ops, [])
     except GraphError:  # a group whose ops allow no common device kind
         assume(False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_vectorized_validation_equals_the_rules_as_loops(data):
+    c = load_cluster("haswell_4k80")  # cpu:0 and four GPUs
+    g = _draw_ruled_graph(data, 12)
+    n = g.num_ops
     p = np.array(data.draw(st.lists(st.integers(0, c.num_devices - 1), min_size=n, max_size=n)))
     expected = _reference_violation(p, g, c)
     for form in (p, p.tolist(), p.astype(np.int32), p.astype(np.uint8)):
@@ -395,3 +401,28 @@ def test_cost_matrix_refuses_a_negative_time_from_a_profile_made_in_code():
         with pytest.raises(ProfileError, match=rf"profile for 'small': op 'fwd' takes {t!r} s, not a finite"):
             cost_matrix(g, c, [Profile("small", "gpu", {"fwd": t})])
     assert cost_matrix(g, c, [Profile("small", "gpu", {"fwd": 0.0})])[1, 1] == 0.0  # zero is a time
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_batch_is_all_valid_exactly_when_each_placement_validates(data):
+    """`all_valid`, the whole-batch check that `simulate_batch` makes first, agrees with `validate` on each
+    row, on graphs with device-kind rules and colocation groups and batches with some bad rows."""
+    from suite.placement import all_valid
+
+    c = load_cluster("haswell_4k80")
+    g = _draw_ruled_graph(data, 10)
+    n = g.num_ops
+    rows = data.draw(st.lists(st.lists(st.integers(-1, c.num_devices), min_size=n, max_size=n), min_size=1, max_size=4))
+    batch = np.array(rows)
+
+    def ok(p):
+        try:
+            validate(p, g, c)
+            return True
+        except PlacementError:
+            return False
+
+    assert all_valid(batch, g, c) == all(ok(p) for p in batch)
+    assert all_valid(batch.astype(np.uint8) if batch.min() >= 0 else batch, g, c) == all(ok(p) for p in batch)
+    assert not all_valid(batch.astype(float), g, c)  # not integers: validate looks at each entry
