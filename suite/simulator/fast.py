@@ -37,8 +37,8 @@ Devices in masks (`busy`, `act`, `armed`, `over`): bit k stands for the devices 
 64 devices that is device k alone. Larger clusters loop over the devices of each set bit and check each one
 (correct, not tuned); they read `act`, `done` and `over` only (`busy` and `armed`, which a class of devices
 cannot keep exactly, are not read) and test each device's `running` and `slot`; that code is compiled only
-for them: `_simulate`'s argument `wide` is None up to 64
-devices and numba prunes the branches on `wide is None` at compile time. Indices are unsigned, with `NONE`
+for them: `_simulate`'s argument `wide` is None up to 64 devices and numba prunes the branches on `wide is
+None` at compile time (as it does those on `robust is None`). Indices are unsigned, with `NONE`
 as "no such": numba wraps negative indices around, which costs a sign test in the hot loop.
 `simulate_batch` runs many placements in one compiled call, sequentially on one core, reusing one workspace,
 which is also kept for the next call with the same sizes.
