@@ -632,6 +632,8 @@ def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, p
     gives them so, other callers pay a conversion per call. Device indices are not checked here: the
     callers in `suite.simulator` validate placements first.
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     bsz = placements.shape[0]
     ndev = cost.shape[1]
     steps = np.zeros(bsz, np.float64)
