@@ -38,8 +38,8 @@ Devices in masks (`busy`, `act`, `armed`, `over`): bit k stands for the devices 
 (correct, not tuned); they read `act`, `done` and `over` only (`busy` and `armed`, which a class of devices
 cannot keep exactly, are not read) and test each device's `running` and `slot`; that code is compiled only
 for them: `_simulate`'s argument `wide` is None up to 64 devices and numba prunes the branches on `wide is
-None` at compile time (as it does those on `robust is None`). Indices are unsigned, with `NONE`
-as "no such": numba wraps negative indices around, which costs a sign test in the hot loop.
+None` at compile time (as it does those on `robust is None`). Indices are unsigned, with `NONE` as "no
+such": numba wraps negative indices around, which costs a sign test in the hot loop.
 `simulate_batch` runs many placements in one compiled call, sequentially on one core, reusing one workspace,
 which is also kept for the next call with the same sizes.
 
@@ -60,10 +60,10 @@ records in per-channel lists (28.0 / 54.5 / 74.6); the successors of an ended op
 (op, device) (19.9 / 44.5 / 56.4); frees moved after the dispatch (21.7 / 46.8 / 56.8); every device's peak
 compared 8 wide at the end of each instant (20.4 / 41.7 / 49.1); the own-copy releases in per-channel lists
 (25.9 / 49.7 / 62.0, before the peak bound); no float division (a product instead: no change); the
-robust engine's heaps and per-channel release lists as the only engine (32.3 / 55.2 / 66.9 against 19.3 / 40.5 /
-48.1), or only its heap check in the dispatch (23.7 / 44.6 / 54.1): code in the event loop costs even when it
-never runs, and a cold call to out-of-line code costs as much (34.6 / 56.2 / 66.9, llvm.expect hints no help). Tried on the
-engine before (against its 20 / 43 / 58 ms): future memory deltas in per-device heaps instead of arrival
+robust engine's heaps and per-channel release lists as the only engine (32.3 / 55.2 / 66.9 against
+19.3 / 40.5 / 48.1), or only its heap check in the dispatch (23.7 / 44.6 / 54.1): code in the event loop
+costs even when it never runs, and a cold call to out-of-line code costs as much (34.6 / 56.2 / 66.9;
+llvm.expect hints no help). Tried on the engine before (against its 20 / 43 / 58 ms): future memory deltas in per-device heaps instead of arrival
 events (0.84 / 1.20 / 1.36 ms per placement against 0.45 / 0.91 / 1.31 then); a binary heap, a branch-free
 insertion, per-source slots or source-tagged keys for the channel queue; two placements interleaved instant by
 instant (+25%: twice the live registers); int32 counters; one array of 4 words per op; device masks as arrays
@@ -269,7 +269,7 @@ def _workspace(n, ndev, n_edges):
         np.empty(n, np.float64),  # duration of each op on its device
         np.full(ndev * ndev, NONE, np.uint64),  # own-copy releases waiting: first op of each list (see `robust`)
         np.empty(n, np.uint64),  # waiting release: next op of the list
-        np.empty(n, np.int64),  # pending release: when the op's last transfer ends (bits)
+        np.empty(n, np.int64),  # waiting release: when the op's last transfer ends (bits)
         np.empty(ndev * ndev, np.uint64),  # robust engine: last op of each channel's list of waiting releases
         np.empty(n, np.int64),  # robust engine: heaps of waiting ops (released, not ready), a segment per device
         np.empty(n, np.uint64),  # robust engine: heaps of waiting ops: op
@@ -305,7 +305,8 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
         n_released[d] = 0
         running[d] = NONE
         slot[d] = 0  # every device dispatches at 0
-        heap_base[d] = 0
+        if robust is not None:
+            heap_base[d] = 0
     for i in range(n):
         d = U(placement[i])
         if robust is not None:
@@ -599,7 +600,7 @@ def _simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, 
                                      link[b], ws, wide, starts[min(b, last)], mode)
 
 
-ENGINES = {"auto": 0, "fast": 1, "robust": 2}
+ENGINE_MODES = {"auto": 0, "fast": 1, "robust": 2}  # `engine` of simulate_batch -> `mode` of _simulate_guarded
 _kept = threading.local()  # per thread: the last workspace and its sizes
 
 
@@ -632,8 +633,8 @@ def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, p
     gives them so, other callers pay a conversion per call. Device indices are not checked here: the
     callers in `suite.simulator` validate placements first.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine not in ENGINE_MODES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINE_MODES)}, got {engine!r}")
     bsz = placements.shape[0]
     ndev = cost.shape[1]
     steps = np.zeros(bsz, np.float64)
@@ -645,7 +646,7 @@ def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, p
     # writable, as a read-only array is another type to numba: a second compiled engine for nothing
     _simulate_batch(np.require(placements, np.int64, ["C", "W"]), cost, unsigned(succ_ptr), unsigned(succ_idx),
                     succ_bytes, unsigned(pred_ptr), unsigned(pred_idx), output_bytes, send_cap, param_bytes, latency_s,
-                    bandwidth, steps, busy, peak, link, ws, None if ndev <= 64 else ndev, starts, ENGINES[engine])
+                    bandwidth, steps, busy, peak, link, ws, None if ndev <= 64 else ndev, starts, ENGINE_MODES[engine])
     return (steps, busy, peak, link, starts) if start_times else (steps, busy, peak, link)
 
 

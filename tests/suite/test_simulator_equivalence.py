@@ -62,6 +62,14 @@ def _engine(g, c, placement, engine):
     return step[0], busy[0].tolist(), peak[0].tolist(), link[0].tolist()
 
 
+def _fan(n, reversed_pairs=False):
+    """n one-GFLOP producers of 1000 bytes, each feeding one consumer of 0 bytes (producer i feeds consumer i,
+    or n - 1 - i with `reversed_pairs`); placed [0] * n + [1] * n, every edge crosses from d0 to d1."""
+    ops = [Op(f"p{i}", "x", flops=1e9, output_bytes=1000) for i in range(n)]
+    ops += [Op(f"c{i}", "x", flops=1e9, output_bytes=0) for i in range(n)]
+    return OpGraph.build("fan", ops, [(f"p{i}", f"c{n - 1 - i if reversed_pairs else i}") for i in range(n)])
+
+
 def _raw(r):
     """A SimResult as `_engine` gives it, before the public API adds its status and memory checks."""
     return r.step_time_s, r.busy_s.tolist(), r.peak_memory_bytes.tolist(), r.link_bytes.tolist()
@@ -181,9 +189,7 @@ def test_a_burst_of_transfers_queued_on_one_channel():
     its copy on d1, when the one ahead ends. The fast engine agrees with the reference, and the copies that
     have started but whose consumers have not run make d1's peak."""
     n = 40
-    ops = [Op(f"p{i}", "x", flops=1e9, output_bytes=1000) for i in range(n)]
-    ops += [Op(f"c{i}", "x", flops=1e9, output_bytes=0) for i in range(n)]
-    g = OpGraph.build("burst", ops, [(f"p{i}", f"c{i}") for i in range(n)])
+    g = _fan(n)
     devices = tuple(Device(f"d{k}", "gpu", 1e12 if k == 0 else 1e9, 1e30, 10**9, 0.0) for k in range(2))
     c = Cluster("slow", devices, (Link(("d0", "d1"), 100.0, 0.0),))  # 10 s per tensor, 0.001 s per producer
     placements = np.array([[0] * n + [1] * n, [0] * n + [1, 0] * (n // 2)])
@@ -207,10 +213,7 @@ def test_many_transfers_in_flight_and_many_released_ops_waiting(order):
     the last consumer runs from 10N + 1 to 10N + 2; d0 holds 300 - 29 outputs when its last producer
     starts at 299 (transfers 0..28 have ended by then); d1 holds two received copies at a time."""
     n = 300
-    ops = [Op(f"p{i}", "x", flops=1e9, output_bytes=1000) for i in range(n)]
-    ops += [Op(f"c{i}", "x", flops=1e9, output_bytes=0) for i in range(n)]
-    pair = (lambda i: f"c{n - 1 - i}") if order == "reversed" else (lambda i: f"c{i}")
-    g = OpGraph.build("fan", ops, [(f"p{i}", pair(i)) for i in range(n)])
+    g = _fan(n, reversed_pairs=order == "reversed")
     c = Cluster("slow", tuple(Device(f"d{k}", "gpu", 1e9, 1e30, 10**9, 0.0) for k in range(2)),
                 (Link(("d0", "d1"), 100.0, 0.0),))
     p = np.array([0] * n + [1] * n)
