@@ -796,9 +796,13 @@ def cluster_info(name: str) -> dict[str, Any]:
         "devices": [{"name": d.name, "kind": d.kind, "model": d.model,
                      **{k: getattr(d, k) for k in DEVICE_NUMBERS}, "source": dict(d.source)} for d in c.devices],
         "links": [{"name": lk.name, "between": list(lk.between), **{k: getattr(lk, k) for k in LINK_NUMBERS},
-                   "source": dict(lk.source)} for lk in c.links],
+                   "sharing": lk.sharing, "source": dict(lk.source)} for lk in c.links],
         "unsourced": unsourced(c),
     }
+
+
+SHARING_TEXT = {"pairs": "one channel per ordered pair (a crossbar)",
+                "ports": "one transfer at a time per device port and direction"}
 
 
 def _show_cluster(name: str, as_json: bool) -> int:
@@ -816,7 +820,8 @@ def _show_cluster(name: str, as_json: bool) -> int:
         lines += [f"  source.{k}: {v}" for k, v in d["source"].items()]
     for j, lk in enumerate(info["links"]):
         lines.append(f"links[{j}]{' ' + lk['name'] if lk['name'] else ''} ({', '.join(lk['between'])}): "
-                     f"{lk['bandwidth']:.4g} B/s per direction, {lk['latency_s']:g} s latency")
+                     f"{lk['bandwidth']:.4g} B/s per direction, {lk['latency_s']:g} s latency, "
+                     f"{SHARING_TEXT[lk['sharing']]}")
         lines += [f"  source.{k}: {v}" for k, v in lk["source"].items()]
     missing = info["unsourced"]
     lines.append(f"numbers without a source ({len(missing)}): {', '.join(missing)}" if missing else

@@ -2,11 +2,16 @@
 
 A cluster file (see `suite/clusters/*.toml`) lists devices and links; every number should carry its
 source in the `source` table beside it. A link with more than two devices in `between` connects every
-pair of them (a switch such as NVSwitch or a PCIe root complex seen as a crossbar).
+pair of them (a switch such as NVSwitch or a PCIe root complex).
 
 Communication between two devices follows the route with the fewest links: its latency is the sum of the
 links' latencies and its bandwidth the smallest of theirs. The simulator treats each ordered device pair as
-one channel that carries one transfer at a time.
+one channel that carries one transfer at a time. A link's `sharing` says what else a transfer waits for:
+"pairs" (the default) nothing, so a link of several devices is a crossbar in which transfers between
+different pairs never contend; "ports" each device's port on the link, one per direction, so that a transfer
+also holds the sending device's outgoing port and the receiving device's incoming port on every such link
+of its route (a PCIe switch or NVSwitch whose per-device bandwidth is shared by all of that device's
+transfers).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class Link:
     bandwidth: float  # bytes/s per direction
     latency_s: float
     name: str = ""
+    sharing: str = "pairs"  # "pairs" (a crossbar) or "ports" (see the module docstring)
     source: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -74,42 +80,55 @@ class Cluster:
     def device_indices(self, kind: str) -> list[int]:
         return [i for i, d in enumerate(self.devices) if d.kind == kind]
 
-    @cached_property
+    @property
     def routes(self) -> tuple[np.ndarray, np.ndarray]:
         """(latency_s [D, D], bandwidth [D, D]) of the fewest-link route between every pair.
 
         The diagonal has latency 0 and infinite bandwidth (no transfer within a device).
         """
+        lat, bw, _ = self._route_table
+        return lat, bw
+
+    def route(self, src: int, dst: int) -> list[tuple[int, int, int]]:
+        """The hops of the route from device src to device dst: (from device, to device, link index)."""
+        return self._route_table[2][src][dst]
+
+    @cached_property
+    def _route_table(self) -> tuple[np.ndarray, np.ndarray, list[list[list[tuple[int, int, int]]]]]:
         n = self.num_devices
-        direct: dict[tuple[int, int], Link] = {}  # best link per pair: highest bandwidth, then lowest latency
-        for link in self.links:
+        direct: dict[tuple[int, int], int] = {}  # best link per pair: highest bandwidth, then lowest latency
+        for j, link in enumerate(self.links):
             ids = [self.index[d] for d in link.between]
             for a in ids:
                 for b in ids:
-                    old = direct.get((a, b))
+                    old = self.links[direct[(a, b)]] if (a, b) in direct else None
                     if a != b and (old is None or (link.bandwidth, -link.latency_s) > (old.bandwidth, -old.latency_s)):
-                        direct[(a, b)] = link
-        adj: dict[int, list[tuple[int, Link]]] = {i: [] for i in range(n)}
-        for (a, b), link in sorted(direct.items()):
-            adj[a].append((b, link))
+                        direct[(a, b)] = j
+        adj: dict[int, list[tuple[int, int]]] = {i: [] for i in range(n)}
+        for (a, b), j in sorted(direct.items()):
+            adj[a].append((b, j))
         lat = np.zeros((n, n))
         bw = np.full((n, n), np.inf)
+        hops: list[list[list[tuple[int, int, int]]]] = [[[] for _ in range(n)] for _ in range(n)]
         for s in range(n):
             # BFS by layers: a fewest-link route to every device; among those, the widest (highest bottleneck
             # bandwidth), then the one with the least latency
             best: dict[int, tuple[float, float]] = {s: (0.0, math.inf)}
+            via: dict[int, tuple[int, int]] = {}  # device -> (previous device, link) on its best route
             layer = [s]
             while layer:
                 reached: dict[int, tuple[float, float]] = {}
                 for v in layer:
                     lv, bv = best[v]
-                    for w, link in adj[v]:
+                    for w, j in adj[v]:
                         if w in best:
                             continue
+                        link = self.links[j]
                         cand = (lv + link.latency_s, min(bv, link.bandwidth))
                         old = reached.get(w)
                         if old is None or (cand[1], -cand[0]) > (old[1], -old[0]):
                             reached[w] = cand
+                            via[w] = (v, j)
                 best.update(reached)
                 layer = sorted(reached)
             for t in range(n):
@@ -118,9 +137,42 @@ class Cluster:
                         f"cluster {self.name!r}: no link route from {self.devices[s].name!r} to {self.devices[t].name!r}"
                     )
                 lat[s, t], bw[s, t] = best[t]
+                v = t
+                while v != s:
+                    u, j = via[v]
+                    hops[s][t].insert(0, (u, v, j))
+                    v = u
         lat.setflags(write=False)
         bw.setflags(write=False)
-        return lat, bw
+        return lat, bw, hops
+
+    @cached_property
+    def ports(self) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The ports each ordered pair's transfers hold besides their channel, or None where no link has
+        `sharing = "ports"`: (ptr int64 [D * D + 1], port int64 [...], number of ports), the ports of pair
+        (a, b) being port[ptr[a * D + b]:ptr[a * D + b + 1]]. Each device on a "ports" link has two: its
+        outgoing one (even id) and its incoming one (the next id)."""
+        if not any(lk.sharing == "ports" for lk in self.links):
+            return None
+        first: dict[tuple[int, int], int] = {}  # (link, device) -> its outgoing port's id
+        for j, lk in enumerate(self.links):
+            if lk.sharing == "ports":
+                for name in lk.between:
+                    first[(j, self.index[name])] = 2 * len(first)
+        n = self.num_devices
+        ptr = np.zeros(n * n + 1, dtype=np.int64)
+        held: list[int] = []
+        for a in range(n):
+            for b in range(n):
+                if a != b:
+                    for u, v, j in self.route(a, b):
+                        if (j, u) in first:
+                            held += [first[(j, u)], first[(j, v)] + 1]
+                ptr[a * n + b + 1] = len(held)
+        port = np.array(held, dtype=np.int64)
+        for x in (ptr, port):
+            x.setflags(write=False)
+        return ptr, port, 2 * len(first)
 
     def transfer_time_s(self, src: int, dst: int, nbytes: float) -> float:
         if src == dst:
@@ -143,7 +195,9 @@ class Cluster:
         body = {
             "name": self.name,
             "devices": [{k: v for k, v in d.__dict__.items() if k != "source"} for d in self.devices],
-            "links": [{k: v for k, v in lk.__dict__.items() if k != "source"} for lk in self.links],
+            # a default `sharing` is left out, so that the hashes of clusters from before it stay as they were
+            "links": [{k: v for k, v in lk.__dict__.items() if k != "source" and (k, v) != ("sharing", "pairs")}
+                      for lk in self.links],
         }
         return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, default=list).encode()).hexdigest()
 
@@ -220,6 +274,8 @@ def _validate(c: Cluster, where: str) -> None:
                 raise ClusterError(f"{w}.between: device {name!r} is listed twice")
         _positive(w, "bandwidth", lk.bandwidth)
         _positive(w, "latency_s", lk.latency_s, allow_zero=True)
+        if lk.sharing not in LINK_SHARING:
+            raise ClusterError(f"{w}.sharing: {short_repr(lk.sharing)} is not one of {', '.join(LINK_SHARING)}")
     if len(c.devices) > 1:
         c.routes  # noqa: B018 - raises on a disconnected cluster
 
@@ -227,6 +283,7 @@ def _validate(c: Cluster, where: str) -> None:
 DEVICE_NUMBERS = ("peak_flops", "mem_bandwidth", "memory_bytes", "op_overhead_s", "compute_efficiency",
                   "memory_efficiency")
 LINK_NUMBERS = ("bandwidth", "latency_s")
+LINK_SHARING = ("pairs", "ports")
 
 
 def unsourced(c: Cluster) -> list[str]:

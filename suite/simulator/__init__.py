@@ -41,6 +41,7 @@ class SimInputs:
     latency_s: np.ndarray  # [D, D]
     bandwidth: np.ndarray  # [D, D]
     capacity_bytes: np.ndarray  # int64 [D]
+    ports: tuple[np.ndarray, np.ndarray, int] | None = None  # `Cluster.ports`: None unless a link shares ports
 
     @classmethod
     def build(cls, graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> SimInputs:
@@ -63,6 +64,7 @@ class SimInputs:
             latency_s=np.ascontiguousarray(lat, dtype=np.float64),
             bandwidth=np.ascontiguousarray(bw, dtype=np.float64),
             capacity_bytes=np.array([d.memory_bytes for d in cluster.devices], dtype=np.int64),
+            ports=cluster.ports,
         )
 
     def fast_args(self) -> tuple:
@@ -75,7 +77,19 @@ class SimInputs:
             self.param_bytes,
             self.latency_s,
             self.bandwidth,
+            self._unsigned_ports,
         )
+
+    @cached_property
+    def _unsigned_ports(self) -> tuple | None:
+        from suite.simulator import fast
+
+        if self.ports is None:
+            return None
+        ptr, port = fast.unsigned(self.ports[0]), fast.unsigned(self.ports[1])
+        for a in (ptr, port):
+            a.setflags(write=False)
+        return ptr, port, self.ports[2]
 
     @cached_property
     def _unsigned_index(self) -> tuple:
@@ -98,6 +112,7 @@ class SimInputs:
             self.param_bytes,
             self.latency_s,
             self.bandwidth,
+            self.ports,
         )
 
 

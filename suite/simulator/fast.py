@@ -288,12 +288,14 @@ def _workspace(n, ndev, n_edges):
 
 @njit(cache=True, error_model="numpy")
 def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap, param_bytes,
-              latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, robust, starts):
+              latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, robust, starts, ports):
     """One placement; fills busy_s [D], peak [D], link_bytes [D, D] and starts [n] (each op's start time);
     returns the step time.
 
     With `robust` None, the fast engine: it gives up and returns -1.0 (the workspace restored) once its scans
-    have passed over more than 32 n + 4096 entries; the robust engine (`robust` True) never does."""
+    have passed over more than 32 n + 4096 entries; the robust engine (`robust` True) never does. `ports` is
+    None, or (ptr, port, free) for links that share ports (`Cluster.ports`, with `free` the time each port
+    becomes free): a transfer waits for its channel and for the ports of its pair, and holds them all."""
     n = U(placement.shape[0])
     ndev = U(cost.shape[1])
     busy_s[:] = 0.0
@@ -305,6 +307,8 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
      pending, ready_at, own_refs, recv_refs, recv_bytes, live, top, send_bytes, n_remote, dsts, dst_edge, edge_next,
      dev_of, dur_of, rel_head, rel_next, rel_time, rel_tail, heap_t, heap_op, heap_base, heap_size) = ws
     ch_free[:] = 0.0
+    if ports is not None:
+        ports[2][:] = 0.0
     live[:] = 0
     top[:] = 0
     n_words = U(released.shape[1])
@@ -352,7 +356,10 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
         while done != U(0):
             k = U(trailing_zeros(done))
             done &= done - ONE
-            for src in range(k, ndev if wide is not None else k + ONE, 64):
+            first, stride = k, U(64)
+            if wide is not None and ports is not None:  # ports are claimed in device order: all devices at once
+                first, stride, done = U(0), ONE, U(0)
+            for src in range(first, ndev if wide is not None else k + ONE, stride):
                 if wide is not None and (running[src] == NONE or slot[src] != tb):
                     continue
                 # the op running on src ends: each consumer gets its input, at once or by a transfer
@@ -387,6 +394,14 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                 own_refs[p] -= 1
                 last = tb
                 last_ch = NONE
+                if ports is not None:  # ports are claimed in destination order
+                    for e in range(1, n_dst):
+                        x = dsts[e]
+                        f = e
+                        while f > 0 and dsts[f - 1] > x:
+                            dsts[f] = dsts[f - 1]
+                            f -= 1
+                        dsts[f] = x
                 for e in range(n_dst):
                     dst = dsts[e]
                     nb = min(send_bytes[dst], send_cap[p])
@@ -397,8 +412,16 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                     recv_bytes[p, dst] = nb
                     ch = src * ndev + dst
                     s = max(t, ch_free[ch])
+                    if ports is not None:
+                        port_ptr, port, port_free = ports
+                        for k in range(port_ptr[ch], port_ptr[ch + ONE]):
+                            s = max(s, port_free[port[k]])
                     end = s + latency_s[src, dst] + nb / bandwidth[src, dst]
                     ch_free[ch] = end
+                    if ports is not None:
+                        port_ptr, port, port_free = ports
+                        for k in range(port_ptr[ch], port_ptr[ch + ONE]):
+                            port_free[port[k]] = end
                     link_bytes[src, dst] += nb
                     eb = _bits(end)
                     if robust is None:
@@ -583,29 +606,29 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
 
 @njit(cache=True)
 def _simulate_guarded(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap,
-                      param_bytes, latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, starts, mode):
+                      param_bytes, latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, starts, mode, ports):
     """Mode 0: the fast engine, and the robust one where the fast one gives up; 1: the fast engine only (-1.0
     where it gives up); 2: the robust engine only."""
     step = -1.0
     if mode != 2:
         step = _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap,
-                         param_bytes, latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, None, starts)
+                         param_bytes, latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, None, starts, ports)
     if step < 0.0 and mode != 1:
         step = _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap,
-                         param_bytes, latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, True, starts)
+                         param_bytes, latency_s, bandwidth, busy_s, peak, link_bytes, ws, wide, True, starts, ports)
     return step
 
 
 @njit(cache=True)
 def _simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
                     output_bytes, send_cap, param_bytes, latency_s, bandwidth, steps, busy, peak, link, ws, wide, starts,
-                    mode):
+                    mode, ports):
     """Placement b's start times go to starts[b], or all to one scratch row when `starts` has one."""
     last = starts.shape[0] - 1
     for b in range(placements.shape[0]):
         steps[b] = _simulate_guarded(placements[b], cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
                                      output_bytes, send_cap, param_bytes, latency_s, bandwidth, busy[b], peak[b],
-                                     link[b], ws, wide, starts[min(b, last)], mode)
+                                     link[b], ws, wide, starts[min(b, last)], mode, ports)
 
 
 ENGINE_MODES = {"auto": 0, "fast": 1, "robust": 2}  # `engine` of simulate_batch -> `mode` of _simulate_guarded
@@ -629,13 +652,15 @@ def _workspace_for(n: int, ndev: int, n_edges: int) -> tuple:
 
 
 def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                   output_bytes, send_cap, param_bytes, latency_s, bandwidth, *, start_times=False, engine="auto"):
+                   output_bytes, send_cap, param_bytes, latency_s, bandwidth, ports=None, *, start_times=False,
+                   engine="auto"):
     """Placements [B, n] -> (steps [B], busy [B, D], peak [B, D], link_bytes [B, D, D]), and with
     `start_times` a fifth array [B, n] of each op's start time (the engine records them in any case: one
     store per op, within the noise of the benchmark, and half the code to compile as a second engine).
 
     `engine`: "auto" (the fast engine, and the robust one for the placements on which it gives up), "fast"
-    (its step time is -1.0 where it gives up; for tests) or "robust".
+    (its step time is -1.0 where it gives up; for tests) or "robust". `ports`: `Cluster.ports` (None: no
+    link shares ports, and an engine compiled without that code).
 
     The index arrays (succ_ptr, succ_idx, pred_ptr, pred_idx) are used as uint64; `SimInputs.fast_args`
     gives them so, other callers pay a conversion per call. Device indices are not checked here: the
@@ -654,7 +679,8 @@ def simulate_batch(placements, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, p
     # writable, as a read-only array is another type to numba: a second compiled engine for nothing
     _simulate_batch(np.require(placements, np.int64, ["C", "W"]), cost, unsigned(succ_ptr), unsigned(succ_idx),
                     succ_bytes, unsigned(pred_ptr), unsigned(pred_idx), output_bytes, send_cap, param_bytes, latency_s,
-                    bandwidth, steps, busy, peak, link, ws, None if ndev <= 64 else ndev, starts, ENGINE_MODES[engine])
+                    bandwidth, steps, busy, peak, link, ws, None if ndev <= 64 else ndev, starts, ENGINE_MODES[engine],
+                    None if ports is None else (_read_only(ports[0]), _read_only(ports[1]), np.zeros(int(ports[2]))))
     return (steps, busy, peak, link, starts) if start_times else (steps, busy, peak, link)
 
 
@@ -663,10 +689,17 @@ def unsigned(index: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(index, dtype=np.uint64)
 
 
+def _read_only(index: np.ndarray) -> np.ndarray:
+    """`unsigned(index)` as a read-only view: one array type for numba, whichever way the caller holds it."""
+    view = unsigned(index).view()
+    view.setflags(write=False)
+    return view
+
+
 def simulate_one(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_idx,
-                 output_bytes, send_cap, param_bytes, latency_s, bandwidth):
+                 output_bytes, send_cap, param_bytes, latency_s, bandwidth, ports=None):
     """Returns (step_time_s, busy_s [D], peak_memory_bytes [D], link_bytes [D, D])."""
     steps, busy, peak, link = simulate_batch(np.asarray(placement).reshape(1, -1), cost, succ_ptr, succ_idx,
                                              succ_bytes, pred_ptr, pred_idx, output_bytes, send_cap, param_bytes,
-                                             latency_s, bandwidth)
+                                             latency_s, bandwidth, ports)
     return float(steps[0]), busy[0], peak[0], link[0]

@@ -5,16 +5,20 @@ Semantics (the fast simulator reproduces them exactly, float for float):
 * Each device has one compute stream and runs one op at a time, for `cost[i, device]` seconds.
 * An op is ready when the output of every predecessor is on its device: at once when the predecessor ran on
   the same device, else when the transfer of that output to its device has arrived.
-* Time advances from event to event; events are (time, seq) with seq the order in which they were created.
-  All events at the current time are handled first; then every idle device, in index order, starts its
-  ready op with the smallest index (ops are in canonical topological order, so this is a fixed priority).
+* Time advances from event to event. All events at the current time are handled first, the ends of ops
+  in the order of their devices' indices, then the ends of transfers; then every idle device, in index
+  order, starts its ready op with the smallest index (ops are in canonical topological order, so this is a
+  fixed priority). Only links that share ports make the order of op ends within a time matter: the
+  transfers they start claim ports in that order.
 * When op p finishes on device a, its output is sent once to each other device D that has consumers of p
   (in increasing order of D), however many consumers D has. The transfer carries what those consumers
   read: the sum of their edges' bytes (an edge carries the bytes its consumer reads, e.g. one time step's
   slice), but never more than p's whole tensor, send_cap[p]: the larger of p's output bytes and its
   largest edge (a variable's output is 0 bytes; its edges carry its weights; `suite.simulator.send_caps`).
   It goes over the channel (a, D): it starts when the channel is free (one transfer at a time per
-  direction, first come first served) and takes latency[a, D] + bytes / bandwidth[a, D].
+  direction, first come first served) and takes latency[a, D] + bytes / bandwidth[a, D]. With `ports`
+  (links with `sharing = "ports"`, `Cluster.ports`) it also waits until each port that the pair's route holds
+  is free, and holds them all until it ends.
 * Memory per device = resident bytes (param_bytes of its ops) + live tensors. An op's output is allocated
   on its device when the op starts and freed when the op, its local consumers and its outgoing transfers
   have all finished. A received copy is allocated on the destination when its transfer starts and freed
@@ -60,6 +64,7 @@ def simulate(
     param_bytes: np.ndarray,
     latency_s: np.ndarray,
     bandwidth: np.ndarray,
+    ports: tuple[np.ndarray, np.ndarray, int] | None = None,
 ) -> Schedule:
     n = len(placement)
     ndev = cost.shape[1]
@@ -72,18 +77,17 @@ def simulate(
     ready: list[list[int]] = [[] for _ in range(ndev)]
     busy = [False] * ndev
     chan_free = [[0.0] * ndev for _ in range(ndev)]
+    port_ptr, port_ids, n_ports = ports if ports is not None else (np.zeros(ndev * ndev + 1, np.int64), [], 0)
+    port_free = [0.0] * n_ports
     start = [0.0] * n
     finish = [0.0] * n
     busy_s = [0.0] * ndev
     link_bytes = np.zeros((ndev, ndev), dtype=np.int64)
     transfers: list[tuple[int, int, int, float, float, int]] = []
-    events: list[tuple[float, int, int, int, int]] = []
-    seq = 0
+    events: list[tuple[float, int, int, int]] = []  # (time, kind, device, op)
 
     def push(t: float, kind: int, a: int, b: int) -> None:
-        nonlocal seq
-        heapq.heappush(events, (t, seq, kind, a, b))
-        seq += 1
+        heapq.heappush(events, (t, kind, b, a))
 
     def arrive(c: int) -> None:
         pending[c] -= 1
@@ -107,7 +111,7 @@ def simulate(
     while events:
         t = events[0][0]
         while events and events[0][0] == t:
-            _, _, kind, a, b = heapq.heappop(events)
+            _, kind, b, a = heapq.heappop(events)
             if kind == OP_DONE:
                 p, src = a, b
                 busy[src] = False
@@ -120,9 +124,12 @@ def simulate(
                 for dst in range(ndev):
                     if nbytes[dst] >= 0:
                         nbytes[dst] = min(nbytes[dst], int(send_cap[p]))
-                        s = max(t, chan_free[src][dst])
+                        held = port_ids[port_ptr[src * ndev + dst] : port_ptr[src * ndev + dst + 1]]
+                        s = max([t, chan_free[src][dst]] + [port_free[k] for k in held])
                         e = s + latency_s[src, dst] + nbytes[dst] / bandwidth[src, dst]
                         chan_free[src][dst] = e
+                        for k in held:
+                            port_free[k] = e
                         link_bytes[src, dst] += nbytes[dst]
                         transfers.append((p, src, dst, s, e, nbytes[dst]))
                         push(e, XFER_DONE, p, dst)

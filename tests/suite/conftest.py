@@ -14,6 +14,7 @@ def uniform_cluster(
     link_bandwidth: float = 1000.0,
     latency_s: float = 0.0,
     kinds: tuple[str, ...] | None = None,
+    sharing: str = "pairs",
 ) -> Cluster:
     """n devices of 1 GFLOP/s (so 1e9 FLOPs take 1 s), no overhead, one shared link of 1000 B/s."""
     kinds = kinds or ("gpu",) * n
@@ -28,7 +29,8 @@ def uniform_cluster(
         )
         for i in range(n)
     )
-    links = (Link(between=tuple(d.name for d in devices), bandwidth=link_bandwidth, latency_s=latency_s),) if n > 1 else ()
+    links = (Link(between=tuple(d.name for d in devices), bandwidth=link_bandwidth, latency_s=latency_s,
+                  sharing=sharing),) if n > 1 else ()
     return Cluster(name=f"uniform{n}", devices=devices, links=links)
 
 

@@ -1,5 +1,6 @@
 """Clusters (presets and errors), placement validation and the cost model's profile mode."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -79,6 +80,38 @@ def test_among_fewest_link_routes_the_widest_then_the_quickest_wins():
     assert (bw[0, 3], lat[0, 3]) == (1e6, 0.2)  # equally wide: the least latency (a-b-d)
 
 
+def test_ports_held_by_each_pair():
+    """Each device on a "ports" link has an outgoing port (even id) and an incoming one (the next id); a pair
+    holds, on every such link of its route, the sender's outgoing and the receiver's incoming port."""
+    devs = [dict(name=n, kind="gpu", peak_flops=1, mem_bandwidth=1, memory_bytes=1, op_overhead_s=0) for n in "abc"]
+    tri = from_dict({"name": "tri", "devices": devs,
+                     "links": [dict(between=["a", "b", "c"], bandwidth=1.0, latency_s=0.0, sharing="ports")]})
+    ptr, port, count = tri.ports
+    held = {(x, y): port[ptr[3 * x + y]:ptr[3 * x + y + 1]].tolist() for x in range(3) for y in range(3)}
+    assert count == 6
+    assert held == {(0, 0): [], (0, 1): [0, 3], (0, 2): [0, 5], (1, 0): [2, 1], (1, 1): [], (1, 2): [2, 5],
+                    (2, 0): [4, 1], (2, 1): [4, 3], (2, 2): []}
+    # a -(ports)- b -(pairs)- c: a's transfers to c hold a's outgoing and b's incoming port of the first link
+    line = from_dict({"name": "line", "devices": devs, "links": [
+        dict(between=["a", "b"], bandwidth=1.0, latency_s=0.0, sharing="ports"),
+        dict(between=["b", "c"], bandwidth=1.0, latency_s=0.0)]})
+    ptr, port, count = line.ports
+    assert count == 4 and line.route(0, 2) == [(0, 1, 0), (1, 2, 1)] and line.route(2, 0) == [(2, 1, 1), (1, 0, 0)]
+    assert port[ptr[2]:ptr[3]].tolist() == [0, 3] and port[ptr[6]:ptr[7]].tolist() == [2, 1]  # a->c, c->a
+    assert port[ptr[5]:ptr[6]].tolist() == [] and port[ptr[7]:ptr[8]].tolist() == []  # b->c, c->b: a crossbar link
+    crossbar = from_dict({"name": "tri", "devices": devs, "links": [dict(between=["a", "b", "c"], bandwidth=1.0,
+                                                                         latency_s=0.0)]})
+    assert crossbar.ports is None
+    # the default sharing leaves the content hash as it was before the field existed; "ports" changes it
+    explicit = from_dict({"name": "tri", "devices": devs, "links": [
+        dict(between=["a", "b", "c"], bandwidth=1.0, latency_s=0.0, sharing="pairs")]})
+    assert explicit.content_hash == crossbar.content_hash != tri.content_hash
+    assert crossbar.content_hash == "sha256:" + hashlib.sha256(json.dumps({
+        "name": "tri", "devices": [{k: v for k, v in d.__dict__.items() if k != "source"} for d in crossbar.devices],
+        "links": [{"between": ["a", "b", "c"], "bandwidth": 1.0, "latency_s": 0.0, "name": ""}]},
+        sort_keys=True, default=list).encode()).hexdigest()
+
+
 GOOD_CLUSTER = {"name": "c", "devices": [
     dict(name=n, kind="gpu", peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=10, op_overhead_s=0) for n in "ab"],
     "links": [dict(between=["a", "b"], bandwidth=1.0, latency_s=0.0)]}
@@ -117,6 +150,7 @@ GOOD_CLUSTER = {"name": "c", "devices": [
         (lambda d: d["devices"][0].update(memory_bytes=2**62 + 1), r"memory_bytes: 4611686018427387905 must be between 1 and 2\*\*62"),
         (lambda d: d["devices"][0].update(memory_bytes=0), r"memory_bytes: 0 must be between 1 and 2\*\*62"),
         (lambda d: d["devices"][0].update(peak_flops=10**400), "peak_flops: .* must be a finite positive number"),
+        (lambda d: d["links"][0].update(sharing="bus"), r"links\[0\]\.sharing: 'bus' is not one of pairs, ports"),
     ],
 )
 def test_cluster_errors(mutate, message):

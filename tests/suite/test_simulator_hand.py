@@ -275,6 +275,77 @@ def test_each_direction_of_a_link_is_its_own_channel(engine, uniform_cluster):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("placement", [[0, 1, 2, 2], [1, 0, 2, 2]])
+def test_a_shared_incoming_port_takes_one_transfer_at_a_time(engine, placement, uniform_cluster):
+    # a and b (1 s, 1000 B each) on d0 and d1 (either way round); ca reads a and cb reads b, both 1 s on d2.
+    # Both transfers to d2 are asked for at 1. As a crossbar ("pairs") both take [1, 2]: ca [2, 3], then cb
+    # [3, 4] (the lower index first). With "ports" they share d2's incoming port, claimed in device order:
+    # the one from d0 [1, 2], the one from d1 [2, 3]; the consumer of d0's tensor [2, 3], the other [3, 4].
+    # Step 4 either way. Memory d2 with "ports": the first copy [1, 3), the second from its start [2, 4):
+    # peak 2000 (as a crossbar both from 1: 2000 too). d0 and d1 hold their output until its transfer ends.
+    g = OpGraph.build(
+        "join",
+        [Op("a", "x", flops=G, output_bytes=1000), Op("b", "x", flops=G, output_bytes=1000),
+         Op("ca", "x", flops=G), Op("cb", "x", flops=G)],
+        [("a", "ca"), ("b", "cb")],
+    )
+    assert [op.name for op in g.ops] == ["a", "b", "ca", "cb"]
+    from_d0 = "a" if placement[0] == 0 else "b"  # whose transfer leaves d0, first in line for the port
+    for sharing, starts in [("pairs", {"ca": 2.0, "cb": 3.0}),
+                            ("ports", {"ca": 2.0, "cb": 3.0} if from_d0 == "a" else {"ca": 3.0, "cb": 2.0})]:
+        c = uniform_cluster(3, sharing=sharing)
+        r = simulate(g, c, placement, engine=engine)
+        assert r.step_time_s == 4.0
+        assert r.peak_memory_bytes.tolist() == [1000, 1000, 2000]
+        assert start_times(g, c, np.array([placement]))[0].tolist() == [0.0, 0.0, starts["ca"], starts["cb"]]
+        if engine == "reference":
+            s = reference.simulate(np.array(placement), *SimInputs.build(g, c).args())
+            ends = [(t[1], t[3], t[4]) for t in s.transfers]  # (from device, start, end)
+            assert ends == ([(0, 1.0, 2.0), (1, 1.0, 2.0)] if sharing == "pairs" else [(0, 1.0, 2.0), (1, 2.0, 3.0)])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_shared_outgoing_port_sends_in_destination_order(engine, uniform_cluster):
+    # a (1 s, 1000 B) on d0 feeds b on d2 and c on d1 (1 s each). As a crossbar both copies take [1, 2]:
+    # b and c [2, 3], step 3. With "ports" d0's outgoing port sends to the lower device first: to d1 (c)
+    # [1, 2], to d2 (b) [2, 3]; c [2, 3], b [3, 4], step 4. a's output stays on d0 until its last transfer
+    # ends: [0, 2) or [0, 3), 1000 bytes.
+    g = OpGraph.build("fork", [Op("a", "x", flops=G, output_bytes=1000), Op("b", "x", flops=G), Op("c", "x", flops=G)],
+                      [("a", "b"), ("a", "c")])
+    assert [op.name for op in g.ops] == ["a", "b", "c"]
+    for sharing, step, starts in [("pairs", 3.0, [0.0, 2.0, 2.0]), ("ports", 4.0, [0.0, 3.0, 2.0])]:
+        c = uniform_cluster(3, sharing=sharing)
+        r = simulate(g, c, [0, 2, 1], engine=engine)
+        assert r.step_time_s == step
+        assert r.peak_memory_bytes.tolist() == [1000, 1000, 1000]
+        assert r.link_bytes.tolist() == [[0, 1000, 1000], [0, 0, 0], [0, 0, 0]]
+        assert start_times(g, c, np.array([[0, 2, 1]]))[0].tolist() == starts
+
+
+def test_a_two_link_route_holds_the_ports_of_each_shared_link(uniform_cluster):
+    # d0 - d1 share a "ports" link, d1 - d2 a crossbar link: d0 -> d2 goes over both. a (1 s, 1000 B) on d0
+    # feeds x on d1 and y on d2; b (1.5 s, 1000 B) on d1 feeds z on d0 (all consumers 1 s, links 1000 B/s,
+    # no latency). At 1 a's copies leave in destination order: to d1 [1, 2] (d0's outgoing and d1's incoming
+    # port), to d2 [2, 3] (the same two ports, and its own channel). At 1.5 b's copy to d0 holds d1's
+    # outgoing and d0's incoming port, both free: [1.5, 2.5] (d1's incoming port, busy until 2, is not its).
+    # x [2, 3] on d1, z [2.5, 3.5], y [3, 4]: step 4.
+    from suite.cluster import Cluster, Link
+
+    devices = uniform_cluster(3).devices
+    c = Cluster("line", devices, (Link(("d0", "d1"), 1000.0, 0.0, sharing="ports"), Link(("d1", "d2"), 1000.0, 0.0)))
+    g = OpGraph.build("two_hops", [Op("a", "x", flops=G, output_bytes=1000), Op("b", "x", flops=1.5 * G, output_bytes=1000),
+                                   Op("x", "x", flops=G), Op("y", "x", flops=G), Op("z", "x", flops=G)],
+                      [("a", "x"), ("a", "y"), ("b", "z")])
+    assert [op.name for op in g.ops] == ["a", "b", "x", "y", "z"]
+    placement = [0, 1, 1, 2, 0]
+    for engine in ENGINES:
+        assert simulate(g, c, placement, engine=engine).step_time_s == 4.0
+    assert start_times(g, c, np.array([placement]))[0].tolist() == [0.0, 0.0, 2.0, 3.0, 2.5]
+    s = reference.simulate(np.array(placement), *SimInputs.build(g, c).args())
+    assert [(t[1], t[2], t[3], t[4]) for t in s.transfers] == [(0, 1, 1.0, 2.0), (0, 2, 2.0, 3.0), (1, 0, 1.5, 2.5)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_step_time_is_the_latest_finish_not_the_last_ops(engine, uniform_cluster):
     # a (3 s) on d0 and b (1 s) on d1, independent: b is last in the canonical order but ends at 1 s;
     # the step ends when a does, at 3 s.

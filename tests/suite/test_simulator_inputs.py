@@ -37,12 +37,15 @@ def test_the_cached_fast_engine_inputs_cannot_be_changed(uniform_cluster):
     """The uint64 index arrays are converted once per (workload, cluster) and shared by every later call."""
     from suite.simulator import inputs_for
 
-    g, c = _pair(1000), uniform_cluster(2)
-    before = simulate(g, c, [0, 0]).step_time_s
-    for a in inputs_for(g, c).fast_args():
-        with pytest.raises(ValueError, match="read-only"):
-            a.flat[0] = 0
-    assert simulate(g, c, [0, 0]).step_time_s == before == simulate(g, c, [0, 0], engine="reference").step_time_s
+    for sharing in ("pairs", "ports"):  # the last argument: None, or the ports' index arrays and their number
+        g, c = _pair(1000), uniform_cluster(2, sharing=sharing)
+        before = simulate(g, c, [0, 0]).step_time_s
+        *arrays, ports = inputs_for(g, c).fast_args()
+        assert (ports is None) == (sharing == "pairs")
+        for a in arrays + ([] if ports is None else [*ports[:2], *c.ports[:2]]):
+            with pytest.raises(ValueError, match="read-only"):
+                a.flat[0] = 0
+        assert simulate(g, c, [0, 0]).step_time_s == before == simulate(g, c, [0, 0], engine="reference").step_time_s
 
 
 def test_a_batch_without_per_placement_checks_still_refuses_unknown_devices(uniform_cluster):
