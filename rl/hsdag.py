@@ -67,8 +67,9 @@ levels until the graph stops shrinking leave 1.3-1.5 clusters per placement on a
 level is the default: it leaves 23-126 clusters. (4) A benchmark compares placements by step time, so
 single-device placements are legal here.
 
-Tuning: nmt-2x1024-b64, rnnlm-2x2048-b64 and inception_v3-b32 on haswell_4k80 at 1000 evaluations, mean
-re-measured step time of seeds 0-1 (ms, nmt / rnnlm / inception; the seed-to-seed spread is 10-90 ms):
+Tuning: nmt-2x1024-b64, rnnlm-2x2048-b64 and inception_v3-b32 on haswell_4k80 (on the crossbar links the
+presets had before d0b28ba) at 1000 evaluations, mean re-measured step time of seeds 0-1 (ms, nmt / rnnlm /
+inception; the seed-to-seed spread is 10-90 ms):
 at 256 groups, 1 level 317.0 / 417.9 / 499.9 (37-115 clusters per placement), with the moving baseline
 307.3 / 424.9 / 495.7; 2 levels 324.5 / 429.8 / 487.2 (moving baseline 320.7 / 388.8 / 465.0); levels
 until stable 469.5 (rnnlm) / 528.5 (inception), 1.3-1.5 clusters; hidden 64 344.4 / 387.7 (nmt, rnnlm).

@@ -67,9 +67,10 @@ here.
 (`suite.simulator.start_times`), over the latest group start. It is the cost model's prediction even when the
 evaluator runs placements for real, and is not counted against the budget. (Before, a static topological
 position stood in for it.) (2) Ours, for heterogeneous clusters (the authors placed on identical GPUs). (3),
-(4) and the other defaults: nmt-2x1024-b64, rnnlm-2x2048-b64 and inception_v3-b32 on haswell_4k80 at 1000
-evaluations, mean re-measured step time of seeds 0-1 (ms, nmt / rnnlm / inception): default (4 x devices =
-17-20 groups, about 50 episodes) 384.5 / 496.5 / 467.3 (seeds apart: 385.5, 383.5 / 467.2, 525.8 / 465.3,
+(4) and the other defaults: nmt-2x1024-b64, rnnlm-2x2048-b64 and inception_v3-b32 on haswell_4k80 (on the
+crossbar links the presets had before d0b28ba) at 1000 evaluations, mean re-measured step time of seeds 0-1
+(ms, nmt / rnnlm / inception): default (4 x devices = 17-20 groups, about 50 episodes) 384.5 / 496.5 / 467.3
+(seeds apart: 385.5, 383.5 / 467.2, 525.8 / 465.3,
 469.2); with the topological position in place of the start time, on the same graphs, 379.6 / 457.9 / 477.9:
 within the spread of two seeds. With the position, on the graphs before CAPTURE_VERSION 2: 2 x devices 404.4 /
 593.0 / 495.1; 8 x devices 411.4 / 504.2 / 457.0; 20 x devices (seq2seq's cap, 9 episodes) 401.2 / 513.6 /

@@ -16,8 +16,9 @@ it scores at least as well (one evaluation is kept back for it); the harness re-
 
 Hyper-parameters. "Paper" = Gao et al. 2018 (Algorithm 1; "n.g." = not given in the text we could
 consult); "ours" = chosen here. Tuned on nmt-2x1024-b64, rnnlm-2x2048-b64 and inception_v3-b32 on
-haswell_4k80 at 1000 evaluations, mean re-measured step time of seeds 0-3 (ms, nmt / rnnlm / inception):
-epsilon 0.1: 250.7 / 340.8 / 403.9; 0.05: 243.4 / 323.1 / 398.2 (default); 0.02: 243.8 / 324.7 / 393.7;
+haswell_4k80 (on the crossbar links the presets had before d0b28ba) at 1000 evaluations, mean re-measured step
+time of seeds 0-3 (ms, nmt / rnnlm / inception): epsilon 0.1: 250.7 / 340.8 / 403.9; 0.05: 243.4 / 323.1 /
+398.2 (default); 0.02: 243.8 / 324.7 / 393.7;
 lr 0.01 or 0.1, elite_frac 0.2, ce_interval 32 or 128: within the seed-to-seed spread of the default. With
 PPO switched off (lr 1e-9) the default gives 246.8 / 326.1 / 399.7: at this budget the CE steps do most of
 the work. For scale, seq2seq (seeds 0-1) 271.4 / 370.5 / 427.1 and local_search 215.8 / 298.9 / 379.8.

@@ -15,8 +15,9 @@ placement that runs can score above an OOM one; the shaping term is not capped, 
 overflows by much can score above an invalid one; and it needs the simulator's peak memory (a real backend's
 OOM has none, so there it adds nothing). Adding the simulated step time ranks fast OOM placements (often the
 GPU-heavy ones that overflow) above slow ones. Which default works better depends on the workload (a
-reviewer's 3-seed runs: nmt-4x4096-b64 on haswell_4k80 ends OOM with the default and runs with
-`oom_score_s=100, oom_shaping=false`; rnnlm-4x6144-b64 the other way round), so both are parameters; the
+reviewer's 3-seed runs, on the crossbar links the presets had before d0b28ba: nmt-4x4096-b64 on haswell_4k80
+ends OOM with the default and runs with `oom_score_s=100, oom_shaping=false`; rnnlm-4x6144-b64 the other way
+round), so both are parameters; the
 authors' configuration is `seq2seq(oom_score_s=100, invalid_score_s=100, oom_shaping=false)`.
 
 `RewardEvaluator` is what every learned placer samples through: it turns group placements into op

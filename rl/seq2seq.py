@@ -15,8 +15,8 @@ and that re-measurement is the number reported.
 Hyper-parameters. "Paper" = Mirhoseini et al. 2017; "authors' code" = the controller the authors released
 in TensorFlow (tensorflow/python/grappler/hierarchical_controller.py, the ICLR 2018 successor), used where
 the paper gives no number; "ours" = chosen here, tuned on nmt-2x1024-b64 and inception_v3-b32 on
-haswell_4k80 at 1000-2000 evaluations (lr 1e-3 against 3e-3 and batch 16 against 32; heavy-edge against
-topological coarsening):
+haswell_4k80 (on the crossbar links the presets had before d0b28ba) at 1000-2000 evaluations (lr 1e-3 against
+3e-3 and batch 16 against 32; heavy-edge against topological coarsening):
 
 | parameter         | paper / authors' code                              | ours (default)                     |
 |-------------------|----------------------------------------------------|------------------------------------|
