@@ -308,7 +308,8 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
      dev_of, dur_of, rel_head, rel_next, rel_time, rel_tail, heap_t, heap_op, heap_base, heap_size) = ws
     ch_free[:] = 0.0
     if ports is not None:
-        ports[2][:] = 0.0
+        port_ptr, port, port_free = ports
+        port_free[:] = 0.0
     live[:] = 0
     top[:] = 0
     n_words = U(released.shape[1])
@@ -413,15 +414,13 @@ def _simulate(placement, cost, succ_ptr, succ_idx, succ_bytes, pred_ptr, pred_id
                     ch = src * ndev + dst
                     s = max(t, ch_free[ch])
                     if ports is not None:
-                        port_ptr, port, port_free = ports
-                        for k in range(port_ptr[ch], port_ptr[ch + ONE]):
-                            s = max(s, port_free[port[k]])
+                        for h in range(port_ptr[ch], port_ptr[ch + ONE]):
+                            s = max(s, port_free[port[h]])
                     end = s + latency_s[src, dst] + nb / bandwidth[src, dst]
                     ch_free[ch] = end
                     if ports is not None:
-                        port_ptr, port, port_free = ports
-                        for k in range(port_ptr[ch], port_ptr[ch + ONE]):
-                            port_free[port[k]] = end
+                        for h in range(port_ptr[ch], port_ptr[ch + ONE]):
+                            port_free[port[h]] = end
                     link_bytes[src, dst] += nb
                     eb = _bits(end)
                     if robust is None:
