@@ -22,9 +22,10 @@ def _make_cluster(
     gpu_memory_bytes: int = 2**30,
     bandwidth: float = 1e9,
     latency_s: float = 0.0,
+    sharing: str = "pairs",
 ) -> Cluster:
-    """A CPU (optional) and `num_gpus` GPUs on one crossbar link (`latency_s` per transfer, none by
-    default); no overheads, memory time negligible."""
+    """A CPU (optional) and `num_gpus` GPUs on one link (`latency_s` per transfer, none by default; a
+    crossbar unless `sharing` is "ports"); no overheads, memory time negligible."""
     devices = []
     if cpu:
         devices.append(Device("cpu:0", "cpu", peak_flops=cpu_flops, mem_bandwidth=1e30, memory_bytes=2**40, op_overhead_s=0.0))
@@ -32,7 +33,8 @@ def _make_cluster(
         Device(f"gpu:{k}", "gpu", peak_flops=gpu_flops, mem_bandwidth=1e30, memory_bytes=gpu_memory_bytes, op_overhead_s=0.0)
         for k in range(num_gpus)
     ]
-    links = (Link(tuple(d.name for d in devices), bandwidth=bandwidth, latency_s=latency_s),) if len(devices) > 1 else ()
+    links = (Link(tuple(d.name for d in devices), bandwidth=bandwidth, latency_s=latency_s,
+                  sharing=sharing),) if len(devices) > 1 else ()
     return Cluster(name=f"test_{'cpu_' if cpu else ''}{num_gpus}gpu", devices=tuple(devices), links=links)
 
 

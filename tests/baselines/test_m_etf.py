@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from baselines.m_etf import METF, Timeline, m_etf_placement, upward_rank
+from baselines.m_etf import METF, Timeline, common_start, m_etf_placement, upward_rank
 from suite.cluster import Cluster, Device, Link
 from suite.graph import Op, OpGraph
 from suite.methodology import Budget
@@ -256,6 +256,32 @@ def test_transfers_on_one_channel_are_booked_one_after_the_other(make_problem, m
            Op("c", "x", flops=3e8, output_bytes=8), Op("q", "x", flops=1.5e8, output_bytes=8, allowed_kinds=("gpu",))]
     g = OpGraph.build("booked", ops, [("a", "c"), ("p", "q")])
     _placed_as(make_problem(g, make_cluster(1)), [0, 0, 1, 1], step_s=0.315)
+
+
+def test_transfers_sharing_a_port_are_booked_one_after_the_other(make_problem, make_cluster):
+    """The same graph with both GPUs and the CPU on one link that shares ports: p's output to either GPU
+    needs the CPU's outgoing port, which a's output holds 0.1..0.2, so it goes 0.2..0.3 and q (GPU-only)
+    runs 0.3..0.315; both GPUs tie and the first is taken. The estimate is the simulated step time. On a
+    crossbar p's output takes the free CPU->gpu:1 channel 0.11..0.21 and q ends at 0.225, under c's 0.23."""
+    ops = [Op("a", "x", flops=1e8, output_bytes=100 * MB, allowed_kinds=("cpu",)),
+           Op("p", "x", flops=1e7, output_bytes=100 * MB, allowed_kinds=("cpu",)),
+           Op("c", "x", flops=3e8, output_bytes=8), Op("q", "x", flops=1.5e8, output_bytes=8, allowed_kinds=("gpu",))]
+    g = OpGraph.build("ports", ops, [("a", "c"), ("p", "q")])
+    _placed_as(make_problem(g, make_cluster(2, sharing="ports")), [0, 0, 1, 1], step_s=0.315)
+    _placed_as(make_problem(g, make_cluster(2)), [0, 0, 1, 2], step_s=0.23)
+
+
+def test_common_start_finds_a_slot_free_on_every_timeline():
+    """A channel busy 0..1 and 2..3, a port busy 1..2.5: a transfer of 0.5 ready at 0 fits neither gap of the
+    channel alone with the port ([1, 2) is the port's), so it starts at 3; one of 0.5 ready at 3.2 starts then."""
+    chan, port = Timeline(), Timeline()
+    chan.book(0.0, 1.0)
+    chan.book(2.0, 1.0)
+    port.book(1.0, 1.5)
+    assert common_start([chan, port], 0.0, 0.5) == 3.0
+    assert common_start([chan], 0.0, 0.5) == 1.0
+    assert common_start([chan, port], 3.2, 0.5) == 3.2
+    assert common_start([], 0.7, 0.5) == 0.7
 
 
 def test_when_nothing_fits_the_op_goes_where_the_most_memory_is_left(make_problem):
