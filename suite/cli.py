@@ -696,12 +696,14 @@ def _list_clusters() -> list[dict[str, Any]]:
 
 
 def _list_placers() -> list[dict[str, Any]]:
-    from suite.placer import _entry_points, placer_class, placer_names
+    from suite.placer import _entry_points, placer_class, placer_families, placer_names, placer_order
 
     eps = _entry_points()
+    families = placer_families()
     out = []
-    for name in placer_names():
-        entry = {"name": name, "source": eps[name].value if name in eps else "registered in this process"}
+    for name in placer_order(placer_names()):
+        entry = {"name": name, "family": families.get(name, "plugin"),
+                 "source": eps[name].value if name in eps else "registered in this process"}
         try:
             cls = placer_class(name)
             entry["status"] = "ok"
@@ -756,7 +758,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             extra.append(item["description"])
         if item.get("parameters"):
             extra.append("parameters: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in item["parameters"].items()))
-        print(item["name"] + ("  " + " - ".join(extra) if extra else ""))
+        family = f"  [{item['family']}]" if item.get("family") else ""
+        print(item["name"] + family + ("  " + " - ".join(extra) if extra else ""))
     return 0
 
 

@@ -8,12 +8,14 @@ with the `register_placer` decorator. `suite/` never imports a placer module by 
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -23,9 +25,10 @@ from suite.errors import PlacebenchError, UnknownNameError
 from suite.evaluator import CurvePoint, Evaluator
 from suite.graph import OpGraph
 from suite.methodology import Budget
-from suite.textfile import as_float, short_repr
+from suite.textfile import as_float, load_toml, short_repr
 
 ENTRY_POINT_GROUP = "placebench.placers"
+FAMILIES_FILE = Path(__file__).with_name("placers.toml")
 
 
 @dataclass
@@ -117,6 +120,27 @@ def _entry_points() -> dict[str, Any]:
 def placer_names() -> list[str]:
     """Every available placer name (entry points and decorator registrations), sorted."""
     return sorted(set(_entry_points()) | set(_REGISTERED))
+
+
+@functools.cache
+def placer_families() -> dict[str, str]:
+    """Built-in placer name -> its family, in table order (`suite/placers.toml`)."""
+    data = load_toml(FAMILIES_FILE, PlacebenchError, "placer families")
+    out: dict[str, str] = {}
+    for fam in data.get("family", []):
+        if not isinstance(fam.get("name"), str) or not isinstance(fam.get("placers"), list):
+            raise PlacebenchError(f"{FAMILIES_FILE}: each [[family]] needs a name and a list of placers")
+        for name in fam["placers"]:
+            if name in out:
+                raise PlacebenchError(f"{FAMILIES_FILE}: placer {name!r} is listed twice")
+            out[name] = fam["name"]
+    return out
+
+
+def placer_order(names: Iterable[str]) -> list[str]:
+    """The distinct `names` in table order: the built-in placers by family, then any other by name."""
+    rank = {name: i for i, name in enumerate(placer_families())}
+    return sorted(set(names), key=lambda name: (rank.get(name, len(rank)), name))
 
 
 class PluginError(PlacebenchError):

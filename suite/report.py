@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from suite.errors import PlacebenchError
+from suite.placer import placer_order
 
 FORMATS = ("text", "md", "csv", "latex", "html", "json")
 STATUS_LABEL = {"oom": "OOM", "invalid": "invalid", "timeout": "timeout", "error": "error", "skipped": "skipped"}
@@ -120,7 +121,8 @@ class Cell:
 
 @dataclass
 class Results:
-    """Rows grouped by (cluster, workload, placer); orders are sorted so output is deterministic."""
+    """Rows grouped by (cluster, workload, placer); workloads and clusters sorted, placers in table order
+    (`suite.placer.placer_order`: by family), so output is deterministic."""
 
     cells: dict[tuple[str, str, str], Cell]
     clusters: list[str]
@@ -160,7 +162,7 @@ class Results:
             cells=cells,
             clusters=clusters,
             workloads={c: sorted({k[1] for k in cells if k[0] == c}) for c in clusters},
-            placers={c: sorted({k[2] for k in cells if k[0] == c}) for c in clusters},
+            placers={c: placer_order(k[2] for k in cells if k[0] == c) for c in clusters},
             methodologies=sorted(m for m in meths if m),
             evaluators=sorted(e for e in evals if e),
             failures=sorted(failures),
@@ -172,7 +174,7 @@ class Results:
         return max(counts, key=lambda n: (counts[n], n))
 
     def all_placers(self) -> list[str]:
-        return sorted({p for ps in self.placers.values() for p in ps})
+        return placer_order(p for ps in self.placers.values() for p in ps)
 
     def pick_reference(self, reference: str | None) -> str | None:
         """The reference placer: the one asked for (must exist), else single_gpu if present, else none."""

@@ -79,6 +79,9 @@ def test_list_placers_with_a_plugin_file(capsys, harness_plugin):
     placers = {p["name"]: p for p in json.loads(out)}
     assert code == 0 and placers["harness_raises"]["status"] == "ok" and "single_cpu" in placers
     assert placers["harness_raises"]["source"] == "registered in this process"
+    assert placers["harness_raises"]["family"] == "plugin" and placers["m_etf"]["family"] == "heuristic search"
+    names = list(placers)  # in table order: built-in by family, then plugins by name
+    assert names[:2] == ["single_cpu", "single_gpu"] and names.index("hsdag") < names.index("harness_raises")
     _assert_usage_error(*_run(capsys, "list", "clusters", "--plugin", harness_plugin), "--plugin applies to")
 
 

@@ -82,6 +82,19 @@ def test_row_order_does_not_matter():
     assert report.render(list(reversed(ROWS)), "text", "ref") == EXPECTED_TEXT
 
 
+def test_placer_columns_are_in_family_order_then_plugins_by_name():
+    """suite/placers.toml orders the built-in placers (single device, expert, ..., learned by year); a placer
+    it does not list (a plugin) comes after them, by name; the summary is by mean rank whatever the columns."""
+    names = ["zplugin", "hsdag", "seq2seq", "m_etf", "metis", "scotch", "human_expert", "single_gpu", "aplugin"]
+    rows = [_row("w1", p, "ok", 1.0 + i) for i, p in enumerate(names)]
+    text = report.render(rows, "text", "single_gpu")
+    header = text.splitlines()[1].split()
+    assert header == ["workload", "single_gpu", "human_expert", "scotch", "metis", "m_etf", "seq2seq", "hsdag",
+                      "aplugin", "zplugin"]
+    summary = text.split("Summary on c1\n")[1].splitlines()[2:2 + len(names)]
+    assert [line.split()[0] for line in summary] == names  # by mean rank: the order of their times
+
+
 def test_markdown_comparison_table():
     md = report.render(ROWS, "md", "ref")
     assert md.startswith("## c1\n\n**Step time on c1**\n\n| workload | a | b | ref |\n|:---|---:|---:|---:|\n")
