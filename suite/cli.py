@@ -480,6 +480,20 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     return text
 
 
+def _warn_if_other_simd(base_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) -> str:
+    """BASE and NEW run on CPUs with different vector extensions (`store.cpu_simd`, where both stores recorded
+    it): say on stderr (and return) that torch-based placers may differ on the same code and seed."""
+    sides = [sorted({(run.get("machine") or {}).get("simd") or "" for run in runs} - {""})
+             for runs in (base_runs, new_runs)]
+    if not (sides[0] and sides[1]) or sides[0] == sides[1]:
+        return ""
+    text = (f"BASE ran on {'/'.join(sides[0])} CPUs and NEW on {'/'.join(sides[1])}: torch picks its CPU kernels by "
+            f"them, so the learned placers may search differently on the same code and seed; compare stores made on "
+            f"like CPUs to gate code changes")
+    print(f"placebench: warning: {text}", file=sys.stderr)
+    return text
+
+
 def _store_root(store: str | Path) -> Path | None:
     """The store directory behind STORE: itself, or the store holding a results table file given instead."""
     from suite.store import is_store_dir
@@ -625,6 +639,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _warn_if_incomplete(store, runs)
         _warn_if_mixed_code(runs, rows)
         sides.append(rows)
+    _warn_if_other_simd(_store_runs(args.base), _store_runs(args.new))
     pairs = compare.compare(sides[0], sides[1], args.factor, args.memory_factor, names=(args.base, args.new),
                             methodologies=(_store_methodologies(args.base), _store_methodologies(args.new)))
     line = compare.summary(pairs, args.factor, args.lenient, args.memory_factor)

@@ -528,7 +528,8 @@ def provenance(runs: Iterable[Mapping[str, Any]]) -> str:
         m = run.get("machine") or {}
         lines.append(f"Run {run.get('run_id', '?')} (spec {run.get('spec', '?')}, {run.get('cells_run', '?')} cells, "
                      f"{run.get('jobs', '?')} worker(s)): commit {commit}; {versions}; "
-                     f"{m.get('cpu', '?')} x{m.get('cpus', '?')}, Python {m.get('python', '?')}.")
+                     f"{m.get('cpu', '?')}{f' ({simd})' if (simd := m.get('simd')) else ''} x{m.get('cpus', '?')}, "
+                     f"Python {m.get('python', '?')}.")
     return "\n".join(lines)
 
 

@@ -552,6 +552,26 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+SIMD_FLAGS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("sve", "SVE"), ("asimd", "NEON"))  # widest first
+
+
+def cpu_simd(cpuinfo: str | None = None) -> str:
+    """The widest vector extension the CPU has ("AVX-512", "AVX2", "SVE", "NEON"), "" if unknown. torch picks
+    its CPU kernels by it, so the learned placers' floats (and then their searches) can differ between hosts
+    that differ in it, on the same code and seed."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return next((name for flag, name in SIMD_FLAGS if flag in flags), "")
+
+
 def usable_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -565,5 +585,6 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": cpu_model(),
+        "simd": cpu_simd(),
         "cpus": usable_cpus(),
     }

@@ -292,6 +292,31 @@ def test_stores_measured_another_way_say_how(capsys, two_stores, tmp_path):
     assert code == 2 and "(failure_multiple) (4 cells)" in err
 
 
+def test_compare_warns_when_the_stores_ran_on_cpus_with_other_vector_extensions(capsys, two_stores):
+    """Only a warning (the verdicts are the same), and only where both stores recorded it."""
+    gpu, cpu = two_stores
+
+    def warning(base_simd, new_simd):
+        for store, simd in ((gpu, base_simd), (cpu, new_simd)):
+            manifest = json.loads((store / "manifest.json").read_text())
+            for run in manifest["runs"]:
+                run["machine"].pop("simd", None)
+                if simd is not None:
+                    run["machine"]["simd"] = simd
+            (store / "manifest.json").write_text(json.dumps(manifest))
+        code, out, err = _run(capsys, "compare", str(gpu), str(cpu))
+        assert code == 1 and out.splitlines()[-1].endswith("1 regression")
+        return [ln for ln in err.splitlines() if "vector" in ln or "CPUs" in ln]
+
+    assert warning("AVX-512", "AVX2") == [
+        "placebench: warning: BASE ran on AVX-512 CPUs and NEW on AVX2: torch picks its CPU kernels by them, so the "
+        "learned placers may search differently on the same code and seed; compare stores made on like CPUs to gate "
+        "code changes"]
+    assert warning("AVX2", "AVX2") == []
+    assert warning(None, "AVX2") == []  # a store from before `simd` was recorded
+    assert warning("", "AVX2") == []  # unknown
+
+
 def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp_path):
     gpu, cpu = two_stores
     out_file = tmp_path / "changes.md"

@@ -213,7 +213,10 @@ def test_leaderboard_names_the_runs_that_made_it(tmp_path):
            "packages": {"placebench": "0.1.0", "numba": "0.68.1"}, "machine": {"cpu": "EPYC", "cpus": 2, "python": "3.11.7"}}
     md, _ = report.write_leaderboard(ROWS, tmp_path, "ref", runs=[run])
     assert ("Run r1 (spec full, 9 cells, 2 worker(s)): commit abcdef123456 (uncommitted changes); placebench 0.1.0, "
-            "numba 0.68.1; EPYC x2, Python 3.11.7.") in md.read_text()
+            "numba 0.68.1; EPYC x2, Python 3.11.7.") in md.read_text()  # a run from before `simd` was recorded
+    run["machine"]["simd"] = "AVX2"
+    md, _ = report.write_leaderboard(ROWS, tmp_path, "ref", runs=[run])
+    assert "numba 0.68.1; EPYC (AVX2) x2, Python 3.11.7." in md.read_text()
     # with run ids in the rows, only the runs that made them are named: not one whose cells were all rerun
     # since, nor one that found every cell stored
     rows = [{**r, "run_id": "r2" if i % 2 else "r3"} for i, r in enumerate(ROWS)]

@@ -219,9 +219,23 @@ def test_cell_file_with_another_format_is_refused(tmp_path):
 
 def test_machine_description(tmp_path):
     info = st.machine_info()
-    assert set(info) == {"hostname", "platform", "python", "cpu", "cpus"} and info["cpus"] >= 1
+    assert set(info) == {"hostname", "platform", "python", "cpu", "simd", "cpus"} and info["cpus"] >= 1
     assert st.package_versions()["numpy"]
     assert st.git_state(tmp_path) == {"commit": None, "dirty": None}  # not a git checkout
+
+
+@pytest.mark.parametrize(("cpuinfo", "simd"), [
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512bw\n", "AVX-512"),
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\nprocessor\t: 1\nflags\t\t: fpu sse2 avx avx2 fma\n", "AVX2"),
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx\n", ""),
+    ("processor\t: 0\nFeatures\t: fp asimd evtstrm aes\n", "NEON"),
+    ("processor\t: 0\nFeatures\t: fp asimd sve sve2\n", "SVE"),
+    ("", ""),
+])
+def test_the_widest_vector_extension_is_read_from_cpuinfo(cpuinfo, simd):
+    """avx512_vnni alone is not avx512f, and a flag must be a whole word of the flags line."""
+    assert st.cpu_simd(cpuinfo) == simd
+    assert st.cpu_simd("flags : avx512_vnni avx2x\n") == ""
 
 
 def test_git_state_counts_new_files_in_the_code_folders_as_changes(tmp_path):
