@@ -12,7 +12,8 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
    data-ready time (insertion into gaps); data ready = latest arrival of an input: at once from the same
    device, else the transfer (latency + bytes / bandwidth of the route) in the first slot after the
    producer finished in which that (source, destination) channel and, on links that share ports, every
-   port the transfer holds (`Cluster.ports`, as the simulator) are idle; one transfer per output and destination
+   port the transfer holds (`Cluster.ports`, as the simulator) are idle, the inputs' transfers tried one
+   after the other in the order they will be booked; one transfer per output and destination
    (the bytes of the first consumer placed there: the simulator sends the sum of all of them, so this
    underestimates slices read by several consumers). Transfers are booked once the device is chosen.
    Counting the ports changed m-ETF's placements on the port-sharing presets (each workload of the default
@@ -116,10 +117,11 @@ class Timeline:
         self.gap_end[k : k + 1] = [b for _, b in pieces]
 
 
-def common_start(timelines: list[Timeline], ready_s: float, duration_s: float) -> float:
+def common_start(timelines: list, ready_s: float, duration_s: float) -> float:
     """The earliest start at or after `ready_s` at which every timeline can take `duration_s` (a channel and
-    the ports a transfer holds). Each round moves to the latest of their earliest starts; it ends when all
-    agree, since a timeline's earliest start never falls as the ready time grows."""
+    the ports a transfer holds). Each round moves to the latest of their earliest starts, until all agree: it
+    ends, since the start only rises, and only to a gap's start or a timeline's free time, of which there
+    are finitely many. (A timeline's `MAX_GAP_SCAN` limit can make the slot found later than the earliest.)"""
     s = ready_s
     while timelines:
         latest = max(tl.earliest_start(s, duration_s) for tl in timelines)
@@ -127,6 +129,28 @@ def common_start(timelines: list[Timeline], ready_s: float, duration_s: float) -
             break
         s = latest
     return s
+
+
+class Trial:
+    """A timeline with tentative bookings on top, the timeline itself untouched: a device's data-ready query
+    books its input transfers one after the other, as the booking will, so that two inputs needing one
+    channel or port are not both priced in the same slot."""
+
+    def __init__(self, base: Timeline) -> None:
+        self.base = base
+        self.booked: list[tuple[float, float]] = []
+
+    def earliest_start(self, ready_s: float, duration_s: float) -> float:
+        s = ready_s
+        while True:
+            s = self.base.earliest_start(s, duration_s)
+            clash = [end for start, end in self.booked if start < s + duration_s and s < end]
+            if not clash:
+                return s
+            s = max(clash)
+
+    def book(self, start_s: float, duration_s: float) -> None:
+        self.booked.append((start_s, start_s + duration_s))
 
 
 def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
@@ -171,20 +195,21 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
     def transfer_s(p: int, src: int, dst: int, nbytes: float) -> float:
         return float(lat[src, dst] + nbytes / bw[src, dst])
 
-    def held(src: int, dst: int, create: bool) -> list[Timeline]:
-        """The timelines a transfer from src to dst holds: its channel (if booked before, unless `create`)
-        and the ports of its route."""
-        chan = channels.setdefault((src, dst), Timeline()) if create else channels.get((src, dst))
-        out = [chan] if chan is not None else []
+    def held(src: int, dst: int) -> list[Timeline]:
+        """The timelines a transfer from src to dst holds: its channel and the ports of its route."""
+        out = [channels.setdefault((src, dst), Timeline())]
         if ports is not None:
             ch = src * ndev + dst
             out += [port_lines[x] for x in ports[1][ports[0][ch]:ports[0][ch + 1]].tolist()]
         return out
 
     def data_ready(preds, pbytes, d: int) -> float:
-        """When every input can be on device d (each transfer in the first idle slot of its channel)."""
+        """When every input can be on device d: the transfers it needs are tried in the order the booking
+        below takes them (producers by finish time), each in the first slot where its channel and ports are
+        idle, on trial copies of those timelines."""
         t = 0.0
-        for p, nb in zip(preds, pbytes, strict=True):
+        trials: dict[int, Trial] = {}
+        for p, nb in sorted(zip(preds, pbytes, strict=True), key=lambda x: finish[x[0]]):
             src = int(dev_of_op[p])
             if src == d:
                 t = max(t, finish[p])
@@ -192,7 +217,10 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
                 t = max(t, arrived[(p, d)])
             else:
                 dur = transfer_s(p, src, d, nb)
-                start = common_start(held(src, d, False), finish[p], dur)
+                lines = [trials.setdefault(id(tl), Trial(tl)) for tl in held(src, d)]
+                start = common_start(lines, finish[p], dur)
+                for line in lines:
+                    line.book(start, dur)
                 t = max(t, start + dur)
         return t
 
@@ -238,7 +266,7 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
                 continue
             if (p, d) not in arrived:
                 dur = transfer_s(p, src, d, nb)
-                lines = held(src, d, True)
+                lines = held(src, d)
                 start = common_start(lines, finish[p], dur)
                 for line in lines:
                     line.book(start, dur)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from baselines.m_etf import METF, Timeline, common_start, m_etf_placement, upward_rank
+from baselines.m_etf import METF, Timeline, Trial, common_start, m_etf_placement, upward_rank
 from suite.cluster import Cluster, Device, Link
 from suite.graph import Op, OpGraph
 from suite.methodology import Budget
@@ -269,6 +269,30 @@ def test_transfers_sharing_a_port_are_booked_one_after_the_other(make_problem, m
     g = OpGraph.build("ports", ops, [("a", "c"), ("p", "q")])
     _placed_as(make_problem(g, make_cluster(2, sharing="ports")), [0, 0, 1, 1], step_s=0.315)
     _placed_as(make_problem(g, make_cluster(2)), [0, 0, 1, 2], step_s=0.23)
+
+
+def test_inputs_needing_one_port_are_priced_one_after_the_other(make_problem, make_cluster):
+    """Three GPUs on a link with ports. a (gpu:0) and b (gpu:1) run 0..1 s with 100 MB outputs (0.1 s on the
+    link); x after a on gpu:0 and y after b on gpu:1 run 1..1.15. c needs both outputs: on gpu:2 they share
+    its incoming port (1.0..1.1, then 1.1..1.2) and c ends at 1.21; on gpu:0 b's output arrives at 1.1 and c
+    runs 1.15..1.16 after x. Pricing each input as if alone would promise 1.11 on gpu:2 and choose it. On a
+    crossbar gpu:2 is right: both copies arrive at 1.1 and c ends at 1.11 (the step is x's and y's 1.15)."""
+    ops = [Op("a", "x", flops=1e10, output_bytes=100 * MB), Op("b", "x", flops=1e10, output_bytes=100 * MB),
+           Op("x", "x", flops=1.5e9, output_bytes=8), Op("y", "x", flops=1.5e9, output_bytes=8),
+           Op("c", "x", flops=1e8, output_bytes=8)]
+    g = OpGraph.build("two_inputs", ops, [("a", "x"), ("b", "y"), ("a", "c"), ("b", "c")])
+    _placed_as(make_problem(g, make_cluster(3, cpu=False, sharing="ports")), [0, 1, 0, 1, 0], step_s=1.16)
+    _placed_as(make_problem(g, make_cluster(3, cpu=False)), [0, 1, 0, 1, 2], step_s=1.15)
+
+
+def test_a_trial_books_on_top_of_its_timeline_without_changing_it():
+    base = Timeline()
+    base.book(0.0, 1.0)
+    trial = Trial(base)
+    assert trial.earliest_start(0.0, 0.5) == 1.0
+    trial.book(1.0, 0.5)
+    assert trial.earliest_start(0.0, 0.5) == 1.5 and trial.earliest_start(1.2, 0.2) == 1.5
+    assert base.earliest_start(0.0, 0.5) == 1.0 and base.free_s == 1.0  # untouched
 
 
 def test_common_start_finds_a_slot_free_on_every_timeline():
