@@ -413,6 +413,15 @@ def _store_runs(store: str | Path) -> list[dict[str, Any]]:
     return (Store(store, create=False).manifest().get("runs") or []) if Path(store).is_dir() else []
 
 
+def _manifest_runs(store: str | Path) -> list[dict[str, Any]]:
+    """The runs in the manifest of the store behind STORE: the store, or the store holding a results table
+    file given instead (none for a table file outside a store)."""
+    from suite.store import is_store_dir
+
+    root = _store_root(store)
+    return _store_runs(root) if root is not None and is_store_dir(root) else []
+
+
 def _store_methodologies(store: str | Path) -> dict[str, Any]:
     """The methodology definitions (by version) in the manifest of the store behind STORE (none for a results
     table file outside a store)."""
@@ -480,9 +489,10 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     return text
 
 
-def _warn_if_other_simd(base_runs: list[dict[str, Any]], new_runs: list[dict[str, Any]]) -> str:
-    """BASE and NEW run on CPUs with different vector extensions (`store.cpu_simd`, where both stores recorded
-    it): say on stderr (and return) that torch-based placers may differ on the same code and seed."""
+def _warn_if_other_simd(base_runs: list[Any], new_runs: list[Any]) -> str:
+    """The runs that made BASE's and NEW's rows ran on CPUs with different vector extensions (`store.cpu_simd`,
+    where both sides recorded it: Linux hosts): say on stderr (and return) that torch-based placers may differ
+    on the same code and seed."""
     sides = [sorted({(run.get("machine") or {}).get("simd") or "" for run in runs} - {""})
              for runs in (base_runs, new_runs)]
     if not (sides[0] and sides[1]) or sides[0] == sides[1]:
@@ -632,14 +642,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.output:
         _check_output_file(args.output, "--output", [])
     fmt = _output_format(args, COMPARE_FORMATS)
-    sides = []
+    sides, side_runs = [], []
     for store in (args.base, args.new):
         rows = open_rows(store)
         runs = _store_runs(store)
         _warn_if_incomplete(store, runs)
         _warn_if_mixed_code(runs, rows)
         sides.append(rows)
-    _warn_if_other_simd(_store_runs(args.base), _store_runs(args.new))
+        side_runs.append(report.runs_that_made(_manifest_runs(store), rows))
+    _warn_if_other_simd(*side_runs)
     pairs = compare.compare(sides[0], sides[1], args.factor, args.memory_factor, names=(args.base, args.new),
                             methodologies=(_store_methodologies(args.base), _store_methodologies(args.new)))
     line = compare.summary(pairs, args.factor, args.lenient, args.memory_factor)

@@ -126,10 +126,14 @@ def placer_names() -> list[str]:
 def placer_families() -> dict[str, str]:
     """Built-in placer name -> its family, in table order (`suite/placers.toml`)."""
     data = load_toml(FAMILIES_FILE, PlacebenchError, "placer families")
+    families = data.get("family", [])
     out: dict[str, str] = {}
-    for fam in data.get("family", []):
-        if not isinstance(fam.get("name"), str) or not isinstance(fam.get("placers"), list):
-            raise PlacebenchError(f"{FAMILIES_FILE}: each [[family]] needs a name and a list of placers")
+    if not isinstance(families, list):
+        raise PlacebenchError(f"{FAMILIES_FILE}: 'family' must be an array of tables ([[family]])")
+    for fam in families:
+        if not (isinstance(fam, dict) and isinstance(fam.get("name"), str) and isinstance(fam.get("placers"), list)
+                and all(isinstance(name, str) for name in fam["placers"])):
+            raise PlacebenchError(f"{FAMILIES_FILE}: each [[family]] needs a name and a list of placer names")
         for name in fam["placers"]:
             if name in out:
                 raise PlacebenchError(f"{FAMILIES_FILE}: placer {name!r} is listed twice")

@@ -315,6 +315,17 @@ def test_compare_warns_when_the_stores_ran_on_cpus_with_other_vector_extensions(
     assert warning("AVX2", "AVX2") == []
     assert warning(None, "AVX2") == []  # a store from before `simd` was recorded
     assert warning("", "AVX2") == []  # unknown
+    warning("AVX-512", "AVX2")
+    code, _, err = _run(capsys, "compare", str(gpu / "results.csv"), str(cpu / "results.parquet"))  # table files
+    assert code == 1 and "BASE ran on AVX-512 CPUs and NEW on AVX2" in err
+    manifest = json.loads((cpu / "manifest.json").read_text())  # a run whose cells were all rerun since: not used
+    manifest["runs"].append({**manifest["runs"][0], "run_id": "older", "machine": {"simd": "AVX2"}})
+    manifest["runs"][0]["machine"]["simd"] = "AVX-512"
+    (cpu / "manifest.json").write_text(json.dumps(manifest))
+    assert "CPUs" not in _run(capsys, "compare", str(gpu), str(cpu))[2]
+    manifest["runs"][0]["machine"]["simd"], manifest["runs"][1]["machine"]["simd"] = "AVX2", "AVX-512"
+    (cpu / "manifest.json").write_text(json.dumps(manifest))
+    assert "NEW on AVX2" in _run(capsys, "compare", str(gpu), str(cpu))[2]
 
 
 def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp_path):
