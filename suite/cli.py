@@ -645,11 +645,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sides, side_runs = [], []
     for store in (args.base, args.new):
         rows = open_rows(store)
-        runs = _store_runs(store)
+        manifest_runs = _manifest_runs(store)  # also for a table file inside a store
+        runs = manifest_runs if Path(store).is_dir() else []
         _warn_if_incomplete(store, runs)
         _warn_if_mixed_code(runs, rows)
         sides.append(rows)
-        side_runs.append(report.runs_that_made(_manifest_runs(store), rows))
+        side_runs.append(report.runs_that_made(manifest_runs, rows))
     _warn_if_other_simd(*side_runs)
     pairs = compare.compare(sides[0], sides[1], args.factor, args.memory_factor, names=(args.base, args.new),
                             methodologies=(_store_methodologies(args.base), _store_methodologies(args.new)))
