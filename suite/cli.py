@@ -489,17 +489,26 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     return text
 
 
-def _warn_if_other_simd(base_runs: list[Any], new_runs: list[Any]) -> str:
-    """The runs that made BASE's and NEW's rows ran on CPUs with different vector extensions (`store.cpu_simd`,
-    where both sides recorded it: Linux hosts): say on stderr (and return) that torch-based placers may differ
-    on the same code and seed."""
-    sides = [sorted({(run.get("machine") or {}).get("simd") or "" for run in runs} - {""})
-             for runs in (base_runs, new_runs)]
+def _warn_if_other_kernels(base_runs: list[Any], new_runs: list[Any]) -> str:
+    """The runs that made BASE's and NEW's rows picked their CPU math kernels differently: by the CPU's vector
+    extension (`store.cpu_simd`, where recorded: Linux hosts) unless the run pinned them (`suite.numerics`).
+    Say on stderr (and return) that the learned placers may then differ on the same code and seed."""
+    from suite.numerics import is_pinned, kernels_label
+
+    def labels(runs: list[Any]) -> list[str]:
+        out = set()
+        for run in runs:
+            simd, env = (run.get("machine") or {}).get("simd") or "", run.get("numerics") or {}
+            if simd or is_pinned(env):
+                out.add(kernels_label(simd, env))
+        return sorted(out)
+
+    sides = [labels(runs) for runs in (base_runs, new_runs)]
     if not (sides[0] and sides[1]) or sides[0] == sides[1]:
         return ""
-    text = (f"BASE ran on {'/'.join(sides[0])} CPUs and NEW on {'/'.join(sides[1])}: torch picks its CPU kernels by "
-            f"them, so the learned placers may search differently on the same code and seed; compare stores made on "
-            f"like CPUs to gate code changes")
+    text = (f"BASE ran with {' / '.join(sides[0])} and NEW with {' / '.join(sides[1])}: the learned placers' "
+            f"floats depend on the CPU kernels, so they may search differently on the same code and seed; "
+            f"compare stores made alike to gate code changes")
     print(f"placebench: warning: {text}", file=sys.stderr)
     return text
 
@@ -651,7 +660,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _warn_if_mixed_code(runs, rows)
         sides.append(rows)
         side_runs.append(report.runs_that_made(manifest_runs, rows))
-    _warn_if_other_simd(*side_runs)
+    _warn_if_other_kernels(*side_runs)
     pairs = compare.compare(sides[0], sides[1], args.factor, args.memory_factor, names=(args.base, args.new),
                             methodologies=(_store_methodologies(args.base), _store_methodologies(args.new)))
     line = compare.summary(pairs, args.factor, args.lenient, args.memory_factor)

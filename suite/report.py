@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from suite.errors import PlacebenchError
+from suite.numerics import is_pinned
 from suite.placer import placer_order
 
 FORMATS = ("text", "md", "csv", "latex", "html", "json")
@@ -526,9 +527,11 @@ def provenance(runs: Iterable[Mapping[str, Any]]) -> str:
         versions = ", ".join(f"{k} {pk[k]}" for k in ("placebench", "torch", "numba", "numpy", "pymetis", "pyscotch")
                              if k in pk)
         m = run.get("machine") or {}
+        kernels = ", ".join(filter(None, (m.get("simd"), "math pinned" if is_pinned(run.get("numerics") or {})
+                                          else "")))
         lines.append(f"Run {run.get('run_id', '?')} (spec {run.get('spec', '?')}, {run.get('cells_run', '?')} cells, "
                      f"{run.get('jobs', '?')} worker(s)): commit {commit}; {versions}; "
-                     f"{m.get('cpu', '?')}{f' ({simd})' if (simd := m.get('simd')) else ''} x{m.get('cpus', '?')}, "
+                     f"{m.get('cpu', '?')}{f' ({kernels})' if kernels else ''} x{m.get('cpus', '?')}, "
                      f"Python {m.get('python', '?')}.")
     return "\n".join(lines)
 

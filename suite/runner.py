@@ -69,9 +69,10 @@ from suite.errors import BudgetExhausted, ClusterError, PlacebenchError, SpecErr
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
+from suite.numerics import worker_env as numerics_env
 from suite.placement import check_placeable, placement_hash
 from suite.placer_code import placer_code
-from suite.store import Store, _json_safe, machine_info, package_versions
+from suite.store import Store, _json_safe, cpu_simd, machine_info, package_versions
 from suite.textfile import as_float, load_toml, short_repr
 
 SPEC_DIR = Path(__file__).parent / "specs"
@@ -865,11 +866,13 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "N
 
 
 @contextlib.contextmanager
-def _thread_env(threads: int) -> Iterator[None]:
-    """Cap the math libraries' threads of a starting worker so parallel workers do not oversubscribe."""
-    saved = {v: os.environ.get(v) for v in _THREAD_VARS}
-    for v in _THREAD_VARS:
-        os.environ.setdefault(v, str(threads))
+def _worker_env(threads: int, numerics: Mapping[str, str]) -> Iterator[None]:
+    """The environment a worker starts in: the math libraries' threads capped so parallel workers do not
+    oversubscribe, and their kernels pinned as `numerics` says (`suite.numerics.worker_env`)."""
+    wanted = {**{v: str(threads) for v in _THREAD_VARS}, **numerics}
+    saved = {v: os.environ.get(v) for v in wanted}
+    for v, value in wanted.items():
+        os.environ.setdefault(v, value)
     try:
         yield
     finally:
@@ -898,10 +901,10 @@ BOOT_TIMEOUT_S = 180.0
 
 
 class _Worker:
-    def __init__(self, ctx: Any, threads: int):
+    def __init__(self, ctx: Any, threads: int, numerics: Mapping[str, str]):
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, os.getpid()), name="placebench-worker")
-        with _thread_env(threads), _bare_main():
+        with _worker_env(threads, numerics), _bare_main():
             self.proc.start()
         child.close()
         self.cell: Cell | None = None
@@ -947,18 +950,28 @@ class _Worker:
         self.kill()
 
 
+def worker_numerics(cells: Sequence[Cell]) -> dict[str, str]:
+    """The math libraries' settings for the workers of these cells (`suite.numerics`): pinned to AVX2 code
+    when every cell is simulated, so that the learned placers search alike on hosts with AVX2 or AVX-512."""
+    return numerics_env(all(c.evaluator == "simulator" for c in cells), cpu_simd())
+
+
 def execute(
     cells: Sequence[Cell],
     *,
     jobs: int = 1,
     on_done: Callable[[dict[str, Any]], None],
     on_start: Callable[[Cell], None] | None = None,
+    numerics: Mapping[str, str] | None = None,
 ) -> None:
-    """Run cells in `jobs` isolated worker processes; call `on_done(record)` for each, in finishing order."""
+    """Run cells in `jobs` isolated worker processes; call `on_done(record)` for each, in finishing order.
+    The workers' math libraries run as `numerics` says (default: `worker_numerics(cells)`)."""
     if not cells:
         return
     jobs = max(1, min(jobs, len(cells)))
     from suite.store import usable_cpus
+
+    numerics = worker_numerics(cells) if numerics is None else numerics
 
     threads = max(1, usable_cpus() // jobs)
     ctx = multiprocessing.get_context("spawn")
@@ -974,7 +987,7 @@ def execute(
                     w.kill()
                     w = None
                 if w is None:
-                    w = _Worker(ctx, threads)
+                    w = _Worker(ctx, threads, numerics)
                     w.submit(cell)  # a fresh worker's pipe takes it; if it dies at once, that shows below
                 busy.append(w)
             wait_s = max(0.0, min(w.deadline for w in busy) - time.perf_counter())
@@ -1108,6 +1121,7 @@ def run(
             "git": _git(),
             "packages": package_versions(),
             "machine": machine_info(),
+            "numerics": worker_numerics(todo),
         }
         _manifest_update(store, plan, entry, labels)
         if on_plan:
@@ -1123,7 +1137,7 @@ def run(
                 on_done(record)
 
         try:
-            execute(todo, jobs=jobs, on_done=finished, on_start=on_start)
+            execute(todo, jobs=jobs, on_done=finished, on_start=on_start, numerics=entry["numerics"])
         finally:
             entry["finished_at"] = _now()
             entry["cells_run"] = ran

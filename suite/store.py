@@ -556,9 +556,9 @@ SIMD_FLAGS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("sve", "SVE"), ("asimd"
 
 
 def cpu_simd(cpuinfo: str | None = None) -> str:
-    """The widest vector extension the CPU has ("AVX-512", "AVX2", "SVE", "NEON"), "" if unknown. torch picks
-    its CPU kernels by it, so the learned placers' floats (and then their searches) can differ between hosts
-    that differ in it, on the same code and seed. Read from /proc/cpuinfo: "" on hosts without it (not Linux)."""
+    """The widest vector extension the CPU has ("AVX-512", "AVX2", "SVE", "NEON"), "" if unknown. torch, MKL,
+    OpenBLAS and numpy pick their CPU kernels by it unless the run pinned them (`suite.numerics`), so the
+    learned placers' floats (and then their searches) can differ between hosts that differ in it. Read from /proc/cpuinfo: "" on hosts without it (not Linux)."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()

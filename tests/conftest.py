@@ -112,6 +112,7 @@ HARNESS_PLACERS = (
     "harness_cheats",
     "harness_misreports",
     "harness_env_device",
+    "harness_numerics",
 )
 
 

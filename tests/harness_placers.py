@@ -154,3 +154,19 @@ class EnvDevice(BasePlacer):
         started = time.perf_counter()
         device = problem.cluster.index[os.environ.get("HARNESS_DEVICE", problem.cluster.devices[0].name)]
         return PlacementResult.from_search(_all_on(problem, device), problem, started)
+
+
+@register_placer("harness_numerics")
+class Numerics(BasePlacer):
+    """Every op on device 0; its info holds the worker's math-library variables and torch's CPU capability,
+    to see what a worker computes with."""
+
+    def place(self, problem, budget, seed):
+        import torch
+
+        from suite.numerics import VARIABLES
+
+        started = time.perf_counter()
+        return PlacementResult.from_search(_all_on(problem, 0), problem, started,
+                                           env={v: os.environ[v] for v in VARIABLES if v in os.environ},
+                                           torch_kernels=torch.backends.cpu.get_cpu_capability())

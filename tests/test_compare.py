@@ -293,39 +293,50 @@ def test_stores_measured_another_way_say_how(capsys, two_stores, tmp_path):
 
 
 def test_compare_warns_when_the_stores_ran_on_cpus_with_other_vector_extensions(capsys, two_stores):
-    """Only a warning (the verdicts are the same), and only where both stores recorded it."""
+    """Only a warning (the verdicts are the same), and only where both stores recorded it; runs whose math
+    was pinned (`suite.numerics`) are alike whatever their hosts' extensions."""
     gpu, cpu = two_stores
+    pinned = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "OPENBLAS_CORETYPE": "Haswell"}
 
-    def warning(base_simd, new_simd):
-        for store, simd in ((gpu, base_simd), (cpu, new_simd)):
+    def warning(base_simd, new_simd, base_numerics=None, new_numerics=None):
+        for store, simd, env in ((gpu, base_simd, base_numerics), (cpu, new_simd, new_numerics)):
             manifest = json.loads((store / "manifest.json").read_text())
             for run in manifest["runs"]:
                 run["machine"].pop("simd", None)
+                run.pop("numerics", None)
                 if simd is not None:
                     run["machine"]["simd"] = simd
+                if env is not None:
+                    run["numerics"] = env
             (store / "manifest.json").write_text(json.dumps(manifest))
         code, out, err = _run(capsys, "compare", str(gpu), str(cpu))
         assert code == 1 and out.splitlines()[-1].endswith("1 regression")
-        return [ln for ln in err.splitlines() if "vector" in ln or "CPUs" in ln]
+        return [ln for ln in err.splitlines() if "kernels" in ln]
 
     assert warning("AVX-512", "AVX2") == [
-        "placebench: warning: BASE ran on AVX-512 CPUs and NEW on AVX2: torch picks its CPU kernels by them, so the "
-        "learned placers may search differently on the same code and seed; compare stores made on like CPUs to gate "
-        "code changes"]
+        "placebench: warning: BASE ran with AVX-512 CPUs and NEW with AVX2 CPUs: the learned placers' floats depend "
+        "on the CPU kernels, so they may search differently on the same code and seed; compare stores made alike "
+        "to gate code changes"]
     assert warning("AVX2", "AVX2") == []
     assert warning(None, "AVX2") == []  # a store from before `simd` was recorded
     assert warning("", "AVX2") == []  # unknown
+    assert warning("AVX-512", "AVX2", pinned, pinned) == []
+    assert warning("AVX2", "AVX2", pinned, {}) == [
+        "placebench: warning: BASE ran with math pinned (ATEN_CPU_CAPABILITY=avx2, MKL_CBWR=COMPATIBLE, "
+        "OPENBLAS_CORETYPE=Haswell) and NEW with AVX2 CPUs: the learned placers' floats depend on the CPU kernels, "
+        "so they may search differently on the same code and seed; compare stores made alike to gate code changes"]
+    assert warning("", "", pinned, {**pinned, "MKL_CBWR": "AUTO"}) != []  # the caller's own settings count
     warning("AVX-512", "AVX2")
     code, _, err = _run(capsys, "compare", str(gpu / "results.csv"), str(cpu / "results.parquet"))  # table files
-    assert code == 1 and "BASE ran on AVX-512 CPUs and NEW on AVX2" in err
+    assert code == 1 and "BASE ran with AVX-512 CPUs and NEW with AVX2 CPUs" in err
     manifest = json.loads((cpu / "manifest.json").read_text())  # a run whose cells were all rerun since: not used
     manifest["runs"].append({**manifest["runs"][0], "run_id": "older", "machine": {"simd": "AVX2"}})
     manifest["runs"][0]["machine"]["simd"] = "AVX-512"
     (cpu / "manifest.json").write_text(json.dumps(manifest))
-    assert "CPUs" not in _run(capsys, "compare", str(gpu), str(cpu))[2]
+    assert "kernels" not in _run(capsys, "compare", str(gpu), str(cpu))[2]
     manifest["runs"][0]["machine"]["simd"], manifest["runs"][1]["machine"]["simd"] = "AVX2", "AVX-512"
     (cpu / "manifest.json").write_text(json.dumps(manifest))
-    assert "NEW on AVX2" in _run(capsys, "compare", str(gpu), str(cpu))[2]
+    assert "NEW with AVX2 CPUs" in _run(capsys, "compare", str(gpu), str(cpu))[2]
 
 
 def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp_path):

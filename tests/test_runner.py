@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import suite
-from suite import graph_io, report, runner
+from suite import graph_io, numerics, report, runner
 from suite.errors import SpecError, UnknownNameError
 from suite.graph import Op, OpGraph
-from suite.store import Store
+from suite.store import Store, cpu_simd
 
 
 # -- specs ------------------------------------------------------------------------------------------------
@@ -513,6 +513,43 @@ def test_an_evaluator_plugin_measures_the_cells(tiny_files, write_spec, harness_
                       placers=["single_cpu"], plugins=[harness_plugin], evaluator="harness_double")
     [row] = runner.run(str(spec), tmp_path / "store", jobs=1).rows
     assert (row["evaluator"], row["status"], row["step_time_s"]) == ("harness_double", "ok", 8.0)  # 2 x 4 s
+
+
+def _numerics_run(spec, store):
+    """(what the harness_numerics worker computed with, the run's recorded `numerics`)."""
+    result = runner.run(str(spec), store, jobs=1)
+    [row] = result.rows
+    return result.store.read_cell(row["cell_id"])["info"], result.store.manifest()["runs"][-1]["numerics"]
+
+
+@pytest.mark.skipif(cpu_simd() not in numerics.PINNED_SIMD, reason="the pins are for x86-64 hosts with AVX2")
+def test_workers_of_a_simulated_run_compute_with_pinned_math(tiny_files, write_spec, harness_plugin, tmp_path,
+                                                              monkeypatch):
+    """torch in the worker runs its AVX2 kernels whatever the host's widest extension; the manifest says so."""
+    for v in numerics.VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["harness_numerics"], plugins=[harness_plugin])
+    pins = numerics.pins(cpu_simd())
+    assert set(pins) >= {"ATEN_CPU_CAPABILITY", "MKL_CBWR", "OPENBLAS_CORETYPE"}
+    assert _numerics_run(spec, tmp_path / "store") == ({"env": pins, "torch_kernels": "AVX2"}, pins)
+
+
+def test_the_callers_math_settings_win_and_timed_runs_are_not_pinned(tiny_files, write_spec, harness_plugin,
+                                                                      tmp_path, monkeypatch):
+    """A variable the caller set reaches the worker as it is (here torch's plain kernels) and is recorded; a
+    run whose evaluator is not the simulator (it may time real execution) gets no pins."""
+    for v in numerics.VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    common = {"workloads": [str(tiny_files["diamond"])], "clusters": [str(tiny_files["cluster"])],
+              "placers": ["harness_numerics"], "plugins": [harness_plugin]}
+    info, recorded = _numerics_run(write_spec("sim", **common), tmp_path / "sim")
+    assert info["torch_kernels"] == "DEFAULT" and info["env"] == recorded
+    assert recorded == {**numerics.pins(cpu_simd()), "ATEN_CPU_CAPABILITY": "default"}
+    info, recorded = _numerics_run(write_spec("timed", evaluator="harness_double", **common), tmp_path / "timed")
+    assert info == {"env": {"ATEN_CPU_CAPABILITY": "default"}, "torch_kernels": "DEFAULT"}
+    assert recorded == {"ATEN_CPU_CAPABILITY": "default"}
 
 
 # -- one cell, in process ------------------------------------------------------------------------------------

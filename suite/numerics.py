@@ -1,0 +1,68 @@
+"""Pinned CPU math for placer searches: the same kernels, so the same floats, on every x86-64 host with AVX2.
+
+A learned placer's search follows its floats, and the libraries behind them pick their code by the CPU: ATen's
+vector kernels (AVX-512 or AVX2), MKL (torch's BLAS; outside its conditional numerical reproducibility mode
+it may also vary with run-time conditions), OpenBLAS (numpy's BLAS) and numpy's own SIMD loops. On unchanged
+code and seeds, 20 of HSDAG's 50 leaderboard cells changed between an AVX-512 and an AVX2 host. Each library
+reads an environment variable at start-up that fixes its choice; the runner's workers start with them set
+(`worker_env`), so a run records what it ran under (`numerics` in the manifest).
+
+Only simulated runs are pinned: a run that times real execution keeps the CPU's own kernels, since pinning
+would slow down what it measures. The caller's own setting of any of these variables wins and is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+# the variables, in the order each library's documentation names them; values: the AVX2 level on x86-64
+PINS = {
+    "ATEN_CPU_CAPABILITY": "avx2",  # torch: its vector kernels (the default picks AVX-512 where the CPU has it)
+    "MKL_CBWR": "COMPATIBLE",  # MKL: the one reproducibility branch documented for non-Intel CPUs too
+    "OPENBLAS_CORETYPE": "Haswell",  # numpy's OpenBLAS: its AVX2 kernels
+}
+NUMPY_VAR = "NPY_DISABLE_CPU_FEATURES"  # numpy: its dispatch targets above AVX2, named as this numpy names them
+VARIABLES = (*PINS, NUMPY_VAR)
+PINNED_SIMD = ("AVX2", "AVX-512")  # `store.cpu_simd` values of the hosts that can run the pinned code
+
+
+def numpy_above_avx2(dispatch: Iterable[str]) -> list[str]:
+    """numpy's dispatch targets above AVX2 (names differ by numpy version: "AVX512_SKX" before 2.4, "X86_V4"
+    since), from the list that numpy was built with; disabling one the CPU lacks is a no-op."""
+    return [f for f in dispatch if f == "X86_V4" or f.startswith("AVX512")]
+
+
+def pins(simd: str, dispatch: Iterable[str] | None = None) -> dict[str, str]:
+    """The variables that pin the math libraries to AVX2 code on a host with this `simd`; none elsewhere
+    (other architectures, or x86-64 without AVX2, have no common level to pin to here)."""
+    if simd not in PINNED_SIMD:
+        return {}
+    if dispatch is None:
+        from numpy._core._multiarray_umath import __cpu_dispatch__ as dispatch  # the build's targets
+    above = numpy_above_avx2(dispatch)
+    return {**PINS, **({NUMPY_VAR: " ".join(above)} if above else {})}
+
+
+def worker_env(simulated: bool, simd: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What workers get of these variables: the pins for a simulated run on a host that has AVX2, with the
+    caller's own values of any of them (set in `environ`) winning, and those values in any case."""
+    environ = os.environ if environ is None else environ
+    env = pins(simd) if simulated else {}
+    env.update({v: environ[v] for v in VARIABLES if v in environ})
+    return env
+
+
+def is_pinned(env: Mapping[str, str]) -> bool:
+    """Whether a run's recorded `numerics` fixes every library's choice (then its host's vector extension no
+    longer picks the kernels)."""
+    return all(v in env for v in PINS)
+
+
+def kernels_label(simd: str, env: Mapping[str, str]) -> str:
+    """What picked a run's CPU kernels, to tell runs apart whose learned placers may search differently:
+    the pins when they are complete, else the host's vector extension (and any variables set)."""
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+    if is_pinned(env):
+        return f"math pinned ({settings})"
+    return f"{simd} CPUs" + (f" ({settings})" if settings else "")

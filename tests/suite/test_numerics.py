@@ -1,0 +1,55 @@
+"""The math-library pins of the runner's workers (`suite.numerics`)."""
+
+import pytest
+
+from suite import numerics as nm
+
+OLD_NUMPY = ["SSSE3", "SSE41", "POPCNT", "SSE42", "AVX", "F16C", "FMA3", "AVX2", "AVX512F", "AVX512CD",
+             "AVX512_KNL", "AVX512_SKX", "AVX512_CLX", "AVX512_CNL", "AVX512_ICL", "AVX512_SPR"]
+NEW_NUMPY = ["X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR"]
+BASE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "OPENBLAS_CORETYPE": "Haswell"}
+
+
+def test_numpy_targets_above_avx2_in_either_naming():
+    assert nm.numpy_above_avx2(NEW_NUMPY) == ["X86_V4", "AVX512_ICL", "AVX512_SPR"]
+    assert nm.numpy_above_avx2(OLD_NUMPY) == OLD_NUMPY[8:]
+    assert nm.numpy_above_avx2(["X86_V3"]) == []
+
+
+@pytest.mark.parametrize("simd", ["AVX2", "AVX-512"])
+def test_hosts_with_avx2_get_the_same_pins(simd):
+    assert nm.pins(simd, NEW_NUMPY) == {**BASE, "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
+    assert nm.pins(simd, ["X86_V3"]) == BASE  # a numpy without targets above AVX2: nothing to disable
+
+
+def test_this_numpys_targets_are_read_when_not_given():
+    from numpy._core._multiarray_umath import __cpu_dispatch__
+
+    assert nm.pins("AVX2") == nm.pins("AVX2", __cpu_dispatch__)
+
+
+@pytest.mark.parametrize("simd", ["NEON", "SVE", ""])
+def test_other_hosts_are_not_pinned(simd):
+    assert nm.pins(simd, NEW_NUMPY) == {}
+
+
+def test_worker_env_pins_simulated_runs_and_keeps_the_callers_settings():
+    pins = nm.pins("AVX2")
+    assert nm.worker_env(True, "AVX2", {}) == pins
+    assert nm.worker_env(False, "AVX2", {}) == {}
+    assert nm.worker_env(True, "NEON", {}) == {}
+    env = {"MKL_CBWR": "AUTO", "PATH": "/bin"}  # only the math variables are taken from the caller
+    assert nm.worker_env(True, "AVX2", env) == {**pins, "MKL_CBWR": "AUTO"}
+    assert nm.worker_env(False, "AVX2", env) == {"MKL_CBWR": "AUTO"}
+
+
+def test_labels_tell_pinned_runs_apart_from_the_hosts_own_kernels():
+    pinned = {**BASE, "NPY_DISABLE_CPU_FEATURES": "X86_V4"}
+    assert nm.is_pinned(pinned) and nm.is_pinned(BASE)
+    assert not nm.is_pinned({"MKL_CBWR": "COMPATIBLE"}) and not nm.is_pinned({})
+    assert nm.kernels_label("AVX-512", pinned) == nm.kernels_label("AVX2", pinned) == (
+        "math pinned (ATEN_CPU_CAPABILITY=avx2, MKL_CBWR=COMPATIBLE, NPY_DISABLE_CPU_FEATURES=X86_V4, "
+        "OPENBLAS_CORETYPE=Haswell)")
+    assert nm.kernels_label("AVX2", {}) == "AVX2 CPUs"
+    assert nm.kernels_label("AVX2", {"MKL_CBWR": "AUTO"}) == "AVX2 CPUs (MKL_CBWR=AUTO)"
+    assert nm.kernels_label("AVX2", {**BASE, "MKL_CBWR": "AUTO"}) != nm.kernels_label("AVX2", BASE)
