@@ -491,23 +491,26 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
 
 def _warn_if_other_kernels(base_runs: list[Any], new_runs: list[Any]) -> str:
     """The runs that made BASE's and NEW's rows picked their CPU math kernels differently: by the CPU's vector
-    extension (`store.cpu_simd`, where recorded: Linux hosts) unless the run pinned them (`suite.numerics`).
-    Say on stderr (and return) that the learned placers may then differ on the same code and seed."""
-    from suite.numerics import is_pinned, kernels_label
+    extension (`store.cpu_simd`, where recorded: Linux hosts) or the math libraries' settings
+    (`suite.numerics.kernels_label`; pinned runs on different extensions too, while their agreement is not
+    measured). Say on stderr (and return) that the learned placers may then differ on the same code and seed."""
+    from suite.numerics import kernels_label
 
     def labels(runs: list[Any]) -> list[str]:
         out = set()
         for run in runs:
             simd, env = (run.get("machine") or {}).get("simd") or "", run.get("numerics") or {}
-            if simd or is_pinned(env):
+            if simd:
                 out.add(kernels_label(simd, env))
         return sorted(out)
 
     sides = [labels(runs) for runs in (base_runs, new_runs)]
     if not (sides[0] and sides[1]) or sides[0] == sides[1]:
         return ""
+    pinned = all(label.endswith("math pinned") for label in sides[0] + sides[1])
     text = (f"BASE ran with {' / '.join(sides[0])} and NEW with {' / '.join(sides[1])}: the learned placers' "
-            f"floats depend on the CPU kernels, so they may search differently on the same code and seed; "
+            f"floats depend on the CPU kernels, so they may search differently on the same code and seed"
+            f"{' (the pins should make them agree; that is not yet measured)' if pinned else ''}; "
             f"compare stores made alike to gate code changes")
     print(f"placebench: warning: {text}", file=sys.stderr)
     return text

@@ -1,14 +1,21 @@
-"""Pinned CPU math for placer searches: the same kernels, so the same floats, on every x86-64 host with AVX2.
+"""Pinned CPU math for placer searches: the same kernels, so the same floats, on x86-64 Linux hosts with AVX2.
 
 A learned placer's search follows its floats, and the libraries behind them pick their code by the CPU: ATen's
-vector kernels (AVX-512 or AVX2), MKL (torch's BLAS; outside its conditional numerical reproducibility mode
-it may also vary with run-time conditions), OpenBLAS (numpy's BLAS) and numpy's own SIMD loops. On unchanged
-code and seeds, 20 of HSDAG's 50 leaderboard cells changed between an AVX-512 and an AVX2 host. Each library
-reads an environment variable at start-up that fixes its choice; the runner's workers start with them set
-(`worker_env`), so a run records what it ran under (`numerics` in the manifest).
+vector kernels (AVX-512 or AVX2), oneDNN (torch's LSTMs: its GEMMs are jitted for the widest extension), MKL
+(torch's BLAS; outside its conditional numerical reproducibility mode it may also vary with run-time
+conditions), OpenBLAS (numpy's BLAS) and numpy's own SIMD loops. On unchanged code and seeds, 20 of HSDAG's
+50 leaderboard cells changed between an AVX-512 and an AVX2 host. Each library reads an environment variable
+at start-up that fixes its choice; the runner's workers start with them set (`worker_env`), so a run records
+what it ran under (`numerics` in the manifest). MKL's pin is its COMPATIBLE branch (SSE2-level code without
+approximate reciprocals, the one branch MKL documents for non-Intel CPUs), the others their AVX2 code. Thread
+counts, which sums also depend on, are fixed by the learned placers themselves (their `threads` parameter, 1
+by default, is part of a cell's key).
 
-Only simulated runs are pinned: a run that times real execution keeps the CPU's own kernels, since pinning
-would slow down what it measures. The caller's own setting of any of these variables wins and is recorded.
+Hosts are told apart by `store.cpu_simd`, which reads /proc/cpuinfo: other systems are not pinned. Only
+simulated runs are pinned: a run that times real execution keeps the CPU's own kernels, since pinning would
+slow down what it measures. The caller's own setting of any of these variables wins and is recorded. Pinned
+runs on AVX-512 and AVX2 hosts should compute alike; until that is measured, `kernels_label` still names the
+host's extension, so `compare` warns about such a pair.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from collections.abc import Iterable, Mapping
 # the variables, in the order each library's documentation names them; values: the AVX2 level on x86-64
 PINS = {
     "ATEN_CPU_CAPABILITY": "avx2",  # torch: its vector kernels (the default picks AVX-512 where the CPU has it)
+    "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN (torch's LSTMs): the widest code its JIT may emit
     "MKL_CBWR": "COMPATIBLE",  # MKL: the one reproducibility branch documented for non-Intel CPUs too
     "OPENBLAS_CORETYPE": "Haswell",  # numpy's OpenBLAS: its AVX2 kernels
 }
@@ -54,15 +62,16 @@ def worker_env(simulated: bool, simd: str, environ: Mapping[str, str] | None = N
 
 
 def is_pinned(env: Mapping[str, str]) -> bool:
-    """Whether a run's recorded `numerics` fixes every library's choice (then its host's vector extension no
-    longer picks the kernels)."""
-    return all(v in env for v in PINS)
+    """Whether a run's recorded `numerics` holds every pin at its value (a caller's own value of one of them,
+    such as ATEN_CPU_CAPABILITY=default, makes the run unpinned)."""
+    return all(env.get(v) == value for v, value in PINS.items())
 
 
 def kernels_label(simd: str, env: Mapping[str, str]) -> str:
-    """What picked a run's CPU kernels, to tell runs apart whose learned placers may search differently:
-    the pins when they are complete, else the host's vector extension (and any variables set)."""
-    settings = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+    """What picked a run's CPU kernels, to tell runs apart whose learned placers may search differently: the
+    host's vector extension, and either "math pinned" or the variables set, if any (numpy's list in a pinned
+    run names the targets that the installed numpy has, not a choice: it is left out)."""
     if is_pinned(env):
-        return f"math pinned ({settings})"
+        return f"{simd} CPUs, math pinned"
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
     return f"{simd} CPUs" + (f" ({settings})" if settings else "")

@@ -951,8 +951,8 @@ class _Worker:
 
 
 def worker_numerics(cells: Sequence[Cell]) -> dict[str, str]:
-    """The math libraries' settings for the workers of these cells (`suite.numerics`): pinned to AVX2 code
-    when every cell is simulated, so that the learned placers search alike on hosts with AVX2 or AVX-512."""
+    """The math libraries' settings for the workers of these cells (`suite.numerics`): pinned when every cell
+    is simulated, so that the learned placers search alike on x86-64 Linux hosts with AVX2 or AVX-512."""
     return numerics_env(all(c.evaluator == "simulator" for c in cells), cpu_simd())
 
 

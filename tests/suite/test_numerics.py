@@ -1,5 +1,9 @@
 """The math-library pins of the runner's workers (`suite.numerics`)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from suite import numerics as nm
@@ -7,7 +11,8 @@ from suite import numerics as nm
 OLD_NUMPY = ["SSSE3", "SSE41", "POPCNT", "SSE42", "AVX", "F16C", "FMA3", "AVX2", "AVX512F", "AVX512CD",
              "AVX512_KNL", "AVX512_SKX", "AVX512_CLX", "AVX512_CNL", "AVX512_ICL", "AVX512_SPR"]
 NEW_NUMPY = ["X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR"]
-BASE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "OPENBLAS_CORETYPE": "Haswell"}
+BASE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OPENBLAS_CORETYPE": "Haswell"}
 
 
 def test_numpy_targets_above_avx2_in_either_naming():
@@ -22,10 +27,18 @@ def test_hosts_with_avx2_get_the_same_pins(simd):
     assert nm.pins(simd, ["X86_V3"]) == BASE  # a numpy without targets above AVX2: nothing to disable
 
 
-def test_this_numpys_targets_are_read_when_not_given():
-    from numpy._core._multiarray_umath import __cpu_dispatch__
+def test_this_numpy_imports_with_its_targets_above_avx2_disabled():
+    """The list is read from the installed numpy and names dispatch targets only: disabling a baseline
+    feature would stop numpy from importing."""
+    from numpy._core._multiarray_umath import __cpu_baseline__, __cpu_dispatch__
 
-    assert nm.pins("AVX2") == nm.pins("AVX2", __cpu_dispatch__)
+    value = nm.pins("AVX2").get(nm.NUMPY_VAR, "")
+    assert value.split() == nm.numpy_above_avx2(__cpu_dispatch__)
+    assert not set(value.split()) & set(__cpu_baseline__)
+    env = {**os.environ, nm.NUMPY_VAR: value}
+    done = subprocess.run([sys.executable, "-W", "error", "-c", "import numpy; numpy.ones(64).sum()"], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("simd", ["NEON", "SVE", ""])
@@ -47,9 +60,11 @@ def test_labels_tell_pinned_runs_apart_from_the_hosts_own_kernels():
     pinned = {**BASE, "NPY_DISABLE_CPU_FEATURES": "X86_V4"}
     assert nm.is_pinned(pinned) and nm.is_pinned(BASE)
     assert not nm.is_pinned({"MKL_CBWR": "COMPATIBLE"}) and not nm.is_pinned({})
-    assert nm.kernels_label("AVX-512", pinned) == nm.kernels_label("AVX2", pinned) == (
-        "math pinned (ATEN_CPU_CAPABILITY=avx2, MKL_CBWR=COMPATIBLE, NPY_DISABLE_CPU_FEATURES=X86_V4, "
-        "OPENBLAS_CORETYPE=Haswell)")
+    assert not nm.is_pinned({**BASE, "ATEN_CPU_CAPABILITY": "default"})  # the caller's own value: not pinned
+    assert nm.kernels_label("AVX2", pinned) == nm.kernels_label("AVX2", BASE) == "AVX2 CPUs, math pinned"
+    assert nm.kernels_label("AVX-512", pinned) == "AVX-512 CPUs, math pinned"  # agreement not measured yet
     assert nm.kernels_label("AVX2", {}) == "AVX2 CPUs"
-    assert nm.kernels_label("AVX2", {"MKL_CBWR": "AUTO"}) == "AVX2 CPUs (MKL_CBWR=AUTO)"
-    assert nm.kernels_label("AVX2", {**BASE, "MKL_CBWR": "AUTO"}) != nm.kernels_label("AVX2", BASE)
+    assert nm.kernels_label("AVX2", {"MKL_CBWR": "COMPATIBLE"}) == "AVX2 CPUs (MKL_CBWR=COMPATIBLE)"
+    assert nm.kernels_label("AVX2", {**BASE, "ATEN_CPU_CAPABILITY": "default"}) == (
+        "AVX2 CPUs (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE, ONEDNN_MAX_CPU_ISA=AVX2, "
+        "OPENBLAS_CORETYPE=Haswell)")
