@@ -491,7 +491,7 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
 
 def _warn_if_other_kernels(base_runs: list[Any], new_runs: list[Any]) -> str:
     """The runs that made BASE's and NEW's rows picked their CPU math kernels differently: by the CPU's vector
-    extension (`store.cpu_simd`, where recorded: Linux hosts) or the math libraries' settings
+    extension (`store.cpu_simd`, where recorded) or the math libraries' settings
     (`suite.numerics.kernels_label`; pinned runs on different extensions too, while their agreement is not
     measured). Say on stderr (and return) that the learned placers may then differ on the same code and seed."""
     from suite.numerics import kernels_label

@@ -1,4 +1,4 @@
-"""Pinned CPU math for placer searches: the same kernels, so the same floats, on x86-64 Linux hosts with AVX2.
+"""Pinned CPU math for placer searches: the same kernels, so the same floats, on x86-64 hosts with AVX2.
 
 A learned placer's search follows its floats, and the libraries behind them pick their code by the CPU: ATen's
 vector kernels (AVX-512 or AVX2), oneDNN (torch's LSTMs: its GEMMs are jitted for the widest extension), MKL
@@ -11,7 +11,7 @@ approximate reciprocals, the one branch MKL documents for non-Intel CPUs), the o
 counts, which sums also depend on, are fixed by the learned placers themselves (their `threads` parameter, 1
 by default, is part of a cell's key).
 
-Hosts are told apart by `store.cpu_simd`, which reads /proc/cpuinfo: other systems are not pinned. Only
+Hosts are told apart by `store.cpu_simd` (/proc/cpuinfo, else numpy's CPU detection). Only
 simulated runs are pinned: a run that times real execution keeps the CPU's own kernels, since pinning would
 slow down what it measures. The caller's own setting of any of these variables wins and is recorded. Pinned
 runs on AVX-512 and AVX2 hosts should compute alike; until that is measured, `kernels_label` still names the
@@ -41,13 +41,20 @@ def numpy_above_avx2(dispatch: Iterable[str]) -> list[str]:
     return [f for f in dispatch if f == "X86_V4" or f.startswith("AVX512")]
 
 
-def pins(simd: str, dispatch: Iterable[str] | None = None) -> dict[str, str]:
-    """The variables that pin the math libraries to AVX2 code on a host with this `simd`; none elsewhere
-    (other architectures, or x86-64 without AVX2, have no common level to pin to here)."""
+def pins(simd: str, dispatch: Iterable[str] | None = None, baseline: Iterable[str] | None = None) -> dict[str, str]:
+    """The variables that pin the math libraries on a host with this `simd`; none elsewhere (other
+    architectures, or x86-64 without AVX2, have no common level to pin to here), and none with a numpy built
+    to require more than AVX2 (`baseline`, e.g. compiled with -march=native): its loops cannot be turned off,
+    so the run could not compute as others do. `dispatch` and `baseline` default to the installed numpy's."""
     if simd not in PINNED_SIMD:
         return {}
-    if dispatch is None:
-        from numpy._core._multiarray_umath import __cpu_dispatch__ as dispatch  # the build's targets
+    if dispatch is None or baseline is None:
+        from numpy._core import _multiarray_umath as umath
+
+        dispatch = umath.__cpu_dispatch__ if dispatch is None else dispatch
+        baseline = umath.__cpu_baseline__ if baseline is None else baseline
+    if numpy_above_avx2(baseline):
+        return {}
     above = numpy_above_avx2(dispatch)
     return {**PINS, **({NUMPY_VAR: " ".join(above)} if above else {})}
 

@@ -555,21 +555,33 @@ def cpu_model() -> str:
 SIMD_FLAGS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("sve", "SVE"), ("asimd", "NEON"))  # widest first
 
 
-def cpu_simd(cpuinfo: str | None = None) -> str:
-    """The widest vector extension the CPU has ("AVX-512", "AVX2", "SVE", "NEON"), "" if unknown. torch, MKL,
-    OpenBLAS and numpy pick their CPU kernels by it unless the run pinned them (`suite.numerics`), so the
-    learned placers' floats (and then their searches) can differ between hosts that differ in it. Read from /proc/cpuinfo: "" on hosts without it (not Linux)."""
+def cpu_simd(cpuinfo: str | None = None, features: Mapping[str, bool] | None = None) -> str:
+    """The widest vector extension the CPU has ("AVX-512", "AVX2", "SVE", "NEON"), "" if unknown. torch,
+    oneDNN, MKL, OpenBLAS and numpy pick their CPU kernels by it unless the run pinned them
+    (`suite.numerics`), so the learned placers' floats (and then their searches) can differ between hosts
+    that differ in it. Read from /proc/cpuinfo; where there is none (not Linux), from the CPU features that
+    numpy detected at import (`features`: its `__cpu_features__`)."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
-            return ""
+            return _simd_from_numpy(features)
     flags: set[str] = set()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
             flags.update(value.split())
     return next((name for flag, name in SIMD_FLAGS if flag in flags), "")
+
+
+def _simd_from_numpy(features: Mapping[str, bool] | None) -> str:
+    """`cpu_simd` from numpy's run-time CPU detection (names: its `__cpu_features__` keys)."""
+    if features is None:
+        try:
+            from numpy._core._multiarray_umath import __cpu_features__ as features
+        except ImportError:
+            return ""
+    return next((name for flag, name in SIMD_FLAGS if features.get(flag.upper())), "")
 
 
 def usable_cpus() -> int:

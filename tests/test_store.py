@@ -238,6 +238,24 @@ def test_the_widest_vector_extension_is_read_from_cpuinfo(cpuinfo, simd):
     assert st.cpu_simd("flags : avx512_vnni avx2x\n") == ""
 
 
+def test_without_cpuinfo_the_extension_comes_from_numpys_detection(monkeypatch):
+    """Hosts without /proc/cpuinfo (macOS, Windows): numpy's `__cpu_features__` names the same extensions."""
+    def no_cpuinfo(self, *args, **kwargs):
+        raise FileNotFoundError(self)
+
+    monkeypatch.setattr(st.Path, "read_text", no_cpuinfo)
+    assert st.cpu_simd(features={"AVX2": True, "AVX512F": True, "SSE2": True}) == "AVX-512"
+    assert st.cpu_simd(features={"AVX2": True, "AVX512F": False}) == "AVX2"
+    assert st.cpu_simd(features={"ASIMD": True, "SVE": False}) == "NEON"
+    assert st.cpu_simd(features={"AVX": True}) == ""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    assert st.cpu_simd() == st.cpu_simd(features=__cpu_features__)  # this numpy's detection by default
+    if st.Path("/proc/cpuinfo").exists():
+        monkeypatch.undo()
+        assert st.cpu_simd() == st.cpu_simd(features=__cpu_features__)  # both sources agree on this host
+
+
 def test_git_state_counts_new_files_in_the_code_folders_as_changes(tmp_path):
     import subprocess
 

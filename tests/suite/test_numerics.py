@@ -41,6 +41,13 @@ def test_this_numpy_imports_with_its_targets_above_avx2_disabled():
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("baseline", [["X86_V4"], ["SSE42", "AVX2", "AVX512F", "AVX512_SKX"]])
+def test_a_numpy_built_for_avx512_is_not_pinned(baseline):
+    """Its AVX-512 loops are its baseline, which cannot be disabled: the run could not match other hosts."""
+    assert nm.pins("AVX-512", NEW_NUMPY, baseline) == {}
+    assert nm.pins("AVX-512", NEW_NUMPY, ["X86_V2"]) != {}
+
+
 @pytest.mark.parametrize("simd", ["NEON", "SVE", ""])
 def test_other_hosts_are_not_pinned(simd):
     assert nm.pins(simd, NEW_NUMPY) == {}
