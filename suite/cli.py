@@ -129,13 +129,16 @@ class _Progress:
         self.total = 0
         self.done = 0
 
-    def plan(self, total: int, reused: int, stale: int) -> None:
+    def plan(self, total: int, reused: int, stale: int, stale_kernels: int = 0) -> None:
         self.total, self.done = total, reused
         if self.quiet:
             return
         if stale:
             print(f"placebench: {stale} stored cell(s) were made by other code of their placer; running them again",
                   file=sys.stderr)
+        if stale_kernels:
+            print(f"placebench: {stale_kernels} stored cell(s) were made with other CPU math kernels (another kind "
+                  f"of host, or other math settings); running them again", file=sys.stderr)
         if reused:
             print(f"placebench: {reused} of {total} cells already stored; running {total - reused}", file=sys.stderr)
         if _tty(sys.stderr) and total > reused:

@@ -51,7 +51,7 @@ import time
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,6 +69,7 @@ from suite.errors import BudgetExhausted, ClusterError, PlacebenchError, SpecErr
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
+from suite.numerics import kernels_label
 from suite.numerics import worker_env as numerics_env
 from suite.placement import check_placeable, placement_hash
 from suite.placer_code import placer_code
@@ -1071,6 +1072,24 @@ def _made_by_other_code(record: Mapping[str, Any] | None, cell: Cell) -> bool:
     return bool(stored and cell.placer_code and stored != cell.placer_code)
 
 
+def _run_kernels(runs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """run_id -> the CPU kernels its workers computed with (`suite.numerics.kernels_label`), for the runs
+    that recorded their host's vector extension."""
+    out = {}
+    for run in runs:
+        simd = (run.get("machine") or {}).get("simd")
+        if simd and run.get("run_id"):
+            out[run["run_id"]] = kernels_label(simd, run.get("numerics") or {})
+    return out
+
+
+def _made_with_other_kernels(record: Mapping[str, Any] | None, made: Mapping[str, str], now: str | None) -> bool:
+    """A stored cell whose run computed with other CPU kernels than this run will (unknown on either side:
+    no): a learned placer's search follows its floats, so it may have found another placement."""
+    stored = made.get(record.get("run_id") or "") if record else None
+    return bool(stored and now and stored != now)
+
+
 def run(
     spec: Spec | str,
     out: str | Path,
@@ -1084,9 +1103,11 @@ def run(
     select: Callable[[Cell], bool] | None = None,
 ) -> RunResult:
     """Run every cell of `spec` not yet in the store at `out`, and the stored ones whose placer's code has
-    changed since (its fingerprint, `suite.placer_code`); all of them with `force`, and the failed ones
-    too with `retry_failed`. `select` keeps only the cells of the spec's product it accepts (a paper's
-    table names (workload, cluster) pairs). `on_plan(total, reused, stale)` is told before any cell runs."""
+    changed since (its fingerprint, `suite.placer_code`) or whose run computed with other CPU kernels (another
+    vector extension or other math settings, `suite.numerics`: a host's own run is reused, another kind of
+    host's is redone); all of them with `force`, and the failed ones too with `retry_failed`. `select` keeps
+    only the cells of the spec's product it accepts (a paper's table names (workload, cluster) pairs).
+    `on_plan(total, reused, stale_code, stale_kernels)` is told before any cell runs."""
     t0 = time.perf_counter()
     spec = load_spec(spec) if isinstance(spec, str) else spec
     plan = make_plan(spec)
@@ -1099,7 +1120,14 @@ def run(
         labels = _stored_placer_labels(manifest, records)
         _check_store_matches(store, manifest, records, plan, labels)
         by_id = {r["cell_id"]: r for r in records}
-        stale = set() if force else {c.cell_id for c in plan.cells if _made_by_other_code(by_id.get(c.cell_id), c)}
+        numerics = worker_numerics(plan.cells)  # fixed by the spec, not by which cells are left to run
+        simd = cpu_simd()
+        kernels_now, made = (kernels_label(simd, numerics) if simd else None), _run_kernels(manifest.get("runs", []))
+        stale_code = set() if force else {c.cell_id for c in plan.cells
+                                          if _made_by_other_code(by_id.get(c.cell_id), c)}
+        stale_kernels = set() if force else {c.cell_id for c in plan.cells if c.cell_id not in stale_code
+                                             and _made_with_other_kernels(by_id.get(c.cell_id), made, kernels_now)}
+        stale = stale_code | stale_kernels
         if force:
             todo = list(plan.cells)
         else:
@@ -1114,18 +1142,19 @@ def run(
             "complete": False,
             "cells_planned": len(plan.cells),
             "cells_to_run": len(todo),
-            "cells_stale": len(stale),
+            "cells_stale": len(stale),  # made by other code of their placer, or with other CPU kernels
+            "cells_stale_kernels": len(stale_kernels),
             "seeds": list(plan.seeds),  # the methodology's entry keeps its own defaults; these are the run's
             "cell_timeout_s": plan.cell_timeout_s,
             "jobs": jobs,
             "git": _git(),
             "packages": package_versions(),
             "machine": machine_info(),
-            "numerics": worker_numerics(todo),
+            "numerics": numerics,
         }
         _manifest_update(store, plan, entry, labels)
         if on_plan:
-            on_plan(len(plan.cells), len(plan.cells) - len(todo), len(stale))
+            on_plan(len(plan.cells), len(plan.cells) - len(todo), len(stale_code), len(stale_kernels))
         ran = 0
 
         def finished(record: dict[str, Any]) -> None:

@@ -396,7 +396,7 @@ def test_a_stored_cell_whose_placer_code_changed_is_run_again(tiny_files, write_
     monkeypatch.setattr(runner, "placer_code", lambda name: "0123456789ab" if name == "single_gpu" else real(name))
     told = []
     again = runner.run(spec, store, on_plan=lambda *a: told.append(a))
-    assert told == [(4, 2, 2)] and again.ran == 2  # the single_gpu cells, and only they
+    assert told == [(4, 2, 2, 0)] and again.ran == 2  # the single_gpu cells, and only they
     records = Store(store).records()
     assert len(records) == 4 and {r["placer"]: r["placer_code"] for r in records}["single_gpu"] == "0123456789ab"
     assert Store(store).manifest()["runs"][-1]["cells_stale"] == 2
@@ -550,6 +550,46 @@ def test_the_callers_math_settings_win_and_timed_runs_are_not_pinned(tiny_files,
     info, recorded = _numerics_run(write_spec("timed", evaluator="harness_double", **common), tmp_path / "timed")
     assert info == {"env": {"ATEN_CPU_CAPABILITY": "default"}, "torch_kernels": "DEFAULT"}
     assert recorded == {"ATEN_CPU_CAPABILITY": "default"}
+
+
+def test_stored_cells_made_with_other_cpu_kernels_are_run_again(tiny_files, write_spec, tmp_path, monkeypatch):
+    """A resumed run on the same kind of host reuses its cells; cells whose run recorded another vector
+    extension or other math settings are redone (a learned placer may have searched differently); a run that
+    recorded no extension (an older store, or an unknown host) cannot be judged and is kept."""
+    spec = runner.load_spec(str(write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                                           placers=["single_cpu", "single_gpu"], seeds=[0])))
+    store = tmp_path / "store"
+    host = cpu_simd()
+    if not host:
+        pytest.skip("this host's vector extension is unknown")
+    for v in numerics.VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    assert runner.run(spec, store).ran == 2
+    told = []
+    assert runner.run(spec, store, on_plan=lambda *a: told.append(a)).ran == 0 and told == [(2, 2, 0, 0)]
+
+    def rewrite_first_run(**changes):
+        manifest = json.loads((store / "manifest.json").read_text())
+        for key, value in changes.items():
+            if key == "simd":
+                manifest["runs"][0]["machine"]["simd"] = value
+            else:
+                manifest["runs"][0][key] = value
+        (store / "manifest.json").write_text(json.dumps(manifest))
+
+    rewrite_first_run(simd="SVE" if host != "SVE" else "AVX2")  # made on another kind of host
+    again = runner.run(spec, store, on_plan=lambda *a: told.append(a))
+    assert again.ran == 2 and told[-1] == (2, 0, 0, 2)
+    assert Store(store).manifest()["runs"][-1]["cells_stale_kernels"] == 2
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # the caller's own math settings: other kernels
+    assert runner.run(spec, store).ran == 2
+    assert runner.run(spec, store).ran == 0  # and the same settings again: reused
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    manifest = json.loads((store / "manifest.json").read_text())
+    for run in manifest["runs"]:
+        run["machine"].pop("simd")  # unknown
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    assert runner.run(spec, store).ran == 0
 
 
 # -- one cell, in process ------------------------------------------------------------------------------------
