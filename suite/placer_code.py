@@ -3,7 +3,8 @@
 A placer's fingerprint hashes the source of its module, of its parent packages and of every module of the
 same top-level package that it imports, transitively, found by reading import statements (nothing is
 imported or run): for `rl.seq2seq` that includes the `rl` modules it uses (features, grouping, trainers),
-for a plugin file the file alone. Modules loaded by calls (`importlib.import_module`) are not seen. Changes
+for a plugin file the file alone. Modules loaded by `importlib.import_module` or `__import__` calls are
+followed when the call names them with a string literal, not when the name is built at run time. Changes
 elsewhere (the simulator, the rest of the suite, installed packages) are not covered: the store's manifest
 records the commit and package versions of every run for those, and tables warn when rows come from
 different code.
@@ -83,11 +84,14 @@ def _with_parents(name: str, found: dict[str, Path]) -> list[tuple[str, Path]]:
 
 
 def _imports(tree: ast.AST, package: str) -> list[str]:
-    """Absolute names of the modules an import statement may name: `from a import b` names a and a.b.
-    Modules imported by calls (`importlib.import_module`) are not seen."""
+    """Absolute names of the modules an import statement may name (`from a import b` names a and a.b), and
+    of those that `importlib.import_module` or `__import__` calls name as string literals (a relative name
+    against this module's package); names built at run time are not seen."""
     names: list[str] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call):
+            names += _literal_import(node, package)
+        elif isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -99,6 +103,25 @@ def _imports(tree: ast.AST, package: str) -> list[str]:
                 base = node.module or ""
             names += [base] + [f"{base}.{alias.name}" for alias in node.names]
     return names
+
+
+def _literal_import(call: ast.Call, package: str) -> list[str]:
+    """The module an `import_module("...")` / `importlib.import_module("...")` / `__import__("...")` call
+    names with a string literal (nothing for other calls, or a name built at run time)."""
+    func = call.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if called not in ("import_module", "__import__") or not call.args:
+        return []
+    first = call.args[0]
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return []
+    name = first.value
+    if name.startswith("."):
+        try:
+            name = importlib.util.resolve_name(name, package)
+        except (ImportError, ValueError):
+            return []
+    return [name]
 
 
 def _module_file(name: str) -> Path | None:

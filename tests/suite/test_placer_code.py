@@ -53,6 +53,26 @@ def test_every_installed_placer_has_a_fingerprint():
     assert placer_code("no_such_placer") is None
 
 
+def test_modules_named_by_literal_import_calls_are_followed(package):
+    """`importlib.import_module` and `__import__` with a string literal (absolute, or relative to the
+    caller's package) are imports too; a name built at run time cannot be read and is not followed."""
+    package["a"].write_text('import importlib\nimportlib.import_module("pkgx.e")\n')
+    assert sorted(module_closure("pkgx.a", package["a"])) == ["pkgx", "pkgx.a", "pkgx.e"]
+    package["a"].write_text('from importlib import import_module\nimport_module(".c.d", __package__)\n')
+    assert sorted(module_closure("pkgx.a", package["a"])) == ["pkgx", "pkgx.a", "pkgx.c", "pkgx.c.d"]
+    package["a"].write_text('__import__("pkgx.b")\n')
+    assert sorted(module_closure("pkgx.a", package["a"])) == ["pkgx", "pkgx.a", "pkgx.b", "pkgx.c", "pkgx.c.d"]
+    package["a"].write_text('import importlib\nname = "e"\nimportlib.import_module(f"pkgx.{name}")\n')
+    assert sorted(module_closure("pkgx.a", package["a"])) == ["pkgx", "pkgx.a"]
+    package["a"].write_text('import importlib\nimportlib.import_module("json")\n')  # another package: not followed
+    assert sorted(module_closure("pkgx.a", package["a"])) == ["pkgx", "pkgx.a"]
+    before = fingerprint("pkgx.a", package["a"])
+    package["a"].write_text('import importlib\nimportlib.import_module("pkgx.e")\n')
+    with_e = fingerprint("pkgx.a", package["a"])
+    package["e"].write_text("x = 2\n")  # e is now part of a's fingerprint
+    assert len({before, with_e, fingerprint("pkgx.a", package["a"])}) == 3
+
+
 def test_a_module_that_does_not_parse_is_hashed_not_followed(package):
     package["b"].write_text("def broken(:\n")
     closure = module_closure("pkgx.a", package["a"])
