@@ -497,17 +497,9 @@ def _warn_if_other_kernels(base_runs: list[Any], new_runs: list[Any]) -> str:
     extension (`store.cpu_simd`, where recorded) or the math libraries' settings
     (`suite.numerics.kernels_label`; pinned runs on different extensions too, while their agreement is not
     measured). Say on stderr (and return) that the learned placers may then differ on the same code and seed."""
-    from suite.numerics import kernels_label
+    from suite.numerics import run_kernels
 
-    def labels(runs: list[Any]) -> list[str]:
-        out = set()
-        for run in runs:
-            simd, env = (run.get("machine") or {}).get("simd") or "", run.get("numerics") or {}
-            if simd:
-                out.add(kernels_label(simd, env))
-        return sorted(out)
-
-    sides = [labels(runs) for runs in (base_runs, new_runs)]
+    sides = [sorted({run_kernels(run) for run in runs} - {""}) for runs in (base_runs, new_runs)]
     if not (sides[0] and sides[1]) or sides[0] == sides[1]:
         return ""
     pinned = all(label.endswith("math pinned") for label in sides[0] + sides[1])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 # the variables, in the order each library's documentation names them; values: the AVX2 level on x86-64
 PINS = {
@@ -82,3 +83,10 @@ def kernels_label(simd: str, env: Mapping[str, str]) -> str:
         return f"{simd} CPUs, math pinned"
     settings = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
     return f"{simd} CPUs" + (f" ({settings})" if settings else "")
+
+
+def run_kernels(run: Mapping[str, Any]) -> str:
+    """`kernels_label` of a run entry of a store's manifest (its `machine`'s `simd` and its `numerics`); ""
+    where the run did not record its host's vector extension (an older store, or an unknown CPU)."""
+    simd = (run.get("machine") or {}).get("simd") or ""
+    return kernels_label(simd, run.get("numerics") or {}) if simd else ""

@@ -51,7 +51,7 @@ import time
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,7 +69,7 @@ from suite.errors import BudgetExhausted, ClusterError, PlacebenchError, SpecErr
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
-from suite.numerics import kernels_label
+from suite.numerics import run_kernels
 from suite.numerics import worker_env as numerics_env
 from suite.placement import check_placeable, placement_hash
 from suite.placer_code import placer_code
@@ -951,10 +951,12 @@ class _Worker:
         self.kill()
 
 
-def worker_numerics(cells: Sequence[Cell]) -> dict[str, str]:
+def worker_numerics(cells: Sequence[Cell], simd: str | None = None) -> dict[str, str]:
     """The math libraries' settings for the workers of these cells (`suite.numerics`): pinned when every cell
-    is simulated, so that the learned placers search alike on x86-64 Linux hosts with AVX2 or AVX-512."""
-    return numerics_env(all(c.evaluator == "simulator" for c in cells), cpu_simd())
+    is simulated, so that the learned placers search alike on x86-64 hosts with AVX2 or AVX-512. `simd`: the
+    host's vector extension (default: `store.cpu_simd`)."""
+    simulated = all(c.evaluator == "simulator" for c in cells)
+    return numerics_env(simulated, cpu_simd() if simd is None else simd)
 
 
 def execute(
@@ -1072,20 +1074,10 @@ def _made_by_other_code(record: Mapping[str, Any] | None, cell: Cell) -> bool:
     return bool(stored and cell.placer_code and stored != cell.placer_code)
 
 
-def _run_kernels(runs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """run_id -> the CPU kernels its workers computed with (`suite.numerics.kernels_label`), for the runs
-    that recorded their host's vector extension."""
-    out = {}
-    for run in runs:
-        simd = (run.get("machine") or {}).get("simd")
-        if simd and run.get("run_id"):
-            out[run["run_id"]] = kernels_label(simd, run.get("numerics") or {})
-    return out
-
-
-def _made_with_other_kernels(record: Mapping[str, Any] | None, made: Mapping[str, str], now: str | None) -> bool:
-    """A stored cell whose run computed with other CPU kernels than this run will (unknown on either side:
-    no): a learned placer's search follows its floats, so it may have found another placement."""
+def _made_with_other_kernels(record: Mapping[str, Any] | None, made: Mapping[str, str], now: str) -> bool:
+    """A stored cell whose run computed with other CPU kernels than this run will (`made`: run_id -> its
+    `suite.numerics.run_kernels`; unknown on either side: no): a learned placer's search follows its floats,
+    so it may have found another placement."""
     stored = made.get(record.get("run_id") or "") if record else None
     return bool(stored and now and stored != now)
 
@@ -1120,9 +1112,10 @@ def run(
         labels = _stored_placer_labels(manifest, records)
         _check_store_matches(store, manifest, records, plan, labels)
         by_id = {r["cell_id"]: r for r in records}
-        numerics = worker_numerics(plan.cells)  # fixed by the spec, not by which cells are left to run
-        simd = cpu_simd()
-        kernels_now, made = (kernels_label(simd, numerics) if simd else None), _run_kernels(manifest.get("runs", []))
+        machine = machine_info()
+        numerics = worker_numerics(plan.cells, machine["simd"])  # fixed by the spec, not by the cells left to run
+        kernels_now = run_kernels({"machine": machine, "numerics": numerics})
+        made = {r["run_id"]: run_kernels(r) for r in manifest.get("runs", []) if r.get("run_id")}
         stale_code = set() if force else {c.cell_id for c in plan.cells
                                           if _made_by_other_code(by_id.get(c.cell_id), c)}
         stale_kernels = set() if force else {c.cell_id for c in plan.cells if c.cell_id not in stale_code
@@ -1149,7 +1142,7 @@ def run(
             "jobs": jobs,
             "git": _git(),
             "packages": package_versions(),
-            "machine": machine_info(),
+            "machine": machine,
             "numerics": numerics,
         }
         _manifest_update(store, plan, entry, labels)

@@ -75,3 +75,10 @@ def test_labels_tell_pinned_runs_apart_from_the_hosts_own_kernels():
     assert nm.kernels_label("AVX2", {**BASE, "ATEN_CPU_CAPABILITY": "default"}) == (
         "AVX2 CPUs (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE, ONEDNN_MAX_CPU_ISA=AVX2, "
         "OPENBLAS_CORETYPE=Haswell)")
+
+
+def test_a_runs_kernels_are_read_from_its_manifest_entry():
+    run = {"machine": {"simd": "AVX2"}, "numerics": BASE}
+    assert nm.run_kernels(run) == "AVX2 CPUs, math pinned"
+    assert nm.run_kernels({"machine": {"simd": "AVX-512"}}) == "AVX-512 CPUs"
+    assert nm.run_kernels({"machine": {}, "numerics": BASE}) == nm.run_kernels({}) == ""  # host unknown
