@@ -96,50 +96,52 @@ class Cluster:
     @cached_property
     def _route_table(self) -> tuple[np.ndarray, np.ndarray, list[list[list[tuple[int, int, int]]]]]:
         n = self.num_devices
-        direct: dict[tuple[int, int], int] = {}  # best link per pair: highest bandwidth, then lowest latency
+        adj: dict[int, list[tuple[int, int]]] = {i: [] for i in range(n)}  # device -> (neighbour, link)
         for j, link in enumerate(self.links):
             ids = [self.index[d] for d in link.between]
             for a in ids:
-                for b in ids:
-                    old = self.links[direct[(a, b)]] if (a, b) in direct else None
-                    if a != b and (old is None or (link.bandwidth, -link.latency_s) > (old.bandwidth, -old.latency_s)):
-                        direct[(a, b)] = j
-        adj: dict[int, list[tuple[int, int]]] = {i: [] for i in range(n)}
-        for (a, b), j in sorted(direct.items()):
-            adj[a].append((b, j))
+                adj[a] += [(b, j) for b in ids if b != a]
+        for edges in adj.values():
+            edges.sort()
         lat = np.zeros((n, n))
         bw = np.full((n, n), np.inf)
         hops: list[list[list[tuple[int, int, int]]]] = [[[] for _ in range(n)] for _ in range(n)]
         for s in range(n):
-            # BFS by layers: a fewest-link route to every device; among those, the widest (highest bottleneck
-            # bandwidth), then the one with the least latency
-            best: dict[int, tuple[float, float]] = {s: (0.0, math.inf)}
-            via: dict[int, tuple[int, int]] = {}  # device -> (previous device, link) on its best route
+            # a fewest-link route to every device; among those, the widest (highest bottleneck bandwidth), then
+            # the one with the least latency. Fewest-link routes are the paths of the BFS layers' DAG; a
+            # route's width is decided by all its links, so the least latency is found per target, among the
+            # DAG's links at least as wide as that target's widest route
+            dist = {s: 0}
+            order = [s]  # devices in BFS order, each layer sorted
             layer = [s]
             while layer:
-                reached: dict[int, tuple[float, float]] = {}
-                for v in layer:
-                    lv, bv = best[v]
-                    for w, j in adj[v]:
-                        if w in best:
-                            continue
-                        link = self.links[j]
-                        cand = (lv + link.latency_s, min(bv, link.bandwidth))
-                        old = reached.get(w)
-                        if old is None or (cand[1], -cand[0]) > (old[1], -old[0]):
-                            reached[w] = cand
-                            via[w] = (v, j)
-                best.update(reached)
-                layer = sorted(reached)
+                nxt = sorted({w for v in layer for w, _ in adj[v] if w not in dist})
+                for w in nxt:
+                    dist[w] = dist[layer[0]] + 1
+                order += nxt
+                layer = nxt
+            dag = [(v, w, j) for v in order for w, j in adj[v] if dist.get(w) == dist[v] + 1]
+            width = {s: math.inf}
+            for v, w, j in dag:  # in BFS order: every predecessor of w comes before w
+                width[w] = max(width.get(w, 0.0), min(width[v], self.links[j].bandwidth))
             for t in range(n):
-                if t not in best:
+                if t not in dist:
                     raise ClusterError(
                         f"cluster {self.name!r}: no link route from {self.devices[s].name!r} to {self.devices[t].name!r}"
                     )
-                lat[s, t], bw[s, t] = best[t]
+                floor = width[t]
+                least = {s: 0.0}  # device -> least latency of a route to it on links at least `floor` wide
+                back: dict[int, tuple[int, int]] = {}  # device -> (previous device, link) on that route
+                for v, w, j in dag:
+                    link = self.links[j]
+                    if v in least and link.bandwidth >= floor and dist[w] <= dist[t]:
+                        cand = least[v] + link.latency_s
+                        if w not in least or cand < least[w]:  # ties: the first, in BFS order
+                            least[w], back[w] = cand, (v, j)
+                lat[s, t], bw[s, t] = least[t], floor
                 v = t
                 while v != s:
-                    u, j = via[v]
+                    u, j = back[v]
                     hops[s][t].insert(0, (u, v, j))
                     v = u
         lat.setflags(write=False)

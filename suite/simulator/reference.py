@@ -9,7 +9,9 @@ Semantics (the fast simulator reproduces them exactly, float for float):
   in the order of their devices' indices, then the ends of transfers; then every idle device, in index
   order, starts its ready op with the smallest index (ops are in canonical topological order, so this is a
   fixed priority). Only links that share ports make the order of op ends within a time matter: the
-  transfers they start claim ports in that order.
+  transfers they start claim ports in that order. An op of zero duration (an op overhead of 0 s) started at
+  t ends at t in a further round of the same time, after that round's starts: an op it makes ready at t
+  waits for its device if another op started there at t, whatever their indices.
 * When op p finishes on device a, its output is sent once to each other device D that has consumers of p
   (in increasing order of D), however many consumers D has. The transfer carries what those consumers
   read: the sum of their edges' bytes (an edge carries the bytes its consumer reads, e.g. one time step's

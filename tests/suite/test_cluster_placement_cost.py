@@ -80,6 +80,66 @@ def test_among_fewest_link_routes_the_widest_then_the_quickest_wins():
     assert (bw[0, 3], lat[0, 3]) == (1e6, 0.2)  # equally wide: the least latency (a-b-d)
 
 
+def test_the_least_latency_is_taken_among_routes_of_the_final_width_not_the_widest_prefix():
+    """s reaches v over a (wide, 10 s) or b (narrow, 0.2 s); v-w is as narrow as b: both s-w routes are 5 wide,
+    so the quick one wins though s-a-v is the better route to v. A narrower parallel link with less latency
+    wins the same way when the route is no wider than it."""
+    devs = [dict(name=n, kind="gpu", peak_flops=1, mem_bandwidth=1, memory_bytes=1, op_overhead_s=0) for n in "sabvw"]
+    links = [dict(between=["s", "a"], bandwidth=10.0, latency_s=5.0), dict(between=["a", "v"], bandwidth=10.0, latency_s=5.0),
+             dict(between=["s", "b"], bandwidth=5.0, latency_s=0.1), dict(between=["b", "v"], bandwidth=5.0, latency_s=0.1),
+             dict(between=["v", "w"], bandwidth=5.0, latency_s=0.1)]
+    c = from_dict({"name": "mesh", "devices": devs, "links": links})
+    lat, bw = c.routes
+    assert (bw[0, 3], lat[0, 3]) == (10.0, 10.0) and c.route(0, 3) == [(0, 1, 0), (1, 3, 1)]  # s-a-v
+    assert (bw[0, 4], lat[0, 4]) == (5.0, 0.1 + 0.1 + 0.1) and c.route(0, 4) == [(0, 2, 2), (2, 3, 3), (3, 4, 4)]
+    parallel = [dict(between=["s", "a"], bandwidth=10.0, latency_s=5.0), dict(between=["s", "a"], bandwidth=6.0, latency_s=1.0),
+                dict(between=["a", "b"], bandwidth=5.0, latency_s=1.0)]
+    c = from_dict({"name": "parallel", "devices": devs[:3], "links": parallel})
+    assert c.route(0, 1) == [(0, 1, 0)] and c.route(0, 2) == [(0, 1, 1), (1, 2, 2)]
+    assert (c.routes[0][0, 2], c.routes[1][0, 2]) == (2.0, 5.0)
+
+
+def _best_route_by_enumeration(c, s, t):
+    """(links, -width, latency) of the best simple route from s to t, trying every one."""
+    best = None
+    stack = [(s, (s,), 0.0, np.inf)]
+    while stack:
+        v, seen, lat, width = stack.pop()
+        if v == t:
+            key = (len(seen) - 1, -width, lat)
+            best = key if best is None or key < best else best
+            continue
+        for link in c.links:
+            ids = [c.index[d] for d in link.between]
+            if v in ids:
+                for w in ids:
+                    if w not in seen:
+                        stack.append((w, (*seen, w), lat + link.latency_s, min(width, link.bandwidth)))
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(3, 6), st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from([1.0, 2.0, 5.0]),
+                                             st.sampled_from([0.0, 0.1, 0.25, 1.0])), min_size=2, max_size=12))
+def test_routes_equal_the_best_of_every_route(n, raw):
+    """Fewest links, then widest, then least latency, as enumerating every simple route finds; the hops
+    listed are a route with those numbers."""
+    links = [dict(between=[f"d{a % n}", f"d{b % n}"], bandwidth=bw, latency_s=lat) for a, b, bw, lat in raw if a % n != b % n]
+    links += [dict(between=[f"d{i}", f"d{i + 1}"], bandwidth=1.0, latency_s=1.0) for i in range(n - 1)]  # connected
+    devs = [dict(name=f"d{i}", kind="gpu", peak_flops=1, mem_bandwidth=1, memory_bytes=1, op_overhead_s=0) for i in range(n)]
+    c = from_dict({"name": "random", "devices": devs, "links": links})
+    lat, bw = c.routes
+    for s in range(n):
+        for t in range(n):
+            if s == t:
+                continue
+            hops = c.route(s, t)
+            assert (len(hops), -bw[s, t], lat[s, t]) == _best_route_by_enumeration(c, s, t)
+            assert [h[0] for h in hops] == [s, *(h[1] for h in hops[:-1])] and hops[-1][1] == t
+            assert min(c.links[h[2]].bandwidth for h in hops) == bw[s, t]
+            assert sum(c.links[h[2]].latency_s for h in hops) == lat[s, t]
+
+
 def test_ports_held_by_each_pair():
     """Each device on a "ports" link has an outgoing port (even id) and an incoming one (the next id); a pair
     holds, on every such link of its route, the sender's outgoing and the receiver's incoming port."""

@@ -232,6 +232,19 @@ def test_all_events_of_an_instant_are_handled_before_dispatch_schedule(uniform_c
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_a_zero_duration_op_ends_after_the_starts_of_its_instant(engine, uniform_cluster):
+    # z takes 0 s on d0 and sends 0 bytes to d1 (no latency): b can start at 0. But z's end and the transfer
+    # are handled in a further round of t = 0, after d1 started c (the only op ready there when the round
+    # began): b waits, [2, 3]. Step 3; with b first it would be 2 (b [0, 1], c [1, 2]).
+    g = OpGraph.build("zero", [Op("z", "x", flops=0.0, output_bytes=0), Op("b", "x", flops=G),
+                               Op("c", "x", flops=2 * G)], [("z", "b")])
+    r = simulate(g, uniform_cluster(2), [0, 1, 1], engine=engine)
+    assert r.step_time_s == 3.0 and r.busy_s.tolist() == [0.0, 3.0]
+    s = reference.simulate(np.array([0, 1, 1]), *SimInputs.build(g, uniform_cluster(2)).args())
+    assert s.start_s.tolist() == [0, 2, 0]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_parallel_branches_overlap(engine, uniform_cluster):
     # Two independent 2-second ops on two devices finish together at 2 s; on one device at 4 s.
     g = OpGraph.build("par", [Op("a", "x", flops=2 * G), Op("b", "x", flops=2 * G)], [])
