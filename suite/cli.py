@@ -187,7 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.strip():
         raise UsageError("--out is empty: give a store directory, or leave --out out for runs/<spec name>")
     out = Path(args.out) if args.out is not None else Path("runs") / spec.name
-    _check_output_dir(out, "--out")
+    check_output_dir(out, "--out")
     jobs = args.jobs if args.jobs is not None else usable_cpus()
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
@@ -234,7 +234,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
     table = paper.load_paper(args.paper)
     store = Path(args.store) if args.store else Path("runs") / "papers" / table.id
     _refuse_inside_store(store, args.out, "--out")
-    _check_output_dir(args.out, "--out")
+    check_output_dir(args.out, "--out")
     if args.no_run:
         if not store.exists():
             raise UsageError(f"--no-run: no results store at {store}; leave --no-run out to run the cells")
@@ -249,6 +249,8 @@ def cmd_paper(args: argparse.Namespace) -> int:
     rows = open_rows(store)
     runs = _store_runs(store)
     comp = paper.Comparison.from_rows(table, rows)
+    if args.no_run and not comp.rows:  # a report of "not run" cells only would replace the last one for nothing
+        raise UsageError(f"--no-run: {store} holds no result of {table.id}'s cells; leave --no-run out to run them")
     setup = comp.setup_warning()
     if setup:
         print(f"placebench: warning: {setup}", file=sys.stderr)
@@ -278,7 +280,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if args.save_placement is not None and Path(args.save_placement).resolve() == Path(args.trace).resolve():
             raise UsageError("--trace and --save-placement name the same file")
         _check_output_file(args.trace, "--trace", [args.workload, args.cluster, args.methodology, args.placement or "",
-                                                    *args.plugin])
+                                                    *args.plugin, *args.profile])
     if args.placement is not None:
         given = [flag for flag, value in (
             ("--save-placement", args.save_placement), ("--param", args.param or None), ("--seed", args.seed),
@@ -294,7 +296,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return code
     if args.save_placement is not None:
         _check_output_file(args.save_placement, "--save-placement",
-                           [args.workload, args.cluster, args.methodology, *args.plugin])
+                           [args.workload, args.cluster, args.methodology, *args.plugin, *args.profile])
     budget = {}
     if args.max_evaluations is not None:
         budget["max_evaluations"] = args.max_evaluations
@@ -338,7 +340,7 @@ def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str,
     print(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
 
 
-def _check_output_dir(path: str | Path, flag: str) -> None:
+def check_output_dir(path: str | Path, flag: str) -> None:
     """An output directory may be missing (it is made) but not a file, and it must take files."""
     from suite.store import check_writable
 
@@ -622,7 +624,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from suite.store import open_rows
 
     _refuse_inside_store(args.store, args.out, "--out")
-    _check_output_dir(args.out, "--out")
+    check_output_dir(args.out, "--out")
     rows = open_rows(args.store)
     runs = _store_runs(args.store)
     warnings = [w for w in (_warn_if_incomplete(args.store, runs), _warn_if_mixed_code(runs, rows)) if w]
@@ -636,14 +638,20 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _results_source(path: str) -> Path:
+    """The store a results path reads: a store's own results table counts as its store."""
+    p = Path(path).resolve()
+    return p.parent if p.is_file() and (p.parent / "manifest.json").is_file() else p
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Exit 1 when NEW has regressions against BASE (the CI gate), 0 otherwise; 2 on bad input or when no cell
     could be compared. The exit code holds even when stdout's reader has gone (`| head`)."""
     from suite import compare, report
     from suite.store import atomic_write_files, dumps, open_rows
 
-    if Path(args.base).resolve() == Path(args.new).resolve():
-        raise UsageError(f"BASE and NEW are the same results {args.base}")
+    if _results_source(args.base) == _results_source(args.new):
+        raise UsageError(f"BASE {args.base} and NEW {args.new} are the same results")
     for store in (args.base, args.new):
         _refuse_inside_store(store, args.output, "--output")
     if args.output:

@@ -157,4 +157,30 @@ def load(name_or_path: str = DEFAULT) -> Methodology:
             known = sorted(p.stem for p in METHODOLOGY_DIR.glob("*.toml"))
             raise SpecError(f"unknown methodology {name_or_path!r}; built-in: {', '.join(known)} (or give a .toml file)")
     data = load_toml(path, SpecError, "methodology")
-    return from_dict(data, source=str(path))
+    meth = from_dict(data, source=str(path))
+    if path.resolve().parent != METHODOLOGY_DIR.resolve():
+        _check_not_built_in(meth, str(path))
+    return meth
+
+
+def _check_not_built_in(meth: Methodology, source: str) -> None:
+    """A methodology file may not take a built-in version's name with other rules: its rows would be labelled
+    as results of rules they were not run under."""
+    for builtin in sorted(METHODOLOGY_DIR.glob("*.toml")):
+        known = from_dict(load_toml(builtin, SpecError, "methodology"), source=str(builtin))
+        if known.version == meth.version and known != meth:
+            ours, theirs = _flat(meth.as_dict()), _flat(known.as_dict())
+            diff = [f"{k} {ours.get(k)!r} (built-in {theirs.get(k)!r})" for k in sorted(set(ours) | set(theirs))
+                    if ours.get(k) != theirs.get(k)]
+            raise SpecError(f"{source}: version {meth.version!r} is the built-in methodology {builtin.stem!r}, but "
+                            f"its rules differ: {', '.join(diff)}; give the file its own version")
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

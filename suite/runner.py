@@ -634,8 +634,10 @@ def _profiles_by_workload(paths: Sequence[str], workloads: Mapping[str, OpGraph]
         refs = [ref for ref, g in workloads.items()
                 if prof.workload_hash == g.content_hash or (not prof.workload_hash and prof.workload == g.name)]
         if not refs:
+            which = (f"not the workload {g.name!r} ({g.content_hash})" for g in workloads.values())
             raise SpecError(f"{source}: profile {path} was measured on workload {prof.workload!r} "
-                            f"({prof.workload_hash or 'no hash'}), which is none of the spec's workloads")
+                            f"({prof.workload_hash or 'no hash'}), which is "
+                            + (next(which) if len(workloads) == 1 else "none of the spec's workloads"))
         for ref in refs:
             out[ref].append(prof)
     return out

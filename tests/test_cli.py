@@ -204,7 +204,16 @@ def test_evaluate_with_a_profile_takes_its_op_times(capsys, tiny_files, tmp_path
     other = tmp_path / "other.json"
     other.write_text(prof.read_text().replace('"diamond"', '"chain"'))
     _assert_usage_error(*_run(capsys, *args, "--placement", str(path), "--profile", str(other)),
-                        f"profile {other} was measured on workload 'chain' (no hash), which is none of")
+                        f"profile {other} was measured on workload 'chain' (no hash), which is not the workload "
+                        "'diamond' (sha256:")
+    # the profile is an input: not written over by the command's outputs (checked before any work)
+    before = prof.read_text()
+    for flag in ("--save-placement", "--trace"):
+        _assert_usage_error(*_run(capsys, *args, "--placer", "single_cpu", "--profile", str(prof), flag, str(prof)),
+                            f"{flag} {prof} is an input of this command")
+    _assert_usage_error(*_run(capsys, *args, "--placement", str(path), "--profile", str(prof), "--trace", str(prof)),
+                        f"--trace {prof} is an input of this command")
+    assert prof.read_text() == before
     other.write_text(prof.read_text().replace('"cpu"', '"tpu"'))
     _assert_usage_error(*_run(capsys, *args, "--placer", "single_cpu", "--profile", str(other)),
                         f"{other}: profile for 'diamond' applies to 'tpu'")
@@ -272,7 +281,8 @@ def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
                            (["-f", "md", "--json"], "--format md and --json ask for different formats"),
                            (["--chart", str(tmp_path / "c.jpg")], "the chart is a PNG")):
         _assert_usage_error(*_run(capsys, "table", str(store), *extra), message)
-    _assert_usage_error(*_run(capsys, "compare", str(store), str(store / "results.csv"), "-o", str(tmp_path / "c.html")),
+    shutil.copy(store / "results.csv", tmp_path / "r.csv")
+    _assert_usage_error(*_run(capsys, "compare", str(store), str(tmp_path / "r.csv"), "-o", str(tmp_path / "c.html")),
                         "this command writes text, md, csv, json, not html")
     code, out, _ = _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "results"))
     assert code == 0 and "(spec " in (tmp_path / "results" / "leaderboard.md").read_text()  # names its run

@@ -248,7 +248,8 @@ def test_compare_gates_a_changed_placer(capsys, two_stores, tmp_path):
     broke = next(c for c in data["cells"] if c["verdicts"] == ["broke"])
     assert (broke["workload"], broke["base_status"], broke["new_status"]) == ("big", "ok", "oom")
     assert len(data["cells"]) == 2 and len(json.loads(_run(capsys, "compare", str(cpu), str(gpu), "--json", "--all")[1])["cells"]) == 4
-    code, out, _ = _run(capsys, "compare", str(cpu), str(cpu / "results.parquet"), "--all")  # a table file works too
+    shutil.copy(cpu / "results.parquet", tmp_path / "cpu.parquet")
+    code, out, _ = _run(capsys, "compare", str(cpu), str(tmp_path / "cpu.parquet"), "--all")  # a table file works too
     assert code == 0 and sum(ln.endswith(" same") for ln in out.splitlines()) == 4
     assert out.splitlines()[-1] == "4 cells in both, factor 1.05: 4 same; 0 regressions"
     code, out, _ = _run(capsys, "compare", str(gpu), str(cpu), "--factor", "20")  # all on the CPU is 10x slower
@@ -354,7 +355,8 @@ def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp
     assert code == 1 and out == "" and err.startswith("placebench: compare: ") and err.endswith("1 regression\n")
     text = out_file.read_text()
     assert text.startswith(f"**Changes: {cpu} against {gpu}**") and "| diamond | harness_env_device | 0 |" in text
-    code, out, err = _run(capsys, "compare", str(gpu), str(gpu / "results.csv"), "-f", "csv")
+    shutil.copy(gpu / "results.csv", tmp_path / "gpu.csv")
+    code, out, err = _run(capsys, "compare", str(gpu), str(tmp_path / "gpu.csv"), "-f", "csv")
     assert code == 0 and out == "cluster,workload,placer,seed,base,new,time,memory,verdict,regression\n"
     assert err.endswith("4 same; 0 regressions\n")  # the summary is on stderr when stdout has none
     code, _, err = _run(capsys, "compare", str(gpu), str(cpu), "-o", str(cpu / "changes.txt"))
@@ -366,6 +368,10 @@ def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp
                                  f"write reports elsewhere\n") and table.read_bytes() == (cpu / "results.csv").read_bytes()
     code, _, err = _run(capsys, "compare", str(gpu), str(gpu))
     assert code == 2 and "the same results" in err
+    code, _, err = _run(capsys, "compare", str(gpu / "results.csv"), str(gpu))  # a store's own table is the store
+    assert code == 2 and err == f"placebench: error: BASE {gpu / 'results.csv'} and NEW {gpu} are the same results\n"
+    code, _, err = _run(capsys, "compare", str(table), str(cpu))  # a copy of the table elsewhere is another source
+    assert code == 0, err
     code, _, err = _run(capsys, "compare", str(gpu), str(tmp_path / "nope"))
     assert code == 2 and "no such store directory" in err
     with pytest.raises(SystemExit) as exc:

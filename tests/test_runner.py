@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import suite
-from suite import graph_io, numerics, report, runner
+from suite import graph_io, methodology, numerics, report, runner
 from suite.errors import SpecError, UnknownNameError
 from suite.graph import Op, OpGraph
 from suite.store import Store, cpu_simd
@@ -197,8 +197,12 @@ def test_profiles_in_a_spec_give_their_workload_measured_op_times(tiny_files, wr
     lone = runner.load_spec(str(write_spec("lone", **{**spec, "workloads": [str(tiny_files["chain"])]},
                                            profiles=[str(prof)])))
     with pytest.raises(SpecError, match=f"profile {prof} was measured on workload 'diamond' \\(no hash\\), which "
-                                        "is none of the spec's workloads"):
+                                        "is not the workload 'chain' \\(sha256:"):
         runner.make_plan(lone)
+    both = runner.load_spec(str(write_spec("both", **{**spec, "workloads": [str(tiny_files[w]) for w in ("chain", "big")]},
+                                           profiles=[str(prof)])))
+    with pytest.raises(SpecError, match="which is none of the spec's workloads"):
+        runner.make_plan(both)
 
 
 def test_a_label_keeps_its_placer_and_parameters_in_a_store(tiny_files, write_spec, tmp_path):
@@ -225,7 +229,7 @@ def test_a_label_keeps_its_placer_and_parameters_in_a_store(tiny_files, write_sp
         runner.run(runner.load_spec(str(write_spec("b", **spec, placers=[{**ls, "params": {"batch_size": 16}}]))), store)
 
 
-def test_a_methodology_is_known_by_its_content_not_only_its_version(tiny_files, write_spec, tmp_path):
+def test_a_methodology_is_known_by_its_content_not_only_its_version(tiny_files, write_spec, tmp_path, monkeypatch):
     spec = {"workloads": [str(tiny_files["diamond"])], "clusters": ["xeon_h100"], "placers": ["single_cpu"]}
     store = tmp_path / "store"
     runner.run(runner.load_spec(str(write_spec("a", **spec))), store)
@@ -233,6 +237,13 @@ def test_a_methodology_is_known_by_its_content_not_only_its_version(tiny_files, 
     changed = tmp_path / "fake_v1.toml"
     changed.write_text(re.sub(r"failure_multiple = [0-9.]+", "failure_multiple = 1.0", v1))
     assert changed.read_text() != v1
+    # a file may not take the built-in's name with other rules
+    with pytest.raises(SpecError, match=r"fake_v1.toml: version 'placebench-methodology-v1' is the built-in "
+                                        r"methodology 'v1', but its rules differ: failure_multiple 1.0 \(built-in"):
+        runner.run(runner.load_spec(str(write_spec("b", **spec, methodology=str(changed)))), store)
+    # nor may the built-in change its rules under the same name (a store from an older placebench): the store
+    # knows the rules it was run under
+    monkeypatch.setattr(methodology, "_check_not_built_in", lambda meth, source: None)
     with pytest.raises(SpecError, match=r"another methodology named 'placebench-methodology-v1' \(differs in "
                                         r"failure_multiple\)"):
         runner.run(runner.load_spec(str(write_spec("b", **spec, methodology=str(changed)))), store)

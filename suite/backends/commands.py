@@ -29,13 +29,18 @@ def _overrides(items: list[str]) -> dict[str, Any]:
         if "=" not in text:
             raise PlacebenchError(f"--set {text!r}: expected KEY=VALUE (for example batch_size=1)")
         key, raw = text.split("=", 1)
-        if key.strip() == "mode":
+        key = key.strip()
+        if not key:
+            raise PlacebenchError(f"--set {text!r}: expected KEY=VALUE (for example batch_size=1)")
+        if key == "mode":
             raise PlacebenchError(f"--set {text!r}: the step (inference or training) is chosen with --mode, "
                                   "not --set")
+        if key in out:
+            raise PlacebenchError(f"--set {key} is given twice")
         try:
-            out[key.strip()] = json.loads(raw)
+            out[key] = json.loads(raw)
         except json.JSONDecodeError:
-            out[key.strip()] = raw
+            out[key] = raw
     return out
 
 
@@ -51,9 +56,12 @@ def _workload(args: argparse.Namespace):
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from suite import methodology as _m
-    from suite.cli import UsageError
+    from suite.cli import UsageError, check_output_dir
     from suite.profiling import DEFAULT_DIR, profile_path, profile_workload
 
+    if args.applies_to is not None and not args.applies_to.strip():
+        raise UsageError("--applies-to is empty: give a device name, kind or model (or leave it out: the kind)")
+    check_output_dir(args.out or DEFAULT_DIR, "--out")  # before measuring, which takes minutes
     rw = _workload(args)
     meth = _m.load(args.methodology)
     target = profile_path(args.out or DEFAULT_DIR, rw.graph.name, args.device)
@@ -171,9 +179,12 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 def _fidelity(args: argparse.Namespace) -> int:
     from suite import fidelity
     from suite import methodology as _m
-    from suite.cli import UsageError
+    from suite.cli import UsageError, check_output_dir
     from suite.profiling import DEFAULT_DIR as PROFILE_DIR
     from suite.profiling import set_threads
+
+    check_output_dir(args.profiles or PROFILE_DIR, "--profiles")  # before profiling and measuring
+    check_output_dir(args.out or fidelity.DEFAULT_DIR, "--out")
 
     if "none" in args.placer and len(args.placer) > 1:
         raise UsageError(f"--placer none (no baseline) cannot be combined with other placers: {args.placer}")

@@ -107,9 +107,11 @@ def parse_variant_name(name: str) -> tuple[str, dict[str, Any]]:
     overrides: dict[str, Any] = {}
     for part in parts:
         key, sep, value = part.partition("=")
-        if not sep or not key or not value or key in overrides:
+        if not sep or not key or not value:
             raise PlacebenchError(f"workload {name!r}: {part!r} is not KEY=VALUE (a variant name is "
                                   "ZOO_NAME+KEY=VALUE+..., for example rnnlm-2x2048-b64+batch_size=1)")
+        if key in overrides:
+            raise PlacebenchError(f"workload {name!r}: {key} is given twice")
         if key == "mode":
             overrides[key] = value
         else:

@@ -362,7 +362,8 @@ def test_variant_names_are_checked():
         ("nmt-2x1024-b64+mode=inference+batch_size=1", "write this variant as 'nmt-2x1024-b64+batch_size=1+mode"),
         ("nmt-2x1024-b64+batch_size=64", "write this variant as 'nmt-2x1024-b64'"),  # the zoo's own value
         ("nmt-2x1024-b64+batch_size", "'batch_size' is not KEY=VALUE"),
-        ("nmt-2x1024-b64+batch_size=1+batch_size=2", "'batch_size=2' is not KEY=VALUE"),
+        ("nmt-2x1024-b64+batch_size=1+batch_size=2", "'nmt-2x1024-b64+batch_size=1+batch_size=2': batch_size is "
+                                                     "given twice"),
         ("nmt-2x1024-b64+batch_size=x", "batch_size='x' must be a positive integer"),
         ("nmt-2x1024-b64+batch_size=0", "batch_size=0 must be a positive integer"),
         ("nmt-2x1024-b64+depth=2", "'nmt-2x1024-b64+depth=2': unknown shape parameter"),

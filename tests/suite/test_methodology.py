@@ -1,6 +1,7 @@
 """The methodology files that ship with placebench load, and the fidelity variants change only the timing."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -68,6 +69,21 @@ def test_methodology_file_errors(tmp_path, text, message):
     with pytest.raises(SpecError, match=message) as err:
         methodology.load(str(path))
     assert str(err.value).startswith(f"{path}: ")
+
+
+def test_a_file_cannot_take_a_built_in_name_with_other_rules(tmp_path):
+    """Rows name the methodology's version only: a file that says v1 must hold v1's rules."""
+    path = tmp_path / "m.toml"
+    path.write_text(V1)
+    assert methodology.load(str(path)) == methodology.load("v1")  # a copy is v1
+    path.write_text(V1.replace("max_evaluations = 1000", "max_evaluations = 5").replace("seeds = [0]", "seeds = [0, 1]"))
+    with pytest.raises(SpecError, match=re.escape(
+            f"{path}: version 'placebench-methodology-v1' is the built-in methodology 'v1', but its rules differ: "
+            "budget.max_evaluations 5 (built-in 1000), seeds [0, 1] (built-in [0]); give the file its own version")):
+        methodology.load(str(path))
+    path.write_text(V1.replace("placebench-methodology-v1", "mine-v1").replace("max_evaluations = 1000",
+                                                                                 "max_evaluations = 5"))
+    assert methodology.load(str(path)).budget.max_evaluations == 5
 
 
 def test_methodology_unreadable_files(tmp_path):

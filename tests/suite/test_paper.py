@@ -303,6 +303,15 @@ def test_paper_command_runs_the_cells_then_reports(capsys, tmp_path):
     code = main(["paper", str(f), "--store", str(tmp_path / "none"), "--no-run", "--out", str(out)])
     _, err = capsys.readouterr()
     assert code == 2 and "--no-run: no results store at" in err
+    # a store without any of the table's cells would only give a report of "not run" cells: refused, the
+    # last report kept
+    from suite.store import Store
+
+    Store(tmp_path / "empty")
+    code = main(["paper", str(f), "--store", str(tmp_path / "empty"), "--no-run", "--out", str(out)])
+    _, err = capsys.readouterr()
+    assert code == 2 and f"--no-run: {tmp_path / 'empty'} holds no result of mine's cells" in err
+    assert (out / "mine.md").read_text() == md
     # a report that cannot be written after the cells ran leaves the old report whole
     f.write_text(f.read_text().replace('citation = "Someone et al., 2099"', 'citation = "Someone else, 2100"'))
     (out / "mine.csv").unlink()

@@ -260,6 +260,23 @@ def test_cli_profile_and_fidelity(tmp_path, capsys):
     assert stored.name in capsys.readouterr().err and stored.read_text() == damaged  # reported, not measured over
 
 
+def test_output_directories_are_checked_before_any_measurement(tmp_path, capsys, monkeypatch):
+    """A file where a directory goes is refused up front, naming the flag: profiling and measuring take
+    minutes, and their results would be lost to a late mkdir."""
+    from suite.backends import workload
+
+    monkeypatch.setattr(workload, "real_workload", lambda *a, **k: pytest.fail("measured before checking"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("kept")
+    for argv, flag in ((["profile", "rnnlm-2x2048-b64", "--out", str(a_file)], "--out"),
+                       (["fidelity", "rnnlm-2x2048-b64", "--out", str(a_file)], "--out"),
+                       (["fidelity", "rnnlm-2x2048-b64", "--profiles", str(a_file)], "--profiles")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"placebench: error: {flag}: cannot write {a_file}: ") and "is a file, not a directory" in err
+    assert a_file.read_text() == "kept"
+
+
 def test_cli_errors_name_the_problem(capsys):
     assert main(["profile", "no-such-workload"]) == 2
     assert "unknown workload" in capsys.readouterr().err
@@ -271,6 +288,13 @@ def test_cli_errors_name_the_problem(capsys):
     for bad in ("batch_size=-1", "batch_size=0", "batch_size=NaN", "batch_size=2.5"):
         assert main(["profile", "rnnlm-2x2048-b64", "--set", bad]) == 2
         assert f"shape parameter {bad.split('=')[0]}=" in capsys.readouterr().err
+    for sets in (["batch_size=1", "batch_size=2"], ["batch_size=1", " batch_size =2"]):  # not the last one wins
+        assert main(["profile", "rnnlm-2x2048-b64", *(a for v in sets for a in ("--set", v))]) == 2
+        assert "--set batch_size is given twice" in capsys.readouterr().err
+    assert main(["profile", "rnnlm-2x2048-b64", "--set", " =1"]) == 2
+    assert "--set ' =1': expected KEY=VALUE" in capsys.readouterr().err
+    assert main(["profile", "rnnlm-2x2048-b64", "--applies-to", " "]) == 2
+    assert "--applies-to is empty" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["profile", "rnnlm-2x2048-b64", "--threads", "-2"])
     assert exc.value.code == 2 and "must be in [0, 4097)" in capsys.readouterr().err
