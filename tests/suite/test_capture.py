@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 import pytest
@@ -349,7 +348,6 @@ def test_grad_input_of_concat_with_many_consumers_sums():
     g = capture(Memory(), (torch.randn(2, 3),), name="m", mode="training")
     (cat_grad,) = by_kind(g, "concat_grad")
     assert cat_grad.flops == (2 - 1) * 2 * 6
-    assert math.isclose(g.stats.total_flops, sum(op.flops for op in g.ops))
 
 
 # -- exact FLOPs of the fused and attention rules (hand-computed) -----------------------------------------

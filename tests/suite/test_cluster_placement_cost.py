@@ -211,6 +211,9 @@ GOOD_CLUSTER = {"name": "c", "devices": [
         (lambda d: d["devices"][0].update(memory_bytes=0), r"memory_bytes: 0 must be between 1 and 2\*\*62"),
         (lambda d: d["devices"][0].update(peak_flops=10**400), "peak_flops: .* must be a finite positive number"),
         (lambda d: d["links"][0].update(sharing="bus"), r"links\[0\]\.sharing: 'bus' is not one of pairs, ports"),
+        (lambda d: d.update(schema_version=2), r"schema_version 2 is not supported \(expected 1\)"),
+        (lambda d: d["links"].append(dict(between=["a"], bandwidth=1.0, latency_s=0.0)),
+         r"links\[1\]\.between: a link joins at least two devices, got \['a'\]"),
     ],
 )
 def test_cluster_errors(mutate, message):
@@ -333,6 +336,11 @@ def test_validation_copies_and_names_bad_entries_of_arrays():
             validate(bad, g, c)
     with pytest.raises(PlacementError, match=r"placement\[0\] \(op 'emb'\): np.False_ is not a device index"):
         validate(np.array([False, True, True]), g, c)
+    # a whole-number float is that device (a policy's float output, JSON's 1.0); any other float is not
+    assert validate([0, 1.0, np.float64(1)], g, c).tolist() == [0, 1, 1]
+    assert validate(np.array([0.0, 1.0, 1.0]), g, c).tolist() == [0, 1, 1]
+    with pytest.raises(PlacementError, match=r"placement\[1\] \(op 'fwd'\): 1.5 is not a device index"):
+        validate([0, 1.5, 1], g, c)
 
 
 def test_placement_file_round_trip_and_errors(tmp_path):
@@ -408,8 +416,10 @@ PROFILE = {"format": "placebench.profile", "schema_version": 1, "workload": "sma
         (json.dumps({**PROFILE, "op_times_s": {"fwd": True}}), r"op_times_s\['fwd'\] = True is not a finite"),
         (b'{"workload": "caf\xe9"}', r"not valid UTF-8 text \(byte 0xe9 at offset 17\)"),
         ('{"a": 1' + "0" * 5000 + "}", "not valid JSON: Exceeds the limit"),
+        (json.dumps({**PROFILE, "schema_version": 2}), "schema_version 2 is not supported"),
     ],
-    ids=["huge-time", "metadata-string", "metadata-list", "hash-number", "unknown-field", "bool-time", "latin1", "5000-digits"],
+    ids=["huge-time", "metadata-string", "metadata-list", "hash-number", "unknown-field", "bool-time", "latin1", "5000-digits",
+         "schema-2"],
 )
 def test_profile_file_errors(tmp_path, text, message):
     path = tmp_path / "p.json"
@@ -507,7 +517,11 @@ def test_a_batch_is_all_valid_exactly_when_each_placement_validates(data):
     c = load_cluster("haswell_4k80")
     g = _draw_ruled_graph(data, 10)
     n = g.num_ops
-    rows = data.draw(st.lists(st.lists(st.integers(-1, c.num_devices), min_size=n, max_size=n), min_size=1, max_size=4))
+    # rows of device indices, so that the kind and group rules decide; now and then one entry out of range
+    rows = data.draw(st.lists(st.lists(st.integers(0, c.num_devices - 1), min_size=n, max_size=n), min_size=1, max_size=4))
+    if data.draw(st.integers(0, 4)) == 0:
+        rows[data.draw(st.integers(0, len(rows) - 1))][data.draw(st.integers(0, n - 1))] = data.draw(
+            st.sampled_from([-1, c.num_devices]))
     batch = np.array(rows)
 
     def ok(p):

@@ -77,6 +77,8 @@ def test_cycle_is_named():
         ("allowed_kinds", ("tpu",), "'a'.allowed_kinds: 'tpu'"),
         ("group", "", r"ops\[0\] 'a'.group: expected a non-empty string or null, got ''"),
         ("output_shape", (-1,), r"ops\[0\] 'a'.output_shape: \(-1,\) is not a tuple of sizes"),
+        ("output_shape", (True, 2), r"ops\[0\] 'a'.output_shape: \(True, 2\) is not a tuple of sizes"),
+        ("scope", 5, r"ops\[0\] 'a'.scope: expected a string, got 5"),
         ("bytes_read", 10**30, "'a'.bytes_read: 10{30} is above the limit of 2\\*\\*53 bytes"),
         ("output_bytes", 2**63, "'a'.output_bytes: 9223372036854775808 is above the limit"),
         ("param_bytes", 2**53 + 1, "'a'.param_bytes: 9007199254740993 is above the limit"),
@@ -89,6 +91,11 @@ def test_cycle_is_named():
 def test_bad_numbers_and_fields_are_named(field, value, message):
     with pytest.raises(GraphError, match=message):
         OpGraph.build("bad", [Op("a", "x", **{field: value})], [])
+
+
+def test_an_op_needs_a_kind():
+    with pytest.raises(GraphError, match=r"ops\[0\] 'a'.kind: expected a non-empty string, got ''"):
+        OpGraph.build("bad", [Op("a", "")], [])
 
 
 def test_byte_counts_stay_inside_int64():
@@ -168,6 +175,10 @@ def test_json_round_trip_and_hash(tmp_path):
     # so does an edge's own byte count
     ops = [Op("a", "x", output_bytes=8), Op("b", "x")]
     assert OpGraph.build("g", ops, [("a", "b", 4)]).content_hash != OpGraph.build("g", ops, [("a", "b", 8)]).content_hash
+    # and the graph's name and metadata (a workload's shape parameters live there)
+    base = OpGraph.build("g", ops, [("a", "b", 4)], {"batch": 1})
+    assert len({base.content_hash, OpGraph.build("h", ops, [("a", "b", 4)], {"batch": 1}).content_hash,
+                OpGraph.build("g", ops, [("a", "b", 4)], {"batch": 2}).content_hash}) == 3
 
 
 def test_a_byte_count_of_exactly_the_limit_is_accepted():
@@ -206,6 +217,11 @@ def test_edited_file_fails_hash_check(tmp_path):
         (lambda d: d["ops"][0].update(flops=10**400), r"ops\[0\] 'a'.flops: a 1329-bit integer is too large"),
         (lambda d: [op.update(param_bytes=2**62) for op in d["ops"]], r"ops\[0\] 'a'.param_bytes: \d+ is above"),
         (lambda d: d.update(metdata={"batch": 2}), r"unknown field\(s\) \['metdata'\]; known: edges, format"),
+        (lambda d: d["ops"][0].update(output_shape=5), r"ops\[0\].output_shape is not a list"),
+        (lambda d: d["ops"][0].update(allowed_kinds="gpu"), r"ops\[0\].allowed_kinds is not a list"),
+        (lambda d: d["ops"][0].pop("name"), r"ops\[0\] has no field 'name'"),
+        (lambda d: d["ops"][0].pop("kind"), r"ops\[0\] has no field 'kind'"),
+        (lambda d: d["ops"].__setitem__(0, 5), r"ops\[0\] is not an object"),
     ],
 )
 def test_malformed_file_errors_name_file_and_field(tmp_path, mutate, message):
