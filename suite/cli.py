@@ -5,10 +5,13 @@
     placebench table STORE [--format F]                       render a results store
     placebench leaderboard [STORE] [--out results]            write leaderboard.md / .csv / .png (STORE: runs/full)
     placebench compare BASE NEW [--factor 1.05]               cell-by-cell changes; exit 1 on regressions (CI)
-    placebench list workloads|clusters|placers|specs          what is available
-    placebench show WORKLOAD                                  one workload's statistics
+    placebench list workloads|clusters|placers|specs|papers   what is available
+    placebench show WORKLOAD | --cluster C                    one workload's statistics, or a cluster's numbers
     placebench profile WORKLOAD --device cpu                  per-op times on a device of this machine
     placebench fidelity WORKLOAD [--cluster FILE]             simulator vs real execution (table + PNG)
+    placebench paper ID [--no-run]                            a paper's table next to placebench's same cells
+
+The README's "Commands" lists every option.
 
 Every command takes --json for machine-readable output. Bad input (a `PlacebenchError`) gives one line
 `placebench: error: ...` on stderr and exit code 2, never a traceback; stored results are never lost.
