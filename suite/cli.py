@@ -642,9 +642,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def _results_source(path: str) -> Path:
-    """The store a results path reads: a store's own results table counts as its store."""
+    """The store a results path reads: a store's own results table (results.csv or .parquet, rebuilt from its
+    cells) counts as its store; any other file is itself."""
+    from suite.store import is_store_dir
+
     p = Path(path).resolve()
-    return p.parent if p.is_file() and (p.parent / "manifest.json").is_file() else p
+    own = p.is_file() and p.name in ("results.csv", "results.parquet") and is_store_dir(p.parent)
+    return p.parent if own else p
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -109,18 +109,24 @@ class Cluster:
         for s in range(n):
             # a fewest-link route to every device; among those, the widest (highest bottleneck bandwidth), then
             # the one with the least latency. Fewest-link routes are the paths of the BFS layers' DAG; a
-            # route's width is decided by all its links, so the least latency is found per target, among the
+            # route's width is decided by all its links, so the least latency to a target is found among the
             # DAG's links at least as wide as that target's widest route
             dist = {s: 0}
             order = [s]  # devices in BFS order, each layer sorted
+            dag: list[tuple[int, int, int]] = []  # its links (v, w, link), v in BFS order
             layer = [s]
             while layer:
-                nxt = sorted({w for v in layer for w, _ in adj[v] if w not in dist})
-                for w in nxt:
-                    dist[w] = dist[layer[0]] + 1
-                order += nxt
-                layer = nxt
-            dag = [(v, w, j) for v in order for w, j in adj[v] if dist.get(w) == dist[v] + 1]
+                nxt = []
+                for v in layer:
+                    step = dist[v] + 1
+                    for w, j in adj[v]:
+                        if w not in dist:
+                            dist[w] = step
+                            nxt.append(w)
+                        if dist[w] == step:
+                            dag.append((v, w, j))
+                layer = sorted(nxt)
+                order += layer
             width = {s: math.inf}
             for v, w, j in dag:  # in BFS order: every predecessor of w comes before w
                 width[w] = max(width.get(w, 0.0), min(width[v], self.links[j].bandwidth))
@@ -129,21 +135,22 @@ class Cluster:
                     raise ClusterError(
                         f"cluster {self.name!r}: no link route from {self.devices[s].name!r} to {self.devices[t].name!r}"
                     )
-                floor = width[t]
+            for floor in set(width.values()):  # one pass per width a route must keep (few: the link classes)
                 least = {s: 0.0}  # device -> least latency of a route to it on links at least `floor` wide
                 back: dict[int, tuple[int, int]] = {}  # device -> (previous device, link) on that route
                 for v, w, j in dag:
                     link = self.links[j]
-                    if v in least and link.bandwidth >= floor and dist[w] <= dist[t]:
+                    if v in least and link.bandwidth >= floor:
                         cand = least[v] + link.latency_s
                         if w not in least or cand < least[w]:  # ties: the first, in BFS order
                             least[w], back[w] = cand, (v, j)
-                lat[s, t], bw[s, t] = least[t], floor
-                v = t
-                while v != s:
-                    u, j = back[v]
-                    hops[s][t].insert(0, (u, v, j))
-                    v = u
+                for t in (t for t in order if width[t] == floor):
+                    lat[s, t], bw[s, t] = least[t], floor
+                    v = t
+                    while v != s:
+                        u, j = back[v]
+                        hops[s][t].insert(0, (u, v, j))
+                        v = u
         lat.setflags(write=False)
         bw.setflags(write=False)
         return lat, bw, hops

@@ -372,6 +372,9 @@ def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp
     assert code == 2 and err == f"placebench: error: BASE {gpu / 'results.csv'} and NEW {gpu} are the same results\n"
     code, _, err = _run(capsys, "compare", str(table), str(cpu))  # a copy of the table elsewhere is another source
     assert code == 0, err
+    shutil.copy(table, cpu / "snapshot.csv")  # and so is a snapshot kept in the store's folder
+    code, _, err = _run(capsys, "compare", str(cpu / "snapshot.csv"), str(cpu))
+    assert code == 0, err
     code, _, err = _run(capsys, "compare", str(gpu), str(tmp_path / "nope"))
     assert code == 2 and "no such store directory" in err
     with pytest.raises(SystemExit) as exc:

@@ -115,10 +115,17 @@ def profiles_for(rw: Any, cluster: Any, dmap: Any, directory: Path, *, threads: 
     from suite.costmodel import load_profile
     from suite.errors import ProfileError
     from suite.profiling import profile_path, profile_workload
+    from suite.store import check_writable
 
     hint = "pass --reprofile to measure it again and replace it, or --profiles DIR to keep it"
+    tdevs = list(dict.fromkeys(dmap.torch_devices))
+    if reprofile or not all(profile_path(directory, rw.graph.name, t).exists() for t in tdevs):
+        try:  # a profile will be measured and stored there: checked before the first measurement
+            check_writable(directory, directory=True)
+        except OSError as exc:
+            raise PlacebenchError(f"--profiles: {exc.strerror}") from None
     out = []
-    for tdev in dict.fromkeys(dmap.torch_devices):
+    for tdev in tdevs:
         path = profile_path(directory, rw.graph.name, tdev)
         prof = None
         if path.exists() and not reprofile:
@@ -183,8 +190,10 @@ def _fidelity(args: argparse.Namespace) -> int:
     from suite.profiling import DEFAULT_DIR as PROFILE_DIR
     from suite.profiling import set_threads
 
-    check_output_dir(args.profiles or PROFILE_DIR, "--profiles")  # before profiling and measuring
-    check_output_dir(args.out or fidelity.DEFAULT_DIR, "--out")
+    profiles = Path(args.profiles or PROFILE_DIR)
+    if profiles.exists() and not profiles.is_dir():  # read, or written where a profile is missing: never a file
+        raise UsageError(f"--profiles {profiles} is a file, not a directory")
+    check_output_dir(args.out or fidelity.DEFAULT_DIR, "--out")  # before profiling and measuring
 
     if "none" in args.placer and len(args.placer) > 1:
         raise UsageError(f"--placer none (no baseline) cannot be combined with other placers: {args.placer}")
@@ -196,7 +205,7 @@ def _fidelity(args: argparse.Namespace) -> int:
     rw = _workload(args)
     cluster, dmap = _cluster_and_map(args)
     log = (lambda *a: None) if args.json else (lambda text: print(text, flush=True))
-    profs = profiles_for(rw, cluster, dmap, Path(args.profiles or PROFILE_DIR), threads=threads, methodology=meth,
+    profs = profiles_for(rw, cluster, dmap, profiles, threads=threads, methodology=meth,
                          clock=args.clock, log=log, reprofile=args.reprofile)
 
     def progress(row):

@@ -119,12 +119,14 @@ def _best_route_by_enumeration(c, s, t):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(3, 6), st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from([1.0, 2.0, 5.0]),
-                                             st.sampled_from([0.0, 0.1, 0.25, 1.0])), min_size=2, max_size=12))
+@given(st.integers(3, 6), st.lists(st.tuples(st.lists(st.integers(0, 5), min_size=2, max_size=4),
+                                             st.sampled_from([1.0, 2.0, 5.0]), st.sampled_from([0.0, 0.1, 0.25, 1.0])),
+                                   min_size=2, max_size=12))
 def test_routes_equal_the_best_of_every_route(n, raw):
     """Fewest links, then widest, then least latency, as enumerating every simple route finds; the hops
-    listed are a route with those numbers."""
-    links = [dict(between=[f"d{a % n}", f"d{b % n}"], bandwidth=bw, latency_s=lat) for a, b, bw, lat in raw if a % n != b % n]
+    listed are a route with those numbers. Links join 2 to 4 devices, and pairs may have parallel links."""
+    links = [dict(between=[f"d{k}" for k in dict.fromkeys(x % n for x in ends)], bandwidth=bw, latency_s=lat)
+             for ends, bw, lat in raw if len({x % n for x in ends}) > 1]
     links += [dict(between=[f"d{i}", f"d{i + 1}"], bandwidth=1.0, latency_s=1.0) for i in range(n - 1)]  # connected
     devs = [dict(name=f"d{i}", kind="gpu", peak_flops=1, mem_bandwidth=1, memory_bytes=1, op_overhead_s=0) for i in range(n)]
     c = from_dict({"name": "random", "devices": devs, "links": links})

@@ -212,7 +212,7 @@ def _shape_args(family: str) -> list[str]:
     return [a for k, v in SMALL_SHAPES[family].items() for a in ("--set", f"{k}={v}")]
 
 
-def test_cli_profile_and_fidelity(tmp_path, capsys):
+def test_cli_profile_and_fidelity(tmp_path, capsys, monkeypatch):
     args = ["rnnlm-2x2048-b64", "--mode", "inference", *_shape_args("rnnlm"), "--clock", "cpu"]
     assert main(["profile", *args, "--out", str(tmp_path / "p"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -236,6 +236,26 @@ def test_cli_profile_and_fidelity(tmp_path, capsys):
     assert reports[1] == "summary.md" and reports[0].endswith("__torch__cpu.md")
     report = (tmp_path / "f" / reports[0]).read_text()  # where the profile came from
     assert f"file {out['path']}, machine {platform.node()}, " in report and ", clock cpu, times for " in report
+    # a profile directory that takes no new file is fine while nothing is measured into it (read-only data);
+    # where a profile would be measured, it is refused before the measurement
+    import suite.store
+
+    writable = suite.store.check_writable
+
+    def read_only(path, directory=False):
+        if Path(path) == tmp_path / "p":
+            raise PermissionError(13, f"cannot write {path}: read-only")
+        writable(path, directory=directory)
+
+    monkeypatch.setattr(suite.store, "check_writable", read_only)
+    quick = ["fidelity", *args, "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"), "--splits", "0",
+             "--random", "0", "--rounds", "1", "--no-png", "--placer", "none"]
+    assert main(quick) == 0
+    capsys.readouterr()
+    assert main([*quick, "--reprofile"]) == 2
+    assert capsys.readouterr().err == f"placebench: error: --profiles: cannot write {tmp_path / 'p'}: read-only\n"
+    assert Path(out["path"]).read_text() == before
+    monkeypatch.undo()
     # a profile measured with other settings is not used, nor measured over, without --reprofile
     fid = ["fidelity", *args[:-1], "wall", "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"),
            "--splits", "0", "--random", "0", "--rounds", "1", "--no-png", "--placer", "none"]
@@ -269,11 +289,12 @@ def test_output_directories_are_checked_before_any_measurement(tmp_path, capsys,
     a_file = tmp_path / "a_file"
     a_file.write_text("kept")
     for argv, flag in ((["profile", "rnnlm-2x2048-b64", "--out", str(a_file)], "--out"),
-                       (["fidelity", "rnnlm-2x2048-b64", "--out", str(a_file)], "--out"),
-                       (["fidelity", "rnnlm-2x2048-b64", "--profiles", str(a_file)], "--profiles")):
+                       (["fidelity", "rnnlm-2x2048-b64", "--out", str(a_file)], "--out")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"placebench: error: {flag}: cannot write {a_file}: ") and "is a file, not a directory" in err
+    assert main(["fidelity", "rnnlm-2x2048-b64", "--profiles", str(a_file)]) == 2
+    assert capsys.readouterr().err == f"placebench: error: --profiles {a_file} is a file, not a directory\n"
     assert a_file.read_text() == "kept"
 
 
