@@ -50,7 +50,9 @@ def decomposition_tree(target_weights: np.ndarray, link_costs: np.ndarray) -> li
 
     Agglomerative: repeatedly join the two subtrees with the cheapest average link cost between them (ties:
     the smaller joint weight, then the lowest terminals), so that devices on cheap links stay in one
-    subtree down to the last bipartitions. Scotch maps by recursive bipartition along this tree.
+    subtree down to the last bipartitions. Scotch maps by recursive bipartition along this tree. Where that
+    tree is too deep for Scotch (links of graded costs make a chain of joins), a balanced tree over its
+    terminals in the same left-to-right order takes its place: neighbours on cheap links stay close.
     """
     k = len(target_weights)
     clusters: list[tuple[list[int], object]] = [([t], t) for t in range(k)]  # (terminals, subtree)
@@ -78,6 +80,21 @@ def decomposition_tree(target_weights: np.ndarray, link_costs: np.ndarray) -> li
             heap[tree] = n
 
     number(clusters[0][1], 1)
+    if max(heap) > MAX_DOMAIN_NUMBER:
+        leaves: list[int] = []
+
+        def collect(tree) -> None:
+            if isinstance(tree, tuple):
+                collect(tree[0])
+                collect(tree[1])
+            else:
+                leaves.append(tree)
+
+        def balanced(ts: list[int]):
+            return ts[0] if len(ts) == 1 else (balanced(ts[: len(ts) // 2]), balanced(ts[len(ts) // 2:]))
+
+        collect(clusters[0][1])
+        number(balanced(leaves), 1)
     return heap
 
 

@@ -29,16 +29,20 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
 4. Memory: a device is skipped when its estimated memory would exceed its capacity. The estimate is
    resident bytes (param_bytes of the colocation groups placed there) plus live tensors: an op's output
    counts on its device from its placement until its last consumer is placed, and so does each copy of it
-   received by another device; a new group also reserves its largest output. If no device fits, the op
+   received by another device, of the size the simulator sends (what the consumers there read, at most the
+   whole tensor: a variable's weights travel on its edges, its output is 0 bytes); a new group also reserves
+   its largest output. If no device fits, the op
    goes where the most memory is left (`info["memory_overflows"]` counts such ops, and ops forced by
    their group onto a device that overflows). The estimate follows the list order, not the simulator's
    execution order (which sends copies as soon as their producer finishes, e.g. weight gradients waiting
    for their accumulation), so it can be far too optimistic: on the large models of the K80 presets it
    found 9.6 GiB where the simulator measured 21.9 GiB (at 380fdb2, before links shared ports).
 5. OOM feedback (ours, not Baechi's): the placement is evaluated once; if it is OOM, the room the estimate
-   allows on each overflowing device is scaled by 0.95 x capacity / measured peak and the schedule is made
-   again, at most `oom_retries` times (default 16; 0 gives the single-shot m-ETF with no evaluations). The
-   evaluations are counted like any search's.
+   allows on each overflowing device becomes 0.95 x the estimate's peak there x capacity / measured peak
+   (so that the estimate's error, measured, is allowed for; if that is no smaller than the room it had, the
+   room shrinks by 0.95 x capacity / measured peak instead) and the schedule is made again, at most
+   `oom_retries` times (default 16; 0 gives the single-shot m-ETF with no evaluations). A schedule equal to
+   the last one measured is not measured again. The evaluations are counted like any search's.
 
 Deterministic (no randomness; `seed` is unused). `local_search` starts from the single-shot placement.
 """
@@ -53,6 +57,7 @@ import numpy as np
 from baselines import _common
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem
+from suite.simulator import send_caps
 
 MAX_GAP_SCAN = 64  # idle gaps tried per booking query
 
@@ -178,6 +183,7 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
     np.maximum.at(node_max_out, con.node_of_op, a.output_bytes.astype(np.float64))
     node_cost = con.node_sum(np.where(allowed_op, cost, np.inf))
     out_bytes = a.output_bytes.astype(np.float64)
+    send_cap = send_caps(a.output_bytes, a.succ_ptr, a.succ_bytes).astype(np.float64)
     consumers_left = np.diff(a.succ_ptr).copy()
     resident = np.zeros(ndev)
     live = np.zeros(ndev)
@@ -190,6 +196,8 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
     dev_of_op = np.full(n, -1, dtype=np.int64)
     node_dev = np.full(con.num_nodes, -1, dtype=np.int64)
     copies: list[list[int]] = [[] for _ in range(n)]  # devices holding a received copy of each op's output
+    copy_bytes: dict[tuple[int, int], float] = {}  # (op, device) -> bytes of that copy so far
+    peak = np.zeros(ndev)  # the estimate's largest resident + live bytes on each device
     overflows = 0
 
     def transfer_s(p: int, src: int, dst: int, nbytes: float) -> float:
@@ -236,12 +244,17 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
         eft = np.full(ndev, np.inf)
         for d in cands.tolist():
             eft[d] = devices[d].earliest_start(data_ready(preds, pbytes, d), cost[i, d]) + cost[i, d]
-        incoming = np.zeros(ndev)  # bytes of predecessors' outputs not yet on each device
-        for p in preds:
-            incoming += out_bytes[p]
-            incoming[dev_of_op[p]] -= out_bytes[p]
+        # bytes each device would receive for op i, as the simulator sends them: per input, what op i reads
+        # (its edge: a variable's edges carry its weights), added to a copy already there, at most send_cap
+        extra = []
+        for p, nb in zip(preds, pbytes, strict=True):
+            add = np.full(ndev, min(float(nb), send_cap[p]))
+            add[dev_of_op[p]] = 0.0
             for dd in copies[p]:
-                incoming[dd] -= out_bytes[p]
+                have = copy_bytes[(p, dd)]
+                add[dd] = min(have + nb, send_cap[p]) - have
+            extra.append(add)
+        incoming = np.sum(extra, axis=0) if extra else np.zeros(ndev)
         if node_dev[k] >= 0:
             d = int(node_dev[k])
             if resident[d] + live[d] + incoming[d] + out_bytes[i] > capacity[d]:
@@ -258,6 +271,9 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
                 d = int(cands[np.argmax(capacity[cands] - need)])
             node_dev[k] = d
             resident[d] += node_params[k]
+        for p, add in zip(preds, extra, strict=True):
+            if dev_of_op[p] != d:
+                copy_bytes[(p, d)] = copy_bytes.get((p, d), 0.0) + add[d]
         ready = 0.0
         for p, nb in sorted(zip(preds, pbytes, strict=True), key=lambda x: finish[x[0]]):  # book the transfers
             src = int(dev_of_op[p])
@@ -278,16 +294,18 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
         dev_of_op[i] = d
         finish[i] = start + cost[i, d]
         live[d] += out_bytes[i] + incoming[d]
+        peak[d] = max(peak[d], resident[d] + live[d])
         if hi > lo:
             pa = np.array(preds)
             consumers_left[pa] -= 1
             for p in pa[consumers_left[pa] == 0].tolist():  # all consumers placed: free p everywhere
                 live[dev_of_op[p]] -= out_bytes[p]
                 for dd in copies[p]:
-                    live[dd] -= out_bytes[p]
+                    live[dd] -= copy_bytes[(p, dd)]
         if a.succ_ptr[i + 1] == a.succ_ptr[i]:
             live[d] -= out_bytes[i]
-    info = {"estimated_step_time_s": float(finish.max()) if n else 0.0, "memory_overflows": overflows}
+    info = {"estimated_step_time_s": float(finish.max()) if n else 0.0, "memory_overflows": overflows,
+            "estimated_peak_bytes": peak.tolist()}
     return dev_of_op, info
 
 
@@ -304,13 +322,21 @@ class METF(BasePlacer):
         scale = np.ones(cluster.num_devices)
         placement, info = m_etf_placement(problem)
         retries = 0
+        last = m = None
         while retries < self.params["oom_retries"] and not ev.exhausted:
-            m = ev.evaluate(placement)
+            if last is None or not np.array_equal(placement, last):  # the same placement is not measured again
+                m = ev.evaluate(placement)
+                last = placement
             if m.status != "oom":
                 break
-            for name in m.oom_devices:  # shrink the estimate's room by the measured overshoot, with a margin
+            for name in m.oom_devices:
                 d = cluster.index[name]
-                scale[d] *= 0.95 * cluster.devices[d].memory_bytes / m.peak_memory_bytes[name]
+                measured = m.peak_memory_bytes[name]
+                # the room that makes the estimate's peak there as far below capacity as the measured peak was
+                # above it (the estimate's error, with a 5% margin); where the estimate already used less,
+                # shrink by the overshoot
+                room = 0.95 * info["estimated_peak_bytes"][d] / measured
+                scale[d] = room if room < scale[d] else scale[d] * 0.95 * cluster.devices[d].memory_bytes / measured
             placement, info = m_etf_placement(problem, scale)
             retries += 1
         return PlacementResult.from_search(placement, problem, started, oom_retries=retries, **info)

@@ -47,9 +47,18 @@ def metis_parts(
     k = len(part_shares)
     if k == 1 or n == 0:
         return np.zeros(n, dtype=np.int64)
-    if n <= k:  # fewer vertices than parts: METIS would leave parts empty anyway; fill the largest shares
-        order = np.argsort(-np.asarray(part_shares), kind="stable")
-        return order[np.argsort(-np.asarray(vertex_weights), kind="stable").argsort()].astype(np.int64)
+    if n <= k:  # no more vertices than parts, where METIS would leave parts empty or fail: the heaviest
+        # vertex first, each to the part where its load per share ends lowest (ties: the larger share, then
+        # the lower part); edges are not looked at
+        shares = np.asarray(part_shares, dtype=np.float64)
+        load = np.zeros(k)
+        out = np.zeros(n, dtype=np.int64)
+        for v in np.argsort(-np.asarray(vertex_weights), kind="stable").tolist():
+            end = np.where(shares > 0, (load + vertex_weights[v]) / np.where(shares > 0, shares, 1.0), np.inf)
+            part = min(range(k), key=lambda q: (end[q], -shares[q], q))
+            out[v] = part
+            load[part] += vertex_weights[v]
+        return out
     shares = np.asarray(part_shares, dtype=np.float64)
     shares = shares / shares.sum()
     _, parts = pymetis.part_graph(

@@ -43,11 +43,12 @@ def test_chain_stays_on_one_gpu(make_problem, make_cluster):
     assert METF(oom_retries=0).place(make_problem(g, make_cluster(2)), Budget(), 0).evaluations == 0  # single shot
 
 
-def test_an_oom_placement_is_made_again_with_less_room_where_it_overflowed(make_problem):
-    """Two variables of P bytes (output 0: their edges carry the weights) feed c. The estimate counts a
-    received copy of a variable as 0 bytes, so the single shot puts v1, x, c on gpu:0 (1.6 P) and v2 on
-    gpu:1: gpu:0 then holds v1 and a copy of v2, 2 P > 1.6 P. Told so, m_etf puts c with both weights on
-    gpu:1 (2.5 P), which fits."""
+def test_a_variables_weights_received_elsewhere_count_against_memory(make_problem):
+    """Two variables of P bytes (output 0: their edges carry the weights) feed c, on GPUs of 1.6 P and 2.5 P.
+    v1 and x go to gpu:0, v2 to gpu:1 (by rank, earliest finish). c on gpu:0 would hold v1 and a received
+    copy of v2's weights, 2 P > 1.6 P (an estimate that sized copies by output bytes saw 0 and was OOM): it
+    goes to gpu:1, with v2 and a copy of v1's weights. The estimate's peaks are the simulator's, byte for
+    byte: gpu:0 P + x's 1000, gpu:1 2 P + x's copy + c's output."""
     P = 10**9
     ops = [Op("v1", "variable", output_bytes=0, param_bytes=P, group="v1"),
            Op("v2", "variable", output_bytes=0, param_bytes=P, group="v2"),
@@ -56,12 +57,49 @@ def test_an_oom_placement_is_made_again_with_less_room_where_it_overflowed(make_
     devs = tuple(Device(f"gpu:{k}", "gpu", peak_flops=1e12, mem_bandwidth=1e30, memory_bytes=int(m * P),
                         op_overhead_s=0.0) for k, m in enumerate((1.6, 2.5)))
     c = Cluster("two", devs, (Link(("gpu:0", "gpu:1"), bandwidth=1e10, latency_s=0.0),))
-    single = METF(oom_retries=0).place(make_problem(g, c), Budget(), 0)
-    assert single.placement.tolist() == [0, 1, 0, 0] and make_problem(g, c).evaluator.measure(single.placement).status == "oom"
     problem = make_problem(g, c)
+    placement, info = m_etf_placement(problem)
+    m = problem.evaluator.measure(placement)
+    assert placement.tolist() == [0, 1, 0, 1] and m.status == "ok"
+    assert info["estimated_peak_bytes"] == [P + 1000, 2 * P + 2000] == list(m.peak_memory_bytes.values())
+
+
+def test_an_oom_placement_is_made_again_with_the_estimates_error_allowed_for(make_problem, make_cluster, monkeypatch):
+    """The feedback rule, with schedules and estimates given: the first (estimated 1.0 GB on gpu:0) measures
+    2.0 GB on its 1.5 GB: the room there becomes 0.95 x 1.0 / 2.0 of capacity. The second schedule is the
+    same placement with the same estimate (not measured again), already within that room: the room shrinks
+    by the overshoot, 0.95 x 1.5 / 2.0 more. The third is another placement, which fits."""
+    import baselines.m_etf as m_etf
+
+    g = fork()
+    problem = make_problem(g, make_cluster(2, gpu_memory_bytes=1_500_000_000))
+    oom, fits = np.array([1, 1, 1, 1]), np.array([1, 1, 2, 1])
+    schedules = iter([(oom, 1.0e9), (oom, 1.0e9), (fits, 0.5e9)])
+    scales = []
+
+    def fake(problem, capacity_scale=None):
+        scales.append(None if capacity_scale is None else capacity_scale.tolist())
+        placement, estimate = next(schedules)
+        return placement, {"estimated_step_time_s": 1.0, "memory_overflows": 0, "estimated_peak_bytes": [0.0, estimate, 0.0]}
+
+    measured = []
+
+    def measure(placement):
+        measured.append(placement.tolist())
+
+        class M:  # what the placer reads of a measurement
+            status = "oom" if placement.tolist() == oom.tolist() else "ok"
+            oom_devices = ["gpu:0"] if status == "oom" else []
+            peak_memory_bytes = {"gpu:0": 2.0e9}
+        return M()
+
+    monkeypatch.setattr(m_etf, "m_etf_placement", fake)
+    monkeypatch.setattr(problem.evaluator, "evaluate", measure)
     r = METF().place(problem, Budget(), 0)
-    m = problem.evaluator.measure(r.placement)
-    assert (m.status, r.placement[3], r.info["oom_retries"]) == ("ok", 1, 2) and r.evaluations == 3
+    first = 0.95 * 1.0e9 / 2.0e9
+    assert scales == [None, [1.0, first, 1.0], [1.0, first * 0.95 * 1.5e9 / 2.0e9, 1.0]]
+    assert r.placement.tolist() == fits.tolist() and r.info["oom_retries"] == 2
+    assert measured == [oom.tolist(), fits.tolist()]
 
 
 def test_fork_uses_both_gpus_by_earliest_finish(make_problem, make_cluster):

@@ -126,6 +126,15 @@ def test_two_clusters_joined_by_one_edge_are_cut_there():
     assert len(set(parts[:5].tolist())) == 1 and len(set(parts[5:].tolist())) == 1 and parts[0] != parts[5]
 
 
+def test_as_many_vertices_as_parts_go_by_speed_not_one_each():
+    """Five equal vertices on a CPU of share 0.1 and four GPUs of share 1: one vertex each would give the
+    slow CPU one (10 units of time); by load per share the fifth goes to a GPU (2 units)."""
+    xadj = np.zeros(6, dtype=np.int64)
+    parts = metis_parts(xadj, np.array([], dtype=np.int64), np.ones(5), np.array([], dtype=np.int64),
+                        np.array([0.1, 1.0, 1.0, 1.0, 1.0]), seed=0)
+    assert parts.tolist() == [1, 2, 3, 4, 1]
+
+
 @pytest.mark.parametrize("k", [1, 3])
 def test_tiny_graphs(k):
     parts = metis_parts(np.array([0, 1, 2]), np.array([1, 0]), np.array([5, 1]), np.array([1, 1]), np.ones(k), 0)

@@ -114,6 +114,21 @@ def test_decomposition_tree_keeps_cheap_pairs_as_siblings():
     assert heap[0] // 2 == heap[1] // 2 and heap[2] == 3
 
 
+def test_a_chain_of_joins_too_deep_for_scotch_becomes_a_balanced_tree_in_the_same_order():
+    """Costs that grow with the device index make every join add one device to the chain (0 and 1, then 2,
+    then 3...): 14 devices would need heap number 2**14, above Scotch's limit. The balanced tree keeps the
+    chain's left-to-right order (0, 1, ..., 13) with depth 4, and Scotch maps onto it."""
+    k = 14
+    costs = np.array([[0 if i == j else max(i, j) for j in range(k)] for i in range(k)])
+    heap = decomposition_tree(np.ones(k), costs)
+    assert max(heap) < 32 and len(set(heap)) == k
+    left_to_right = sorted(range(k), key=lambda t: heap[t] << (5 - heap[t].bit_length()))
+    assert left_to_right == list(range(k))
+    xadj, adj, ew, _ = random_graph(60, 0)
+    parts = map_graph(xadj, adj, np.ones(60), ew, np.ones(k, dtype=np.int64), costs, seed=0)
+    assert len(parts) == 60 and 0 <= parts.min() and parts.max() < k
+
+
 def test_deco_text_is_scotchs_raw_format():
     text = deco_target(np.array([1, 4, 4]), np.array([[0, 2, 3], [2, 0, 5], [3, 5, 0]]))
     assert text.split("\n")[:3] == ["deco", "0", "3\t5"]
