@@ -20,7 +20,8 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
    zoo, seed 0, measured on the simulator): its estimates came closer to the measured step times (nmt-2x1024
    on haswell_4k80: 419 against 538 ms measured, 284 against 643 ms before), but a better model of each
    greedy step does not always give a better placement: from 2.46x faster (nmt-4x4096 on haswell_4k80; and
-   rnnlm-4x6144 there went from OOM to ok) to 1.34x slower (rnnlm-4x6144 on dgx_a100x8); geometric mean
+   rnnlm-4x6144 there went from OOM to ok, though at 40.7 s, about single_cpu's 42.7 s, until points 4 and 5
+   changed as said there) to 1.34x slower (rnnlm-4x6144 on dgx_a100x8); geometric mean
    over the 29 cells ok both ways 0.995.
 3. Colocation: the first op of a group to be scheduled chooses the device for the whole group; it adds to
    each device's finish time the extra time the group's other ops would take there compared with their
@@ -43,6 +44,12 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
    room shrinks by 0.95 x capacity / measured peak instead) and the schedule is made again, at most
    `oom_retries` times (default 16; 0 gives the single-shot m-ETF with no evaluations). A schedule equal to
    the last one measured is not measured again. The evaluations are counted like any search's.
+   Received copies sized as the simulator sends them (point 4; they were sized by the producer's output
+   bytes, so a variable's weights read from another device counted as 0) and this rule (it was: the room
+   scaled by 0.95 x capacity / measured peak at each retry, which compounds while the schedule does not
+   change) made m_etf faster in 3 of its 50 cells of the full suite and changed none other (medians over
+   seeds, simulator): rnnlm-4x6144 40.7 -> 5.24 s on haswell_4k80 and 42.4 -> 20.6 s on haswell_2k80,
+   nmt-4x4096 18.1 -> 9.73 s on haswell_2k80.
 
 Deterministic (no randomness; `seed` is unused). `local_search` starts from the single-shot placement.
 """
