@@ -27,8 +27,9 @@ Each cell runs in a worker process (start method "spawn": torch and fork do not 
 placer that raises gives a row with status `error` and the exception; one that hangs past the cell timeout
 is killed and gives `timeout`; a worker that dies gives `error` "worker died (signal N)"; an invalid final
 placement gives `invalid`; a placer that raises `NotApplicable` gives `skipped`. The final placement is
-always re-measured by a fresh evaluator (outside the search budget); the search's own numbers are never
-reported as the result. Finished cells are stored at once; rerunning a spec skips stored cells, except those
+always re-measured by a fresh evaluator (outside the search budget), and a simulated one again by the
+runner itself (`check_in_runner`); the search's own numbers are never reported as the result. What a
+placer prints goes to stderr, and on Linux a worker dies with the runner. Finished cells are stored at once; rerunning a spec skips stored cells, except those
 whose placer's source has changed since (`suite.placer_code`).
 """
 
@@ -741,6 +742,7 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
 
     `on_search_start` is called when the setup (plugins, workload, placer) is done and the placer starts:
     the cell timeout counts from there (search + re-measurement), as the methodology says."""
+    from suite.placement import validate
     from suite.placer import NotApplicable, PlacementResult, Problem, make_placer
 
     started = time.perf_counter()
@@ -795,18 +797,44 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
     stats["info"] = result.info
     # Re-measure the final placement with a fresh backend and evaluator, outside the search budget.
     try:
+        placement = validate(result.placement, graph, cluster)  # indices, device names or {op: device}
         judge = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=make_backend(cell, graph, cluster))
-        m = judge.measure(result.placement)
+        m = judge.measure(placement)
     except PlacebenchError as exc:
         return done("invalid", str(exc), **stats)
     except Exception as exc:
         return done("error", f"re-measurement failed: {type(exc).__name__}: {exc}", **stats)
     record = {**done(m.status, m.message, **stats), **_measurement_fields(m)}
     if m.status != "invalid":
-        placement = np.asarray(result.placement, dtype=np.int64)
         record["placement_hash"] = placement_hash(placement)
         record["placement"] = placement.tolist()
     return record
+
+
+def check_in_runner(cell: Cell, record: dict[str, Any]) -> dict[str, Any]:
+    """The record, or an error row where the runner's own simulation of its placement disagrees with it.
+
+    The worker re-measured the placement in the process the placer ran in, which the placer could have
+    changed (a patched class of the evaluator or the simulator); the runner's process ran no placer. The
+    simulator is deterministic, so they agree but for the last bits of float sums, where the workers' pinned
+    math may differ from the runner's. Real-execution cells are not checked (they would be timed again)."""
+    if cell.evaluator != "simulator" or record.get("placement") is None:
+        return record
+    graph, cluster = _load_cached(cell)
+    judge = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=make_backend(cell, graph, cluster))
+    m = judge.measure(np.asarray(record["placement"], dtype=np.int64))
+    ours = _measurement_fields(m)
+    same = m.status == record["status"] and all(
+        math.isclose(float(ours.get(k) or 0.0), float(record.get(k) or 0.0), rel_tol=1e-9)
+        for k in ("step_time_s", "max_peak_memory_bytes"))
+    if same:
+        return record
+    return {**failure_record(cell, "error", (
+        f"the worker measured {record['status']} {record.get('step_time_s')!r} s, peak "
+        f"{record.get('max_peak_memory_bytes')!r} B for its final placement, the runner {m.status} "
+        f"{ours.get('step_time_s')!r} s, peak {ours.get('max_peak_memory_bytes')!r} B: the placer (or one run before "
+        "it in that worker) changed the evaluator; the result is not kept"), record.get("cell_wall_time_s")),
+        **{k: record[k] for k in ("evaluations", "search_wall_time_s") if k in record}}
 
 
 # -- workers --------------------------------------------------------------------------------------------
@@ -847,7 +875,16 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int) -
     # error row.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):  # the kernel ends this worker when the runner dies, even while a
+        with contextlib.suppress(Exception):  # placer holds the GIL in C code (the watcher thread cannot run)
+            import ctypes
+
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    # what a placer prints goes to stderr: stdout is the run's table or its --json document
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
     while True:
         try:
             cell = conn.recv()
@@ -1028,8 +1065,15 @@ def execute(
                 if record is None:
                     continue
                 busy.remove(w)
+                if not replace:
+                    try:
+                        record = check_in_runner(cell, record)
+                    except Exception as exc:  # a failure of the check itself is a row too, not a lost run
+                        record = failure_record(cell, "error", f"the runner's check of the final placement "
+                                                f"failed: {type(exc).__name__}: {exc}", record.get("cell_wall_time_s"))
+                    replace = record["status"] == "error" and record["message"].startswith("the worker measured")
                 if replace:
-                    w.kill()
+                    w.kill()  # a worker whose evaluator was changed runs no other cell
                 idle.append(None if replace else w)
                 on_done(record)
     finally:

@@ -447,13 +447,17 @@ class Store:
     def read_cell(self, cell_id: str) -> dict[str, Any]:
         """The record of a cell file, checked (`check_cell`) and stored under its own cell_id."""
         path = self.cell_path(cell_id)
-        data = load_json(path, StoreError, "cell")
-        if not isinstance(data, dict) or data.get("format") != CELL_FORMAT:
-            raise StoreError(f"{path}: not a placebench cell file")
-        check_cell(data, path)
-        if data["cell_id"] != cell_id:
-            raise StoreError(f"{path}: holds cell_id {_shown(data['cell_id'])}, not the one of its file name; "
-                             f"a cell file is named <cell_id>.json")
+        try:
+            data = load_json(path, StoreError, "cell")
+            if not isinstance(data, dict) or data.get("format") != CELL_FORMAT:
+                raise StoreError(f"{path}: not a placebench cell file")
+            check_cell(data, path)
+            if data["cell_id"] != cell_id:
+                raise StoreError(f"{path}: holds cell_id {_shown(data['cell_id'])}, not the one of its file name; "
+                                 f"a cell file is named <cell_id>.json")
+        except StoreError as exc:  # never repaired silently: the user decides, and is told how
+            raise StoreError(f"{exc} (a damaged cell: move it out of {self.cells_dir} and run the spec again "
+                             "to redo that cell)") from None
         return data
 
     def records(self) -> list[dict[str, Any]]:

@@ -170,3 +170,42 @@ class Numerics(BasePlacer):
         return PlacementResult.from_search(_all_on(problem, 0), problem, started,
                                            env={v: os.environ[v] for v in VARIABLES if v in os.environ},
                                            torch_kernels=torch.backends.cpu.get_cpu_capability())
+
+
+@register_placer("harness_patches_class")
+class PatchesClass(BasePlacer):
+    """Patches the simulator backend's class, not its own evaluator: the worker's re-measurement (a fresh
+    backend of that class, in this process) then says 1 microsecond, and so would every later cell of the
+    worker. The runner's own check must catch it, and no other cell may see the patch."""
+
+    def place(self, problem, budget, seed):
+        from dataclasses import replace
+
+        from suite.evaluator import SimulatorBackend
+
+        original = SimulatorBackend._to_measurement
+
+        def fake(self, result):
+            m = original(self, result)
+            return replace(m, step_time_s=1e-6, samples_s=(1e-6,)) if m.status == "ok" else m
+
+        SimulatorBackend._to_measurement = fake
+        return PlacementResult.from_search(_all_on(problem, 0), problem, time.perf_counter())
+
+
+@register_placer("harness_names")
+class Names(BasePlacer):
+    """A placement of device names, as `validate` accepts: every op on the CPU."""
+
+    def place(self, problem, budget, seed):
+        names = [problem.cluster.devices[0].name] * problem.workload.num_ops
+        return PlacementResult(placement=names, evaluations=0, wall_time_s=0.0)
+
+
+@register_placer("harness_prints")
+class Prints(BasePlacer):
+    """Prints to stdout, as a chatty placer does: the run's --json document must not take it."""
+
+    def place(self, problem, budget, seed):
+        print("hello from a placer")
+        return PlacementResult.from_search(_all_on(problem, 0), problem, time.perf_counter())

@@ -265,6 +265,8 @@ ALL_PLACERS = [
     "harness_over_budget",
     "harness_cheats",
     "harness_misreports",
+    "harness_patches_class",
+    "harness_names",
 ]
 
 
@@ -333,6 +335,31 @@ def test_final_placement_is_re_measured_not_taken_from_the_search(outcome_run):
     _, result = outcome_run
     row = _by(result.rows, "diamond", "harness_cheats")  # its evaluator said 1 microsecond
     assert (row["status"], row["step_time_s"]) == ("ok", 4.0)
+    # a placement of device names is a placement like any other
+    assert (_by(result.rows, "diamond", "harness_names")["status"], _by(result.rows, "diamond", "harness_names")[
+        "step_time_s"]) == ("ok", 4.0)
+
+
+def test_a_placer_that_patches_the_simulator_class_is_caught_by_the_runner(outcome_run):
+    """harness_patches_class makes every re-measurement in its worker say 1 microsecond: the runner's own
+    simulation disagrees, so its rows are errors, and no other cell saw the patch (its worker is replaced)."""
+    _, result = outcome_run
+    for w in ("diamond", "big"):
+        row = _by(result.rows, w, "harness_patches_class")
+        assert row["status"] == "error" and row["step_time_s"] is None
+        assert row["message"].startswith("the worker measured ok 1e-06 s") and "changed the evaluator" in row["message"]
+    ok = [r for r in result.rows if r["status"] == "ok"]
+    assert ok and all(r["step_time_s"] >= 0.4 - 1e-9 for r in ok)  # 0.4 s on the GPU is the fastest there is
+
+
+def test_what_a_placer_prints_does_not_reach_the_json_document(tiny_files, spec_writer, harness_plugin, tmp_path, capfd):
+    from suite.cli import main
+
+    spec = spec_writer(tmp_path, "prints", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                       placers=["harness_prints"], plugins=[harness_plugin])
+    assert main(["run", str(spec), "--out", str(tmp_path / "store"), "--json", "--jobs", "1"]) == 0
+    out, err = capfd.readouterr()
+    assert json.loads(out)["rows"][0]["status"] == "ok" and "hello from a placer" in err
 
 
 def test_the_row_is_the_returned_placement_with_the_evaluators_count(outcome_run):

@@ -369,7 +369,8 @@ def test_a_cell_without_a_required_field_is_an_error(tmp_path, field):
     record = {"format": "placebench.cell", **_record("bad")}
     del record[field]
     s.cell_path("bad").write_text(json.dumps(record))
-    with pytest.raises(StoreError, match=rf"bad\.json: cell file is missing field\(s\) {field}$"):
+    with pytest.raises(StoreError, match=rf"bad\.json: cell file is missing field\(s\) {field} \(a damaged cell: move "
+                                         rf"it out of {s.cells_dir} and run the spec again to redo that cell\)$"):
         s.rows()
 
 
