@@ -875,6 +875,8 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int) -
     # error row.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(os, "setpgrp"):  # a group of its own: killing the worker kills what its placer started too
+        os.setpgrp()
     if sys.platform.startswith("linux"):  # the kernel ends this worker when the runner dies, even while a
         with contextlib.suppress(Exception):  # placer holds the GIL in C code (the watcher thread cannot run)
             import ctypes
@@ -978,6 +980,11 @@ class _Worker:
         return f"worker died (exit code {code})"
 
     def kill(self) -> None:
+        """End the worker and every process its placers started (its process group), even when the worker
+        itself is already gone: a placer's child must not outlive its cell, nor hold the run's output."""
+        if self.proc.pid is not None and hasattr(os, "killpg"):
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(timeout=10)

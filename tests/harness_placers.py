@@ -209,3 +209,19 @@ class Prints(BasePlacer):
     def place(self, problem, budget, seed):
         print("hello from a placer")
         return PlacementResult.from_search(_all_on(problem, 0), problem, time.perf_counter())
+
+
+@register_placer("harness_child_hangs")
+class ChildHangs(BasePlacer):
+    """Starts a child process that ignores SIGINT and SIGTERM (as the worker does), writes its pid to the
+    file named by `pid_file`, and hangs: the cell times out, and the child must die with the worker."""
+
+    defaults = {"pid_file": ""}
+
+    def place(self, problem, budget, seed):
+        import subprocess
+
+        child = subprocess.Popen(["sleep", "3600"])
+        with open(self.params["pid_file"], "w") as f:
+            f.write(str(child.pid))
+        time.sleep(3600)

@@ -352,6 +352,27 @@ def test_a_placer_that_patches_the_simulator_class_is_caught_by_the_runner(outco
     assert ok and all(r["step_time_s"] >= 0.4 - 1e-9 for r in ok)  # 0.4 s on the GPU is the fastest there is
 
 
+def test_a_placers_child_process_dies_with_its_timed_out_cell(tiny_files, spec_writer, harness_plugin, tmp_path):
+    """The child ignores SIGINT and SIGTERM and would hang for an hour: killing the worker's process group
+    at the timeout ends it too."""
+    pid_file = tmp_path / "child.pid"
+    spec = spec_writer(tmp_path, "child", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                       placers=[{"name": "harness_child_hangs", "params": {"pid_file": str(pid_file)}}],
+                       plugins=[harness_plugin], cell_timeout_s=1.5)
+    [row] = runner.run(str(spec), tmp_path / "store", jobs=1).rows
+    assert row["status"] == "timeout"
+    pid = int(pid_file.read_text())
+    for _ in range(100):  # SIGKILL is delivered at once; the child is then reaped by init
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail(f"the placer's child {pid} outlived its cell")
+
+
 def test_what_a_placer_prints_does_not_reach_the_json_document(tiny_files, spec_writer, harness_plugin, tmp_path, capfd):
     from suite.cli import main
 
