@@ -588,7 +588,8 @@ def cmd_table(args: argparse.Namespace) -> int:
         raise UsageError(f"--output and --chart are the same file {args.output}")
     rows = open_rows(args.store)
     runs = _store_runs(args.store)
-    _warn_if_incomplete(args.store, runs)
+    _warn_if_incomplete(args.store, runs or _manifest_runs(args.store))
+    _warn_if_table_lags(args.store, len(rows))
     reference = args.reference or report.DEFAULT_REFERENCE
     for flag, field, wanted in (("--cluster", "cluster", [args.cluster] if args.cluster else []),
                                 ("--workloads", "workload", _names(args.workloads, "--workloads")), ("--placers", "placer", None)):
@@ -639,6 +640,20 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     else:
         print("\n".join(written))
     return 0
+
+
+def _warn_if_table_lags(path: str, n_rows: int) -> None:
+    """A store's own results table is rewritten when a run ends: a run killed before that leaves it behind
+    the cell files. Say so on stderr when the counts differ."""
+    from suite.store import Store
+
+    source = _results_source(path)
+    if source == Path(path).resolve() or not Path(path).is_file():
+        return
+    cells = len(Store(source, create=False).cell_ids())
+    if cells != n_rows:
+        print(f"placebench: warning: {path} holds {n_rows} rows but {source} has {cells} cell files (a run "
+              f"ended before rewriting it): read the store directory {source} instead", file=sys.stderr)
 
 
 def _results_source(path: str) -> Path:

@@ -475,6 +475,16 @@ def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tm
     with Store(store).writing():  # a run is writing it now: rerunning would be refused, so say that instead
         code, _, err = _run(capsys, "table", str(store / "results.csv"))
         assert code == 0 and f"placebench: warning: a run is writing {store} now" in err and "incomplete store" not in err
+    # the store's own table says what its store says, and when it lags behind the cell files (a killed run)
+    code, _, err = _run(capsys, "table", str(store / "results.csv"))
+    assert code == 0 and "placebench: warning: incomplete store" in err and "holds 1 rows" not in err
+    [cell] = (store / "cells").glob("*.json")
+    (store / "cells" / "extra.json").write_text(cell.read_text().replace(cell.stem, "extra"))
+    code, _, err = _run(capsys, "table", str(store / "results.csv"))
+    assert code == 0 and f"{store / 'results.csv'} holds 1 rows but {store} has 2 cell files" in err
+    shutil.copy(store / "results.csv", tmp_path / "copy.csv")  # a table outside a store is what it is
+    code, _, err = _run(capsys, "table", str(tmp_path / "copy.csv"))
+    assert code == 0 and "warning" not in err
 
 
 def test_a_complete_run_of_another_spec_does_not_hide_an_incomplete_one(capsys, tiny_files, write_spec, tmp_path):
