@@ -648,7 +648,7 @@ def _warn_if_table_lags(path: str, n_rows: int) -> None:
     from suite.store import Store
 
     source = _results_source(path)
-    if source == Path(path).resolve() or not Path(path).is_file():
+    if source == Path(path).resolve():  # a store directory, or a table outside a store
         return
     cells = len(Store(source, create=False).cell_ids())
     if cells != n_rows:
@@ -659,11 +659,9 @@ def _warn_if_table_lags(path: str, n_rows: int) -> None:
 def _results_source(path: str) -> Path:
     """The store a results path reads: a store's own results table (results.csv or .parquet, rebuilt from its
     cells) counts as its store; any other file is itself."""
-    from suite.store import is_store_dir
-
     p = Path(path).resolve()
-    own = p.is_file() and p.name in ("results.csv", "results.parquet") and is_store_dir(p.parent)
-    return p.parent if own else p
+    root = _store_root(p) if p.is_file() and p.name in ("results.csv", "results.parquet") else None
+    return root or p
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -112,8 +112,7 @@ class Cluster:
             # route's width is decided by all its links, so the least latency to a target is found among the
             # DAG's links at least as wide as that target's widest route
             dist = {s: 0}
-            order = [s]  # devices in BFS order, each layer sorted
-            dag: list[tuple[int, int, int]] = []  # its links (v, w, link), v in BFS order
+            dag: list[tuple[int, int, int]] = []  # its links (v, w, link), v in BFS order (each layer sorted)
             layer = [s]
             while layer:
                 nxt = []
@@ -126,7 +125,6 @@ class Cluster:
                         if dist[w] == step:
                             dag.append((v, w, j))
                 layer = sorted(nxt)
-                order += layer
             width = {s: math.inf}
             for v, w, j in dag:  # in BFS order: every predecessor of w comes before w
                 width[w] = max(width.get(w, 0.0), min(width[v], self.links[j].bandwidth))
@@ -144,7 +142,7 @@ class Cluster:
                         cand = least[v] + link.latency_s
                         if w not in least or cand < least[w]:  # ties: the first, in BFS order
                             least[w], back[w] = cand, (v, j)
-                for t in (t for t in order if width[t] == floor):
+                for t in (t for t, wt in width.items() if wt == floor):
                     lat[s, t], bw[s, t] = least[t], floor
                     v = t
                     while v != s:

@@ -6,6 +6,7 @@ Rules are data (`suite/methodology/*.toml`); this module only loads and validate
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -170,16 +171,22 @@ def _check_not_built_in(meth: Methodology, source: str) -> None:
         known = from_dict(load_toml(builtin, SpecError, "methodology"), source=str(builtin))
         if known.version == meth.version and known != meth:
             ours, theirs = _flat(meth.as_dict()), _flat(known.as_dict())
-            diff = [f"{k} {ours.get(k)!r} (built-in {theirs.get(k)!r})" for k in sorted(set(ours) | set(theirs))
-                    if ours.get(k) != theirs.get(k)]
+            diff = [f"{k} {ours.get(k)!r} (built-in {theirs.get(k)!r})" for k in changed_fields(ours, theirs)]
             raise SpecError(f"{source}: version {meth.version!r} is the built-in methodology {builtin.stem!r}, but "
                             f"its rules differ: {', '.join(diff)}; give the file its own version")
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def changed_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The fields in which two methodologies (`Methodology.as_dict`, nested or `_flat`) differ, as dotted
+    names (`budget.max_evaluations`), sorted."""
+    a, b = _flat(a), _flat(b)
+    return sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
+
+
+def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
-        if isinstance(v, dict):
+        if isinstance(v, Mapping):
             out.update(_flat(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v

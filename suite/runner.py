@@ -29,8 +29,9 @@ is killed and gives `timeout`; a worker that dies gives `error` "worker died (si
 placement gives `invalid`; a placer that raises `NotApplicable` gives `skipped`. The final placement is
 always re-measured by a fresh evaluator (outside the search budget), and a simulated one again by the
 runner itself (`check_in_runner`); the search's own numbers are never reported as the result. What a
-placer prints goes to stderr, and on Linux a worker dies with the runner. Finished cells are stored at once; rerunning a spec skips stored cells, except those
-whose placer's source has changed since (`suite.placer_code`).
+placer prints goes to stderr; killing a worker kills its process group, and on Linux a worker dies with
+the runner. Finished cells are stored at once; rerunning a spec skips stored cells, except those whose
+placer's source has changed since (`suite.placer_code`).
 """
 
 from __future__ import annotations
@@ -513,8 +514,7 @@ def _check_store_matches(store: Store, m: Mapping[str, Any], records: Sequence[M
                                 f"{_setup_text(ours)}; tables would mix them: use another --out")
     old_meth = m.get("methodologies", {}).get(plan.methodology.version)
     if isinstance(old_meth, Mapping) and old_meth != plan.methodology.as_dict():
-        changed = sorted(k for k in {*old_meth, *plan.methodology.as_dict()}
-                         if old_meth.get(k) != plan.methodology.as_dict().get(k))
+        changed = _methodology.changed_fields(old_meth, plan.methodology.as_dict())
         raise SpecError(f"{store.root}: its rows were made under another methodology named "
                         f"{plan.methodology.version!r} (differs in {', '.join(changed)}); tables would mix them: "
                         f"give the changed methodology its own version, or use another --out")
@@ -635,10 +635,13 @@ def _profiles_by_workload(paths: Sequence[str], workloads: Mapping[str, OpGraph]
         refs = [ref for ref, g in workloads.items()
                 if prof.workload_hash == g.content_hash or (not prof.workload_hash and prof.workload == g.name)]
         if not refs:
-            which = (f"not the workload {g.name!r} ({g.content_hash})" for g in workloads.values())
+            if len(workloads) == 1:
+                [g] = workloads.values()
+                which = f"not the workload {g.name!r} ({g.content_hash})"
+            else:
+                which = "none of the spec's workloads"
             raise SpecError(f"{source}: profile {path} was measured on workload {prof.workload!r} "
-                            f"({prof.workload_hash or 'no hash'}), which is "
-                            + (next(which) if len(workloads) == 1 else "none of the spec's workloads"))
+                            f"({prof.workload_hash or 'no hash'}), which is {which}")
         for ref in refs:
             out[ref].append(prof)
     return out
@@ -811,15 +814,16 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
     return record
 
 
-def check_in_runner(cell: Cell, record: dict[str, Any]) -> dict[str, Any]:
-    """The record, or an error row where the runner's own simulation of its placement disagrees with it.
+def check_in_runner(cell: Cell, record: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """(the record, True), or (an error row, False) where the runner's own simulation of its placement
+    disagrees with it: the worker's evaluator was changed, and the worker must run no other cell.
 
     The worker re-measured the placement in the process the placer ran in, which the placer could have
     changed (a patched class of the evaluator or the simulator); the runner's process ran no placer. The
     simulator is deterministic, so they agree but for the last bits of float sums, where the workers' pinned
     math may differ from the runner's. Real-execution cells are not checked (they would be timed again)."""
     if cell.evaluator != "simulator" or record.get("placement") is None:
-        return record
+        return record, True
     graph, cluster = _load_cached(cell)
     judge = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=make_backend(cell, graph, cluster))
     m = judge.measure(np.asarray(record["placement"], dtype=np.int64))
@@ -828,13 +832,13 @@ def check_in_runner(cell: Cell, record: dict[str, Any]) -> dict[str, Any]:
         math.isclose(float(ours.get(k) or 0.0), float(record.get(k) or 0.0), rel_tol=1e-9)
         for k in ("step_time_s", "max_peak_memory_bytes"))
     if same:
-        return record
+        return record, True
     return {**failure_record(cell, "error", (
         f"the worker measured {record['status']} {record.get('step_time_s')!r} s, peak "
         f"{record.get('max_peak_memory_bytes')!r} B for its final placement, the runner {m.status} "
         f"{ours.get('step_time_s')!r} s, peak {ours.get('max_peak_memory_bytes')!r} B: the placer (or one run before "
         "it in that worker) changed the evaluator; the result is not kept"), record.get("cell_wall_time_s")),
-        **{k: record[k] for k in ("evaluations", "search_wall_time_s") if k in record}}
+        **{k: record[k] for k in ("evaluations", "search_wall_time_s") if k in record}}, False
 
 
 # -- workers --------------------------------------------------------------------------------------------
@@ -1074,11 +1078,11 @@ def execute(
                 busy.remove(w)
                 if not replace:
                     try:
-                        record = check_in_runner(cell, record)
+                        record, trusted = check_in_runner(cell, record)
+                        replace = not trusted
                     except Exception as exc:  # a failure of the check itself is a row too, not a lost run
                         record = failure_record(cell, "error", f"the runner's check of the final placement "
                                                 f"failed: {type(exc).__name__}: {exc}", record.get("cell_wall_time_s"))
-                    replace = record["status"] == "error" and record["message"].startswith("the worker measured")
                 if replace:
                     w.kill()  # a worker whose evaluator was changed runs no other cell
                 idle.append(None if replace else w)

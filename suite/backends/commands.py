@@ -26,11 +26,9 @@ DEFAULT_PLACERS = ("human_expert", "metis", "m_etf")  # baselines of the fidelit
 def _overrides(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for text in items:
-        if "=" not in text:
-            raise PlacebenchError(f"--set {text!r}: expected KEY=VALUE (for example batch_size=1)")
-        key, raw = text.split("=", 1)
+        key, sep, raw = text.partition("=")
         key = key.strip()
-        if not key:
+        if not sep or not key:
             raise PlacebenchError(f"--set {text!r}: expected KEY=VALUE (for example batch_size=1)")
         if key == "mode":
             raise PlacebenchError(f"--set {text!r}: the step (inference or training) is chosen with --mode, "
