@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from baselines import _common
 from baselines._common import library_seed
-from baselines._scotch_adapter import deco_target, decomposition_tree, map_graph
+from baselines._scotch_adapter import MAX_DOMAIN_NUMBER, deco_target, decomposition_tree, map_graph
+from baselines.scotch import link_costs
+from suite import registry
 
 
 def csr(n: int, edges: list[tuple[int, int]], weights: list[int] | None = None):
@@ -166,3 +171,158 @@ def test_map_graph_refuses_bad_link_costs(bad):
         costs[0, 1] = costs[1, 0] = 0
     with pytest.raises(ValueError, match="symmetric and at least 1"):
         map_graph(xadj, adj, np.ones(3), ew, np.array([1, 1, 1]), costs)
+
+
+# -- the decomposition tree against its former O(k^4) implementation ------------------------------------------
+def reference_decomposition_tree(target_weights: np.ndarray, link_costs: np.ndarray) -> list[int]:
+    """The reference: `decomposition_tree` as it was before it kept summed link costs (O(k^4), 26 s at 200
+    devices), copied unchanged. The fast version must give the same heap numbers, every tie included."""
+    k = len(target_weights)
+    clusters: list[tuple[list[int], object]] = [([t], t) for t in range(k)]  # (terminals, subtree)
+    while len(clusters) > 1:
+        best = None
+        for a in range(len(clusters)):
+            for b in range(a + 1, len(clusters)):
+                ta, tb = clusters[a][0], clusters[b][0]
+                cost = float(np.mean([link_costs[x, y] for x in ta for y in tb]))
+                weight = float(sum(target_weights[t] for t in ta + tb))
+                key = (cost, weight, min(ta), min(tb))
+                if best is None or key < best[0]:
+                    best = (key, a, b)
+        _, a, b = best
+        left, right = sorted((clusters[a], clusters[b]), key=lambda c: min(c[0]))  # lower terminals left
+        merged = (left[0] + right[0], (left[1], right[1]))
+        clusters = [c for j, c in enumerate(clusters) if j not in (a, b)] + [merged]
+    heap = [0] * k
+
+    def number(tree, n: int) -> None:
+        if isinstance(tree, tuple):
+            number(tree[0], 2 * n)
+            number(tree[1], 2 * n + 1)
+        else:
+            heap[tree] = n
+
+    number(clusters[0][1], 1)
+    if max(heap) > MAX_DOMAIN_NUMBER:
+        leaves: list[int] = []
+
+        def collect(tree) -> None:
+            if isinstance(tree, tuple):
+                collect(tree[0])
+                collect(tree[1])
+            else:
+                leaves.append(tree)
+
+        def balanced(ts: list[int]):
+            return ts[0] if len(ts) == 1 else (balanced(ts[: len(ts) // 2]), balanced(ts[len(ts) // 2:]))
+
+        collect(clusters[0][1])
+        number(balanced(leaves), 1)
+    return heap
+
+
+def cost_pattern(pattern: str, order: list[int], values: list[int]) -> np.ndarray:
+    """Symmetric link costs over len(order) devices. "drawn": pair i < j costs the next of `values`;
+    "graded": max of the two positions in `order`, plus 1 (each join adds one device to a chain);
+    "line": distance of the positions on a line; "equal": 1 everywhere."""
+    k = len(order)
+    costs = np.zeros((k, k), dtype=np.int64)
+    drawn = iter(values)
+    for i in range(k):
+        for j in range(i + 1, k):
+            if pattern == "drawn":
+                c = next(drawn)
+            elif pattern == "graded":
+                c = max(order[i], order[j]) + 1
+            elif pattern == "line":
+                c = abs(order[i] - order[j])
+            else:
+                c = 1
+            costs[i, j] = costs[j, i] = c
+    return costs
+
+
+@st.composite
+def targets(draw):
+    """(weights, costs): 1..12 devices, weights and costs from small sets (many ties) or wide ranges, costs
+    drawn per pair or graded along a random order of the devices, symmetric or not (Scotch needs symmetric
+    costs, the reference takes any); int64 or whole float64 arrays."""
+    k = draw(st.integers(1, 12))
+    weights = draw(st.lists(st.sampled_from([1, 2, 4]) | st.integers(1, 1000), min_size=k, max_size=k))
+    pattern = draw(st.sampled_from(["drawn", "drawn", "graded", "line", "equal"]))
+    value = draw(st.sampled_from([st.sampled_from([1, 2, 3]), st.sampled_from([10, 43, 100]), st.integers(1, 10**6)]))
+    values = draw(st.lists(value, min_size=k * (k - 1) // 2, max_size=k * (k - 1) // 2))
+    costs = cost_pattern(pattern, draw(st.permutations(range(k))), values)
+    if draw(st.booleans()):  # made asymmetric: costs from the older subtree to the younger one count
+        costs += np.tril(np.array(draw(st.lists(value, min_size=k * k, max_size=k * k))).reshape(k, k), -1)
+    dtype = draw(st.sampled_from([np.int64, np.float64]))
+    return np.array(weights, dtype=dtype), costs.astype(dtype)
+
+
+# Ties that an average computed otherwise than sum / count (as sum * (1 / count), or as sum / size / size)
+# breaks the other way: it differs from sum / count in the last bit (found by a search over random targets).
+LAST_BIT_TIES = [
+    ([1, 1, 4, 1, 4, 4, 1, 1, 4],
+     [[0, 0, 1, 1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1, 1, 0, 1], [1, 1, 0, 1, 1, 0, 0, 0, 1],
+      [1, 1, 1, 0, 0, 1, 0, 0, 0], [1, 1, 1, 0, 0, 1, 1, 0, 1], [1, 1, 0, 1, 1, 0, 0, 0, 0],
+      [0, 1, 0, 0, 1, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 0, 1], [0, 1, 1, 0, 1, 0, 1, 1, 0]]),
+    ([1, 4, 1, 2, 1, 4, 1, 2, 4],
+     [[0, 2, 2, 2, 3, 1, 3, 3, 3], [2, 0, 3, 3, 1, 1, 2, 1, 3], [2, 3, 0, 2, 2, 1, 3, 2, 3],
+      [2, 3, 2, 0, 2, 3, 1, 2, 3], [3, 1, 2, 2, 0, 3, 2, 1, 1], [1, 1, 1, 3, 3, 0, 1, 2, 1],
+      [3, 2, 3, 1, 2, 1, 0, 1, 3], [3, 1, 2, 2, 1, 2, 1, 0, 2], [3, 3, 3, 3, 1, 1, 3, 2, 0]]),
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(targets())
+@example((np.array(LAST_BIT_TIES[0][0]), np.array(LAST_BIT_TIES[0][1])))
+@example((np.array(LAST_BIT_TIES[1][0]), np.array(LAST_BIT_TIES[1][1])))
+def test_decomposition_tree_is_the_reference_tree(target):
+    weights, costs = target
+    assert decomposition_tree(weights, costs) == reference_decomposition_tree(weights, costs)
+
+
+@pytest.mark.parametrize("k", [14, 40])
+@pytest.mark.parametrize("pattern", ["drawn", "graded", "line", "equal"])
+def test_decomposition_tree_is_the_reference_tree_on_more_devices(k, pattern):
+    """Beyond 12 devices a chain of joins is too deep for Scotch (graded: the balanced fallback)."""
+    rng = np.random.default_rng(k)
+    weights = rng.integers(1, 4, k)
+    costs = cost_pattern(pattern, rng.permutation(k).tolist(), rng.integers(1, 4, k * k).tolist())
+    assert decomposition_tree(weights, costs) == reference_decomposition_tree(weights, costs)
+
+
+def test_decomposition_tree_breaks_a_tie_of_rounded_averages_as_the_reference():
+    """Averages compare as the reference compared them, as floats rounded from sum / count. Three groups of
+    13, 13 and 14 devices, cheap inside; 2**42 on the links from the first group to the others but one of
+    2**42 + 1 to each, 2**42 + 1000 between the other two. The averages 2**42 + 1/169 and 2**42 + 1/182
+    round to the same float: the lighter union of the first two groups joins first (by exact fractions the
+    first and third would)."""
+    groups = [range(0, 13), range(13, 26), range(26, 40)]
+    costs = np.full((40, 40), 2**42 + 1000, dtype=np.int64)
+    for g in groups:
+        costs[np.ix_(g, g)] = 1
+    for g in groups[1:]:
+        costs[np.ix_(groups[0], g)] = costs[np.ix_(g, groups[0])] = 2**42
+        costs[0, g[0]] = costs[g[0], 0] = 2**42 + 1
+    np.fill_diagonal(costs, 0)
+    heap = decomposition_tree(np.ones(40, dtype=np.int64), costs)
+    assert heap == reference_decomposition_tree(np.ones(40, dtype=np.int64), costs)
+    assert [h >> (h.bit_length() - 2) for h in heap] == [2] * 26 + [3] * 14  # root: first two groups | third
+
+
+@pytest.mark.parametrize("name", registry.cluster_names())
+def test_decomposition_tree_is_the_reference_tree_on_the_cluster_presets(name):
+    """Every device (scotch) and the GPUs (mincut) of each preset, with equal and with unequal weights."""
+    cluster = registry.load_cluster(name)
+    for devices in (list(range(cluster.num_devices)), _common.gpus_or_all(cluster)):
+        costs = link_costs(cluster, devices)
+        for weights in (np.ones(len(devices), dtype=np.int64), np.arange(len(devices)) % 3 + 1):
+            assert decomposition_tree(weights, costs) == reference_decomposition_tree(weights, costs)
+
+
+@pytest.mark.parametrize("costs", [[[0, 1.5], [1.5, 0]], np.array([[0, 1], [1, 0]], dtype=np.float32),
+                                   [[0, np.inf], [np.inf, 0]], [[0, 2**52], [2**52, 0]]])
+def test_decomposition_tree_refuses_costs_without_exact_float_sums(costs):
+    with pytest.raises(ValueError, match="link costs"):
+        decomposition_tree(np.ones(2), np.asarray(costs))
