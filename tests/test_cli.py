@@ -364,6 +364,29 @@ def test_argparse_errors_exit_2(capsys):
                                            "(see placebench run --help)\n")  # one line, no usage block
 
 
+def test_an_interrupt_while_the_command_line_is_read_is_clean(capsys, monkeypatch):
+    """Building the parser imports much of the suite: a Ctrl-C then is the interrupt message and exit 130."""
+    import suite.cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(suite.cli, "build_parser", interrupted)
+    try:
+        result = _run(capsys, "run")
+    except KeyboardInterrupt:  # not let through: pytest would stop the whole session
+        pytest.fail("the interrupt went through main")
+    assert result == (130, "", "placebench: interrupted\n")
+
+
+def test_importing_the_cli_loads_neither_numpy_nor_the_suite():
+    """`placebench` reaches `main`, which handles Ctrl-C, before numpy and the suite load: a Ctrl-C while they
+    load is the interrupt message, not a traceback."""
+    code = "import sys, suite.cli; print([m for m in ('numpy', 'suite.graph', 'suite.runner') if m in sys.modules])"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr
+
+
 # -- the installed console script ------------------------------------------------------------------------------
 @pytest.mark.skipif(shutil.which("placebench") is None, reason="console script not installed")
 def test_console_script(tmp_path):
