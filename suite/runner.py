@@ -876,9 +876,11 @@ def _warm_up(graph: OpGraph, cluster: Cluster, backend: Any, key: tuple[str, str
 def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
     # Ctrl-C (and a SIGTERM sent to the process group) reaches the workers too: the runner handles it (and
     # stops the workers); a worker that took it as a placer's exception, or died of it, would report a bogus
-    # error row.
+    # error row. The worker started with them held (`_stop_signals_held`): they are let in once ignored.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     if hasattr(os, "setpgrp"):  # a group of its own: killing the worker kills what its placer started too
         os.setpgrp()
     if sys.platform.startswith("linux"):  # the kernel ends this worker when the runner dies, even while a
@@ -943,6 +945,27 @@ def _bare_main() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM (pending, not lost) while a worker starts; they arrive when it has started. The
+    worker inherits the held signals, so a Ctrl-C while it imports Python, numpy and the suite does not kill it
+    with a traceback on the run's stderr; it lets them in once it ignores them (`_worker_main`)."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # a start of its process unblocks them: done before they are held
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 BOOT_TIMEOUT_S = 180.0
 
 
@@ -950,9 +973,15 @@ class _Worker:
     def __init__(self, ctx: Any, threads: int, numerics: Mapping[str, str]):
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, os.getpid()), name="placebench-worker")
-        with _worker_env(threads, numerics), _bare_main():
-            self.proc.start()
-        child.close()
+        try:
+            with _stop_signals_held(), _worker_env(threads, numerics), _bare_main():
+                self.proc.start()
+        except BaseException:  # a Ctrl-C held during the start arrives here: the caller never sees this worker
+            if self.proc.pid is not None:
+                self.kill()
+            raise
+        finally:
+            child.close()
         self.cell: Cell | None = None
         self.submitted = 0.0
         self.started: float | None = None
