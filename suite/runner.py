@@ -1192,6 +1192,7 @@ def run(
     if select is not None:
         plan.cells = [c for c in plan.cells if select(c)]
     store = Store(out)
+    store.check_writable()  # before any placer runs, and before the store is changed
     with store.writing():  # one run at a time per store
         records = store.records()  # every stored cell is readable: a malformed one is an error now, before any work
         manifest = store.manifest()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -594,6 +595,40 @@ def test_reports_are_not_written_into_their_store_and_are_replaced_together(caps
                  ["table", str(store / "results.parquet"), "-f", "csv", "-o", str(store / "results.csv")],
                  ["leaderboard", str(store / "results.csv"), "--out", str(store)]):
         _assert_usage_error(*_run(capsys, *argv), f"{argv[-1]} is inside the results store {store}")
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+
+
+@contextlib.contextmanager
+def _read_only(directory: Path):
+    """`directory` takes no new file: by its mode, or for root (whom modes do not stop) by the immutable flag."""
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(0o755)
+        return
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(directory)], capture_output=True).returncode:
+        pytest.skip("running as root, whom a directory's mode does not stop, and chattr +i is not available")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+
+
+@pytest.mark.parametrize("where", ["cells", "."])
+def test_run_refuses_a_store_it_cannot_write_before_any_work(capsys, tiny_files, write_spec, tmp_path, where):
+    """Found before any placer runs (not at the first cell, after its work) and before the store is changed."""
+    store = tmp_path / "store"
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"], seeds=[0])
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"], seeds=[0, 1])
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    with _read_only(store / where):
+        code, out, err = _run(capsys, "run", str(spec), "--out", str(store), "--quiet")
+    _assert_usage_error(code, out, err, f"cannot write {store / where}")
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
 
