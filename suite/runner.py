@@ -25,7 +25,7 @@ profiles>`, so they are never mixed or compared with the analytic simulator's.
 
 Each cell runs in a worker process (start method "spawn": torch and fork do not mix) with a timeout. A
 placer that raises gives a row with status `error` and the exception; one that hangs past the cell timeout
-is killed and gives `timeout`; a worker that dies gives `error` "worker died (signal N)"; an invalid final
+is killed and gives `timeout`; a worker that dies gives `error` naming its signal or exit code; an invalid final
 placement gives `invalid`; a placer that raises `NotApplicable` gives `skipped`. The final placement is
 always re-measured by a fresh evaluator (outside the search budget), and a simulated one again by the
 runner itself (`check_in_runner`); the search's own numbers are never reported as the result. What a
@@ -966,6 +966,15 @@ def _stop_signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def _signal_text(signum: int) -> str:
+    """'9 (SIGKILL; the host's out-of-memory killer sends this)', '11 (SIGSEGV)', or the number alone."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
+    return f"{signum} ({name}; the host's out-of-memory killer sends this)" if name == "SIGKILL" else f"{signum} ({name})"
+
+
 BOOT_TIMEOUT_S = 180.0
 
 
@@ -1003,14 +1012,17 @@ class _Worker:
         return self.started + (self.cell.timeout_s if self.cell else 0.0)
 
     def death_message(self) -> str:
+        """The error message of the cell of a worker that is gone: how it ended, and how to rerun the cell."""
         self.proc.join(timeout=5)
         code = self.proc.exitcode
         if code is None:
             self.kill()
-            return "worker stopped answering"
-        if code < 0:
-            return f"worker died (signal {-code})"
-        return f"worker died (exit code {code})"
+            how = "worker stopped answering"
+        elif code < 0:
+            how = f"worker killed by signal {_signal_text(-code)}"
+        else:
+            how = f"worker died (exit code {code})"
+        return f"{how}; --retry-failed reruns the cell"
 
     def kill(self) -> None:
         """End the worker and every process its placers started (its process group), even when the worker

@@ -309,8 +309,9 @@ def test_every_outcome_is_a_row_with_its_status(outcome_run):
         "harness_raises": ("error", "RuntimeError: boom from a test placer"),
         "harness_hangs": ("timeout", "did not finish within the cell timeout of 1.5 s"),
         "harness_invalid": ("invalid", "placement has 3 entries, but workload"),
-        "harness_dies": ("error", "worker died (signal 9)"),
-        "harness_exits": ("error", "worker died (exit code 7)"),
+        "harness_dies": ("error", "worker killed by signal 9 (SIGKILL; the host's out-of-memory killer sends this); "
+                                  "--retry-failed reruns the cell"),
+        "harness_exits": ("error", "worker died (exit code 7); --retry-failed reruns the cell"),
         "harness_not_applicable": ("skipped", "needs at least 3 devices"),
         "harness_over_budget": ("error", "placer went past its search budget"),
     }
