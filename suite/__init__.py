@@ -1,11 +1,42 @@
-"""placebench core: workloads, clusters, the simulator, the placer interface and the harness."""
+"""placebench core: workloads, clusters, the simulator, the placer interface and the harness.
 
-from suite.cluster import Cluster, Device, Link
+The classes and functions below are imported when first used, so that `import suite` (which runs before any
+`suite.*` module) does not load numpy: `placebench` is in `suite.cli.main`, where Ctrl-C is handled, before
+the slow imports start."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from suite.errors import PlacebenchError
-from suite.graph import Edge, Op, OpGraph
-from suite.simulator import SimResult, simulate, simulate_batch
+
+if TYPE_CHECKING:
+    from suite.cluster import Cluster, Device, Link
+    from suite.graph import Edge, Op, OpGraph
+    from suite.simulator import SimResult, simulate, simulate_batch
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Cluster": "suite.cluster",
+    "Device": "suite.cluster",
+    "Link": "suite.cluster",
+    "Edge": "suite.graph",
+    "Op": "suite.graph",
+    "OpGraph": "suite.graph",
+    "SimResult": "suite.simulator",
+    "simulate": "suite.simulator",
+    "simulate_batch": "suite.simulator",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'suite' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
 
 
 def load_cluster(name_or_path: str) -> Cluster:

@@ -1109,11 +1109,12 @@ def _os_error_text(exc: OSError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args: argparse.Namespace | None = None
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
     except PlacebenchError as exc:
         print(f"placebench: error: {exc}", file=sys.stderr)
@@ -1125,7 +1126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"placebench: error: {_os_error_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
-        if args.func not in (cmd_run, cmd_paper):  # only these store cells as they finish
+        if getattr(args, "func", None) not in (cmd_run, cmd_paper):  # only these store cells as they finish
             print("placebench: interrupted", file=sys.stderr)
         elif getattr(args, "force", False) or getattr(args, "retry_failed", False):
             print("placebench: interrupted; the cells redone so far are stored and the others keep their earlier "

@@ -25,7 +25,7 @@ profiles>`, so they are never mixed or compared with the analytic simulator's.
 
 Each cell runs in a worker process (start method "spawn": torch and fork do not mix) with a timeout. A
 placer that raises gives a row with status `error` and the exception; one that hangs past the cell timeout
-is killed and gives `timeout`; a worker that dies gives `error` "worker died (signal N)"; an invalid final
+is killed and gives `timeout`; a worker that dies gives `error` naming its signal or exit code; an invalid final
 placement gives `invalid`; a placer that raises `NotApplicable` gives `skipped`. The final placement is
 always re-measured by a fresh evaluator (outside the search budget), and a simulated one again by the
 runner itself (`check_in_runner`); the search's own numbers are never reported as the result. What a
@@ -876,9 +876,11 @@ def _warm_up(graph: OpGraph, cluster: Cluster, backend: Any, key: tuple[str, str
 def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
     # Ctrl-C (and a SIGTERM sent to the process group) reaches the workers too: the runner handles it (and
     # stops the workers); a worker that took it as a placer's exception, or died of it, would report a bogus
-    # error row.
+    # error row. The worker started with them held (`_stop_signals_held`): they are let in once ignored.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     if hasattr(os, "setpgrp"):  # a group of its own: killing the worker kills what its placer started too
         os.setpgrp()
     if sys.platform.startswith("linux"):  # the kernel ends this worker when the runner dies, even while a
@@ -943,6 +945,36 @@ def _bare_main() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM (pending, not lost) while a worker starts; they arrive when it has started. The
+    worker inherits the held signals, so a Ctrl-C while it imports Python, numpy and the suite does not kill it
+    with a traceback on the run's stderr; it lets them in once it ignores them (`_worker_main`)."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # a start of its process unblocks them: done before they are held
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _signal_text(signum: int) -> str:
+    """'9 (SIGKILL; the host's out-of-memory killer sends this)', '11 (SIGSEGV)', or the number alone."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
+    return f"{signum} ({name}; the host's out-of-memory killer sends this)" if name == "SIGKILL" else f"{signum} ({name})"
+
+
 BOOT_TIMEOUT_S = 180.0
 
 
@@ -950,9 +982,15 @@ class _Worker:
     def __init__(self, ctx: Any, threads: int, numerics: Mapping[str, str]):
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, os.getpid()), name="placebench-worker")
-        with _worker_env(threads, numerics), _bare_main():
-            self.proc.start()
-        child.close()
+        try:
+            with _stop_signals_held(), _worker_env(threads, numerics), _bare_main():
+                self.proc.start()
+        except BaseException:  # a Ctrl-C held during the start arrives here: the caller never sees this worker
+            if self.proc.pid is not None:
+                self.kill()
+            raise
+        finally:
+            child.close()
         self.cell: Cell | None = None
         self.submitted = 0.0
         self.started: float | None = None
@@ -974,14 +1012,17 @@ class _Worker:
         return self.started + (self.cell.timeout_s if self.cell else 0.0)
 
     def death_message(self) -> str:
+        """The error message of the cell of a worker that is gone: how it ended, and how to rerun the cell."""
         self.proc.join(timeout=5)
         code = self.proc.exitcode
         if code is None:
             self.kill()
-            return "worker stopped answering"
-        if code < 0:
-            return f"worker died (signal {-code})"
-        return f"worker died (exit code {code})"
+            how = "worker stopped answering"
+        elif code < 0:
+            how = f"worker killed by signal {_signal_text(-code)}"
+        else:
+            how = f"worker died (exit code {code})"
+        return f"{how}; --retry-failed reruns the cell"
 
     def kill(self) -> None:
         """End the worker and every process its placers started (its process group), even when the worker
@@ -1163,6 +1204,7 @@ def run(
     if select is not None:
         plan.cells = [c for c in plan.cells if select(c)]
     store = Store(out)
+    store.check_writable()  # before any placer runs, and before the store is changed
     with store.writing():  # one run at a time per store
         records = store.records()  # every stored cell is readable: a malformed one is an error now, before any work
         manifest = store.manifest()

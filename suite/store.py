@@ -188,7 +188,8 @@ def check_writable(path: str | Path, *, directory: bool = False) -> None:
         with tempfile.TemporaryFile(dir=where):
             pass
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror} ({where})") from None
+        tried = f" ({where})" if where != target else ""
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}{tried}") from None
 
 
 def _read_umask() -> int:
@@ -424,6 +425,16 @@ class Store:
             for tmp in [*self.cells_dir.glob(".*.tmp"), *self.root.glob(".*.tmp")]:  # never a finished file
                 tmp.unlink(missing_ok=True)
             yield self
+
+    def check_writable(self) -> None:
+        """Raise StoreError naming the directory unless the store's directory and cells/ take new files: checked
+        before a run's work, which would otherwise be lost at its first cell."""
+        for directory in (self.root, self.cells_dir):
+            try:
+                check_writable(directory, directory=True)
+            except OSError as exc:
+                raise StoreError(f"{exc.strerror}; a run stores its results there: make it writable, or give "
+                                 f"another --out") from None
 
     @property
     def cells_dir(self) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -364,6 +365,29 @@ def test_argparse_errors_exit_2(capsys):
                                            "(see placebench run --help)\n")  # one line, no usage block
 
 
+def test_an_interrupt_while_the_command_line_is_read_is_clean(capsys, monkeypatch):
+    """Building the parser imports much of the suite: a Ctrl-C then is the interrupt message and exit 130."""
+    import suite.cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(suite.cli, "build_parser", interrupted)
+    try:
+        result = _run(capsys, "run")
+    except KeyboardInterrupt:  # not let through: pytest would stop the whole session
+        pytest.fail("the interrupt went through main")
+    assert result == (130, "", "placebench: interrupted\n")
+
+
+def test_importing_the_cli_loads_neither_numpy_nor_the_suite():
+    """`placebench` reaches `main`, which handles Ctrl-C, before numpy and the suite load: a Ctrl-C while they
+    load is the interrupt message, not a traceback."""
+    code = "import sys, suite.cli; print([m for m in ('numpy', 'suite.graph', 'suite.runner') if m in sys.modules])"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr
+
+
 # -- the installed console script ------------------------------------------------------------------------------
 @pytest.mark.skipif(shutil.which("placebench") is None, reason="console script not installed")
 def test_console_script(tmp_path):
@@ -571,6 +595,40 @@ def test_reports_are_not_written_into_their_store_and_are_replaced_together(caps
                  ["table", str(store / "results.parquet"), "-f", "csv", "-o", str(store / "results.csv")],
                  ["leaderboard", str(store / "results.csv"), "--out", str(store)]):
         _assert_usage_error(*_run(capsys, *argv), f"{argv[-1]} is inside the results store {store}")
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+
+
+@contextlib.contextmanager
+def _read_only(directory: Path):
+    """`directory` takes no new file: by its mode, or for root (whom modes do not stop) by the immutable flag."""
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(0o755)
+        return
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(directory)], capture_output=True).returncode:
+        pytest.skip("running as root, whom a directory's mode does not stop, and chattr +i is not available")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+
+
+@pytest.mark.parametrize("where", ["cells", "."])
+def test_run_refuses_a_store_it_cannot_write_before_any_work(capsys, tiny_files, write_spec, tmp_path, where):
+    """Found before any placer runs (not at the first cell, after its work) and before the store is changed."""
+    store = tmp_path / "store"
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"], seeds=[0])
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"], seeds=[0, 1])
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    with _read_only(store / where):
+        code, out, err = _run(capsys, "run", str(spec), "--out", str(store), "--quiet")
+    _assert_usage_error(code, out, err, f"cannot write {store / where}")
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -308,8 +309,9 @@ def test_every_outcome_is_a_row_with_its_status(outcome_run):
         "harness_raises": ("error", "RuntimeError: boom from a test placer"),
         "harness_hangs": ("timeout", "did not finish within the cell timeout of 1.5 s"),
         "harness_invalid": ("invalid", "placement has 3 entries, but workload"),
-        "harness_dies": ("error", "worker died (signal 9)"),
-        "harness_exits": ("error", "worker died (exit code 7)"),
+        "harness_dies": ("error", "worker killed by signal 9 (SIGKILL; the host's out-of-memory killer sends this); "
+                                  "--retry-failed reruns the cell"),
+        "harness_exits": ("error", "worker died (exit code 7); --retry-failed reruns the cell"),
         "harness_not_applicable": ("skipped", "needs at least 3 devices"),
         "harness_over_budget": ("error", "placer went past its search budget"),
     }
@@ -538,6 +540,66 @@ def test_sigterm_or_sigint_to_the_group_stops_like_ctrl_c(sig, code, tiny_files,
     run = json.loads((out / "manifest.json").read_text())["runs"][-1]
     assert run["finished_at"] is not None and run["complete"] is False and run["cells_run"] == len(rows)
     assert runner.run(str(spec), out, jobs=2).ran == 24 - len(rows)
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The worker processes (spawned Pythons) the process `pid` has started, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the runner's workers in /proc")
+def test_ctrl_c_while_the_first_worker_starts_stops_cleanly(tiny_files, write_spec, tmp_path):
+    """Ctrl-C (to the process group, as a terminal sends it) while the run's first worker is still importing:
+    exit 130 with the interrupt message, no traceback from the runner or the worker, the stored cells kept."""
+    spec = write_spec("early", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"], seeds=[0, 1, 2])
+    out = tmp_path / "store"
+    runner.run(str(spec), out, select=lambda c: c.seed == 0)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite.cli", "run", str(spec), "--out", str(out), "--jobs", "1", "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in the test above
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _workers_of(proc.pid) and proc.poll() is None:
+        time.sleep(0.005)
+    assert _workers_of(proc.pid), "no worker was seen starting"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
+    assert err.endswith("placebench: interrupted; finished cells are stored, rerun the same command to resume\n"), err
+    assert [r["seed"] for r in Store(out).rows()] == [0]
+    run = json.loads((out / "manifest.json").read_text())["runs"][-1]
+    assert (run["complete"], run["cells_run"]) == (False, 0)
+
+
+def test_a_worker_interrupted_while_it_starts_runs_its_cell(tiny_files, write_spec, capfd):
+    """A worker holds Ctrl-C and SIGTERM from its start until it ignores them: one that comes while it imports
+    does not kill it (which would print a traceback on the run's stderr)."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    [cell] = runner.make_plan(runner.load_spec(str(spec))).cells
+    w = runner._Worker(multiprocessing.get_context("spawn"), 1, {})
+    try:
+        os.kill(w.proc.pid, signal.SIGINT)  # just started: still importing
+        assert w.submit(cell)
+        kind = None
+        while kind != "done":
+            assert w.conn.poll(120)
+            kind, record = w.conn.recv()
+        assert record["status"] == "ok"
+    finally:
+        w.stop()
+    assert w.proc.exitcode == 0 and "Traceback" not in capfd.readouterr().err
 
 
 def test_an_interrupt_after_every_cell_is_stored_leaves_a_complete_run(tiny_files, write_spec, monkeypatch, tmp_path):
