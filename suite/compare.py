@@ -8,7 +8,7 @@ own code may differ: that is what a comparison is for.
 
 Verdicts of a comparable pair:
 
-* both ok: `slower` when new / base step time > factor, `faster` when base / new > factor; `more memory` /
+* both ok: `slower` when new step time > factor x base, `faster` when base > factor x new; `more memory` /
   `less memory` likewise for the largest per-device peak, with its own factor (by default the same). With
   one timing sample on a side (the simulator, which is deterministic) any change beyond the factor counts;
   with repeated samples (real backends) the interquartile ranges must not overlap either, so noise within
@@ -91,6 +91,12 @@ def _ratio(new: float, base: float) -> float:
     return new / base
 
 
+def _beyond(x: float, y: float, factor: float) -> bool:
+    """x is more than `factor` times y: compared as a product, so a value that is exactly `factor` times the
+    other (as its float) is never beyond it either way (the ratio x / y can round above the factor)."""
+    return x > y * factor if y > 0 else x > 0 and not math.isinf(factor)
+
+
 def _clearly(direction: int, base: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """With repeated samples on both sides, the interquartile ranges do not overlap in this direction
     (+1 slower, -1 faster); with one sample on either side (or no quartiles), always."""
@@ -116,17 +122,19 @@ def compare_pair(base: Mapping[str, Any], new: Mapping[str, Any], factor: float,
         if sb == sn:
             return ("same",), None, memory
         return ("broke" if sb == "ok" else "fixed" if sn == "ok" else "changed",), None, memory
-    time = _ratio(float(new["step_time_s"]), float(base["step_time_s"]))
+    tb, tn = float(base["step_time_s"]), float(new["step_time_s"])
     verdicts = []
-    if time > factor and _clearly(+1, base, new):
+    if _beyond(tn, tb, factor) and _clearly(+1, base, new):
         verdicts.append("slower")
-    elif time * factor < 1 and _clearly(-1, base, new):
+    elif _beyond(tb, tn, factor) and _clearly(-1, base, new):
         verdicts.append("faster")
-    if memory is not None and memory > mf:
-        verdicts.append("more memory")
-    elif memory is not None and memory * mf < 1:
-        verdicts.append("less memory")
-    return tuple(verdicts) or ("same",), time, memory
+    if memory is not None:
+        mb, mn = float(base["max_peak_memory_bytes"]), float(new["max_peak_memory_bytes"])
+        if _beyond(mn, mb, mf):
+            verdicts.append("more memory")
+        elif _beyond(mb, mn, mf):
+            verdicts.append("less memory")
+    return tuple(verdicts) or ("same",), _ratio(tn, tb), memory
 
 
 def compare(base_rows: Iterable[Mapping[str, Any]], new_rows: Iterable[Mapping[str, Any]],

@@ -42,6 +42,21 @@ def test_the_factor_is_a_strict_bound_both_ways():
     assert pair.time_ratio == 1.5 and pair.memory_ratio == 1.0 and pair.regression()
 
 
+def test_a_value_exactly_the_factor_times_the_other_is_the_same_despite_rounding():
+    """1.1 x 1.05 is 1.1550000000000002 as a float, and 1.1 / that x 1.05 rounds below 1: still not beyond."""
+    assert verdicts(row(t=1.1 * 1.05), row(t=1.1)) == ("same",)
+    assert verdicts(row(t=1.1), row(t=1.1 * 1.05)) == ("same",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1e-9, 1e6), st.integers(1, 10**12), st.floats(1, 3))
+def test_exactly_the_factor_is_never_a_verdict(t, memory, factor):
+    for base, new in ((t, t * factor), (t * factor, t)):
+        assert verdicts(row(t=base), row(t=new), factor) == ("same",)
+    for base, new in ((memory, memory * factor), (memory * factor, memory)):
+        assert verdicts(row(memory=base), row(memory=new), factor) == ("same",)
+
+
 def test_repeated_samples_need_disjoint_interquartile_ranges():
     base = row(t=1.0, samples=5, q25=0.9, q75=1.2)
     assert verdicts(base, row(t=1.1, samples=5, q25=1.0, q75=1.3)) == ("same",)  # 10% slower, within the spread
