@@ -257,7 +257,8 @@ def write_table(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
 
 
 def read_table(path: Path) -> list[dict[str, Any]]:
-    """Rows of a results table written by `write_table` (Parquet or CSV)."""
+    """Rows of a results table written by `write_table` (Parquet or CSV); StoreError naming the file and the
+    cell for a row that `row_problem` refuses."""
     path = Path(path)
     try:
         if path.suffix == ".parquet":
@@ -282,7 +283,13 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     missing = [c for c in ("cell_id", "workload", "cluster", "placer", "seed", "status", "step_time_s") if c not in columns]
     if missing:
         raise StoreError(f"{path}: not a placebench results table: missing column(s) {', '.join(missing)}")
-    return sorted((flat_row(r) for r in table.to_pylist()), key=sort_key)
+    rows = [flat_row(r) for r in table.to_pylist()]
+    for r in rows:  # before sorting: an empty seed would not sort
+        problem = row_problem(r)
+        if problem:
+            where = " / ".join(str(r.get(k)) for k in ("cluster", "workload", "placer")) + f" / seed {r.get('seed')}"
+            raise StoreError(f"{path}: {where}: {problem}")
+    return sorted(rows, key=sort_key)
 
 
 # -- checks of what a store's files hold --------------------------------------------------------------------

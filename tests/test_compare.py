@@ -403,6 +403,17 @@ def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp
     assert code == 0 and out.splitlines()[-1] == "4 cells in both, factor 20, memory factor inf: 1 fixed, 3 same; 0 regressions"
 
 
+def test_a_csv_row_with_no_seed_is_bad_input_not_a_regression(capsys, tmp_path):
+    """An empty seed used to stop the sort of the rows with a TypeError: exit 1, which a CI gate reads as a
+    regression."""
+    header = "cell_id,workload,cluster,placer,seed,status,step_time_s\n"
+    (tmp_path / "base.csv").write_text(header + "a,w,c,p,0,ok,1.0\nb,w,c,p,1,ok,1.0\n")
+    (tmp_path / "new.csv").write_text(header + "a,w,c,p,0,ok,1.0\nb,w,c,p,,ok,1.0\n")
+    code, out, err = _run(capsys, "compare", str(tmp_path / "base.csv"), str(tmp_path / "new.csv"))
+    assert code == 2 and out == ""
+    assert err == f"placebench: error: {tmp_path / 'new.csv'}: c / w / p / seed None: seed must be a 64-bit integer, got null\n"
+
+
 def test_the_exit_code_holds_when_the_reader_leaves(two_stores):
     gpu, cpu = two_stores
     proc = subprocess.Popen([sys.executable, "-m", "suite.cli", "compare", str(gpu), str(cpu)],
