@@ -589,9 +589,9 @@ def claim_figure(comp: Comparison, claim: Claim) -> str:
     text = f"placebench: {claim.method} is faster than {over} in {faster} of {n} rows"
     if speedups:
         (lo, lo_row), (hi, hi_row) = min(speedups), max(speedups)
-        cut = 1 - 1 / (1 + hi)
-        text += (f"; its speedup is {hi:+.1%} at most ({hi_row}: step time {-cut:+.1%})" if len(speedups) == 1 else
-                 f"; its speedup ranges from {lo:+.1%} ({lo_row}) to {hi:+.1%} ({hi_row}: step time {-cut:+.1%})")
+        change = 1 / (1 + hi) - 1  # of the step time: 0.0 for a tie, never -0.0 ("-0.0%")
+        text += (f"; its speedup is {hi:+.1%} at most ({hi_row}: step time {change:+.1%})" if len(speedups) == 1 else
+                 f"; its speedup ranges from {lo:+.1%} ({lo_row}) to {hi:+.1%} ({hi_row}: step time {change:+.1%})")
     return text
 
 

@@ -178,6 +178,15 @@ def test_comparison_by_hand():
     assert "**Notes on the rows:**\n\n- NASNet: not in the zoo\n" in md
 
 
+def test_a_claim_whose_best_row_is_a_tie_says_plus_zero():
+    """A tie is a speedup of +0.0% and a step time change of +0.0%, not "-0.0%"."""
+    t = paper.paper_from_dict(GOOD, id="t")
+    comp = paper.Comparison.from_rows(t, _rows(("resnet50-b1-infer", "single_cpu", [2.0, 2.0, 2.0]),
+                                               ("resnet50-b1-infer", "single_gpu", [2.0, 2.0, 2.0])))
+    assert paper.claim_figure(comp, t.claims[0]) == ("placebench: GPU is faster than CPU in 0 of 1 rows; its speedup "
+                                                     "is +0.0% at most (ResNet: step time +0.0%)")
+
+
 def test_a_claim_naming_no_method_says_why_it_has_no_figure():
     data = _with(("claims",), [*GOOD["claims"], {"text": "better than others", "source": "abstract"}])
     comp = paper.Comparison.from_rows(paper.paper_from_dict(data, id="t"), [])
