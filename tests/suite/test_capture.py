@@ -571,3 +571,56 @@ def test_ops_that_do_not_reach_the_loss_get_no_backward():
     assert "fc2" in names and g.ops[g.index["fc2"]].group is None
     assert not {n for n in names if n.startswith("fc2/")}
     assert {"fc1/grad_weight", "fc1/update"} <= names
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_an_in_place_op_is_read_by_the_ops_after_it(mode):
+    """`y.mul_(2)` overwrites y: the ops that read y afterwards depend on the in-place op, never skip it."""
+
+    class InPlace(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            y.mul_(2.0)
+            torch.relu_(y)
+            return y.sum()
+
+    g = capture(InPlace(), (torch.randn(2, 4),), name="inplace", mode=mode)
+    assert edge_bytes(g, "fc", "mul_") == edge_bytes(g, "mul_", "relu_") == edge_bytes(g, "relu_", "sum_1") == 32
+    s, fc = g.index["sum_1"], g.index["fc"]
+    assert not [e for e in g.edges if e.src == fc and e.dst == s]
+    if mode == "training":
+        assert {"mul_/grad", "relu_/grad"} <= {op.name for op in g.ops}
+
+
+def test_training_mode_with_nothing_to_train_is_an_error():
+    class NoParams(nn.Module):
+        def forward(self, x):
+            return (x * x).sum()
+
+    with pytest.raises(GraphError, match="no parameter reaches the model's output"):
+        capture(NoParams(), (torch.randn(2, 4),), name="np", mode="training")
+    assert capture(NoParams(), (torch.randn(2, 4),), name="np").num_ops == 3  # inference is fine
+
+
+def test_frozen_parameters_in_training_mode_are_an_error():
+    class PartlyFrozen(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(2, 2)
+            self.b = nn.Linear(2, 1)
+            self.a.requires_grad_(False)
+
+        def forward(self, x):
+            return self.b(self.a(x)).sum()
+
+    with pytest.raises(GraphError, match=r"frozen parameters \(requires_grad=False\): a.weight, a.bias"):
+        capture(PartlyFrozen(), (torch.randn(3, 2),), name="f", mode="training")
+
+
+def test_capturing_something_else_than_a_module_is_an_error():
+    with pytest.raises(GraphError, match="capture needs a torch.nn.Module, got function"):
+        capture(lambda x: x, (torch.randn(2),), name="f")
