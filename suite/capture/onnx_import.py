@@ -66,14 +66,20 @@ def _load(model: Any) -> Any:
     import onnx
 
     if isinstance(model, onnx.ModelProto):
-        return model
-    path = Path(model)
-    if not path.exists():
-        raise GraphError(f"{path}: no such ONNX file")
-    try:
-        return onnx.load(str(path))
-    except Exception as exc:  # noqa: BLE001 - protobuf decode errors have many types
-        raise GraphError(f"{path}: not a readable ONNX model: {exc}") from None
+        proto, where = model, f"ONNX model {model.graph.name!r}"
+    elif isinstance(model, str | Path):
+        path = Path(model)
+        if not path.exists():
+            raise GraphError(f"{path}: no such ONNX file")
+        try:
+            proto, where = onnx.load(str(path)), str(path)
+        except Exception as exc:  # noqa: BLE001 - protobuf decode errors have many types
+            raise GraphError(f"{path}: not a readable ONNX model: {exc}") from None
+    else:
+        raise GraphError(f"import_onnx needs a path or an onnx.ModelProto, got {type(model).__name__}")
+    if not proto.HasField("graph") or not proto.graph.node:
+        raise GraphError(f"{where}: not an ONNX model with a graph (no nodes; an empty or truncated file?)")
+    return proto
 
 
 def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: str) -> None:
@@ -88,6 +94,8 @@ def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: st
         dims = inp.type.tensor_type.shape.dim
         if inp.name in input_shapes:
             shape = list(input_shapes[inp.name])
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape):
+                raise GraphError(f"{where}: input_shapes[{inp.name!r}] = {shape} must be a list of positive integers")
             if len(shape) != len(dims):
                 raise GraphError(f"{where}: input {inp.name!r} has rank {len(dims)}, input_shapes gives {shape}")
             for d, v in zip(dims, shape, strict=True):

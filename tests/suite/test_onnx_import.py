@@ -69,6 +69,9 @@ def test_dynamic_dimension_needs_input_shapes(exported):
         import_onnx(proto, input_shapes={"y": [1]})
     with pytest.raises(GraphError, match="rank 4"):
         import_onnx(proto, input_shapes={"x": [2, 3]})
+    for shape in (["2", 3, 8, 8], [-1, 3, 8, 8], [2.0, 3, 8, 8]):
+        with pytest.raises(GraphError, match=r"input_shapes\['x'\] = .* must be a list of positive integers"):
+            import_onnx(proto, input_shapes={"x": shape})
 
 
 def test_bad_files(tmp_path):
@@ -78,6 +81,13 @@ def test_bad_files(tmp_path):
     bad.write_bytes(b"\x00garbage")
     with pytest.raises(GraphError, match="bad.onnx"):
         import_onnx(bad)
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")  # parses as an empty ModelProto
+    with pytest.raises(GraphError, match="empty.onnx: not an ONNX model with a graph"):
+        import_onnx(empty)
+    for not_a_model in (None, 3, b"\x08\x07"):
+        with pytest.raises(GraphError, match="import_onnx needs a path or an onnx.ModelProto"):
+            import_onnx(not_a_model)
 
 
 def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
