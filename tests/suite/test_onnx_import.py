@@ -239,3 +239,23 @@ def test_batch_norm_running_statistics_are_not_parameters():
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 2, 2])], inits)
     g = import_onnx(proto)
     assert g.metadata["params"] == 2 * 3  # scale and bias only, as nn.BatchNorm2d(3).parameters()
+
+
+@pytest.mark.parametrize(
+    "rnn",
+    [nn.LSTM(3, 5, num_layers=2, bidirectional=True), nn.LSTM(3, 5, batch_first=True), nn.GRU(3, 5), nn.RNN(3, 5)],
+    ids=["lstm-2-bidirectional", "lstm-batch-first", "gru", "rnn"],
+)
+def test_recurrent_layers_cost_as_in_the_fx_capture(rnn):
+    """An exported LSTM / GRU / RNN gets the fused layer's cell formula, not 1 FLOP per output element."""
+    x = torch.randn(2, 4, 3) if rnn.batch_first else torch.randn(4, 2, 3)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(rnn.eval(), (x,), buf, dynamo=False)
+    g_onnx = import_onnx(onnx.load_from_string(buf.getvalue()), name="rnn")
+    g_fx = capture(rnn, (x,), name="rnn")
+    assert "fallback_cost_kinds" not in g_onnx.metadata
+    assert g_onnx.metadata["forward_flops"] == g_fx.metadata["forward_flops"]
+    assert g_onnx.metadata["forward_macs"] == g_fx.metadata["forward_macs"]
+    assert g_onnx.metadata["params"] == g_fx.metadata["params"]
