@@ -24,7 +24,8 @@ are listed in the graph's metadata under "fallback_cost_kinds". Sizes come from 
 for the zoo). An op's scope is its module path: the leaf module's qualified name, or the innermost module
 whose forward called the function. Op names: the module path of a module called once ("layer1.0.conv1"),
 "{path}/{i}" for the i-th call of a module called several times ("lstm.0/3": layer 0 at step 3), and
-"{scope}/{fx node name}" for functions ("layer1.0/add"); inputs keep their argument names.
+"{scope}/{fx node name}" for functions ("layer1.0/add"); inputs keep their argument names. A name that a
+module's path already has gets a suffix ("fc_2" for an input named "fc" of a model with a module "fc").
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
         out_shape = outs[0].shape if outs else ()
         ins = [vals[n] for n in _arg_nodes(node)]
         if node.op == "placeholder":
-            vals[node] = b.input(node.name, out_bytes, out_shape) if outs else b.constant()
+            vals[node] = b.input(names[node], out_bytes, out_shape) if outs else b.constant()
         elif node.op == "get_attr":
             obj = _fetch_attr(gm, str(node.target))
             if isinstance(obj, nn.Parameter):
@@ -253,11 +254,21 @@ def _op_names(gm: GraphModule) -> dict[Node, str]:
             i = seen.get(target, 0)
             seen[target] = i + 1
             names[node] = target if calls[target] == 1 else f"{target}/{i}"
-        elif node.op in ("call_function", "call_method"):
+    taken = set(names.values())
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            continue
+        if node.op in ("call_function", "call_method"):
             scope = _scope(node)
-            names[node] = f"{scope}/{node.name}" if scope else node.name
+            name = f"{scope}/{node.name}" if scope else node.name
         else:
-            names[node] = node.name
+            name = node.name
+        unique, k = name, 1
+        while unique in taken:  # an input named like a module ("fc" for self.fc): the module keeps its path
+            k += 1
+            unique = f"{name}_{k}"
+        taken.add(unique)
+        names[node] = unique
     return names
 
 

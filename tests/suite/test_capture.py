@@ -691,3 +691,17 @@ def test_frozen_parameters_in_training_mode_are_an_error():
 def test_capturing_something_else_than_a_module_is_an_error():
     with pytest.raises(GraphError, match="capture needs a torch.nn.Module, got function"):
         capture(lambda x: x, (torch.randn(2),), name="f")
+
+
+def test_an_input_named_like_a_module_gets_a_unique_op_name():
+    class Clash(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, fc):
+            return self.fc(fc)
+
+    g = capture(Clash(), (torch.randn(1, 2),), name="clash")
+    assert [(op.name, op.kind) for op in g.ops] == [("fc_2", "input"), ("fc", "linear")]
+    assert edge_bytes(g, "fc_2", "fc") == 8
