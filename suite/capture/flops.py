@@ -3,9 +3,11 @@
 Conventions (FLOPs, a multiply-add = 2 FLOPs; MACs = multiply-adds of matrix products and convolutions
 only, the figure papers publish):
 
-* linear / matmul / bmm: 2 x MACs, plus 1 per output element for a bias;
+* linear / matmul / bmm: 2 x MACs, plus 1 per output element for a bias (the added input of addmm,
+  baddbmm, addbmm);
 * convolution: MACs = output elements x (input channels / groups) x kernel elements; FLOPs = 2 x MACs,
-  plus 1 per output element for a bias;
+  plus 1 per output element for a bias; a transposed convolution: MACs = input elements x (output channels /
+  groups) x kernel elements;
 * elementwise ops (add, mul, relu, sigmoid, tanh, gelu, ...) and anything without a rule: 1 per output
   element; reductions (sum, mean): 1 per input element;
 * softmax and log-softmax: 5 per element (max, subtract, exp, sum, divide);
@@ -105,6 +107,13 @@ def conv_cost(out_shape: tuple[int, ...], in_channels_per_group: int, kernel: tu
     return Cost(kind, 2.0 * macs + (out_numel if bias else 0), macs)
 
 
+def conv_transpose_cost(x: TensorInfo, weight: tuple[int, ...], out: TensorInfo, bias: bool, kind: str) -> Cost:
+    """A transposed convolution: every input element meets (out channels / groups) x kernel weights
+    (weight shape: in channels, out channels / groups, kernel...)."""
+    macs = x.numel * math.prod(weight[1:])
+    return Cost(kind, 2.0 * macs + (out.numel if bias else 0), float(macs))
+
+
 def matmul_cost(a: tuple[int, ...], out: tuple[int, ...]) -> Cost:
     k = a[-1] if a else 1
     macs = math.prod(out) * k
@@ -122,6 +131,19 @@ def lstm_cell_flops(batch: int, input_size: int, hidden: int) -> tuple[float, fl
     """
     macs = 4 * batch * hidden * (input_size + hidden)
     return 2.0 * macs + 21.0 * batch * hidden, float(macs)
+
+
+def rnn_cell_flops(gates: int, batch: int, input_size: int, hidden: int, proj: int = 0) -> tuple[float, float]:
+    """(FLOPs, MACs) of one step of a recurrent cell with `gates` gates (LSTM 4, GRU 3, RNN 1): the LSTM
+    formula of `lstm_cell_flops` (with a projection of h to `proj` features: + B H P MACs), else
+    2 x MACs + 6 per gate element."""
+    if gates == 4 and proj:
+        m = 4 * batch * hidden * (input_size + proj) + batch * hidden * proj  # gates, then h = W_hr h
+        return 2.0 * m + 21.0 * batch * hidden, float(m)
+    if gates == 4:
+        return lstm_cell_flops(batch, input_size, hidden)
+    m = gates * batch * hidden * (input_size + hidden)
+    return 2.0 * m + 6.0 * gates * batch * hidden, float(m)
 
 
 def cross_entropy_cost(logits: TensorInfo) -> Cost:
@@ -159,6 +181,7 @@ ADAPTIVE_POOL = frozenset(
      "adaptive_max_pool2d", "adaptive_max_pool3d"}
 )
 CONV = {"conv1d": 1, "conv2d": 2, "conv3d": 3}
+CONV_TRANSPOSE = frozenset({"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"})
 FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "rand", "randn", "zeros_like", "ones_like",
                        "empty_like", "full_like", "new_zeros", "new_ones", "new_empty", "new_full", "tensor"})
 
@@ -166,9 +189,13 @@ FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "rand", "rand
 def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], training: bool) -> Cost | None:
     """Cost of a torch function / tensor method by its name; None: no specific rule (use the default)."""
     ins = tensors(args) + tensors(kwargs)
+    if name in ("addmm", "baddbmm", "addbmm") and len(ins) > 2:  # input + a @ b: the add counts as a bias
+        a = ins[1]
+        batches = a.shape[0] if name == "addbmm" else 1  # addbmm also sums the batch of products
+        macs = batches * math.prod(out[0].shape) * a.shape[-1]
+        return Cost("matmul", 2.0 * macs + out[0].numel, float(macs))
     if name in MATMUL:
-        a = ins[1] if name in ("baddbmm", "addmm", "addbmm") and len(ins) > 2 else ins[0]
-        return matmul_cost(a.shape, out[0].shape)
+        return matmul_cost(ins[0].shape, out[0].shape)
     if name == "linear":
         weight = ins[1]
         bias = len(ins) > 2 or kwargs.get("bias") is not None
@@ -177,6 +204,8 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         weight = ins[1]
         bias = len(ins) > 2
         return conv_cost(out[0].shape, weight.shape[1], tuple(weight.shape[2:]), bias, name)
+    if name in CONV_TRANSPOSE:
+        return conv_transpose_cost(ins[0], ins[1].shape, out[0], len(ins) > 2, name)
     if name in CONCAT:
         return Cost("concat", 0.0)
     if name == "embedding":
@@ -201,8 +230,8 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if name in ADAPTIVE_POOL:
         return Cost(name, float(ins[0].numel))
     if name == "scaled_dot_product_attention":
-        q, k = ins[0], ins[1]
-        macs = 2 * math.prod(q.shape[:-1]) * k.shape[-2] * q.shape[-1]
+        q, k, v = ins[0], ins[1], ins[2]
+        macs = math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])  # q k^T, then probs v
         scores = math.prod(q.shape[:-1]) * k.shape[-2]
         return Cost("attention", 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * scores, float(macs))
     return None
@@ -223,6 +252,9 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return conv_cost(
             out[0].shape, module.in_channels // module.groups, tuple(module.kernel_size), module.bias is not None, kind
         )
+    if isinstance(module, nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d):
+        kind = type(module).__name__.lower()
+        return conv_transpose_cost(ins[0], tuple(module.weight.shape), out[0], module.bias is not None, kind)
     if isinstance(module, nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d):
         return elementwise("batch_norm", out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
     if isinstance(module, nn.LayerNorm):
@@ -264,16 +296,14 @@ def _rnn_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
     else:
         steps, batch = x.shape[0], x.shape[1]
     hidden = module.hidden_size
+    proj = getattr(module, "proj_size", 0)  # an LSTM with projections: h has proj_size features
+    out_size = proj or hidden
     dirs = 2 if module.bidirectional else 1
     gates = {"LSTM": 4, "GRU": 3}.get(module.mode, 1)
     flops = macs = 0.0
     for layer in range(module.num_layers):
-        in_size = module.input_size if layer == 0 else hidden * dirs
-        if gates == 4:
-            f, m = lstm_cell_flops(batch, in_size, hidden)
-        else:
-            m = gates * batch * hidden * (in_size + hidden)
-            f = 2.0 * m + 6.0 * gates * batch * hidden
+        in_size = module.input_size if layer == 0 else out_size * dirs
+        f, m = rnn_cell_flops(gates, batch, in_size, hidden, proj)
         flops += f * steps * dirs
         macs += m * steps * dirs
     kind = {4: "lstm", 3: "gru"}.get(gates, "rnn")
@@ -288,7 +318,7 @@ def _mha_cost(module: Any, ins: list[TensorInfo]) -> Cost:
         batch, lq, lk = q.shape[0], q.shape[1], k.shape[1]
     else:
         lq, batch, lk = q.shape[0], q.shape[1], k.shape[0]
-    proj = batch * (lq + 2 * lk) * e * e + batch * lq * e * e  # q, k, v and output projections
+    proj = batch * lq * e * e + batch * lk * (module.kdim + module.vdim) * e + batch * lq * e * e  # q, k, v, out
     attn = 2 * batch * lq * lk * e  # scores and weighted sum over all heads
     macs = proj + attn
     scores = batch * module.num_heads * lq * lk

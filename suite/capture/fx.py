@@ -16,13 +16,16 @@ What is folded into its producers (never losing a dependency, see `ForwardBuilde
 permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
 `nn.Identity`/`nn.Flatten`, and dropout in inference mode (in training mode dropout is an elementwise op).
 Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants.
+An in-place call (`y.add_(1)`, `torch.relu_(y)`) overwrites its first argument: the ops that read that
+tensor afterwards read the in-place op. Training mode refuses frozen parameters (requires_grad=False).
 
 FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds
 are listed in the graph's metadata under "fallback_cost_kinds". Sizes come from the recorded dtypes (fp32
 for the zoo). An op's scope is its module path: the leaf module's qualified name, or the innermost module
 whose forward called the function. Op names: the module path of a module called once ("layer1.0.conv1"),
 "{path}/{i}" for the i-th call of a module called several times ("lstm.0/3": layer 0 at step 3), and
-"{scope}/{fx node name}" for functions ("layer1.0/add"); inputs keep their argument names.
+"{scope}/{fx node name}" for functions ("layer1.0/add"); inputs keep their argument names. A name that a
+module's path already has gets a suffix ("fc_2" for an input named "fc" of a model with a module "fc").
 """
 
 from __future__ import annotations
@@ -159,7 +162,11 @@ def _as_root(module: nn.Module, num_inputs: int) -> nn.Module:
 
 def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training: bool = False) -> ForwardGraph:
     """Trace, record shapes on `example_inputs`, and build the forward IR."""
+    if not isinstance(module, nn.Module):
+        raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     what = type(module).__name__
+    if training:
+        _check_trainable(what, module)
     module = _as_root(module, len(example_inputs))
     gm = trace(module)
     rec = _ShapeRecorder(gm)
@@ -180,7 +187,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
         out_shape = outs[0].shape if outs else ()
         ins = [vals[n] for n in _arg_nodes(node)]
         if node.op == "placeholder":
-            vals[node] = b.input(node.name, out_bytes, out_shape) if outs else b.constant()
+            vals[node] = b.input(names[node], out_bytes, out_shape) if outs else b.constant()
         elif node.op == "get_attr":
             obj = _fetch_attr(gm, str(node.target))
             if isinstance(obj, nn.Parameter):
@@ -197,7 +204,31 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
             vals[node] = b.constant()  # a shape, a dtype, a Python number
         else:
             vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, out_shape, canon, training)
+        mutated = _mutated_arg(node)
+        if mutated is not None:
+            vals[mutated] = vals[node]  # later readers of the mutated tensor read the in-place op's result
     return b.finish(outputs)
+
+
+def _mutated_arg(node: Node) -> Node | None:
+    """The tensor an in-place call (`y.add_(1)`, `torch.relu_(y)`) overwrites: its first argument."""
+    if node.op not in ("call_function", "call_method") or not node.args:
+        return None
+    name = _target_name(node)
+    first = node.args[0]
+    if name.endswith("_") and not name.endswith("__") and isinstance(first, Node) and first.op != "get_attr":
+        return first
+    return None
+
+
+def _check_trainable(what: str, module: nn.Module) -> None:
+    """Training graphs update every parameter; frozen ones (requires_grad=False) are not modelled."""
+    frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
+    if frozen:
+        shown = ", ".join(frozen[:5]) + (f" and {len(frozen) - 5} more" if len(frozen) > 5 else "")
+        raise GraphError(f"training mode: {what} has frozen parameters (requires_grad=False): {shown}; "
+                         f"capture does not model frozen parameters (make them trainable, or capture in "
+                         f"inference mode)")
 
 
 def _check_loss(what: str, outs: Sequence[Any]) -> None:
@@ -223,11 +254,21 @@ def _op_names(gm: GraphModule) -> dict[Node, str]:
             i = seen.get(target, 0)
             seen[target] = i + 1
             names[node] = target if calls[target] == 1 else f"{target}/{i}"
-        elif node.op in ("call_function", "call_method"):
+    taken = set(names.values())
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            continue
+        if node.op in ("call_function", "call_method"):
             scope = _scope(node)
-            names[node] = f"{scope}/{node.name}" if scope else node.name
+            name = f"{scope}/{node.name}" if scope else node.name
         else:
-            names[node] = node.name
+            name = node.name
+        unique, k = name, 1
+        while unique in taken:  # an input named like a module ("fc" for self.fc): the module keeps its path
+            k += 1
+            unique = f"{name}_{k}"
+        taken.add(unique)
+        names[node] = unique
     return names
 
 

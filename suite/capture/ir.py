@@ -100,6 +100,9 @@ class ForwardGraph:
             from suite.capture.training import training_ops
 
             ops, edges = training_ops(self)
+            if not any(op.phase == "update" for op in ops):
+                raise GraphError(f"{name}: training mode, but no parameter reaches the model's output (the loss), "
+                                 f"so nothing would be trained; capture it in inference mode")
         else:
             ops, edges = inference_ops(self)
         meta = {

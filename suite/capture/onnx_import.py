@@ -11,7 +11,8 @@
 * FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul (2 per
   multiply-add, +1 per output element for a bias), elementwise ops 1 per output element, pooling output
   elements x kernel, global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or
-  4 (training) per element, LayerNormalization 5, Softmax/LogSoftmax 5. Other op types count 1 per output
+  4 (training) per element, LayerNormalization 5, Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
+  of the fused torch layers (per step and direction). Other op types count 1 per output
   element and are listed in metadata "fallback_cost_kinds".
 * Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
   names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
@@ -33,6 +34,7 @@ from suite.capture.flops import (
     SOFTMAX_FLOPS_PER_ELEMENT,
     Cost,
     TensorInfo,
+    rnn_cell_flops,
 )
 from suite.capture.ir import MODES, ForwardBuilder, Value
 from suite.errors import GraphError
@@ -46,6 +48,7 @@ ELEMENTWISE = frozenset(
     Softsign HardSigmoid HardSwish Clip Max Min Where Cast Not And Or Equal Less Greater LessOrEqual GreaterOrEqual
     Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean""".split()
 )
+RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
                     "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin"})
 
@@ -66,14 +69,20 @@ def _load(model: Any) -> Any:
     import onnx
 
     if isinstance(model, onnx.ModelProto):
-        return model
-    path = Path(model)
-    if not path.exists():
-        raise GraphError(f"{path}: no such ONNX file")
-    try:
-        return onnx.load(str(path))
-    except Exception as exc:  # noqa: BLE001 - protobuf decode errors have many types
-        raise GraphError(f"{path}: not a readable ONNX model: {exc}") from None
+        proto, where = model, f"ONNX model {model.graph.name!r}"
+    elif isinstance(model, str | Path):
+        path = Path(model)
+        if not path.exists():
+            raise GraphError(f"{path}: no such ONNX file")
+        try:
+            proto, where = onnx.load(str(path)), str(path)
+        except Exception as exc:  # noqa: BLE001 - protobuf decode errors have many types
+            raise GraphError(f"{path}: not a readable ONNX model: {exc}") from None
+    else:
+        raise GraphError(f"import_onnx needs a path or an onnx.ModelProto, got {type(model).__name__}")
+    if not proto.HasField("graph") or not proto.graph.node:
+        raise GraphError(f"{where}: not an ONNX model with a graph (no nodes; an empty or truncated file?)")
+    return proto
 
 
 def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: str) -> None:
@@ -88,6 +97,8 @@ def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: st
         dims = inp.type.tensor_type.shape.dim
         if inp.name in input_shapes:
             shape = list(input_shapes[inp.name])
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape):
+                raise GraphError(f"{where}: input_shapes[{inp.name!r}] = {shape} must be a list of positive integers")
             if len(shape) != len(dims):
                 raise GraphError(f"{where}: input {inp.name!r} has rank {len(dims)}, input_shapes gives {shape}")
             for d, v in zip(dims, shape, strict=True):
@@ -146,6 +157,14 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         return Cost(kind, float(LAYER_NORM_FLOPS_PER_ELEMENT * outs[0].numel))
     if op in ("Softmax", "LogSoftmax"):
         return Cost(kind, float(SOFTMAX_FLOPS_PER_ELEMENT * out_numel))
+    if op in RNN_GATES:  # one layer, all steps and directions; W: [directions, gates x hidden, input]
+        x, w = ins[0], ins[1]
+        steps, batch = (x.shape[1], x.shape[0]) if _attr(node, "layout", 0) else (x.shape[0], x.shape[1])
+        dirs, in_size = w.shape[0], w.shape[2]
+        hidden = _attr(node, "hidden_size") or w.shape[1] // RNN_GATES[op]
+        f, m = rnn_cell_flops(RNN_GATES[op], batch, in_size, hidden)
+        saved = 5 * batch * hidden * steps * dirs * x.itemsize if training else 0  # as the fx front end
+        return Cost(kind, f * steps * dirs, m * steps * dirs, saved_bytes=saved)
     if op == "Concat":
         return Cost("concat", 0.0)
     if op == "Gather":

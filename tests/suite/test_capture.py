@@ -88,6 +88,72 @@ def test_fused_lstm_is_one_op():
     assert op.flops == expected
 
 
+def test_lstm_with_projections_counts_the_projected_state():
+    """proj_size P: the recurrent input h has P features, and h = W_hr (o * tanh(c)) adds B H P MACs."""
+    g = capture(nn.LSTM(3, 5, proj_size=2), (torch.randn(4, 2, 3),), name="lstm")
+    (op,) = by_kind(g, "lstm")
+    macs = 4 * 2 * 5 * (3 + 2) + 2 * 5 * 2
+    assert op.flops == 4 * (2 * macs + 21 * 2 * 5)
+    assert g.metadata["forward_macs"] == 4 * macs
+
+
+class _Fn3(nn.Module):
+    """A function of three tensors as a module."""
+
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, a, b, c):
+        return self.fn(a, b, c)
+
+
+@pytest.mark.parametrize(
+    ("fn", "shapes", "macs", "bias"),
+    [
+        (torch.addmm, [(3, 5), (3, 4), (4, 5)], 3 * 4 * 5, 3 * 5),
+        (torch.baddbmm, [(2, 3, 5), (2, 3, 4), (2, 4, 5)], 2 * 3 * 4 * 5, 2 * 3 * 5),
+        (torch.addbmm, [(3, 5), (2, 3, 4), (2, 4, 5)], 2 * 3 * 4 * 5, 3 * 5),  # sums the 2 products
+    ],
+)
+def test_add_matmul_functions_count_the_product_and_the_added_input(fn, shapes, macs, bias):
+    g = capture(_Fn3(fn), tuple(torch.randn(*s) for s in shapes), name="mm")
+    (op,) = by_kind(g, "matmul")
+    assert (op.flops, g.metadata["forward_macs"]) == (2 * macs + bias, macs)
+
+
+def test_attention_with_another_value_width():
+    """softmax(q k^T) v: the second product has v's width, not q's."""
+    q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 16)
+    g = capture(_Fn3(F.scaled_dot_product_attention), (q, k, v), name="sdpa")
+    (op,) = by_kind(g, "attention")
+    macs = 2 * 4 * 3 * 5 * 8 + 2 * 4 * 3 * 5 * 16
+    assert op.flops == 2 * macs + 5 * 2 * 4 * 3 * 5
+
+
+def test_multihead_attention_with_other_key_and_value_widths():
+    mha = nn.MultiheadAttention(8, 2, kdim=4, vdim=6)
+    g = capture(mha, (torch.randn(3, 2, 8), torch.randn(5, 2, 4), torch.randn(5, 2, 6)), name="mha")
+    (op,) = by_kind(g, "multihead_attention")
+    proj = 2 * 3 * 8 * 8 + 2 * 5 * 4 * 8 + 2 * 5 * 6 * 8 + 2 * 3 * 8 * 8  # q, k, v, out projections
+    attn = 2 * 2 * 3 * 5 * 8  # scores and weighted sum, all heads
+    assert op.flops == 2 * (proj + attn) + 5 * 2 * 2 * 3 * 5
+
+
+@pytest.mark.parametrize("functional", [False, True])
+def test_conv_transpose_rule(functional):
+    class Functional(nn.ConvTranspose2d):
+        def forward(self, x):
+            return F.conv_transpose2d(x, self.weight, self.bias, stride=2, groups=2)
+
+    conv = (Functional if functional else nn.ConvTranspose2d)(4, 8, 3, stride=2, groups=2)
+    g = capture(conv, (torch.randn(1, 4, 5, 5),), name="ct")
+    (op,) = [op for op in g.ops if op.kind.startswith("conv")]
+    out_numel = 8 * 11 * 11
+    assert op.flops == 2 * (4 * 5 * 5) * (8 // 2) * 3 * 3 + out_numel
+    assert "fallback_cost_kinds" not in g.metadata
+
+
 # -- folding and edges -----------------------------------------------------------------------------------
 class ShapeOps(nn.Module):
     def __init__(self) -> None:
@@ -420,8 +486,9 @@ def test_scaled_dot_product_attention_and_addmm_rules_by_hand():
     # q k^T and p v: 2 x (B H Lq) Lk d = 2 * 12 * 5 * 4 = 480 MACs; softmax 5 * 12 * 5 = 300
     assert att.flops == 2 * 480 + 300 == 1260
     (mm,) = by_kind(g, "matmul")
-    # addmm(b, x[4,3], w[3,6]): the inner dimension is x's (3), not the bias's (6): 4*6*3 = 72 MACs
-    assert g.metadata["forward_macs"] == 480 + 72 and mm.flops == 2 * 72
+    # addmm(b, x[4,3], w[3,6]): the inner dimension is x's (3), not the bias's (6): 4*6*3 = 72 MACs, plus
+    # the bias add (1 per output element, as nn.Linear)
+    assert g.metadata["forward_macs"] == 480 + 72 and mm.flops == 2 * 72 + 4 * 6
 
 
 def test_norm_pool_and_reduction_rules_by_hand():
@@ -571,3 +638,70 @@ def test_ops_that_do_not_reach_the_loss_get_no_backward():
     assert "fc2" in names and g.ops[g.index["fc2"]].group is None
     assert not {n for n in names if n.startswith("fc2/")}
     assert {"fc1/grad_weight", "fc1/update"} <= names
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_an_in_place_op_is_read_by_the_ops_after_it(mode):
+    """`y.mul_(2)` overwrites y: the ops that read y afterwards depend on the in-place op, never skip it."""
+
+    class InPlace(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            y.mul_(2.0)
+            torch.relu_(y)
+            return y.sum()
+
+    g = capture(InPlace(), (torch.randn(2, 4),), name="inplace", mode=mode)
+    assert edge_bytes(g, "fc", "mul_") == edge_bytes(g, "mul_", "relu_") == edge_bytes(g, "relu_", "sum_1") == 32
+    s, fc = g.index["sum_1"], g.index["fc"]
+    assert not [e for e in g.edges if e.src == fc and e.dst == s]
+    if mode == "training":
+        assert {"mul_/grad", "relu_/grad"} <= {op.name for op in g.ops}
+
+
+def test_training_mode_with_nothing_to_train_is_an_error():
+    class NoParams(nn.Module):
+        def forward(self, x):
+            return (x * x).sum()
+
+    with pytest.raises(GraphError, match="no parameter reaches the model's output"):
+        capture(NoParams(), (torch.randn(2, 4),), name="np", mode="training")
+    assert capture(NoParams(), (torch.randn(2, 4),), name="np").num_ops == 3  # inference is fine
+
+
+def test_frozen_parameters_in_training_mode_are_an_error():
+    class PartlyFrozen(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(2, 2)
+            self.b = nn.Linear(2, 1)
+            self.a.requires_grad_(False)
+
+        def forward(self, x):
+            return self.b(self.a(x)).sum()
+
+    with pytest.raises(GraphError, match=r"frozen parameters \(requires_grad=False\): a.weight, a.bias"):
+        capture(PartlyFrozen(), (torch.randn(3, 2),), name="f", mode="training")
+
+
+def test_capturing_something_else_than_a_module_is_an_error():
+    with pytest.raises(GraphError, match="capture needs a torch.nn.Module, got function"):
+        capture(lambda x: x, (torch.randn(2),), name="f")
+
+
+def test_an_input_named_like_a_module_gets_a_unique_op_name():
+    class Clash(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, fc):
+            return self.fc(fc)
+
+    g = capture(Clash(), (torch.randn(1, 2),), name="clash")
+    assert [(op.name, op.kind) for op in g.ops] == [("fc_2", "input"), ("fc", "linear")]
+    assert edge_bytes(g, "fc_2", "fc") == 8

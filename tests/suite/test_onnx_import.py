@@ -69,6 +69,9 @@ def test_dynamic_dimension_needs_input_shapes(exported):
         import_onnx(proto, input_shapes={"y": [1]})
     with pytest.raises(GraphError, match="rank 4"):
         import_onnx(proto, input_shapes={"x": [2, 3]})
+    for shape in (["2", 3, 8, 8], [-1, 3, 8, 8], [2.0, 3, 8, 8]):
+        with pytest.raises(GraphError, match=r"input_shapes\['x'\] = .* must be a list of positive integers"):
+            import_onnx(proto, input_shapes={"x": shape})
 
 
 def test_bad_files(tmp_path):
@@ -78,6 +81,13 @@ def test_bad_files(tmp_path):
     bad.write_bytes(b"\x00garbage")
     with pytest.raises(GraphError, match="bad.onnx"):
         import_onnx(bad)
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")  # parses as an empty ModelProto
+    with pytest.raises(GraphError, match="empty.onnx: not an ONNX model with a graph"):
+        import_onnx(empty)
+    for not_a_model in (None, 3, b"\x08\x07"):
+        with pytest.raises(GraphError, match="import_onnx needs a path or an onnx.ModelProto"):
+            import_onnx(not_a_model)
 
 
 def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
@@ -229,3 +239,23 @@ def test_batch_norm_running_statistics_are_not_parameters():
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 2, 2])], inits)
     g = import_onnx(proto)
     assert g.metadata["params"] == 2 * 3  # scale and bias only, as nn.BatchNorm2d(3).parameters()
+
+
+@pytest.mark.parametrize(
+    "rnn",
+    [nn.LSTM(3, 5, num_layers=2, bidirectional=True), nn.LSTM(3, 5, batch_first=True), nn.GRU(3, 5), nn.RNN(3, 5)],
+    ids=["lstm-2-bidirectional", "lstm-batch-first", "gru", "rnn"],
+)
+def test_recurrent_layers_cost_as_in_the_fx_capture(rnn):
+    """An exported LSTM / GRU / RNN gets the fused layer's cell formula, not 1 FLOP per output element."""
+    x = torch.randn(2, 4, 3) if rnn.batch_first else torch.randn(4, 2, 3)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(rnn.eval(), (x,), buf, dynamo=False)
+    g_onnx = import_onnx(onnx.load_from_string(buf.getvalue()), name="rnn")
+    g_fx = capture(rnn, (x,), name="rnn")
+    assert "fallback_cost_kinds" not in g_onnx.metadata
+    assert g_onnx.metadata["forward_flops"] == g_fx.metadata["forward_flops"]
+    assert g_onnx.metadata["forward_macs"] == g_fx.metadata["forward_macs"]
+    assert g_onnx.metadata["params"] == g_fx.metadata["params"]
