@@ -88,6 +88,7 @@ def test_fused_lstm_is_one_op():
     assert op.flops == expected
 
 
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")  # torch's own fallback
 def test_lstm_with_projections_counts_the_projected_state():
     """proj_size P: the recurrent input h has P features, and h = W_hr (o * tanh(c)) adds B H P MACs."""
     g = capture(nn.LSTM(3, 5, proj_size=2), (torch.randn(4, 2, 3),), name="lstm")
