@@ -190,12 +190,11 @@ class Results:
 def _check_row(r: Mapping[str, Any]) -> None:
     """ReportError naming the row unless it passes the store's rule for rows (`store.row_problem`): rows
     may come from hand-made CSV or Parquet files."""
-    from suite.store import row_problem
+    from suite.store import row_problem, row_where
 
     problem = row_problem(r)
     if problem:
-        where = " / ".join(str(r.get(k)) for k in ("cluster", "workload", "placer")) + f" / seed {r.get('seed')}"
-        raise ReportError(f"{where}: {problem}")
+        raise ReportError(f"{row_where(r)}: {problem}")
 
 
 # -- tables -----------------------------------------------------------------------------------------------

@@ -287,8 +287,7 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     for r in rows:  # before sorting: an empty seed would not sort
         problem = row_problem(r)
         if problem:
-            where = " / ".join(str(r.get(k)) for k in ("cluster", "workload", "placer")) + f" / seed {r.get('seed')}"
-            raise StoreError(f"{path}: {where}: {problem}")
+            raise StoreError(f"{path}: {row_where(r)}: {problem}")
     return sorted(rows, key=sort_key)
 
 
@@ -301,6 +300,11 @@ def _shown(value: Any) -> str:
         return "a list"
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def row_where(row: Mapping[str, Any]) -> str:
+    """'cluster / workload / placer / seed N': where a row's problem is, in error messages."""
+    return " / ".join(str(row.get(k)) for k in ("cluster", "workload", "placer")) + f" / seed {row.get('seed')}"
 
 
 def row_problem(row: Mapping[str, Any]) -> str | None:
