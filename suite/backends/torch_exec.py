@@ -9,8 +9,9 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
 * parameters live on their owner's device: the op that uses them, or, for parameters shared by several
   ops (an LSTM cell called at every time step), the graph's "variable" op that holds them. An op on another
   device gets a copy of the shared weights, once per step per device (as the simulator charges the
-  variable's edges); buffers live with their module (a module called on several devices: with its first
-  call);
+  variable's edges) and calls its own replica of the module (same tensors, own attributes), so the
+  thread of another device never sees those copies; buffers live with their module (a module called on
+  several devices: with its first call);
 * a tensor read on another (logical) device than the one that produced it is copied: `.to(device)`
   between torch devices, `.clone()` between logical devices mapped to one torch device. Each value is
   copied at most once per step to each device; copies are counted (`bytes_transferred` per step).
@@ -37,6 +38,7 @@ allocation failures become status "oom" (memory freed, the run goes on).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -175,6 +177,14 @@ class ExecGraph:
         self.outputs = [i for i, n in enumerate(self.nodes) if n.op == "output"]
 
 
+def _replica(module: nn.Module) -> nn.Module:
+    """A copy of `module` that shares its parameter and buffer tensors (gradients reach the originals) but
+    none of its attribute dicts. `functional_call` swaps a module's attributes for the length of a call: on
+    the replica of one lane it cannot show a weight copy to another lane's thread calling the original."""
+    memo: dict[int, Any] = {id(t): t for t in (*module.parameters(), *module.buffers())}
+    return copy.deepcopy(module, memo)
+
+
 @dataclass
 class Copies:
     """Tensors copied across device boundaries in one step."""
@@ -271,6 +281,7 @@ class TorchExecutor:
         lane_of = [d if d >= 0 else used[0] for d in self.node_dev]
         self._lanes: dict[int, list[tuple[int, Callable[[list[Any], dict], Any], list[int]]]] = {d: [] for d in used}
         self._output: tuple[int, Callable[[list[Any], dict], Any]] | None = None
+        self._replicas: dict[tuple[str, int], nn.Module] = {}
         for i, n in enumerate(eg.nodes):
             if n.op == "placeholder":
                 continue
@@ -331,6 +342,10 @@ class TorchExecutor:
 
                 return run_module
 
+            replica = self._replicas.get((target, d))
+            if replica is None:
+                replica = self._replicas[(target, d)] = _replica(module)
+
             def run_shared(env: list[Any], cache: dict) -> Any:
                 f = fetch_from(env, cache)
                 tensors = {}
@@ -340,7 +355,7 @@ class TorchExecutor:
                     if c is None:
                         c = cache[ck] = move(t, tdev)
                     tensors[name] = c
-                return torch.func.functional_call(module, tensors, tuple(map_arg(n.args, f)), dict(map_arg(n.kwargs, f)))
+                return torch.func.functional_call(replica, tensors, tuple(map_arg(n.args, f)), dict(map_arg(n.kwargs, f)))
 
             return run_shared
         if n.op == "call_function":

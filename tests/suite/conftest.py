@@ -59,3 +59,17 @@ def shared_linear():
             return self.out(self.fc(self.act(self.fc(x)))).sum()
 
     return Shared
+
+
+@pytest.fixture
+def cpu_only():
+    """This machine with its GPUs hidden, as `CUDA_VISIBLE_DEVICES=` hides them from a new process: for tests of
+    the CPU behaviour (local clusters, fidelity defaults), which a GPU host would otherwise change. Its own
+    MonkeyPatch: a test's `monkeypatch.undo()` must not bring the GPUs back halfway through."""
+    import torch
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.cuda, "is_available", lambda: False)
+        mp.setattr(torch.cuda, "device_count", lambda: 0)
+        yield
+

@@ -32,7 +32,7 @@ HAS_CUDA_EP = torch.cuda.is_available() and "CUDAExecutionProvider" in ort.get_a
 
 @pytest.fixture(scope="module")
 def three_cpus():
-    return local_cluster(3)
+    return local_cluster(3, gpus=False)  # three logical CPUs, and nothing else on a GPU host
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_ort_baselines():
     assert (gpu.placement[inputs] == 0).all()
     assert (np.delete(gpu.placement, inputs) == 1).all()
     assert gpu.info["assignment"] == "static"
-    two_cpus, _ = local_cluster(2)
+    two_cpus, _ = local_cluster(2, gpus=False)
     with pytest.raises(NotApplicable):
         make_placer("ort_gpu").place(Problem.make(g, two_cpus, budget), budget, 0)
 

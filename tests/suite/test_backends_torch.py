@@ -4,7 +4,9 @@ protocol, device maps. CPU only: multi-device placements use logical CPU devices
 
 from __future__ import annotations
 
+import json
 import re
+import time
 
 import numpy as np
 import pytest
@@ -35,7 +37,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 @pytest.fixture(scope="module")
 def three_cpus():
-    return local_cluster(3)
+    return local_cluster(3, gpus=False)  # three logical CPUs, and nothing else on a GPU host
 
 
 class Tiny(nn.Module):
@@ -166,6 +168,60 @@ def test_concurrent_and_sequential_execution_agree(three_cpus):
         ex.close()
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
     torch.testing.assert_close(outs[0], outs[2], rtol=0, atol=0)
+
+
+class _SlowShared(nn.Module):
+    """One leaf op (it has a capture rule) that holds each call open and records, for calls on this very
+    module object, whether its weight was its own parameter at the start and at the end of the call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4))
+        self.seen: list[tuple[bool, bool]] = []
+
+    def capture_cost(self, inputs, outputs, training):
+        from suite.capture.flops import Cost
+
+        return Cost("slow_linear", 2 * 4 * 4 * inputs[0].shape[0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        time.sleep(0.1)  # the other lane calls the same module meanwhile
+        own = self._parameters["weight"]
+        self.seen.append((w is own, self.weight is own))
+        return x @ w
+
+
+class _TwoCalls(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.f = _SlowShared()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.f(a) + self.f(b)
+
+
+def test_concurrent_lanes_never_see_another_lanes_weight_copies(three_cpus):
+    """A module shared by ops on two devices runs at the same time in two lanes: the lane away from the
+    weights calls it with copies, which must never show through to the other lane's call (on CPU + GPU
+    they did: "mat1 is on cuda:0, different from other tensors on cpu")."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    module = _TwoCalls()
+    rw = from_module(module, (torch.randn(2, 4), torch.randn(2, 4)), name="two_calls", mode="inference")
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[g.index["b"]] = 1
+    p[g.index["f/1"]] = 1  # f/variable and f/0 stay on cpu:0: f/1 gets a copy of the weight
+    ex = TorchExecutor(rw, dmap, concurrent=True)
+    ex.apply(p)
+    shared = ex.eg.gm.get_submodule("f")
+    shared.seen.clear()
+    with torch.no_grad():
+        out = ex.forward()
+    ex.close()
+    assert shared.seen == [(True, True)]  # one direct call (f/0), its weight untouched throughout
+    torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
 
 
 def test_backend_measures_with_the_timing_protocol(three_cpus):
@@ -394,6 +450,44 @@ def test_cpu_gpu_split_equals_eager_on_cuda():
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-3, atol=1e-3)
     m = TorchBackend(rw, cluster, dmap, timing=FAST).measure(p)
     assert m.status == "ok" and m.peak_memory_bytes["gpu:0"] > 0
+
+
+@cuda
+@pytest.mark.parametrize("name", ["rnnlm-2x2048-b64", "nmt-2x1024-b64", "bert_base-12x768-s128-b8"])
+def test_cpu_gpu_training_step_equals_eager_on_cuda(name):
+    """Per-op random placements over the CPU and a GPU, run concurrently (one lane per device): the shared
+    weights of the recurrent cells are called from both lanes at once."""
+    cluster, dmap = local_cluster(1)
+    rw = small_workload(name, mode="training")
+    eager = rw.fresh_copy()
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(random_placement(rw.graph, cluster.num_devices, np.random.default_rng(2)))
+    assert ex.concurrent_now
+    loss = ex.step()
+    opt = torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9)
+    ref = eager.module(*eager.inputs)
+    ref.backward()
+    opt.step()
+    ex.close()
+    torch.testing.assert_close(loss.cpu(), ref.detach(), rtol=1e-3, atol=1e-4)
+    for pname, param in eager.module.named_parameters():
+        torch.testing.assert_close(ex.eg.params[pname].detach().cpu(), param.detach(), rtol=1e-3, atol=1e-4)
+
+
+@cuda
+def test_cli_fidelity_on_this_machines_cpu_and_gpu(tmp_path, capsys):
+    """`placebench fidelity` with its defaults on a GPU host: one logical CPU and the GPU, every placement
+    measured (none an error), a single-GPU row among them."""
+    from suite.cli import main
+
+    args = ["fidelity", "rnnlm-2x2048-b64", *(f"--set={k}={v}" for k, v in SMALL_SHAPES["rnnlm"].items()),
+            "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"), "--splits", "2", "--random", "2",
+            "--rounds", "1", "--no-png"]
+    assert main(args) == 0
+    (report,) = (tmp_path / "f").glob("*__local_1cpu_1gpu__torch.json")
+    rows = json.loads(report.read_text())["rows"]
+    assert [r["status"] for r in rows] == ["ok"] * len(rows), [(r["label"], r["message"]) for r in rows]
+    assert {"single:cpu:0", "single:gpu:0"} <= {r["label"] for r in rows}
 
 
 FULL_SIZE_INFERENCE = ["resnet50-b1-infer", "inception_v3-b1-infer", "bert_base-12x768-s128-b1-infer",

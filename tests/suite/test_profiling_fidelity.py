@@ -41,6 +41,10 @@ from suite.profiling import (
 
 FAST = Timing(warmup_steps=1, measured_steps=3)
 
+# CPU behaviour throughout (the CUDA path is tested in test_backends_torch.py): a GPU host would add its GPU
+# to every local cluster and to the CLI's default cluster.
+pytestmark = pytest.mark.usefixtures("cpu_only")
+
 
 def test_backward_and_update_times_are_distributed_by_hand(shared_linear):
     g = from_module(shared_linear(), (torch.randn(2, 4),), name="shared", mode="training").graph
