@@ -8,8 +8,9 @@ and measured on this machine.
   given to devices in turn (pipeline-like placements, seeded);
 * `random:<k>`: every colocation group (or op) on a uniformly random device (seeded);
 * baselines: the placements of registered placers (`placers=("metis", "m_etf", ...)`, searching the
-  roofline simulator with a small budget); one equal to an earlier placement is left out, and a placer that
-  does not apply or fails gets a row with status "skipped" or "error" and why (an unknown name is an error);
+  roofline simulator with a small budget); one equal to an earlier placement is not measured again (its row,
+  status "skipped", names that placement), and a placer that does not apply or fails gets a row with status
+  "skipped" or "error" and why (an unknown name is an error);
 
 each predicted by `SimulatorBackend` with the profiles and measured by the real backend (PyTorch or ONNX
 Runtime) with the methodology's timing protocol, `rounds` times in interleaved rounds (every placement
@@ -198,9 +199,10 @@ def random_placement(graph: OpGraph, num_devices: int, rng: np.random.Generator)
 
 def placements_for(graph: OpGraph, cluster: Cluster, *, n_split: int = 3, n_random: int = 2, seed: int = 0,
                    placers: Sequence[str] = ()) -> tuple[list[tuple[str, str, np.ndarray]], list[tuple[str, str, str]]]:
-    """The fidelity set (see the module docstring): (label, family, placement) of the valid placements
-    (invalid single, split and random ones are left out), and (placer, status, message) of the placers
-    that gave no valid placement (status "skipped" where the placer does not apply, else "error")."""
+    """The fidelity set (see the module docstring): (label, family, placement) of the distinct valid placements
+    (invalid or repeated single, split and random ones are left out), and (placer, status, message) of the
+    placers with no placement of their own to measure (status "skipped" where the placer does not apply or
+    repeats an earlier placement, else "error")."""
     from suite.placer import NotApplicable
 
     check_placers(placers)
@@ -225,8 +227,11 @@ def placements_for(graph: OpGraph, cluster: Cluster, *, n_split: int = 3, n_rand
             p = validate(p, graph, cluster)
         except PlacebenchError:
             continue
-        if not any(np.array_equal(p, q) for _, _, q in valid):  # a baseline equal to a single-device one
+        same = next((other for other, _, q in valid if np.array_equal(p, q)), None)
+        if same is None:
             valid.append((label, fam, p))
+        elif fam == "baseline":  # a placer that returns a single-device placement: said, not measured twice
+            failed.append((label, "skipped", f"same placement as {same} (measured once, in that row)"))
     return valid, failed
 
 

@@ -412,13 +412,14 @@ def test_failing_placers_give_rows_not_silence():
 
     try:
         chosen, failed = placements_for(g, cluster, n_split=0, n_random=0,
-                                        placers=["single_gpu", "fidelity_test_fails", "ort_gpu", "metis"])
+                                        placers=["single_gpu", "fidelity_test_fails", "ort_gpu", "metis", "single_cpu"])
     finally:
         unregister_placer("fidelity_test_fails")
     assert [label for label, _, _ in chosen] == ["single:cpu:0", "single:cpu:1", "metis"]
     assert [(label, status) for label, status, _ in failed] == [
-        ("single_gpu", "skipped"), ("fidelity_test_fails", "error"), ("ort_gpu", "skipped")]
+        ("single_gpu", "skipped"), ("fidelity_test_fails", "error"), ("ort_gpu", "skipped"), ("single_cpu", "skipped")]
     assert "no GPU" in failed[0][2] and failed[1][2] == "RuntimeError: boom" and "no GPU" in failed[2][2]
+    assert failed[3][2] == "same placement as single:cpu:0 (measured once, in that row)"  # not dropped unsaid
 
 
 @pytest.mark.parametrize("argv, message", [
