@@ -2,9 +2,9 @@
 # Re-measure every profile in results/profiles and every report in results/fidelity on this machine.
 # One intra-op thread and the CPU clock: the figures of a shared 2-core machine. Each command measures
 # its workload's profile again (--reprofile) and rewrites results/fidelity/summary.md.
-# Usage: results/fidelity/regenerate.sh [base|variants|concurrent|large|all]   (default: base, variants, concurrent)
+# Usage: results/fidelity/regenerate.sh [base|variants|concurrent|large|gpu|all]   (default: base, variants, concurrent)
 # base: about 25 minutes; variants: about 35 minutes; concurrent: about 15 minutes (wall clock: run it on an
-# idle machine); large: 50-60 minutes each and about 20 GB of memory.
+# idle machine); large: 50-60 minutes each and about 20 GB of memory; gpu: about 1 minute, needs a CUDA GPU.
 set -euo pipefail
 what="${1:-default}"
 one_cpu=(--logical-cpus 1 --clock cpu --threads 1 --splits 0 --random 0 --placer none --rounds 1 --reprofile)
@@ -38,6 +38,13 @@ concurrent() {
     --concurrent on --profiles results/profiles/wall --reprofile
 }
 
+gpu() {
+  # On a machine with a CUDA GPU (not run by "all"): this machine's cluster is one logical CPU and the GPU,
+  # by the wall clock, one lane per device. The committed report was measured on an H200 host, 16 cores.
+  placebench fidelity resnet50-b32 --set batch_size=8 --mode inference --threads 4 \
+    --profiles results/profiles/gpu --reprofile
+}
+
 large() {
   for w in rnnlm-4x6144-b64 nmt-4x4096-b64; do
     placebench fidelity "$w" "${one_cpu[@]}" --methodology v1-fidelity-large
@@ -49,7 +56,8 @@ case "$what" in
   variants) variants ;;
   concurrent) concurrent ;;
   large) large ;;
+  gpu) gpu ;;
   all) base; variants; concurrent; large ;;
   default) base; variants; concurrent ;;
-  *) echo "usage: $0 [base|variants|concurrent|large|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [base|variants|concurrent|large|gpu|all]" >&2; exit 2 ;;
 esac
