@@ -133,17 +133,21 @@ def lstm_cell_flops(batch: int, input_size: int, hidden: int) -> tuple[float, fl
     return 2.0 * macs + 21.0 * batch * hidden, float(macs)
 
 
-def rnn_cell_flops(gates: int, batch: int, input_size: int, hidden: int, proj: int = 0) -> tuple[float, float]:
+def rnn_cell_flops(gates: int, batch: int, input_size: int, hidden: int, proj: int = 0,
+                   bias: bool = True) -> tuple[float, float]:
     """(FLOPs, MACs) of one step of a recurrent cell with `gates` gates (LSTM 4, GRU 3, RNN 1): the LSTM
     formula of `lstm_cell_flops` (with a projection of h to `proj` features: + B H P MACs), else
-    2 x MACs + 6 per gate element."""
+    2 x MACs + 6 per gate element. Of those, 2 per gate element are the adds of the two biases b_ih and
+    b_hh: a cell without biases (`bias=False`) has 2 x B x gates x H fewer."""
+    no_bias = 0.0 if bias else 2.0 * gates * batch * hidden
     if gates == 4 and proj:
         m = 4 * batch * hidden * (input_size + proj) + batch * hidden * proj  # gates, then h = W_hr h
-        return 2.0 * m + 21.0 * batch * hidden, float(m)
+        return 2.0 * m + 21.0 * batch * hidden - no_bias, float(m)
     if gates == 4:
-        return lstm_cell_flops(batch, input_size, hidden)
+        f, m = lstm_cell_flops(batch, input_size, hidden)
+        return f - no_bias, m
     m = gates * batch * hidden * (input_size + hidden)
-    return 2.0 * m + 6.0 * gates * batch * hidden, float(m)
+    return 2.0 * m + 6.0 * gates * batch * hidden - no_bias, float(m)
 
 
 def cross_entropy_cost(logits: TensorInfo) -> Cost:
@@ -303,7 +307,7 @@ def _rnn_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
     flops = macs = 0.0
     for layer in range(module.num_layers):
         in_size = module.input_size if layer == 0 else out_size * dirs
-        f, m = rnn_cell_flops(gates, batch, in_size, hidden, proj)
+        f, m = rnn_cell_flops(gates, batch, in_size, hidden, proj, bias=bool(module.bias))
         flops += f * steps * dirs
         macs += m * steps * dirs
     kind = {4: "lstm", 3: "gru"}.get(gates, "rnn")

@@ -162,7 +162,8 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         steps, batch = (x.shape[1], x.shape[0]) if _attr(node, "layout", 0) else (x.shape[0], x.shape[1])
         dirs, in_size = w.shape[0], w.shape[2]
         hidden = _attr(node, "hidden_size") or w.shape[1] // RNN_GATES[op]
-        f, m = rnn_cell_flops(RNN_GATES[op], batch, in_size, hidden)
+        has_bias = len(ins) > 3 and ins[3] is not None  # inputs X, W, R, then the optional B
+        f, m = rnn_cell_flops(RNN_GATES[op], batch, in_size, hidden, bias=has_bias)
         saved = 5 * batch * hidden * steps * dirs * x.itemsize if training else 0  # as the fx front end
         return Cost(kind, f * steps * dirs, m * steps * dirs, saved_bytes=saved)
     if op == "Concat":

@@ -88,6 +88,14 @@ def test_fused_lstm_is_one_op():
     assert op.flops == expected
 
 
+def test_lstm_without_biases_counts_no_bias_adds():
+    """bias=False: the gates are x W_ih^T + h W_hh^T, one add instead of three, 8 B H fewer FLOPs a step."""
+    (op,) = by_kind(capture(nn.LSTM(3, 5, bias=False), (torch.randn(7, 2, 3),), name="lstm"), "lstm")
+    assert op.flops == 7 * (lstm_cell_flops(2, 3, 5)[0] - 8 * 2 * 5)
+    (gru,) = by_kind(capture(nn.GRU(3, 5, bias=False), (torch.randn(7, 2, 3),), name="gru"), "gru")
+    assert gru.flops == 7 * (2 * 3 * 2 * 5 * (3 + 5) + 4 * 3 * 2 * 5)  # 2 x MACs + (6 - 2) per gate element
+
+
 @pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")  # torch's own fallback
 def test_lstm_with_projections_counts_the_projected_state():
     """proj_size P: the recurrent input h has P features, and h = W_hr (o * tanh(c)) adds B H P MACs."""

@@ -243,8 +243,9 @@ def test_batch_norm_running_statistics_are_not_parameters():
 
 @pytest.mark.parametrize(
     "rnn",
-    [nn.LSTM(3, 5, num_layers=2, bidirectional=True), nn.LSTM(3, 5, batch_first=True), nn.GRU(3, 5), nn.RNN(3, 5)],
-    ids=["lstm-2-bidirectional", "lstm-batch-first", "gru", "rnn"],
+    [nn.LSTM(3, 5, num_layers=2, bidirectional=True), nn.LSTM(3, 5, batch_first=True), nn.GRU(3, 5), nn.RNN(3, 5),
+     nn.LSTM(3, 5, bias=False), nn.GRU(3, 5, bias=False), nn.RNN(3, 5, bias=False)],
+    ids=["lstm-2-bidirectional", "lstm-batch-first", "gru", "rnn", "lstm-no-bias", "gru-no-bias", "rnn-no-bias"],
 )
 def test_recurrent_layers_cost_as_in_the_fx_capture(rnn):
     """An exported LSTM / GRU / RNN gets the fused layer's cell formula, not 1 FLOP per output element."""
