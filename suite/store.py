@@ -268,6 +268,7 @@ def read_table(path: Path) -> list[dict[str, Any]]:
                 column_types={f.name: f.type for f in ROW_SCHEMA},
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
+                null_values=[""],  # as write_table writes null; "nan", "NA", "null" are not silently null
             )
             table = pacsv.read_csv(path, convert_options=opts)
         else:
@@ -309,9 +310,10 @@ def row_where(row: Mapping[str, Any]) -> str:
 
 def row_problem(row: Mapping[str, Any]) -> str | None:
     """What is wrong with a result row or cell record, or None. A row names its cell (workload, cluster,
-    placer: non-empty strings; seed: a 64-bit integer), has a known status, and a step time that is null or a
-    finite number >= 0, and not null when the status is ok. Cell files and the rows of reports are checked
-    by this one rule."""
+    placer: non-empty strings; seed: a 64-bit integer), has a known status, a step time that is null or a
+    finite number >= 0, and not null when the status is ok, and a count of timed samples that is null or a
+    whole number (at least 1 for an ok row: its step time is the statistic of them). Cell files and the rows
+    of reports are checked by this one rule."""
     for field in ("workload", "cluster", "placer"):
         if not isinstance(row.get(field), str) or not row[field]:
             return f"{field} must be a non-empty string, got {_shown(row.get(field))}"
@@ -325,6 +327,10 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
         return f"step_time_s must be null or a finite number >= 0, got {_shown(t)}"
     if t is None and row["status"] == "ok":
         return "status ok needs a step_time_s"
+    n = row.get("samples")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < (1 if row["status"] == "ok" else 0)):
+        need = "at least 1 for status ok" if row["status"] == "ok" else ">= 0"
+        return f"samples must be null or a whole number {need}, got {_shown(n)}"
     return None
 
 

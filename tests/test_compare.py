@@ -183,10 +183,14 @@ def test_seeds_are_matched_one_by_one():
 def test_bad_input_is_refused():
     with pytest.raises(ReportError, match="^old.csv: c / w / p / seed 0 has several rows"):
         cmp.compare([row(), row(methodology="v2")], [row()], names=("old.csv", "new.csv"))
-    for field, value in (("max_peak_memory_bytes", "lots"), ("samples", "many"), ("step_time_q25_s", float("nan")),
+    for field, value in (("max_peak_memory_bytes", "lots"), ("step_time_q25_s", float("nan")),
                          ("max_peak_memory_bytes", -1)):
         with pytest.raises(ReportError, match=f"^new: c / w / p / seed 0: {field} must be null or a finite number"):
             cmp.compare([row()], [row(**{field: value})])
+    for value in ("many", 2.0, True, 0):  # a count of timed samples: a whole number, at least 1 for an ok row
+        with pytest.raises(ReportError, match="^new: c / w / p / seed 0: samples must be null or a whole number at "
+                                              "least 1 for status ok"):
+            cmp.compare([row()], [row(samples=value)])
     with pytest.raises(ReportError, match="factor must be a finite number >= 1"):
         cmp.compare([row()], [row()], factor=0.9)
     with pytest.raises(ReportError, match="^base: .*status must be one of"):
@@ -412,6 +416,23 @@ def test_a_csv_row_with_no_seed_is_bad_input_not_a_regression(capsys, tmp_path):
     code, out, err = _run(capsys, "compare", str(tmp_path / "base.csv"), str(tmp_path / "new.csv"))
     assert code == 2 and out == ""
     assert err == f"placebench: error: {tmp_path / 'new.csv'}: c / w / p / seed None: seed must be a 64-bit integer, got null\n"
+
+
+@pytest.mark.parametrize("cells, message", [
+    # only an empty field is null: "nan" is a NaN (refused), "NA" not a number (refused), neither a silent null
+    ("a,w,c,p,0,ok,nan,", "step_time_s must be null or a finite number >= 0, got NaN"),
+    ("a,w,c,p,0,ok,1.0,nan", "step_time_q25_s must be null or a finite number >= 0, got nan"),
+    ("a,w,c,p,0,ok,NA,", "not a placebench results table"),
+    ("a,w,c,p,0,ok,1.0,,0", "samples must be null or a whole number at least 1 for status ok, got 0"),
+    ("a,w,c,p,0,ok,1.0,,2.5", "not a placebench results table"),
+    ("a,w,c,p,0,oom,,,-1", "samples must be null or a whole number >= 0, got -1"),
+])
+def test_a_hand_made_csv_with_an_unusable_number_is_bad_input(cells, message, capsys, tmp_path):
+    header = "cell_id,workload,cluster,placer,seed,status,step_time_s,step_time_q25_s,samples\n"
+    (tmp_path / "base.csv").write_text(header + "a,w,c,p,0,ok,1.0,,1\n")
+    (tmp_path / "new.csv").write_text(header + cells + ("" if cells.count(",") == 8 else ",") + "\n")
+    code, out, err = _run(capsys, "compare", str(tmp_path / "base.csv"), str(tmp_path / "new.csv"))
+    assert code == 2 and out == "" and message in err and str(tmp_path / "new.csv") in err, err
 
 
 def test_the_exit_code_holds_when_the_reader_leaves(two_stores):
