@@ -15,6 +15,9 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
 * a tensor read on another (logical) device than the one that produced it is copied: `.to(device)`
   between torch devices, `.clone()` between logical devices mapped to one torch device. Each value is
   copied at most once per step to each device; copies are counted (`bytes_transferred` per step).
+* an in-place call (`y.mul_(2)`) is read by the nodes after it in y's place, as capture's graph has it:
+  on another device than y it overwrites a copy there, which those readers get; on y's device it first
+  waits for the earlier readers of y on other devices;
 * inputs are staged on their input op's device before the timed steps.
 
 Training step: `zero_grad`, the forward above with autograd recording, `loss.backward()` (autograd runs
@@ -100,6 +103,7 @@ class ExecGraph:
         self.gm = gm
         self.nodes: list[Node] = list(gm.graph.nodes)
         self.pos = {n: i for i, n in enumerate(self.nodes)}
+        self._in_place_reads()
         names = _op_names(gm)
         index = graph.index
         # op index of every node that is an op of the graph
@@ -121,7 +125,7 @@ class ExecGraph:
         flows: list[set[str]] = [set() for _ in self.nodes]
         for i, n in enumerate(self.nodes):
             ins: set[str] = set()
-            for a in n.all_input_nodes:
+            for a in self.inputs(i):
                 ins |= flows[self.pos[a]]
             if n.op == "get_attr":
                 obj = _fetch_attr(gm, str(n.target))
@@ -161,7 +165,7 @@ class ExecGraph:
                 if isinstance(obj, nn.Parameter) and key_of[id(obj)] in self.param_home_op:
                     self.attr[i] = self.param_home_op[key_of[id(obj)]]
                 continue
-            for a in n.all_input_nodes:
+            for a in self.inputs(i):
                 if self.attr[self.pos[a]] >= 0:
                     self.attr[i] = self.attr[self.pos[a]]
                     break
@@ -175,6 +179,33 @@ class ExecGraph:
         self.key_of = key_of
         self.input_ops = [(i, self.op_of[i]) for i, n in enumerate(self.nodes) if n.op == "placeholder"]
         self.outputs = [i for i, n in enumerate(self.nodes) if n.op == "output"]
+
+    def _in_place_reads(self) -> None:
+        """In-place calls (`y.mul_(2)`), as capture has them: the nodes after one read its result where they
+        name the tensor it overwrote (`reads[i]`: input node -> node read in its place). Run on another device
+        than y, the call overwrites a copy there, which the later readers then get; and it waits for the
+        earlier readers of what it overwrites (`overwrites_after[i]`), which may copy it lazily on their lane."""
+        from suite.capture.fx import _mutated_arg
+
+        self.reads: list[dict[Node, Node]] = []
+        self.overwrites_after: list[list[int]] = []
+        latest: dict[Node, Node] = {}
+        readers: dict[Node, list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            sub = {a: latest[a] for a in n.all_input_nodes if a in latest}
+            self.reads.append(sub)
+            mutated = _mutated_arg(n)
+            target = sub.get(mutated, mutated) if mutated is not None else None
+            self.overwrites_after.append([j for j in readers.get(target, []) if j != i] if target is not None else [])
+            for a in n.all_input_nodes:
+                readers.setdefault(sub.get(a, a), []).append(i)
+            if mutated is not None:
+                latest[mutated] = n
+
+    def inputs(self, i: int) -> list[Node]:
+        """The nodes node `i` reads, after in-place calls (see `_in_place_reads`)."""
+        sub = self.reads[i]
+        return [sub.get(a, a) for a in self.nodes[i].all_input_nodes]
 
 
 def _replica(module: nn.Module) -> nn.Module:
@@ -290,8 +321,8 @@ class TorchExecutor:
             if n.op == "output":
                 self._output = (i, fn)
                 continue
-            waits = [eg.pos[a] for a in n.all_input_nodes
-                     if eg.nodes[eg.pos[a]].op != "placeholder" and lane_of[eg.pos[a]] != lane_of[i]]
+            before = [eg.pos[a] for a in eg.inputs(i)] + eg.overwrites_after[i]
+            waits = [j for j in dict.fromkeys(before) if eg.nodes[j].op != "placeholder" and lane_of[j] != lane_of[i]]
             self._lanes[lane_of[i]].append((i, fn, waits))
         distinct = {self.tdevs[d] for d in self._lanes}
         self._concurrent_now = len(self._lanes) > 1 and (
@@ -309,9 +340,11 @@ class TorchExecutor:
         node_dev = self.node_dev
         move = self._move
 
+        sub = eg.reads[i]
+
         def fetch_from(env: list[Any], cache: dict) -> Callable[[Node], Any]:
             def fetch(a: Node) -> Any:
-                j = pos[a]
+                j = pos[sub.get(a, a)]
                 v = env[j]
                 src = node_dev[j]
                 if tdev is None or (src == d and src >= 0) or not _has_tensor(v):
@@ -330,7 +363,7 @@ class TorchExecutor:
             target = str(n.target)
             return lambda env, cache: _fetch_attr(eg.gm, target)
         if n.op == "output":
-            return lambda env, cache: map_arg(n.args[0], lambda a: env[pos[a]])
+            return lambda env, cache: map_arg(n.args[0], lambda a: env[pos[sub.get(a, a)]])
         if n.op == "call_module":
             target = str(n.target)
             module = eg.gm.get_submodule(target)

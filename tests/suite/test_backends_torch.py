@@ -224,6 +224,61 @@ def test_concurrent_lanes_never_see_another_lanes_weight_copies(three_cpus):
     torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
 
 
+class _InPlace(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc1(x)
+        early = y + 1  # reads y before it is overwritten (and keeps nothing of it for the backward pass)
+        y.mul_(2)
+        y.add_(1)
+        return (self.fc2(y) * early).sum()  # reads y after both in-place calls
+
+
+IN_PLACE_PLACEMENTS = {
+    "away": {"mul_": 1, "add_": 2, "add": 1},  # the in-place calls overwrite copies of y
+    "home": {"mul_": 0, "add_": 0, "add": 2},  # they overwrite y itself, which another lane reads first
+}
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("where", sorted(IN_PLACE_PLACEMENTS))
+def test_in_place_calls_are_seen_by_later_readers_only(three_cpus, concurrent, mode, where):
+    """`y.mul_(2)` on another device than y's producer overwrites a copy there: the later readers of y read
+    that copy (as capture's graph has them read the in-place op). On y's own device it overwrites y, and
+    waits for the earlier readers on other lanes, which copy y when they run."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_InPlace(), (torch.randn(2, 4),), name="in_place", mode=mode)
+    eager = rw.fresh_copy()
+    g = rw.graph
+    names = [op.name for op in g.ops if op.phase == "forward"]
+    assert "mul_" in names and "add_" in names
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    for op, d in IN_PLACE_PLACEMENTS[where].items():  # in training, their backward ops with them
+        p[g.groups.get(op, [g.index[op]])] = d
+    ex = TorchExecutor(rw, dmap, concurrent=concurrent)
+    ex.apply(p)
+    if mode == "inference":
+        with torch.no_grad():
+            out = ex.forward()
+        ex.close()
+        torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
+        return
+    loss = ex.step()
+    ex.close()
+    ref = eager.module(*eager.inputs)
+    ref.backward()
+    torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9).step()
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-6, atol=1e-6)
+    for pname, param in eager.module.named_parameters():
+        torch.testing.assert_close(ex.eg.params[pname].detach(), param.detach(), rtol=1e-6, atol=1e-6)
+
+
 def test_backend_measures_with_the_timing_protocol(three_cpus):
     cluster, dmap = three_cpus
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")
