@@ -130,7 +130,10 @@ def allowed_nodes(con: Contraction, cluster: Cluster) -> np.ndarray:
     np.logical_and.at(out, con.node_of_op, per_op)
     bad = np.flatnonzero(~out.any(axis=1))
     if len(bad):
-        op = con.graph.ops[con.first_op[bad[0]]]
+        # name an op of the node that itself allows none of the cluster's devices (the one that narrows the
+        # group), not the node's first op, which may allow every kind
+        ops = con.members[bad[0]].tolist()
+        op = con.graph.ops[next((i for i in ops if not per_op[i].any()), con.first_op[bad[0]])]
         raise PlacementError(
             f"op {op.name!r} (group {op.group!r}) allows only {', '.join(op.allowed_kinds) or 'any'} device kinds; "
             f"cluster {cluster.name!r} has none of them"

@@ -14,8 +14,8 @@ of the group's first op, so colocation holds by construction. G = the cluster's 
 * inception_v3, resnet50 — Mirhoseini et al. 2017, Sec. 4.2: at the papers' batch sizes the common
   practice is the whole model on a single GPU (here the fastest GPU).
 * bert_base — contiguous blocks of encoder layers per GPU (equal layer counts, `numpy.array_split`), the
-  embeddings with the first block, pooler and head with the last: layer-wise model parallelism as in
-  GPipe (Huang et al. 2019).
+  embeddings with the first block, pooler and head with the last (the last non-empty one: with more GPUs
+  than layers the GPUs after it stay idle): layer-wise model parallelism as in GPipe (Huang et al. 2019).
 * any other workload — a balanced contiguous split of the groups along the topological order over G,
   balanced by compute time on the fastest GPU.
 
@@ -101,6 +101,8 @@ def _bert_rule(scopes: list[str], gpus: list[int]) -> list[int]:
     for k, chunk in enumerate(np.array_split(np.array(layers, dtype=np.int64), len(gpus))):
         for layer in chunk.tolist():
             stage[layer] = gpus[k]
+    # with more GPUs than layers the last blocks are empty: pooler and head go with the last layer's block
+    last = stage[layers[-1]] if layers else gpus[-1]
     out = []
     for s in scopes:
         m = layer_re.match(s)
@@ -109,7 +111,7 @@ def _bert_rule(scopes: list[str], gpus: list[int]) -> list[int]:
         elif in_scope(s, "embeddings"):
             out.append(gpus[0])
         elif in_scope(s, "pooler") or in_scope(s, "head"):
-            out.append(gpus[-1])
+            out.append(last)
         else:
             out.append(UNASSIGNED)
     return out

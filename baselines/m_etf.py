@@ -43,7 +43,8 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
    (so that the estimate's error, measured, is allowed for; if that is no smaller than the room it had, the
    room shrinks by 0.95 x capacity / measured peak instead) and the schedule is made again, at most
    `oom_retries` times (default 16; 0 gives the single-shot m-ETF with no evaluations). A schedule equal to
-   the last one measured is not measured again. The evaluations are counted like any search's.
+   the last one measured is not measured again. The evaluations are counted like any search's; a spent
+   budget (evaluations or seconds, also one that runs out during the check) ends the retries with the last schedule.
    Received copies sized as the simulator sends them (point 4; they were sized by the producer's output
    bytes, so a variable's weights read from another device counted as 0) and this rule (it was: the room
    scaled by 0.95 x capacity / measured peak at each retry, which compounds while the schedule does not
@@ -62,6 +63,7 @@ import time
 import numpy as np
 
 from baselines import _common
+from suite.errors import BudgetExhausted
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem
 from suite.simulator import send_caps
@@ -332,7 +334,10 @@ class METF(BasePlacer):
         last = m = None
         while retries < self.params["oom_retries"] and not ev.exhausted:
             if last is None or not np.array_equal(placement, last):  # the same placement is not measured again
-                m = ev.evaluate(placement)
+                try:
+                    m = ev.evaluate(placement)
+                except BudgetExhausted:  # the time ran out since the check: keep the schedule, as when exhausted
+                    break
                 last = placement
             if m.status != "oom":
                 break

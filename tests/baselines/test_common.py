@@ -131,3 +131,12 @@ def test_problem_costs_use_the_evaluators_profiles(make_cluster):
     p = Problem.make(g, cluster, profiles=[Profile(workload="grouped", applies_to="gpu:1", op_times_s={"c": 0.5})])
     cost = _common.problem_costs(p)
     assert cost[2, 2] == 0.5 and cost[2, 1] == pytest.approx(4.0 / 1e10)  # measured on gpu:1, estimated on gpu:0
+
+
+def test_a_node_that_allows_no_device_is_named_by_the_op_that_narrows_it(make_cluster):
+    """Group g: a allows any kind, b only GPUs; on a CPU-only cluster the message names b and its kind,
+    not a (which allows every kind)."""
+    ops = [Op("a", "x", flops=1.0, group="g"), Op("b", "x", flops=1.0, group="g", allowed_kinds=("gpu",))]
+    con = _common.contract(OpGraph.build("narrowed", ops, [("a", "b")]))
+    with pytest.raises(PlacementError, match=r"op 'b' \(group 'g'\) allows only gpu device kinds"):
+        _common.allowed_nodes(con, make_cluster(0))

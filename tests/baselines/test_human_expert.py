@@ -197,3 +197,13 @@ def test_scope_matching_is_by_whole_path_components():
 def test_balanced_contiguous_without_costs_splits_by_count():
     assert balanced_contiguous([0, 0, 0, 0], 2).tolist() == [0, 0, 1, 1]
     assert balanced_contiguous([0.0] * 5, 3).tolist() == [0, 0, 1, 1, 2]  # floor(3k/5) for k = 0..4
+
+
+def test_bert_with_more_gpus_than_layers_keeps_pooler_and_head_with_the_last_block(layered_graph, make_problem,
+                                                                                   haswell_4k80):
+    """2 encoder layers on 4 GPUs (devices 1..4): one layer each on gpu 1 and 2, the embeddings with the first
+    block, pooler and head with the last (gpu 2), not on the last GPU (4), which holds no layer."""
+    scopes = ["embeddings", "encoder.layer.0", "encoder.layer.1", "pooler", "head"]
+    g = layered_graph("bert_base", scopes)
+    devs = forward_devices(HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0), g)
+    assert [devs[s] for s in scopes] == [1, 1, 2, 2, 2]

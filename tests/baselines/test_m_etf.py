@@ -355,3 +355,24 @@ def test_when_nothing_fits_the_op_goes_where_the_most_memory_is_left(make_proble
     g = OpGraph.build("big", [Op("a", "x", flops=1e9, output_bytes=8, param_bytes=1000)], [])
     placement, info = m_etf_placement(make_problem(g, c))
     assert placement.tolist() == [1] and info["memory_overflows"] == 1
+
+
+def test_a_time_budget_spent_between_the_check_and_the_evaluation_ends_the_retries(make_problem, make_cluster):
+    """The search time can run out between `exhausted` and `evaluate` (a race with the clock, modelled by an
+    evaluator whose check sees time left and whose evaluation finds none): m_etf returns its single-shot
+    placement with no evaluation instead of raising BudgetExhausted (which the runner stores as an error)."""
+    problem = make_problem(fork(), make_cluster(2))
+
+    class LateClock(type(problem.evaluator)):
+        @property
+        def exhausted(self) -> bool:
+            return False
+
+        @property
+        def time_left_s(self) -> float:
+            return 0.0
+
+    problem.evaluator.__class__ = LateClock
+    r = METF().place(problem, Budget(), 0)
+    assert r.evaluations == 0 and r.info["oom_retries"] == 0
+    assert r.placement.tolist() == m_etf_placement(problem)[0].tolist()
