@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from suite.costmodel import Profile, cost_matrix
+from suite.costmodel import Profile, cost_matrix, load_profile
 from suite.errors import ProfileError
 from suite.graph import Op, OpGraph
 
@@ -43,3 +45,20 @@ def test_a_profile_made_in_code_with_an_empty_applies_to_matches_no_device(unifo
     assert not Profile("g", "", {"a": 5.0}).matches(uniform_cluster(2).devices[0])
     with pytest.raises(ProfileError, match=r"applies to '', which is no device name, kind or model"):
         cost_matrix(_graph(), uniform_cluster(2), [Profile("g", "", {"a": 5.0})])
+
+
+@pytest.mark.parametrize("metadata, where", [
+    ({"calibration": {"method": "none", "unattributed_s": float("nan")}}, r"metadata\.calibration\.unattributed_s = nan"),
+    ({"calibration": {"method": "none", "measured_step_samples_s": [1e-3, float("inf")]}},
+     r"metadata\.calibration\.measured_step_samples_s\[1\] = inf"),
+    ({"threads": float("-inf")}, r"metadata\.threads = -inf"),
+])
+def test_a_profile_with_a_non_finite_number_in_its_metadata_is_refused_when_read(tmp_path, metadata, where):
+    """NaN and Infinity are not JSON (Profile.save refuses to write them) and a fidelity report cannot hold
+    them: such a profile was read without complaint and failed only when the report was written, after every
+    placement had been measured."""
+    path = tmp_path / "g__cpu.json"
+    path.write_text(json.dumps({"format": "placebench.profile", "schema_version": 1, "workload": "g",
+                                "applies_to": "cpu", "op_times_s": {"a": 1e-3}, "metadata": metadata}))
+    with pytest.raises(ProfileError, match=rf"^{path}: {where} is not a finite number"):
+        load_profile(path)
