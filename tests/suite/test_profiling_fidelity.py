@@ -482,3 +482,15 @@ def test_a_graph_file_is_not_a_model_to_run(command, tmp_path, capsys):
     assert main([command, str(graph), "--out", str(tmp_path / "out")]) == 2
     assert "needs a zoo workload name (placebench list workloads), not a graph file" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_backward_time_of_unattributed_functions_is_counted_as_unattributed():
+    """Each interval between marks goes to the function whose mark ends it; one that ends at a mark of no op
+    (owner -1) is unattributed time, like the rest after the last mark (it was dropped)."""
+    from suite.profiling import _BackwardTracer
+
+    tracer = _BackwardTracer(None)
+    tracer.events = [(0, 1.0), (-1, 3.0), (1, 4.0)]
+    out, rest = tracer.times(0.5, 6.0, 2)
+    assert out.tolist() == [0.5, 1.0]  # 0.5-1.0 to op 0, 3.0-4.0 to op 1
+    assert rest == 4.0  # 1.0-3.0 (no op) + 4.0-6.0 (after the last mark)
