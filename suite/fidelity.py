@@ -406,7 +406,7 @@ def markdown(result: FidelityResult) -> str:
         f"concurrent execution {result.info.get('concurrent', 'auto')}, measured "
         f"{result.info.get('measured_at')} (load average {result.info.get('load_average', '?')}).",
         "",
-        "| placement | predicted ms | measured ms (median) | IQR ms | rel. error | uncalibrated: predicted ms, "
+        f"| placement | predicted ms | measured ms ({_statistic(result)}) | IQR ms | rel. error | uncalibrated: predicted ms, "
         "rel. error | copied MiB/step | status |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -431,6 +431,12 @@ def markdown(result: FidelityResult) -> str:
                      f"{_ms(c.get('raw_sum_s'))} ms, measured step {_ms(c.get('measured_step_s'))} ms, calibration "
                      f"{c.get('method')} ({_calib_text(c)}); {_provenance(p)}.")
     return "\n".join(lines) + "\n"
+
+
+def _statistic(result: FidelityResult) -> str:
+    """The statistic of the samples that a measured step is (the timing protocol's: median or mean)."""
+    timing = result.info.get("timing")
+    return str(timing.get("statistic", "median")) if isinstance(timing, dict) else "median"
 
 
 def _provenance(p: dict[str, Any]) -> str:
@@ -493,7 +499,7 @@ def plot_png(result: FidelityResult) -> bytes:
         axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0, 7.0)))
         axis.set_major_formatter(ScalarFormatter())
         axis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("measured step time (ms, median)")
+    ax.set_xlabel(f"measured step time (ms, {_statistic(result)})")
     ax.set_ylabel("simulated step time (ms)")
     s = result.stats()
     rho = s["spearman"]

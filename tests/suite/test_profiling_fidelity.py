@@ -484,6 +484,18 @@ def test_a_graph_file_is_not_a_model_to_run(command, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_report_names_the_statistic_of_its_measured_step():
+    """The measured step is the timing protocol's statistic of the samples: a mean is not labelled a median."""
+    from suite.fidelity import markdown
+
+    rows = [Row("single:cpu:0", "single", 1.0, 1.25, "ok")]
+    for statistic in ("mean", "median"):
+        info = {"timing": {"warmup_steps": 1, "measured_steps": 3, "statistic": statistic, "synchronize": True}}
+        text = markdown(FidelityResult("w", "h", "c", "torch", {}, rows, info=info))
+        assert f"| measured ms ({statistic}) |" in text
+        assert f"| measured ms ({'median' if statistic == 'mean' else 'mean'}) |" not in text
+
+
 def test_backward_time_of_unattributed_functions_is_counted_as_unattributed():
     """Each interval between marks goes to the function whose mark ends it; one that ends at a mark of no op
     (owner -1) is unattributed time, like the rest after the last mark (it was dropped)."""
