@@ -6,7 +6,11 @@ Analytic mode (a roofline): on device d, op i takes
                                       bytes_accessed[i] / (mem_bandwidth[d] * memory_efficiency[d]))
 
 Profile mode: a `Profile` holds measured per-op times for one device (by device name, or for every
-device of a kind or model); where it has a time for an op, that time replaces the estimate.
+device of a kind or model); where it has a time for an op, that time replaces the estimate. A profile
+belongs to one workload: its content hash must be the graph's, and one without a hash (written by hand)
+must name the graph's workload. Two profiles that both give one device a time for the same op are an
+error (which one counted would depend on the order they were given in), not the later one silently
+winning; a profile for a kind and another for one device of that kind may time different ops.
 
 A transfer of b bytes from device a to device c takes latency[a, c] + b / bandwidth[a, c] along the
 fewest-link route (see `Cluster.routes`).
@@ -51,7 +55,8 @@ class Profile:
     source: str = field(default="", compare=False)  # the file it was read from, for messages; not saved
 
     def matches(self, device: Device) -> bool:
-        return self.applies_to in (device.name, device.kind, device.model)
+        # an empty applies_to (a profile made in code) is no device: not every device without a model
+        return bool(self.applies_to) and self.applies_to in (device.name, device.kind, device.model)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +100,9 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
         raise ProfileError(f"{source}: field 'workload_hash' must be a string, got {data['workload_hash']!r}")
     if not isinstance(data.get("metadata", {}), dict):
         raise ProfileError(f"{source}: field 'metadata' must be an object, got {data['metadata']!r}")
+    bad = _first_non_finite(data.get("metadata", {}), "metadata")
+    if bad:  # NaN / Infinity are not JSON: Profile.save cannot write them, nor a fidelity report hold them
+        raise ProfileError(f"{source}: {bad} is not a finite number")
     times = data.get("op_times_s")
     if not isinstance(times, dict):
         raise ProfileError(f"{source}: field 'op_times_s' must be an object of op name -> seconds")
@@ -118,6 +126,18 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
         metadata=dict(data.get("metadata", {})),
         source=source if source != "<dict>" else "",
     )
+
+
+def _first_non_finite(x: Any, where: str) -> str | None:
+    """`where.key[i] = value` of the first NaN or infinite float in JSON data `x`, or None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return f"{where} = {x}"
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
+        bad = _first_non_finite(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
+        if bad:
+            return bad
+    return None
 
 
 CALIBRATION_METHODS = ("none", "additive", "scale")
@@ -190,6 +210,7 @@ def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = 
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked at the end
         for d, dev in enumerate(cluster.devices):
             out[:, d] = roofline_time_s(a.flops, a.bytes_accessed.astype(np.float64), dev)
+    timed_by: dict[tuple[int, int], Profile] = {}  # (op, device) -> the profile that gave its time
     for prof in profiles:
         where = f"{prof.source}: profile" if prof.source else "profile"
         if prof.workload_hash and prof.workload_hash != graph.content_hash:
@@ -197,6 +218,9 @@ def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = 
                 f"{where} for {prof.workload!r} was measured on graph {prof.workload_hash}, "
                 f"not on {graph.name!r} ({graph.content_hash})"
             )
+        if not prof.workload_hash and prof.workload != graph.name:  # the name is all that ties it to the graph
+            raise ProfileError(f"{where} for {prof.workload!r} is not of workload {graph.name!r} (and has no "
+                               "workload_hash to say which graph it was measured on)")
         cols = [d for d, dev in enumerate(cluster.devices) if prof.matches(dev)]
         if not cols:
             raise ProfileError(
@@ -210,6 +234,15 @@ def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = 
             if _seconds(t) is None:  # a profile made in code skipped the file reader's check
                 raise ProfileError(f"{where} for {prof.workload!r}: op {name!r} takes {t!r} s, not a finite "
                                    "non-negative time")
+            for d in cols:
+                other = timed_by.setdefault((i, d), prof)
+                if other is not prof:
+                    first = f", {other.source}" if other.source else ""
+                    raise ProfileError(
+                        f"{where} for {prof.workload!r}: op {name!r} on device {cluster.devices[d].name!r} has a "
+                        f"time in two profiles (applies to {other.applies_to!r}{first} and to {prof.applies_to!r}): "
+                        "give each device's time for an op in one profile only"
+                    )
             out[i, cols] = t
     _check_finite(out, graph, cluster)
     out.setflags(write=False)

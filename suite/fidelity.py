@@ -11,6 +11,8 @@ and measured on this machine.
   roofline simulator with a small budget); one equal to an earlier placement is not measured again (its row,
   status "skipped", names that placement), and a placer that does not apply or fails gets a row with status
   "skipped" or "error" and why (an unknown name is an error);
+* with ONNX Runtime (`native`): `native:ort_cpu` and `native:ort_gpu`, the framework's own placement; the
+  CPU one is predicted as every op on the CPU (the GPU one has no prediction);
 
 each predicted by `SimulatorBackend` with the profiles and measured by the real backend (PyTorch or ONNX
 Runtime) with the methodology's timing protocol, `rounds` times in interleaved rounds (every placement
@@ -330,11 +332,16 @@ def run_fidelity(
             if which == "ort_gpu" and not cluster.device_indices("gpu"):
                 continue
             m = real.measure_native(which)
-            pred_s = None
-            if which == "ort_cpu" and cpu is not None:
-                pred_s = sim.measure(np.full(graph.num_ops, cpu, dtype=np.int64)).step_time_s
-            rows.append(Row(f"native:{which}", "native", pred_s, m.step_time_s if m.ok else None, m.status,
-                            message=m.message))
+            pred_s = raw_s = None
+            status = m.status
+            if which == "ort_cpu" and cpu is not None:  # predicted as every op on the CPU, as a placement row is
+                on_cpu = np.full(graph.num_ops, cpu, dtype=np.int64)
+                pred, raw = sim.measure(on_cpu), sim_raw.measure(on_cpu)
+                pred_s = pred.step_time_s if pred.ok else None  # an oom simulation's time is no prediction
+                raw_s = raw.step_time_s if raw.ok else None
+                status = m.status if pred.ok else f"sim-{pred.status}"
+            rows.append(Row(f"native:{which}", "native", pred_s, m.step_time_s if m.ok else None, status,
+                            message=m.message, predicted_raw_s=raw_s))
             if progress:
                 progress(rows[-1])
     import torch
@@ -406,7 +413,7 @@ def markdown(result: FidelityResult) -> str:
         f"concurrent execution {result.info.get('concurrent', 'auto')}, measured "
         f"{result.info.get('measured_at')} (load average {result.info.get('load_average', '?')}).",
         "",
-        "| placement | predicted ms | measured ms (median) | IQR ms | rel. error | uncalibrated: predicted ms, "
+        f"| placement | predicted ms | measured ms ({_statistic(result)}) | IQR ms | rel. error | uncalibrated: predicted ms, "
         "rel. error | copied MiB/step | status |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -431,6 +438,12 @@ def markdown(result: FidelityResult) -> str:
                      f"{_ms(c.get('raw_sum_s'))} ms, measured step {_ms(c.get('measured_step_s'))} ms, calibration "
                      f"{c.get('method')} ({_calib_text(c)}); {_provenance(p)}.")
     return "\n".join(lines) + "\n"
+
+
+def _statistic(result: FidelityResult) -> str:
+    """The statistic of the samples that a measured step is (the timing protocol's: median or mean)."""
+    timing = result.info.get("timing")
+    return str(timing.get("statistic", "median")) if isinstance(timing, dict) else "median"
 
 
 def _provenance(p: dict[str, Any]) -> str:
@@ -493,7 +506,7 @@ def plot_png(result: FidelityResult) -> bytes:
         axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0, 7.0)))
         axis.set_major_formatter(ScalarFormatter())
         axis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("measured step time (ms, median)")
+    ax.set_xlabel(f"measured step time (ms, {_statistic(result)})")
     ax.set_ylabel("simulated step time (ms)")
     s = result.stats()
     rho = s["spearman"]

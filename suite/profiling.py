@@ -170,15 +170,19 @@ class _BackwardTracer:
         f.register_hook(lambda grad_inputs, grad_outputs: self._mark(owner))
 
     def times(self, start: Any, end: Any, n_ops: int) -> tuple[np.ndarray, float]:
-        """(backward seconds per owner op, unattributed seconds) from the recorded marks."""
+        """(backward seconds per owner op, unattributed seconds: intervals ending at a mark of no op, and the
+        rest after the last mark) from the recorded marks."""
         out = np.zeros(n_ops)
+        rest = 0.0
         prev = start
         for owner, mark in self.events:
             dt = _elapsed(prev, mark, self.cuda)
             if owner >= 0:
                 out[owner] += dt
+            else:
+                rest += dt
             prev = mark
-        return out, _elapsed(prev, end, self.cuda)
+        return out, rest + _elapsed(prev, end, self.cuda)
 
 
 def _elapsed(a: Any, b: Any, cuda: torch.device | None) -> float:

@@ -482,3 +482,63 @@ def test_a_graph_file_is_not_a_model_to_run(command, tmp_path, capsys):
     assert main([command, str(graph), "--out", str(tmp_path / "out")]) == 2
     assert "needs a zoo workload name (placebench list workloads), not a graph file" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_report_names_the_statistic_of_its_measured_step():
+    """The measured step is the timing protocol's statistic of the samples: a mean is not labelled a median."""
+    from suite.fidelity import markdown
+
+    rows = [Row("single:cpu:0", "single", 1.0, 1.25, "ok")]
+    for statistic in ("mean", "median"):
+        info = {"timing": {"warmup_steps": 1, "measured_steps": 3, "statistic": statistic, "synchronize": True}}
+        text = markdown(FidelityResult("w", "h", "c", "torch", {}, rows, info=info))
+        assert f"| measured ms ({statistic}) |" in text
+        assert f"| measured ms ({'median' if statistic == 'mean' else 'mean'}) |" not in text
+
+
+def test_backward_time_of_unattributed_functions_is_counted_as_unattributed():
+    """Each interval between marks goes to the function whose mark ends it; one that ends at a mark of no op
+    (owner -1) is unattributed time, like the rest after the last mark (it was dropped)."""
+    from suite.profiling import _BackwardTracer
+
+    tracer = _BackwardTracer(None)
+    tracer.events = [(0, 1.0), (-1, 3.0), (1, 4.0)]
+    out, rest = tracer.times(0.5, 6.0, 2)
+    assert out.tolist() == [0.5, 1.0]  # 0.5-1.0 to op 0, 3.0-4.0 to op 1
+    assert rest == 4.0  # 1.0-3.0 (no op) + 4.0-6.0 (after the last mark)
+
+
+def test_a_native_row_whose_prediction_is_out_of_memory_is_not_counted(monkeypatch):
+    """The native ort_cpu row is predicted by simulating every op on the CPU. Where that simulation runs out of
+    memory, its step time is no prediction: the placement rows then say sim-oom and stay out of the
+    statistics, but the native row kept the failed simulation's time and counted as ok."""
+    from dataclasses import replace
+
+    import suite.backends.ort_exec as ort_exec
+    from suite.cluster import Cluster
+    from suite.evaluator import Measurement
+
+    class FakeOrt:  # measures nothing: every placement and the native run take 10 ms
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def measure(self, placement):
+            return Measurement("ok", 0.01, (0.01,))
+
+        def measure_native(self, which):
+            return Measurement("ok", 0.01, (0.01,))
+
+    monkeypatch.setattr(ort_exec, "OrtBackend", FakeOrt)
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    local, dmap = local_cluster(1)
+    tiny = Cluster("tiny", (replace(local.devices[0], memory_bytes=1),), ())  # 1 byte: every placement is oom
+    result = run_fidelity(rw, tiny, dmap, [], backend="onnxruntime", timing=FAST, n_split=0, n_random=0, rounds=1)
+    assert [(r.label, r.status, r.predicted_s) for r in result.rows] == [
+        ("single:cpu:0", "sim-oom", None), ("native:ort_cpu", "sim-oom", None)]
+    assert result.stats()["measured_ok"] == 0 and result.stats()["median_abs_rel_error"] is None
+    # with room, the native row has the all-on-CPU predictions, uncalibrated too (the uncalibrated median left
+    # it out: the two medians were over different rows)
+    result = run_fidelity(rw, local, dmap, [], backend="onnxruntime", timing=FAST, n_split=0, n_random=0, rounds=1)
+    single, native = result.rows
+    assert native.status == "ok" and native.predicted_s == single.predicted_s > 0
+    assert native.predicted_raw_s == single.predicted_raw_s > 0

@@ -1,0 +1,64 @@
+"""Profile mode of the cost model: which profile gives which device's time, and damaged profile files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from suite.costmodel import Profile, cost_matrix, load_profile
+from suite.errors import ProfileError
+from suite.graph import Op, OpGraph
+
+
+def _graph() -> OpGraph:
+    # 1e9 FLOPs at 1 GFLOP/s (the uniform cluster): 1 s per op on every device before any profile
+    return OpGraph.build("g", [Op("a", "x", flops=1e9), Op("b", "x", flops=1e9)], [("a", "b")])
+
+
+def test_a_profile_without_hash_of_another_workload_is_refused(uniform_cluster):
+    """Without a content hash the workload name is all that ties a profile to a graph: a profile of workload
+    'other' whose op names happen to exist in graph 'g' must not give g its times."""
+    with pytest.raises(ProfileError, match=r"profile for 'other' is not of workload 'g'"):
+        cost_matrix(_graph(), uniform_cluster(2), [Profile("other", "gpu", {"a": 5.0})])
+    cm = cost_matrix(_graph(), uniform_cluster(2), [Profile("g", "gpu", {"a": 5.0})])
+    assert cm.tolist() == [[5.0, 5.0], [1.0, 1.0]]
+
+
+def test_two_profiles_giving_one_device_a_time_for_the_same_op_are_refused(uniform_cluster):
+    """A device-name profile for d0 and a kind profile for every gpu both time op a on d0: which one the
+    simulator used depended on the order they were given in (the later silently won)."""
+    both = [Profile("g", "d0", {"a": 5.0}), Profile("g", "gpu", {"a": 7.0})]
+    for profs in (both, both[::-1]):
+        with pytest.raises(ProfileError, match=r"op 'a' on device 'd0' has a time in two profiles "
+                                               r"\((applies to 'd0' and to 'gpu'|applies to 'gpu' and to 'd0')\)"):
+            cost_matrix(_graph(), uniform_cluster(2), profs)
+    # different ops, or different devices, are no conflict
+    cm = cost_matrix(_graph(), uniform_cluster(2), [Profile("g", "d0", {"a": 5.0}), Profile("g", "gpu", {"b": 7.0})])
+    assert cm.tolist() == [[5.0, 1.0], [7.0, 7.0]]
+    cm = cost_matrix(_graph(), uniform_cluster(2), [Profile("g", "d0", {"a": 5.0}), Profile("g", "d1", {"a": 7.0})])
+    assert cm.tolist() == [[5.0, 7.0], [1.0, 1.0]]
+
+
+def test_a_profile_made_in_code_with_an_empty_applies_to_matches_no_device(uniform_cluster):
+    """The uniform cluster's devices have no model (""): an empty applies_to matched every one of them."""
+    assert not Profile("g", "", {"a": 5.0}).matches(uniform_cluster(2).devices[0])
+    with pytest.raises(ProfileError, match=r"applies to '', which is no device name, kind or model"):
+        cost_matrix(_graph(), uniform_cluster(2), [Profile("g", "", {"a": 5.0})])
+
+
+@pytest.mark.parametrize("metadata, where", [
+    ({"calibration": {"method": "none", "unattributed_s": float("nan")}}, r"metadata\.calibration\.unattributed_s = nan"),
+    ({"calibration": {"method": "none", "measured_step_samples_s": [1e-3, float("inf")]}},
+     r"metadata\.calibration\.measured_step_samples_s\[1\] = inf"),
+    ({"threads": float("-inf")}, r"metadata\.threads = -inf"),
+])
+def test_a_profile_with_a_non_finite_number_in_its_metadata_is_refused_when_read(tmp_path, metadata, where):
+    """NaN and Infinity are not JSON (Profile.save refuses to write them) and a fidelity report cannot hold
+    them: such a profile was read without complaint and failed only when the report was written, after every
+    placement had been measured."""
+    path = tmp_path / "g__cpu.json"
+    path.write_text(json.dumps({"format": "placebench.profile", "schema_version": 1, "workload": "g",
+                                "applies_to": "cpu", "op_times_s": {"a": 1e-3}, "metadata": metadata}))
+    with pytest.raises(ProfileError, match=rf"^{path}: {where} is not a finite number"):
+        load_profile(path)
