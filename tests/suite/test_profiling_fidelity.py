@@ -141,6 +141,7 @@ def test_fidelity_study_and_reports(tmp_path):
     result = run_fidelity(rw, cluster, dmap, profs, timing=FAST, n_split=1, n_random=1, rounds=2, seed=0,
                           placers=["single_gpu"])
     assert [r.family for r in result.rows] == ["single", "single", "split", "random", "baseline"]
+    assert result.stats()["placements"] == 4  # the placer's row is listed, but it placed nothing
     failed = result.rows.pop()  # a placer that fails is a row saying why, not left out
     assert failed.label == "single_gpu" and failed.status == "skipped" and "has no GPU device" in failed.message
     assert all(r.status == "ok" and r.predicted_s > 0 and r.measured_s > 0 for r in result.rows)
@@ -152,6 +153,13 @@ def test_fidelity_study_and_reports(tmp_path):
     assert data["stats"] == json.loads(json.dumps(s)) and len(data["rows"]) == 4
     assert "| single:cpu:0 |" in paths["md"].read_text()
     assert rw.graph.name in paths["summary"].read_text()
+
+
+def test_within_15_percent_is_the_band_of_the_chart():
+    """Exactly 0.85 and 1.15 times the measurement are inside (as floats, (0.85 - 1) / 1 is 0.15000000000000002)."""
+    rows = [Row(f"p{k}", "split", pred, 1.0, "ok") for k, pred in enumerate((0.85, 1.15, 0.8499, 1.1501, 1.0))]
+    assert [r.within_target for r in rows] == [True, True, False, False, True]
+    assert FidelityResult("w", "h", "c", "torch", {}, rows).stats()["within_15pct"] == 3
 
 
 def test_a_report_names_a_profile_inside_the_working_directory_by_its_relative_path(tmp_path, monkeypatch):
