@@ -3,18 +3,22 @@
 Registered by explicit import (`import suite.envs`):
 
 * "placebench/OneShot-v0" (`OneShotPlacementEnv`): one step per episode; the action (MultiDiscrete, one
-  device per group) is a whole placement; reward = -sqrt(score) of that placement.
+  device per group) is a whole placement; reward = -sqrt(score) of that placement. The env keeps no state:
+  a step without a reset in between is another one-step episode.
 * "placebench/Iterative-v0" (`IterativePlacementEnv`): one group's device per step, groups in topological
-  order, starting from an initial placement, as Placeto does. With reward="improvement" (Placeto's) every
-  step evaluates the current placement and the reward is the gain in -sqrt(score) over the previous one;
-  with reward="final" only the complete placement is evaluated, at the last step.
+  order, starting from an initial placement, as Placeto does. With reward="improvement" (Placeto's
+  incremental reward) every step evaluates the current placement and the reward is the gain in
+  R = -sqrt(score) over the previous one (Placeto's paper takes R = -run time, as `rl.placeto` does by
+  default); with reward="final" only the complete placement is evaluated, at the last step.
 
-Both take a workload and a cluster (objects or names) and an optional evaluator or budget. Every evaluation
-goes through the evaluator and counts against its budget: past it, `step` raises `BudgetExhausted` (the
-benchmark's rule; an agent must stop) and the episode stays as it was. Score is `Evaluator.score` (the
-methodology's penalty for OOM and invalid placements, such as a group on a device its mask forbids).
-An action outside the action space (a device index out of range, a wrong shape, a non-integer) raises
-`PlacebenchError` and costs nothing; so does an iterative step before the first reset or after the last step.
+Both take a workload and a cluster (objects or names) and an optional budget, or an evaluator (whose
+workload, cluster and budget they use; a different workload or cluster, or a budget beside it, is
+refused). Every evaluation goes through the evaluator and counts against its budget: past it, `step`
+raises `BudgetExhausted` (the benchmark's rule; an agent must stop) and the episode stays as it was. Score
+is `Evaluator.score` (the methodology's penalty for OOM and invalid placements, such as a group on a
+device its mask forbids). An action outside the action space (a device index out of range, a wrong shape,
+a non-integer) raises `PlacebenchError` and costs nothing; so does an iterative step before the first
+reset or after the last step.
 
 Decisions are per group: by default the workload's colocation groups (and one group per other op); a
 caller may pass `groups` (an op -> group label array, e.g. from `rl.grouping`) that keeps colocation groups
@@ -62,6 +66,14 @@ class _PlacementProblem:
         groups: Any,
     ):
         if evaluator is not None:
+            if budget is not None:
+                raise PlacebenchError("give a budget or an evaluator (which has its own budget), not both")
+            for what, given, own in (("workload", workload, evaluator.workload), ("cluster", cluster, evaluator.cluster)):
+                same = (given is None or given is own or (given == own.name if isinstance(given, str)
+                                                          else given.content_hash == own.content_hash))
+                if not same:
+                    name = given if isinstance(given, str) else given.name
+                    raise PlacebenchError(f"{what} {name!r} is not the evaluator's ({own.name!r})")
             workload, cluster = evaluator.workload, evaluator.cluster
         if workload is None or cluster is None:
             raise PlacebenchError("a placement environment needs a workload and a cluster (or an evaluator)")

@@ -191,3 +191,19 @@ def test_iterative_step_past_the_budget_leaves_the_episode_as_it_was():
     with pytest.raises(BudgetExhausted):
         env.step(0)
     assert env._obs()["placement"].tolist() == [2, 1, 1, 1] and env._obs()["cursor"] == 1
+
+
+def test_an_evaluator_with_another_workload_cluster_or_budget_is_refused():
+    """The evaluator's workload, cluster and budget are the ones used: a different workload, cluster or a
+    budget given beside it used to be dropped without a word."""
+    ev = evaluator()
+    other = OpGraph.build("other", [Op("x", "matmul", flops=1e9)], [])
+    with pytest.raises(PlacebenchError, match="workload"):
+        OneShotPlacementEnv(other, evaluator=ev)
+    with pytest.raises(PlacebenchError, match="cluster"):
+        IterativePlacementEnv(cluster="haswell_4k80", evaluator=ev)
+    with pytest.raises(PlacebenchError, match="budget"):
+        OneShotPlacementEnv(evaluator=ev, budget=Budget(5, 60.0))
+    # the evaluator's own workload and cluster (objects, equal copies or names) are fine
+    env = OneShotPlacementEnv(tiny_training_graph(), "haswell_2k80", evaluator=ev)
+    assert env.evaluator is ev and env.problem.workload is ev.workload
