@@ -11,7 +11,8 @@ so that any policy (LSTM, GNN, MLP) can take what it needs:
   (log-scaled edge counts to every other group), plus summed numeric features and the group's size. The
   authors' code sums raw kind counts and output shapes and divides each row by its maximum + 1; shares and
   means keep every feature in [0, 1] with no per-row rescaling (a deviation, also listed in rl/seq2seq.py).
-* `device_features`: per device: kind, log peak FLOP/s, memory bandwidth and capacity.
+* `device_features`: per device: kind, log effective FLOP/s and memory bandwidth (peak x the device's
+  efficiency, what the cost model uses), and log memory capacity, each scaled by the cluster's largest.
 * `cost_features`: the cost model's time of every op on every device (what Placeto-style policies use).
 
 Scales: quantities spanning many orders of magnitude are taken as log1p and divided by the largest value
@@ -206,7 +207,8 @@ def group_edges(graph: OpGraph, grouping: Grouping) -> tuple[np.ndarray, np.ndar
 
 
 def device_features(cluster: Cluster) -> np.ndarray:
-    """float32 [D, 2 + 3]: kind one-hot (cpu, gpu), then scaled log peak FLOP/s, bandwidth, memory."""
+    """float32 [D, 2 + 3]: kind one-hot (cpu, gpu), then scaled log effective FLOP/s, effective bandwidth
+    (peak x efficiency) and memory."""
     kinds = np.array([[d.kind == "cpu", d.kind == "gpu"] for d in cluster.devices], dtype=np.float64)
     flops = np.array([d.peak_flops * d.compute_efficiency for d in cluster.devices])
     bw = np.array([d.mem_bandwidth * d.memory_efficiency for d in cluster.devices])

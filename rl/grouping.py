@@ -255,7 +255,10 @@ def coarsen(graph: OpGraph, grouping: Grouping, max_groups: int | None, *, metho
     """Merge groups until there are at most `max_groups` (no-op if already so); invariants are kept.
 
     topological: visit groups in order of their first op and cut the sequence into runs of about
-      total_work / max_groups each (a cut also falls where device kinds would conflict).
+      total_work / max_groups each (a cut also falls where device kinds would conflict). If the kinds
+      alternate so often that even the fewest such runs are more than `max_groups`, those runs are merged
+      out of order, the lightest pair that shares a device kind first; `GroupingError` only when no legal
+      grouping has `max_groups` groups (one group for cpu-only and gpu-only ops).
     heavy_edge: rounds of heavy-edge matching: the pairs of neighbouring groups, heaviest exchange of bytes
       first (ties by position), merge when neither is matched yet in this round and the pair stays within
       twice the average work per target group; rounds repeat until `max_groups` is reached, then
@@ -294,11 +297,8 @@ def _topological(graph: OpGraph, grouping: Grouping, max_groups: int) -> Groupin
     kinds = group_allowed_kinds(graph, grouping)
     work = _group_work(graph, grouping)
     best = _runs(work, kinds, float("inf"))  # fewest runs possible: cuts only at kind conflicts
-    if best[-1] + 1 > max_groups:
-        raise GroupingError(
-            f"cannot coarsen {graph.name!r} to {max_groups} groups: device-kind constraints alternate "
-            f"{best[-1]} times along the topological order"
-        )
+    if best[-1] + 1 > max_groups:  # kinds alternate too often for contiguous runs: merge runs out of order
+        return Grouping.from_labels(_merge_alike_runs(graph, work, kinds, best, max_groups)[grouping.assignment])
     lo, hi = float(work.sum()) / max_groups, float(work.sum())
     labels = _runs(work, kinds, lo)
     if labels[-1] + 1 > max_groups:
@@ -311,6 +311,51 @@ def _topological(graph: OpGraph, grouping: Grouping, max_groups: int) -> Groupin
                 lo = mid
         labels = best
     return Grouping.from_labels(labels[grouping.assignment])
+
+
+def _merge_alike_runs(
+    graph: OpGraph, work: np.ndarray, kinds: list[frozenset[str]], runs: np.ndarray, max_groups: int
+) -> np.ndarray:
+    """Run labels of the groups [G] after merging the fewest contiguous runs (`runs`, which no contiguous
+    merge can shorten) down to `max_groups`: repeatedly the lightest pair of runs that share a device kind
+    (ties: the lowest runs), wherever they lie in the topological order."""
+    R = int(runs[-1]) + 1
+    run_work = np.bincount(runs, weights=work, minlength=R).tolist()
+    run_kinds = [frozenset(DEVICE_KINDS)] * R
+    for g, r in enumerate(runs.tolist()):
+        run_kinds[r] = run_kinds[r] & kinds[g]
+    alive = list(range(R))
+    merged_into = list(range(R))
+    while len(alive) > max_groups:
+        pair: tuple[float, int, int] | None = None
+        by_kind: dict[frozenset[str], list[int]] = {}
+        for r in alive:
+            by_kind.setdefault(run_kinds[r], []).append(r)
+        lightest = {k: sorted(rs, key=lambda r: (run_work[r], r))[:2] for k, rs in by_kind.items()}
+        for ka, ra in lightest.items():
+            for kb, rb in lightest.items():
+                if not ka & kb:
+                    continue
+                for x in ra:
+                    for y in rb:
+                        if x < y:
+                            cand = (run_work[x] + run_work[y], x, y)
+                            pair = cand if pair is None or cand < pair else pair
+        if pair is None:
+            raise GroupingError(
+                f"cannot coarsen {graph.name!r} to {max_groups} group(s): device-kind constraints keep "
+                f"{' and '.join(sorted('/'.join(sorted(k)) + '-only' for k in by_kind))} ops apart"
+            )
+        _, x, y = pair
+        run_work[x] += run_work[y]
+        run_kinds[x] = run_kinds[x] & run_kinds[y]
+        alive.remove(y)
+        merged_into[y] = x
+    root = list(range(R))
+    for r in range(R):
+        while merged_into[root[r]] != root[r]:
+            root[r] = merged_into[root[r]]
+    return np.asarray(root, dtype=np.int64)[runs]
 
 
 def _heavy_edge(graph: OpGraph, grouping: Grouping, max_groups: int) -> Grouping:

@@ -3,16 +3,22 @@
 Registered by explicit import (`import suite.envs`):
 
 * "placebench/OneShot-v0" (`OneShotPlacementEnv`): one step per episode; the action (MultiDiscrete, one
-  device per group) is a whole placement; reward = -sqrt(score) of that placement.
+  device per group) is a whole placement; reward = -sqrt(score) of that placement. The env keeps no state:
+  a step without a reset in between is another one-step episode.
 * "placebench/Iterative-v0" (`IterativePlacementEnv`): one group's device per step, groups in topological
-  order, starting from an initial placement, as Placeto does. With reward="improvement" (Placeto's) every
-  step evaluates the current placement and the reward is the gain in -sqrt(score) over the previous one;
-  with reward="final" only the complete placement is evaluated, at the last step.
+  order, starting from an initial placement, as Placeto does. With reward="improvement" (Placeto's
+  incremental reward) every step evaluates the current placement and the reward is the gain in
+  R = -sqrt(score) over the previous one (Placeto's paper takes R = -run time, as `rl.placeto` does by
+  default); with reward="final" only the complete placement is evaluated, at the last step.
 
-Both take a workload and a cluster (objects or names) and an optional evaluator or budget. Every evaluation
-goes through the evaluator and counts against its budget: past it, `step` raises `BudgetExhausted` (the
-benchmark's rule; an agent must stop). Score is `Evaluator.score` (the methodology's penalty for OOM and
-invalid placements).
+Both take a workload and a cluster (objects or names) and an optional budget, or an evaluator (whose
+workload, cluster and budget they use; a different workload or cluster, or a budget beside it, is
+refused). Every evaluation goes through the evaluator and counts against its budget: past it, `step`
+raises `BudgetExhausted` (the benchmark's rule; an agent must stop) and the episode stays as it was. Score
+is `Evaluator.score` (the methodology's penalty for OOM and invalid placements, such as a group on a
+device its mask forbids). An action outside the action space (a device index out of range, a wrong shape,
+a non-integer) raises `PlacebenchError` and costs nothing; so does an iterative step before the first
+reset or after the last step.
 
 Decisions are per group: by default the workload's colocation groups (and one group per other op); a
 caller may pass `groups` (an op -> group label array, e.g. from `rl.grouping`) that keeps colocation groups
@@ -24,6 +30,7 @@ op count, topological position, the scaled log time on each device, and which de
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import gymnasium as gym
@@ -59,6 +66,14 @@ class _PlacementProblem:
         groups: Any,
     ):
         if evaluator is not None:
+            if budget is not None:
+                raise PlacebenchError("give a budget or an evaluator (which has its own budget), not both")
+            for what, given, own in (("workload", workload, evaluator.workload), ("cluster", cluster, evaluator.cluster)):
+                same = (given is None or given is own or (given == own.name if isinstance(given, str)
+                                                          else given.content_hash == own.content_hash))
+                if not same:
+                    name = given if isinstance(given, str) else given.name
+                    raise PlacebenchError(f"{what} {name!r} is not the evaluator's ({own.name!r})")
             workload, cluster = evaluator.workload, evaluator.cluster
         if workload is None or cluster is None:
             raise PlacebenchError("a placement environment needs a workload and a cluster (or an evaluator)")
@@ -127,6 +142,25 @@ class _PlacementProblem:
         ]
         return np.column_stack([*cols, _scaled_log(cost * 1e6), self.mask]).astype(np.float32)
 
+    def check_action(self, action: Any) -> np.ndarray:
+        """The G group devices of a one-shot action, or `PlacebenchError` if it is not in MultiDiscrete([D] * G)."""
+        G, D = self.num_groups, self.cluster.num_devices
+        arr = np.asarray(action)
+        if arr.shape != (G,) or not np.issubdtype(arr.dtype, np.integer) or (arr < 0).any() or (arr >= D).any():
+            raise PlacebenchError(f"action must be {G} integer device indices in 0..{D - 1}, got {action!r}")
+        return arr.astype(np.int64)
+
+    def check_device(self, action: Any) -> int:
+        """The device of an iterative action, or `PlacebenchError` if it is not in Discrete(D)."""
+        D = self.cluster.num_devices
+        try:
+            d = operator.index(action)
+        except TypeError:
+            d = None
+        if d is None or not 0 <= d < D:
+            raise PlacebenchError(f"action must be an integer device index in 0..{D - 1}, got {action!r}")
+        return d
+
     def placement(self, group_devices: np.ndarray) -> np.ndarray:
         return np.asarray(group_devices, dtype=np.int64)[self.assignment]
 
@@ -170,7 +204,7 @@ class OneShotPlacementEnv(gym.Env):
         return self.problem.features.copy(), {"action_mask": self.problem.mask.copy()}
 
     def step(self, action):
-        m, score, reward = self.problem.evaluate(np.asarray(action))
+        m, score, reward = self.problem.evaluate(self.problem.check_action(action))
         info = _info(m, score, self.problem.mask.copy())
         return self.problem.features.copy(), float(reward), True, False, info
 
@@ -207,7 +241,7 @@ class IterativePlacementEnv(gym.Env):
         )
         self.action_space = spaces.Discrete(D)
         self._placement = np.zeros(G, dtype=np.int64)
-        self._cursor = 0
+        self._cursor = G  # no episode until the first reset
         self._last_reward = 0.0
 
     @property
@@ -254,18 +288,20 @@ class IterativePlacementEnv(gym.Env):
     def step(self, action):
         G = self.problem.num_groups
         if self._cursor >= G:
-            raise PlacebenchError("episode is over: call reset()")
-        self._placement[self._cursor] = int(action)
-        self._cursor += 1
-        terminated = self._cursor == G
-        mask = self.problem.mask[self._cursor % G].copy()
+            raise PlacebenchError("no episode is running (not reset yet, or over): call reset()")
+        placement = self._placement.copy()
+        placement[self._cursor] = self.problem.check_device(action)
+        cursor = self._cursor + 1
+        terminated = cursor == G
+        mask = self.problem.mask[cursor % G].copy()
         if self.reward_mode == "improvement" or terminated:
-            m, score, r = self.problem.evaluate(self._placement)
+            m, score, r = self.problem.evaluate(placement)  # may raise BudgetExhausted: the episode stays as it was
             reward = r - self._last_reward if self.reward_mode == "improvement" else r
             self._last_reward = r
             info = _info(m, score, mask)
         else:
             reward, info = 0.0, {"action_mask": mask}
+        self._placement, self._cursor = placement, cursor
         return self._obs(), float(reward), terminated, False, info
 
 

@@ -141,3 +141,69 @@ def test_custom_groups_must_keep_colocation():
         OneShotPlacementEnv(g, c, groups=[0, 1, 2, 3, 4, 1])
     with pytest.raises(PlacebenchError):
         OneShotPlacementEnv(g, c, groups=[0, 1])
+
+
+def test_iterative_step_before_reset_is_refused():
+    """Before the first reset there is no start placement and no R(p_0) to take the improvement from: the
+    step used to place group 0 on a zero placement and reward -sqrt(score) - 0 (and spend an evaluation)."""
+    ev = evaluator()
+    env = IterativePlacementEnv(evaluator=ev, reward="improvement")
+    with pytest.raises(PlacebenchError, match="reset"):
+        env.step(1)
+    assert ev.evaluations_used == 0
+
+
+@pytest.mark.parametrize("action", [3, -1, 1.5, "1"])
+def test_iterative_action_outside_the_action_space_is_refused(action):
+    """Discrete(3): device 3 used to go into obs["placement"], outside MultiDiscrete([3, 3, 3, 3])."""
+    ev = evaluator()
+    env = IterativePlacementEnv(evaluator=ev, reward="improvement", initial=np.array([0, 1, 1, 1]))
+    obs, _ = env.reset(seed=0)
+    with pytest.raises(PlacebenchError, match="action"):
+        env.step(action)
+    assert ev.evaluations_used == 1  # the start placement only
+    obs, _, _, _, _ = env.step(np.int64(2))  # the episode goes on from where it was
+    assert obs["cursor"] == 1 and obs["placement"].tolist() == [2, 1, 1, 1]
+    assert env.observation_space.contains(obs)
+
+
+@pytest.mark.parametrize("action", [[0, 1, 1, 1, 2], [0, 1, 1], [0, 3, 1, 1], [0, -1, 1, 1], [0.0, 1.7, 1.0, 1.0],
+                                    [[0, 1, 1, 1]]])
+def test_one_shot_action_outside_the_action_space_is_refused(action):
+    """MultiDiscrete([3, 3, 3, 3]): a fifth device used to be dropped silently and 1.7 truncated to 1, each
+    evaluated as if the agent had asked for [0, 1, 1, 1]."""
+    ev = evaluator()
+    env = OneShotPlacementEnv(evaluator=ev)
+    env.reset(seed=0)
+    with pytest.raises(PlacebenchError, match="action"):
+        env.step(np.array(action))
+    assert ev.evaluations_used == 0
+    env.step([0, 1, 1, 1])  # a list of ints is in the space
+    assert ev.evaluations_used == 1
+
+
+def test_iterative_step_past_the_budget_leaves_the_episode_as_it_was():
+    """BudgetExhausted from a step's evaluation: the placement and the cursor are not advanced."""
+    ev = evaluator(max_evaluations=2)
+    env = IterativePlacementEnv(evaluator=ev, reward="improvement", initial=np.array([0, 1, 1, 1]))
+    env.reset(seed=0)
+    env.step(2)
+    with pytest.raises(BudgetExhausted):
+        env.step(0)
+    assert env._obs()["placement"].tolist() == [2, 1, 1, 1] and env._obs()["cursor"] == 1
+
+
+def test_an_evaluator_with_another_workload_cluster_or_budget_is_refused():
+    """The evaluator's workload, cluster and budget are the ones used: a different workload, cluster or a
+    budget given beside it used to be dropped without a word."""
+    ev = evaluator()
+    other = OpGraph.build("other", [Op("x", "matmul", flops=1e9)], [])
+    with pytest.raises(PlacebenchError, match="workload"):
+        OneShotPlacementEnv(other, evaluator=ev)
+    with pytest.raises(PlacebenchError, match="cluster"):
+        IterativePlacementEnv(cluster="haswell_4k80", evaluator=ev)
+    with pytest.raises(PlacebenchError, match="budget"):
+        OneShotPlacementEnv(evaluator=ev, budget=Budget(5, 60.0))
+    # the evaluator's own workload and cluster (objects, equal copies or names) are fine
+    env = OneShotPlacementEnv(tiny_training_graph(), "haswell_2k80", evaluator=ev)
+    assert env.evaluator is ev and env.problem.workload is ev.workload

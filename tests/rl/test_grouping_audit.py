@@ -64,3 +64,35 @@ def test_heavy_edge_work_cap_is_twice_the_average_target_group():
     g = OpGraph.build("capped", ops, [("a", "b"), ("b", "c")])
     assert coarsen(g, colocation_grouping(g), 2, method="heavy_edge").assignment.tolist() == [0, 1, 1]
     assert coarsen(g, colocation_grouping(g), 2, method="topological").assignment.tolist() == [0, 0, 1]
+
+
+def alternating_chain(kinds: list[str]) -> OpGraph:
+    """A chain o0 -> o1 -> ... whose op i allows only device kind kinds[i] (equal work)."""
+    ops = [Op(f"o{i}", "matmul", flops=1e9, output_bytes=1000, allowed_kinds=(k,)) for i, k in enumerate(kinds)]
+    return OpGraph.build("alternating", ops, [(f"o{i}", f"o{i + 1}") for i in range(len(kinds) - 1)])
+
+
+@pytest.mark.parametrize("method", ["topological", "heavy_edge"])
+def test_coarsening_reaches_max_groups_when_device_kinds_alternate(method):
+    """cpu, gpu, cpu, gpu, cpu in a chain: no two neighbours may share a group, so contiguous runs need 5
+    groups; coarsening to 2 used to raise GroupingError although {cpu ops} and {gpu ops} is legal."""
+    g = alternating_chain(["cpu", "gpu", "cpu", "gpu", "cpu"])
+    grouping = coarsen(g, colocation_grouping(g), 2, method=method)
+    grouping.check(g)
+    assert grouping.assignment.tolist() == [0, 1, 0, 1, 0]
+    assert make_grouping(g, "mirhoseini", 2, coarsen_method=method).assignment.tolist() == [0, 1, 0, 1, 0]
+
+
+def test_out_of_order_merges_pair_the_lightest_runs_of_a_kind():
+    """8 alternating ops of equal work to 4 groups: the lightest compatible pair is merged first (ties: lowest
+    runs), giving {o0, o2}, {o1, o3}, {o4, o6}, {o5, o7}, not one heavy group per kind."""
+    g = alternating_chain(["cpu", "gpu"] * 4)
+    grouping = coarsen(g, colocation_grouping(g), 4, method="topological")
+    grouping.check(g)
+    assert grouping.assignment.tolist() == [0, 1, 0, 1, 2, 3, 2, 3]
+
+
+def test_coarsening_to_one_group_with_cpu_only_and_gpu_only_ops_is_impossible():
+    g = alternating_chain(["cpu", "gpu", "cpu"])
+    with pytest.raises(GroupingError, match="device-kind"):
+        coarsen(g, colocation_grouping(g), 1)
