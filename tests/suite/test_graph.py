@@ -267,3 +267,25 @@ def test_random_dags_are_ordered_and_round_trip(n, data):
     pos = {op.name: i for i, op in enumerate(g.ops)}
     assert all(pos[s] < pos[d] for s, d in edges)
     assert graph_io.from_dict(json.loads(json.dumps(graph_io.to_dict(g)))).content_hash == g.content_hash
+
+
+def test_a_corrupt_gzip_file_or_an_unusable_path_is_a_graph_error(tmp_path):
+    """Damaged compressed data raises zlib.error (not an OSError), and a NUL in a path a ValueError: both
+    are reported as the file's problem, not as a bare traceback."""
+    blob = bytearray(gzip.compress(json.dumps(graph_io.to_dict(diamond())).encode()))
+    blob[12:30] = bytes(b ^ 0xFF for b in blob[12:30])  # the deflate stream, past the 10-byte header
+    (tmp_path / "bad.json.gz").write_bytes(bytes(blob))
+    with pytest.raises(GraphError, match=r"bad.json.gz: cannot read graph file: .*decompress"):
+        graph_io.load(tmp_path / "bad.json.gz")
+    with pytest.raises(GraphError, match="not a usable graph file name"):
+        graph_io.load(str(tmp_path / "a\0b.json"))
+
+
+def test_a_gzipped_graph_file_is_the_same_bytes_whenever_and_wherever_it_is_written(tmp_path):
+    """The gzip header holds no time stamp and no (temporary) file name, so saving the same graph twice
+    gives the same file, and a committed graph file does not change when it is written again."""
+    a = graph_io.save(diamond(), tmp_path / "a.json.gz").read_bytes()
+    b = graph_io.save(diamond(), tmp_path / "sub" / "other.json.gz").read_bytes()
+    assert a == b
+    assert a[4:8] == b"\0\0\0\0" and not a[3] & 0x08  # MTIME 0, no FNAME field (RFC 1952)
+    assert graph_io.load(tmp_path / "a.json.gz").content_hash == diamond().content_hash
