@@ -288,7 +288,9 @@ class Evaluator:
         arr, bad = self._validated(placement)
         if bad is not None:
             return bad
-        reps = repetitions or self.methodology.repetitions
+        if repetitions is not None and (type(repetitions) is not int or repetitions < 1):
+            raise ValueError(f"repetitions must be a positive integer, got {repetitions!r}")
+        reps = self.methodology.repetitions if repetitions is None else repetitions
         ms = [self.backend.measure(arr) for _ in range(reps)]
         if reps == 1:
             return ms[0]

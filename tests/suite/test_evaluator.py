@@ -228,3 +228,13 @@ def test_placements_by_device_name_or_mapping_are_recorded_as_device_indices(pro
     assert [m.step_time_s for m in ms] == [4.0, 5.0]
     assert (ev.evaluations_used, len(ev.curve)) == (4, 4)
     assert ev.best_placement.tolist() == [0, 1, 0]
+
+
+@pytest.mark.parametrize("reps", [0, -1, 1.5, True])
+def test_re_measurement_needs_a_positive_whole_number_of_repetitions(problem, reps):
+    """0 is not "the methodology's default" and -1 is no IndexError: both are named as wrong."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
+    with pytest.raises(ValueError, match=f"repetitions must be a positive integer, got {reps!r}"):
+        ev.measure([0, 0, 0], repetitions=reps)
+    assert ev.measure([0, 0, 0], repetitions=2).samples_s == (5.0, 5.0)
