@@ -199,12 +199,19 @@ class Cluster:
         import hashlib
         import json
 
+        def number(k: str, v: Any) -> Any:
+            """-0.0 hashes as 0.0, and an integer of memory (a numpy one too) as a plain int. An integer
+            written for a float field (`peak_flops = 1`) still hashes apart from 1.0, as it always has."""
+            if k == "memory_bytes":
+                return int(v)
+            return v + 0.0 if isinstance(v, float) else v
+
         body = {
             "name": self.name,
-            "devices": [{k: v for k, v in d.__dict__.items() if k != "source"} for d in self.devices],
+            "devices": [{k: number(k, v) for k, v in d.__dict__.items() if k != "source"} for d in self.devices],
             # a default `sharing` is left out, so that the hashes of clusters from before it stay as they were
-            "links": [{k: v for k, v in lk.__dict__.items() if k != "source" and (k, v) != ("sharing", "pairs")}
-                      for lk in self.links],
+            "links": [{k: number(k, v) for k, v in lk.__dict__.items()
+                       if k != "source" and (k, v) != ("sharing", "pairs")} for lk in self.links],
         }
         return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, default=list).encode()).hexdigest()
 
@@ -244,6 +251,8 @@ def _sources(where: str, value: Any) -> None:
 
 
 def _validate(c: Cluster, where: str) -> None:
+    if not isinstance(c.name, str) or not c.name:
+        raise ClusterError(f"cluster name: expected a non-empty string, got {c.name!r}")
     _string(f"{where}: description", c.description)
     _sources(f"{where}: source", c.source)
     if not c.devices:
@@ -270,6 +279,8 @@ def _validate(c: Cluster, where: str) -> None:
         w = f"{where}: links[{j}]"
         _string(f"{w}.name", lk.name)
         _sources(f"{w}.source", lk.source)
+        if not isinstance(lk.between, tuple | list):
+            raise ClusterError(f"{w}.between: expected a list of device names, got {lk.between!r}")
         if len(lk.between) < 2:
             raise ClusterError(f"{w}.between: a link joins at least two devices, got {list(lk.between)!r}")
         for k, name in enumerate(lk.between):

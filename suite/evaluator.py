@@ -223,14 +223,15 @@ class Evaluator:
             return self.failure_score_s + float(m.step_time_s or 0.0)
         return 2.0 * self.failure_score_s
 
-    def _record(self, placement: np.ndarray, m: Measurement) -> float:
-        """Count one evaluation and extend the learning curve."""
+    def _record(self, placement: np.ndarray | None, m: Measurement) -> float:
+        """Count one evaluation and extend the learning curve. `placement` is the validated placement, None
+        for an invalid one (then `best_placement` is None while that evaluation is the best so far)."""
         self.evaluations_used += 1
         s = self.score(m)
         self._score_sum += s
         if s < self.best_score_s:
             self.best_score_s = s
-            self.best_placement = np.array(placement, dtype=np.int64)
+            self.best_placement = None if placement is None else np.array(placement, dtype=np.int64)
         self.curve.append(
             CurvePoint(self.evaluations_used, self.elapsed_s, self.best_score_s, self._score_sum / self.evaluations_used)
         )
@@ -248,7 +249,7 @@ class Evaluator:
         self._check_budget(1)
         arr, bad = self._validated(placement)
         m = bad if bad is not None else self._timed(lambda: [self.backend.measure(arr)])[0]
-        self._record(arr if arr is not None else np.asarray(placement), m)
+        self._record(arr, m)
         return m
 
     def _timed(self, measure: Any) -> list[Measurement]:
@@ -275,8 +276,8 @@ class Evaluator:
             ms = self._timed(lambda: self.backend.measure_batch(np.stack([checked[i][0] for i in good])))
             for i, m in zip(good, ms, strict=True):
                 out[i] = m
-        for p, m in zip(placements, out, strict=True):
-            self._record(np.asarray(p), m)
+        for (arr, _), m in zip(checked, out, strict=True):
+            self._record(arr, m)
         return out  # type: ignore[return-value]
 
     def evaluate_score(self, placement: Any) -> float:
@@ -287,7 +288,9 @@ class Evaluator:
         arr, bad = self._validated(placement)
         if bad is not None:
             return bad
-        reps = repetitions or self.methodology.repetitions
+        if repetitions is not None and (type(repetitions) is not int or repetitions < 1):
+            raise ValueError(f"repetitions must be a positive integer, got {repetitions!r}")
+        reps = self.methodology.repetitions if repetitions is None else repetitions
         ms = [self.backend.measure(arr) for _ in range(reps)]
         if reps == 1:
             return ms[0]

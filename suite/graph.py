@@ -80,7 +80,7 @@ def _check_number(where: str, field_name: str, value: Any, *, integer: bool) -> 
             raise GraphError(f"{where}.{field_name}: {_shown(value)} is above the limit of 2**53 bytes")
         return int(value)
     try:
-        return float(value)
+        return float(value) + 0.0  # + 0.0: -0.0 is 0.0, so it hashes (and is written) as 0.0
     except OverflowError:
         raise GraphError(f"{where}.{field_name}: {_shown(value)} is too large for a float") from None
 
@@ -96,8 +96,22 @@ def _check_totals(name: str, ops: Sequence[Op], edge_bytes: Iterable[int]) -> No
         raise GraphError(f"graph {name!r}: flops over all ops total more than a float can hold")
 
 
+def _check_keys(where: str, value: Any) -> None:
+    """Every object key in `value` (at any depth) is a string: JSON would turn another key into a string
+    without a word (1 -> "1"), or fail on sorting mixed keys."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise GraphError(f"{where}: key {key!r} is not a string")
+            _check_keys(f"{where}[{key!r}]", item)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_keys(f"{where}[{i}]", item)
+
+
 def _check_metadata(metadata: Mapping[str, Any]) -> None:
-    """Metadata is hashed as JSON, so every value must be valid JSON (no NaN or Infinity)."""
+    """Metadata is hashed as JSON, so every value must be valid JSON (no NaN or Infinity, string keys)."""
+    _check_keys("metadata", metadata)
     for key, value in metadata.items():
         try:
             json.dumps(value, sort_keys=True, allow_nan=False)
@@ -106,6 +120,8 @@ def _check_metadata(metadata: Mapping[str, Any]) -> None:
 
 
 def _checked_op(op: Op, index: int) -> Op:
+    if not isinstance(op, Op):
+        raise GraphError(f"ops[{index}]: expected an Op, got {type(op).__name__}")
     where = f"ops[{index}] {op.name!r}"
     if not isinstance(op.name, str) or not op.name:
         raise GraphError(f"ops[{index}].name: expected a non-empty string, got {op.name!r}")
@@ -113,11 +129,17 @@ def _checked_op(op: Op, index: int) -> Op:
         raise GraphError(f"{where}.kind: expected a non-empty string, got {op.kind!r}")
     if op.phase not in PHASES:
         raise GraphError(f"{where}.phase: {op.phase!r} is not one of {', '.join(PHASES)}")
-    for kind in op.allowed_kinds:
+    if not isinstance(op.allowed_kinds, tuple | list):
+        raise GraphError(f"{where}.allowed_kinds: expected a tuple of device kinds, got {op.allowed_kinds!r}")
+    for k, kind in enumerate(op.allowed_kinds):
         if kind not in DEVICE_KINDS:
             raise GraphError(f"{where}.allowed_kinds: {kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+        if kind in op.allowed_kinds[:k]:
+            raise GraphError(f"{where}.allowed_kinds: {kind!r} is listed twice")
     if op.group is not None and (not isinstance(op.group, str) or not op.group):
         raise GraphError(f"{where}.group: expected a non-empty string or null, got {op.group!r}")
+    if not isinstance(op.output_shape, tuple | list):
+        raise GraphError(f"{where}.output_shape: {op.output_shape!r} is not a tuple of sizes")
     for d in op.output_shape:
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
             raise GraphError(f"{where}.output_shape: {op.output_shape!r} is not a tuple of sizes")
@@ -236,6 +258,10 @@ class OpGraph:
         """
         if not isinstance(name, str) or not name:
             raise GraphError(f"graph name: expected a non-empty string, got {name!r}")
+        if not isinstance(ops, Iterable) or isinstance(ops, str | Mapping):
+            raise GraphError(f"graph {name!r}: ops: expected a sequence of Op, got {ops!r}")
+        if not isinstance(edges, Iterable) or isinstance(edges, str | Mapping):
+            raise GraphError(f"graph {name!r}: edges: expected a sequence of edges, got {edges!r}")
         ops = [_checked_op(op, i) for i, op in enumerate(ops)]
         if not ops:
             raise GraphError(f"graph {name!r} has no ops (a workload needs at least one op to place)")

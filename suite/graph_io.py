@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -137,14 +138,15 @@ def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> 
 
 
 def save(graph: OpGraph, path: str | Path) -> Path:
-    """Write atomically; a name ending in `.gz` is gzipped."""
+    """Write atomically; a name ending in `.gz` is gzipped (with no time stamp or file name in the gzip
+    header, so the same graph always gives the same bytes)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(to_dict(graph), separators=(",", ":"), allow_nan=False)
     tmp = path.with_name(path.name + ".tmp")
     if path.suffix == ".gz":
-        with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
-            f.write(text)
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as f:
+            f.write(text.encode("utf-8"))
     else:
         tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
@@ -161,6 +163,8 @@ def load(path: str | Path, *, check_hash: bool = True) -> OpGraph:
             text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise GraphError(f"{path}: no such graph file") from None
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # zlib.error: damaged compressed data
         raise GraphError(f"{path}: cannot read graph file: {exc}") from None
+    except ValueError as exc:  # a NUL character in the path
+        raise GraphError(f"{str(path)!r}: not a usable graph file name: {exc}") from None
     return from_dict(parse_json(text, path, GraphError), source=str(path), check_hash=check_hash)

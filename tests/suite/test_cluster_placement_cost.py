@@ -536,3 +536,30 @@ def test_a_batch_is_all_valid_exactly_when_each_placement_validates(data):
     assert all_valid(batch, g, c) == all(ok(p) for p in batch)
     assert all_valid(batch.astype(np.uint8) if batch.min() >= 0 else batch, g, c) == all(ok(p) for p in batch)
     assert not all_valid(batch.astype(float), g, c)  # not integers: validate looks at each entry
+
+
+def test_clusters_built_in_python_are_checked_like_files():
+    """The constructor checks what from_dict checks: a name, and `between` as a list of device names (a
+    string "ab" would otherwise be read as the devices 'a' and 'b')."""
+    from suite.cluster import Cluster, Device, Link
+
+    devs = (Device("a", "gpu", 1.0, 1.0, 1, 0.0), Device("b", "gpu", 1.0, 1.0, 1, 0.0))
+    for name in (None, "", 5):
+        with pytest.raises(ClusterError, match=f"cluster name: expected a non-empty string, got {name!r}"):
+            Cluster(name, devs[:1], ())
+    with pytest.raises(ClusterError, match=r"links\[0\]\.between: expected a list of device names, got 'ab'"):
+        Cluster("c", devs, (Link("ab", 1.0, 0.0),))
+
+
+def test_a_cluster_hash_does_not_depend_on_how_a_number_is_written():
+    """-0.0 s is the same latency as 0.0: the same hash; a numpy integer of memory is an integer (no
+    TypeError from json). (peak_flops = 1 and 1.0 still hash apart: changing that would move the hashes
+    of existing cluster files that write integers.)"""
+    from suite.cluster import Cluster, Device, Link
+
+    def make(flops, latency, memory):
+        devs = (Device("a", "gpu", flops, 1.0, memory, 0.0), Device("b", "gpu", 1.0, 1.0, 1, 0.0))
+        return Cluster("c", devs, (Link(("a", "b"), 1.0, latency),))
+
+    assert make(1.0, -0.0, np.int64(1)).content_hash == make(1.0, 0.0, 1).content_hash
+    assert make(2.0, 0.0, 1).content_hash != make(1.0, 0.0, 1).content_hash

@@ -215,3 +215,28 @@ def test_measure_is_oom_whichever_repetition_is(tiny_graph, tiny_cluster):
     oom = Measurement(status="oom", step_time_s=8.0, samples_s=(8.0,), oom_devices=("gpu:0",), message="over")
     m = Evaluator(tiny_graph, tiny_cluster, backend=Scripted(_ok(1.0), oom, _ok(3.0))).measure([0, 0, 0, 0], repetitions=3)
     assert (m.status, m.oom_devices, m.step_time_s, m.samples_s) == ("oom", ("gpu:0",), 3.0, (1.0, 8.0, 3.0))
+
+
+def test_placements_by_device_name_or_mapping_are_recorded_as_device_indices(problem):
+    """The curve and the best placement come from the validated placement, so a valid placement given by
+    device names (or as an {op: device} mapping) is recorded as its indices, and an invalid one in a form
+    that is no index array (the first evaluation, so also the best so far) is counted, not a crash."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
+    assert ev.evaluate(["zz", "d0", "d0"]).status == "invalid"
+    assert (ev.evaluations_used, len(ev.curve), ev.best_placement) == (1, 1, None)
+    assert ev.evaluate({"a": 0}).status == "invalid"
+    ms = ev.evaluate_batch([["d0", "d1", "d0"], {"a": "d0", "b": "d0", "c": "d0"}])
+    assert [m.step_time_s for m in ms] == [4.0, 5.0]
+    assert (ev.evaluations_used, len(ev.curve)) == (4, 4)
+    assert ev.best_placement.tolist() == [0, 1, 0]
+
+
+@pytest.mark.parametrize("reps", [0, -1, 1.5, True])
+def test_re_measurement_needs_a_positive_whole_number_of_repetitions(problem, reps):
+    """0 is not "the methodology's default" and -1 is no IndexError: both are named as wrong."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
+    with pytest.raises(ValueError, match=f"repetitions must be a positive integer, got {reps!r}"):
+        ev.measure([0, 0, 0], repetitions=reps)
+    assert ev.measure([0, 0, 0], repetitions=2).samples_s == (5.0, 5.0)

@@ -267,3 +267,69 @@ def test_random_dags_are_ordered_and_round_trip(n, data):
     pos = {op.name: i for i, op in enumerate(g.ops)}
     assert all(pos[s] < pos[d] for s, d in edges)
     assert graph_io.from_dict(json.loads(json.dumps(graph_io.to_dict(g)))).content_hash == g.content_hash
+
+
+def test_a_corrupt_gzip_file_or_an_unusable_path_is_a_graph_error(tmp_path):
+    """Damaged compressed data raises zlib.error (not an OSError), and a NUL in a path a ValueError: both
+    are reported as the file's problem, not as a bare traceback."""
+    blob = bytearray(gzip.compress(json.dumps(graph_io.to_dict(diamond())).encode()))
+    blob[12:30] = bytes(b ^ 0xFF for b in blob[12:30])  # the deflate stream, past the 10-byte header
+    (tmp_path / "bad.json.gz").write_bytes(bytes(blob))
+    with pytest.raises(GraphError, match=r"bad.json.gz: cannot read graph file: .*decompress"):
+        graph_io.load(tmp_path / "bad.json.gz")
+    with pytest.raises(GraphError, match="not a usable graph file name"):
+        graph_io.load(str(tmp_path / "a\0b.json"))
+
+
+def test_a_gzipped_graph_file_is_the_same_bytes_whenever_and_wherever_it_is_written(tmp_path):
+    """The gzip header holds no time stamp and no (temporary) file name, so saving the same graph twice
+    gives the same file, and a committed graph file does not change when it is written again."""
+    a = graph_io.save(diamond(), tmp_path / "a.json.gz").read_bytes()
+    b = graph_io.save(diamond(), tmp_path / "sub" / "other.json.gz").read_bytes()
+    assert a == b
+    assert a[4:8] == b"\0\0\0\0" and not a[3] & 0x08  # MTIME 0, no FNAME field (RFC 1952)
+    assert graph_io.load(tmp_path / "a.json.gz").content_hash == diamond().content_hash
+
+
+@pytest.mark.parametrize(
+    "metadata,message",
+    [
+        ({1: "x"}, r"metadata: key 1 is not a string"),  # JSON would turn it into "1" without a word
+        ({1: "x", "y": 2}, r"metadata: key 1 is not a string"),  # json.dumps(sort_keys=True): a TypeError
+        ({"m": {"a": {2: 3}}}, r"metadata\['m'\]\['a'\]: key 2 is not a string"),
+        ({"m": [{None: 1}]}, r"metadata\['m'\]\[0\]: key None is not a string"),
+    ],
+)
+def test_metadata_keys_must_be_strings(metadata, message):
+    with pytest.raises(GraphError, match=message):
+        OpGraph.build("g", [Op("a", "x")], [], metadata)
+
+
+@pytest.mark.parametrize(
+    "op,message",
+    [
+        (Op("a", "x", allowed_kinds=None), r"'a'.allowed_kinds: expected a tuple of device kinds, got None"),
+        (Op("a", "x", allowed_kinds="gpu"), r"'a'.allowed_kinds: expected a tuple of device kinds, got 'gpu'"),
+        (Op("a", "x", allowed_kinds=("gpu", "gpu")), r"'a'.allowed_kinds: 'gpu' is listed twice"),
+        (Op("a", "x", output_shape=None), r"'a'.output_shape: None is not a tuple of sizes"),
+        ({"name": "a"}, r"ops\[0\]: expected an Op, got dict"),
+    ],
+)
+def test_op_fields_of_the_wrong_type_are_named(op, message):
+    with pytest.raises(GraphError, match=message):
+        OpGraph.build("g", [op], [])
+
+
+def test_ops_and_edges_must_be_iterables():
+    with pytest.raises(GraphError, match="graph 'g': ops: expected a sequence of Op, got None"):
+        OpGraph.build("g", None, [])
+    with pytest.raises(GraphError, match="graph 'g': edges: expected a sequence of edges, got None"):
+        OpGraph.build("g", [Op("a", "x")], None)
+
+
+def test_negative_zero_flops_hash_as_zero(tmp_path):
+    """-0.0 FLOPs is 0 FLOPs: the same graph and the same hash as 0.0 (JSON would write "-0.0")."""
+    neg, pos = (OpGraph.build("g", [Op("a", "x", flops=f)], []) for f in (-0.0, 0.0))
+    assert math.copysign(1.0, neg.ops[0].flops) == 1.0
+    assert neg.content_hash == pos.content_hash
+    assert graph_io.load(graph_io.save(neg, tmp_path / "g.json")).content_hash == pos.content_hash
