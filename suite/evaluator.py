@@ -224,8 +224,9 @@ class Evaluator:
         return 2.0 * self.failure_score_s
 
     def _record(self, placement: np.ndarray | None, m: Measurement) -> float:
-        """Count one evaluation and extend the learning curve. `placement` is the validated placement, None
-        for an invalid one (then `best_placement` is None while that evaluation is the best so far)."""
+        """Count one evaluation and extend the learning curve. `placement`: the validated placement; for an
+        invalid one, its device indices where it has them (a placer that returns `best_placement` after
+        only invalid evaluations then returns an invalid placement, and its cell says so), else None."""
         self.evaluations_used += 1
         s = self.score(m)
         self._score_sum += s
@@ -249,7 +250,7 @@ class Evaluator:
         self._check_budget(1)
         arr, bad = self._validated(placement)
         m = bad if bad is not None else self._timed(lambda: [self.backend.measure(arr)])[0]
-        self._record(arr, m)
+        self._record(arr if arr is not None else _indices_or_none(placement), m)
         return m
 
     def _timed(self, measure: Any) -> list[Measurement]:
@@ -276,8 +277,8 @@ class Evaluator:
             ms = self._timed(lambda: self.backend.measure_batch(np.stack([checked[i][0] for i in good])))
             for i, m in zip(good, ms, strict=True):
                 out[i] = m
-        for (arr, _), m in zip(checked, out, strict=True):
-            self._record(arr, m)
+        for p, (arr, _), m in zip(placements, checked, out, strict=True):
+            self._record(arr if arr is not None else _indices_or_none(p), m)
         return out  # type: ignore[return-value]
 
     def evaluate_score(self, placement: Any) -> float:
@@ -307,3 +308,14 @@ class Evaluator:
             bytes_transferred=worst.bytes_transferred,
             busy_s=worst.busy_s,
         )
+
+
+def _indices_or_none(placement: Any) -> np.ndarray | None:
+    """An invalid placement as an array of device indices, if it is one (of any length); else None."""
+    try:
+        arr = np.asarray(placement)
+    except (TypeError, ValueError):
+        return None
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        return None
+    return arr.astype(np.int64, copy=True)

@@ -232,6 +232,15 @@ def test_placements_by_device_name_or_mapping_are_recorded_as_device_indices(pro
     assert ev.best_placement.tolist() == [0, 1, 0]
 
 
+def test_after_only_invalid_evaluations_the_best_is_an_invalid_index_array(problem):
+    """A placer returning `best_placement` then returns that invalid placement: its cell is 'invalid', not an
+    error from a None placement."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
+    assert ev.evaluate([0, 0]).status == "invalid" and ev.best_placement.tolist() == [0, 0]
+    assert ev.evaluate_batch([[0, 7, 0]])[0].status == "invalid" and ev.best_placement.tolist() == [0, 0]
+
+
 @pytest.mark.parametrize("reps", [0, -1, 1.5, True])
 def test_re_measurement_needs_a_positive_whole_number_of_repetitions(problem, reps):
     """0 is not "the methodology's default" and -1 is no IndexError: both are named as wrong."""
