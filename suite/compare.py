@@ -37,7 +37,7 @@ from suite.textfile import as_float
 MATCH = ("cluster", "workload", "placer", "seed")
 SAME_SETUP = ("workload_hash", "cluster_hash", "params_hash", "methodology", "budget_evaluations", "budget_seconds",
               "evaluator")
-NUMBERS = ("step_time_q25_s", "step_time_q75_s", "samples", "max_peak_memory_bytes")  # optional; null or >= 0
+NUMBERS = ("step_time_q25_s", "step_time_q75_s", "max_peak_memory_bytes")  # optional; null or >= 0 (samples: store.row_problem)
 DEFAULT_FACTOR = 1.05
 REGRESSIONS = ("slower", "more memory", "broke", "changed")
 VERDICTS = ("slower", "more memory", "broke", "changed", "faster", "less memory", "fixed", "same", "missing", "new",

@@ -30,7 +30,7 @@ import numpy as np
 from suite.cluster import Cluster, Device
 from suite.errors import ClusterError, ProfileError
 from suite.graph import OpGraph
-from suite.textfile import as_float, load_json
+from suite.textfile import as_float, first_non_finite, load_json
 
 PROFILE_FORMAT = "placebench.profile"
 PROFILE_SCHEMA_VERSION = 1
@@ -100,7 +100,7 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
         raise ProfileError(f"{source}: field 'workload_hash' must be a string, got {data['workload_hash']!r}")
     if not isinstance(data.get("metadata", {}), dict):
         raise ProfileError(f"{source}: field 'metadata' must be an object, got {data['metadata']!r}")
-    bad = _first_non_finite(data.get("metadata", {}), "metadata")
+    bad = first_non_finite(data.get("metadata", {}), "metadata")
     if bad:  # NaN / Infinity are not JSON: Profile.save cannot write them, nor a fidelity report hold them
         raise ProfileError(f"{source}: {bad} is not a finite number")
     times = data.get("op_times_s")
@@ -126,18 +126,6 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
         metadata=dict(data.get("metadata", {})),
         source=source if source != "<dict>" else "",
     )
-
-
-def _first_non_finite(x: Any, where: str) -> str | None:
-    """`where.key[i] = value` of the first NaN or infinite float in JSON data `x`, or None."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return f"{where} = {x}"
-    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
-    for k, v in items:
-        bad = _first_non_finite(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
-        if bad:
-            return bad
-    return None
 
 
 CALIBRATION_METHODS = ("none", "additive", "scale")

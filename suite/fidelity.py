@@ -47,7 +47,7 @@ from suite.evaluator import SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Methodology, Timing
 from suite.placement import validate
-from suite.textfile import load_json
+from suite.textfile import first_non_finite, load_json
 
 _REPO_RESULTS = Path(__file__).resolve().parents[1] / "results"
 # in a checkout: the committed results/fidelity; in an installed package: results/fidelity under the current directory
@@ -551,8 +551,8 @@ def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: 
     data = result.to_dict()
     bad = None
     for r in data["rows"]:  # a row names the placement
-        bad = bad or _first_non_finite(r, f"row {r['label']!r}")
-    bad = bad or _first_non_finite(data)
+        bad = bad or first_non_finite(r, f"row {r['label']!r}")
+    bad = bad or first_non_finite(data, "report")
     if bad:  # e.g. the relative error of an absurd profile's prediction overflows
         raise PlacebenchError(f"fidelity report {stem}: {bad} is not a finite number, which JSON cannot hold; "
                               f"nothing was written (check the profiles)")
@@ -569,18 +569,6 @@ def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: 
         tmp.replace(paths[kind])
     paths["summary"] = write_summary(out)
     return paths
-
-
-def _first_non_finite(x: Any, where: str = "report") -> str | None:
-    """`where.key[i] = value` of the first infinite or NaN float in `x` (JSON data), or None."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return f"{where} = {x}"
-    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
-    for k, v in items:
-        bad = _first_non_finite(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
-        if bad:
-            return bad
-    return None
 
 
 def _mode(d: dict[str, Any]) -> str:

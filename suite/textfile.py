@@ -84,3 +84,16 @@ def short_repr(value: Any) -> str:
         sign = "a negative" if value < 0 else "an"
         return f"{sign} integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
     return repr(value)
+
+
+def first_non_finite(x: Any, where: str) -> str | None:
+    """`where.key[i] = value` of the first NaN or infinite float in JSON data `x`, or None: such a number
+    cannot be written as JSON, so a file that holds one is refused by name."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return f"{where} = {x}"
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
+        bad = first_non_finite(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
+        if bad:
+            return bad
+    return None
