@@ -16,7 +16,7 @@ and measured on this machine.
 
 each predicted by `SimulatorBackend` with the profiles and measured by the real backend (PyTorch or ONNX
 Runtime) with the methodology's timing protocol, `rounds` times in interleaved rounds (every placement
-once per round), the measured step time being the statistic of all samples: on a shared machine a slow
+and native run once per round), the measured step time being the statistic of all samples: on a shared machine a slow
 phase then hits every placement alike instead of one of them. Per placement: relative error (predicted - measured) /
 measured; over the placements: the median absolute relative error and Spearman's rank correlation of
 predicted against measured (does the simulator order placements as reality does?).
@@ -271,6 +271,19 @@ def _placer_placement(name: str, graph: OpGraph, cluster: Cluster, seed: int) ->
 
 
 # -- the study -------------------------------------------------------------------------------------------
+def _summarise(ms: list[Any], timing: Timing) -> tuple[Any, float | None, tuple[float | None, float | None]]:
+    """The measurements of one placement over the rounds -> (the one to report status and message from: the
+    first failed, else the last; the step time, the statistic of every sample; their 25th and 75th
+    percentiles), step and percentiles None where a round failed."""
+    bad = [m for m in ms if not m.ok]
+    if bad:
+        return bad[0], None, (None, None)
+    samples = [x for m in ms for x in m.samples_s]
+    step = float(np.mean(samples) if timing.statistic == "mean" else np.median(samples))
+    q = np.percentile(samples, [25, 75])
+    return ms[-1], step, (float(q[0]), float(q[1]))
+
+
 def run_fidelity(
     rw: Any,
     cluster: Cluster,
@@ -317,23 +330,25 @@ def run_fidelity(
     rows = []
     chosen, failed = placements_for(graph, cluster, n_split=n_split, n_random=n_random, seed=seed, placers=placers)
     predicted = [(sim.measure(p), sim_raw.measure(p)) for _, _, p in chosen]  # a bad profile fails here, early
-    measured: list[list[Any]] = [[] for _ in chosen]
+    natives: list[tuple[str, Any]] = []  # (which, predictions or None), measured in the same rounds
+    if backend == "onnxruntime" and native:
+        cpu = cluster.fastest("cpu") if cluster.device_indices("cpu") else None
+        # ort_cpu is predicted as every op on the CPU, as a placement row is; ort_gpu has no prediction
+        on_cpu = None if cpu is None else np.full(graph.num_ops, cpu, dtype=np.int64)
+        natives.append(("ort_cpu", None if on_cpu is None else (sim.measure(on_cpu), sim_raw.measure(on_cpu))))
+        if cluster.device_indices("gpu"):
+            natives.append(("ort_gpu", None))
+    runs = [lambda p=p: real.measure(p) for _, _, p in chosen]
+    runs += [lambda w=which: real.measure_native(w) for which, _ in natives]
+    measured: list[list[Any]] = [[] for _ in runs]
     for r in range(rounds):  # interleaved rounds: a slow phase of the machine hits every placement alike
-        for k, (_, _, p) in enumerate(chosen):
+        for k, run in enumerate(runs):
             if r == 0 or measured[k][-1].ok:
-                measured[k].append(real.measure(p))
-    for (label, family, _), (pred, raw), ms in zip(chosen, predicted, measured, strict=True):
-        bad = [m for m in ms if not m.ok]
-        meas = bad[0] if bad else ms[-1]
-        samples = [x for m in ms for x in m.samples_s]
-        step = None
-        q = None
-        if not bad:
-            step = float(np.mean(samples) if timing.statistic == "mean" else np.median(samples))
-            q = np.percentile(samples, [25, 75])
+                measured[k].append(run())
+    for (label, family, _), (pred, raw), ms in zip(chosen, predicted, measured[:len(chosen)], strict=True):
+        meas, step, q = _summarise(ms, timing)
         rows.append(Row(label, family, pred.step_time_s if pred.ok else None, step,
-                        meas.status if pred.ok else f"sim-{pred.status}",
-                        float(q[0]) if q is not None else None, float(q[1]) if q is not None else None,
+                        meas.status if pred.ok else f"sim-{pred.status}", q[0], q[1],
                         int(meas.bytes_transferred), meas.message, raw.step_time_s if raw.ok else None))
         if progress:
             progress(rows[-1])
@@ -341,24 +356,19 @@ def run_fidelity(
         rows.append(Row(label, "baseline", None, None, status, message=message))
         if progress:
             progress(rows[-1])
-    if backend == "onnxruntime" and native:
-        cpu = cluster.fastest("cpu") if cluster.device_indices("cpu") else None
-        for which in ("ort_cpu", "ort_gpu"):
-            if which == "ort_gpu" and not cluster.device_indices("gpu"):
-                continue
-            m = real.measure_native(which)
-            pred_s = raw_s = None
-            status = m.status
-            if which == "ort_cpu" and cpu is not None:  # predicted as every op on the CPU, as a placement row is
-                on_cpu = np.full(graph.num_ops, cpu, dtype=np.int64)
-                pred, raw = sim.measure(on_cpu), sim_raw.measure(on_cpu)
-                pred_s = pred.step_time_s if pred.ok else None  # an oom simulation's time is no prediction
-                raw_s = raw.step_time_s if raw.ok else None
-                status = m.status if pred.ok else f"sim-{pred.status}"
-            rows.append(Row(f"native:{which}", "native", pred_s, m.step_time_s if m.ok else None, status,
-                            message=m.message, predicted_raw_s=raw_s))
-            if progress:
-                progress(rows[-1])
+    for (which, predictions), ms in zip(natives, measured[len(chosen):], strict=True):
+        meas, step, q = _summarise(ms, timing)
+        pred_s = raw_s = None
+        status = meas.status
+        if predictions is not None:
+            pred, raw = predictions
+            pred_s = pred.step_time_s if pred.ok else None  # an oom simulation's time is no prediction
+            raw_s = raw.step_time_s if raw.ok else None
+            status = meas.status if pred.ok else f"sim-{pred.status}"
+        rows.append(Row(f"native:{which}", "native", pred_s, step, status, q[0], q[1],
+                        message=meas.message, predicted_raw_s=raw_s))
+        if progress:
+            progress(rows[-1])
     import torch
 
     info = {

@@ -550,3 +550,37 @@ def test_a_native_row_whose_prediction_is_out_of_memory_is_not_counted(monkeypat
     single, native = result.rows
     assert native.status == "ok" and native.predicted_s == single.predicted_s > 0
     assert native.predicted_raw_s == single.predicted_raw_s > 0
+
+
+def test_native_runs_are_measured_in_the_interleaved_rounds(monkeypatch):
+    """The native rows were measured once, after every round of the placements, so a slow phase of the
+    machine could hit them alone; they now take part in every round, and their time is the statistic of
+    all their samples, with the interquartile range the placement rows have."""
+    import suite.backends.ort_exec as ort_exec
+    from suite.evaluator import Measurement
+
+    calls = []
+    native_samples = iter([(0.01, 0.05), (0.03,), (0.02, 0.04)])
+
+    class FakeOrt:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def measure(self, placement):
+            calls.append("placement")
+            return Measurement("ok", 0.01, (0.01,))
+
+        def measure_native(self, which):
+            calls.append(which)
+            samples = next(native_samples)
+            return Measurement("ok", float(np.median(samples)), samples)
+
+    monkeypatch.setattr(ort_exec, "OrtBackend", FakeOrt)
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    local, dmap = local_cluster(1)
+    result = run_fidelity(rw, local, dmap, [], backend="onnxruntime", timing=FAST, n_split=0, n_random=0, rounds=3)
+    assert calls == ["placement", "ort_cpu"] * 3
+    native = result.rows[-1]
+    assert native.label == "native:ort_cpu" and native.status == "ok"
+    assert native.measured_s == pytest.approx(0.03)  # the median of 0.01, 0.05, 0.03, 0.02, 0.04
+    assert (native.measured_q25_s, native.measured_q75_s) == (pytest.approx(0.02), pytest.approx(0.04))
