@@ -17,7 +17,9 @@
 * Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
   names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
   PyTorch exporter writes them): the last path component before the op type ("layer1.0.conv1").
-* `mode="training"` treats the model outputs as the loss and adds backward and update ops.
+* `mode="training"` adds backward and update ops for the loss: the graph output named by `loss`, else every
+  output (their sum, as a model with an auxiliary head, Inception-V3's, is trained). Forward ops that reach
+  no loss output get no backward ops. Metadata "loss_outputs" names the outputs taken as the loss.
 """
 
 from __future__ import annotations
@@ -184,12 +186,15 @@ def import_onnx(
     mode: str = "inference",
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     metadata: Mapping[str, Any] | None = None,
+    loss: str | None = None,
 ) -> OpGraph:
     """Import an ONNX model (a path or an `onnx.ModelProto`) as an `OpGraph`; see the module docstring."""
     import onnx
 
     if mode not in MODES:
         raise GraphError(f"capture mode {mode!r} is not one of {', '.join(MODES)}")
+    if loss is not None and mode != "training":
+        raise GraphError(f"loss={loss!r} names the output a training step differentiates; mode is {mode!r}")
     where = str(model) if not isinstance(model, onnx.ModelProto) else f"ONNX model {model.graph.name!r}"
     proto = onnx.ModelProto()
     proto.CopyFrom(_load(model))
@@ -260,8 +265,12 @@ def import_onnx(
         )
         for o in node.output:
             vals[o] = Value(deps={op_name: infos[o].nbytes if o in infos else total})
-    outputs = [vals[o.name] for o in graph.output]
-    fg = b.finish(outputs)
+    names = [o.name for o in graph.output]
+    if loss is not None and loss not in names:
+        raise GraphError(f"{where}: loss={loss!r} is not an output of the model; its outputs: {', '.join(names)}")
+    fg = b.finish([vals[o] for o in names if loss is None or o == loss])
     gname = name or graph.name or "onnx_model"
     meta = {"capture": "onnx", "capture_version": CAPTURE_VERSION, **(metadata or {})}
+    if training:
+        meta["loss_outputs"] = [loss] if loss is not None else names
     return fg.lower(gname, mode, meta)

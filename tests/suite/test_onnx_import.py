@@ -156,10 +156,11 @@ def _f32(shape, name: str):
     return numpy_helper.from_array(np.zeros(shape, dtype=np.float32), name)
 
 
-def test_gemm_trans_a_and_conv_transpose_rules_by_hand():
+def _two_heads() -> onnx.ModelProto:
+    """Two independent branches: gemm -> y and deconv -> z, each with weights."""
     nodes = [helper.make_node("Gemm", ["a", "B", "C"], ["y"], name="gemm", transA=1),
              helper.make_node("ConvTranspose", ["x", "Wt"], ["z"], name="deconv")]
-    proto = _model(
+    return _model(
         nodes,
         [helper.make_tensor_value_info("a", TensorProto.FLOAT, [6, 2]),
          helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
@@ -167,12 +168,35 @@ def test_gemm_trans_a_and_conv_transpose_rules_by_hand():
          helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 5, 5])],
         [_f32((6, 5), "B"), _f32((5,), "C"), _f32((2, 4, 3, 3), "Wt")],
     )
+
+
+def test_gemm_trans_a_and_conv_transpose_rules_by_hand():
+    proto = _two_heads()
     f = {op.name: op for op in import_onnx(proto).ops}
     # A^T [2, 6] x B [6, 5]: the inner dimension is A's first (6), not its second (2): 2*5*6 = 60 MACs, + bias 10
     assert f["gemm"].flops == 2 * 60 + 10
     # each input element scatters into C_out/group x kernel outputs: 18 inputs * (4*3*3) = 648 MACs (no bias)
     assert f["deconv"].flops == 2 * 648
     assert f["deconv"].output_bytes == 1 * 4 * 5 * 5 * 4 and f["deconv"].param_bytes == 2 * 4 * 9 * 4
+
+
+def test_training_loss_is_the_named_output_or_every_output():
+    """`loss` names the output a training step differentiates: the branch to the other output gets no
+    backward or update ops. Without it, every output is part of the loss (as before)."""
+    both = import_onnx(_two_heads(), mode="training")
+    assert sorted(op.name for op in both.ops if op.phase == "update") == ["deconv/update", "gemm/update"]
+    assert both.metadata["loss_outputs"] == ["y", "z"]
+    only_y = import_onnx(_two_heads(), mode="training", loss="y")
+    assert [op.name for op in only_y.ops if op.phase != "forward"] == ["gemm/grad_weight", "gemm/update"]
+    assert only_y.metadata["loss_outputs"] == ["y"]
+    assert [op.name for op in only_y.ops if op.phase == "forward"] == [op.name for op in both.ops
+                                                                      if op.phase == "forward"]
+    assert "loss_outputs" not in import_onnx(_two_heads()).metadata
+    with pytest.raises(GraphError, match="loss='logits' is not an output of the model; its outputs: y, z"):
+        import_onnx(_two_heads(), mode="training", loss="logits")
+    with pytest.raises(GraphError, match="loss='y' names the output a training step differentiates; mode is "
+                                         "'inference'"):
+        import_onnx(_two_heads(), loss="y")
 
 
 def _norm_model() -> onnx.ModelProto:
