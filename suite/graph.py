@@ -265,6 +265,8 @@ class OpGraph:
         ops = [_checked_op(op, i) for i, op in enumerate(ops)]
         if not ops:
             raise GraphError(f"graph {name!r} has no ops (a workload needs at least one op to place)")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise GraphError(f"graph {name!r}: metadata: expected an object (a mapping), got {metadata!r}")
         metadata = dict(metadata or {})
         _check_metadata(metadata)
         index: dict[str, int] = {}
