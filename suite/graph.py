@@ -14,6 +14,7 @@ import heapq
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -258,6 +259,8 @@ class OpGraph:
         """
         if not isinstance(name, str) or not name:
             raise GraphError(f"graph name: expected a non-empty string, got {name!r}")
+        if isinstance(ops, AbstractSet):  # no order: the op indices would change with the hash seed
+            raise GraphError(f"graph {name!r}: ops: expected a sequence of Op, got a set")
         if not isinstance(ops, Iterable) or isinstance(ops, str | Mapping):
             raise GraphError(f"graph {name!r}: ops: expected a sequence of Op, got {ops!r}")
         if not isinstance(edges, Iterable) or isinstance(edges, str | Mapping):
