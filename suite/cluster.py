@@ -200,11 +200,14 @@ class Cluster:
         import json
 
         def number(k: str, v: Any) -> Any:
-            """-0.0 hashes as 0.0, and an integer of memory (a numpy one too) as a plain int. An integer
-            written for a float field (`peak_flops = 1`) still hashes apart from 1.0, as it always has."""
+            """-0.0 hashes as 0.0, and an integer of memory (a numpy one too) as a plain int; other numpy
+            numbers as the Python ones. An integer written for a float field (`peak_flops = 1`) still
+            hashes apart from 1.0, as it always has."""
             if k == "memory_bytes":
                 return int(v)
-            return v + 0.0 if isinstance(v, float) else v
+            if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+                return int(v)
+            return float(v) + 0.0 if isinstance(v, numbers.Real) and not isinstance(v, bool) else v
 
         body = {
             "name": self.name,

@@ -68,9 +68,13 @@ class _PlacementProblem:
         if evaluator is not None:
             if budget is not None:
                 raise PlacebenchError("give a budget or an evaluator (which has its own budget), not both")
-            for what, given, own in (("workload", workload, evaluator.workload), ("cluster", cluster, evaluator.cluster)):
-                same = (given is None or given is own or (given == own.name if isinstance(given, str)
-                                                          else given.content_hash == own.content_hash))
+            from suite import load_cluster, load_workload
+
+            for what, given, own, load in (("workload", workload, evaluator.workload, load_workload),
+                                           ("cluster", cluster, evaluator.cluster, load_cluster)):
+                same = given is None or given is own or given == own.name
+                if not same:  # an object, or a file: the same content
+                    same = (load(given) if isinstance(given, str) else given).content_hash == own.content_hash
                 if not same:
                     name = given if isinstance(given, str) else given.name
                     raise PlacebenchError(f"{what} {name!r} is not the evaluator's ({own.name!r})")
@@ -267,12 +271,13 @@ class IterativePlacementEnv(gym.Env):
                 raise PlacebenchError(f"{what} must be 'random' or an array of {G} group devices, got {start!r}")
             return start
         try:
-            arr = np.asarray(start, dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):
+            arr = np.asarray(start)
+        except (TypeError, ValueError):
             arr = None
-        if arr is None or arr.shape != (G,) or (arr < 0).any() or (arr >= D).any():
+        if (arr is None or arr.shape != (G,) or not np.issubdtype(arr.dtype, np.integer) or (arr < 0).any()
+                or (arr >= D).any()):
             raise PlacebenchError(f"{what} placement must be {G} device indices in 0..{D - 1}, got {start!r}")
-        return arr
+        return arr.astype(np.int64)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)

@@ -14,6 +14,7 @@ import heapq
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -258,6 +259,8 @@ class OpGraph:
         """
         if not isinstance(name, str) or not name:
             raise GraphError(f"graph name: expected a non-empty string, got {name!r}")
+        if isinstance(ops, AbstractSet):  # no order: the op indices would change with the hash seed
+            raise GraphError(f"graph {name!r}: ops: expected a sequence of Op, got a set")
         if not isinstance(ops, Iterable) or isinstance(ops, str | Mapping):
             raise GraphError(f"graph {name!r}: ops: expected a sequence of Op, got {ops!r}")
         if not isinstance(edges, Iterable) or isinstance(edges, str | Mapping):
@@ -265,6 +268,8 @@ class OpGraph:
         ops = [_checked_op(op, i) for i, op in enumerate(ops)]
         if not ops:
             raise GraphError(f"graph {name!r} has no ops (a workload needs at least one op to place)")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise GraphError(f"graph {name!r}: metadata: expected an object (a mapping), got {metadata!r}")
         metadata = dict(metadata or {})
         _check_metadata(metadata)
         index: dict[str, int] = {}

@@ -108,7 +108,7 @@ def test_random_initial_placement_respects_masks_and_seed():
     assert p1[0] == 0 and p1[3] in (1, 2)
 
 
-@pytest.mark.parametrize("start", [[7, 7, 7, 7], [0, 1], [0, -1, 1, 1], "best", [[0, 1, 1, 1]]])
+@pytest.mark.parametrize("start", [[7, 7, 7, 7], [0, 1], [0, -1, 1, 1], "best", [[0, 1, 1, 1]], [0.0, 1.9, 1.0, 1.0]])
 def test_a_start_placement_out_of_the_space_is_refused(start):
     """From the constructor or from reset's options: the observation must stay in its space."""
     with pytest.raises(PlacebenchError, match="(4 device indices in 0..2|'random' or an array of 4)"):
@@ -207,3 +207,16 @@ def test_an_evaluator_with_another_workload_cluster_or_budget_is_refused():
     # the evaluator's own workload and cluster (objects, equal copies or names) are fine
     env = OneShotPlacementEnv(tiny_training_graph(), "haswell_2k80", evaluator=ev)
     assert env.evaluator is ev and env.problem.workload is ev.workload
+
+
+def test_the_evaluators_cluster_given_as_its_file_is_the_evaluators():
+    """A cluster file path names the evaluator's cluster as well as its name does."""
+    from pathlib import Path
+
+    import suite
+
+    ev = evaluator()
+    path = str(Path(suite.__file__).parent / "clusters" / "haswell_2k80.toml")
+    assert OneShotPlacementEnv(cluster=path, evaluator=ev).evaluator is ev
+    with pytest.raises(PlacebenchError, match="is not the evaluator's"):
+        OneShotPlacementEnv(cluster=path.replace("2k80", "4k80"), evaluator=ev)

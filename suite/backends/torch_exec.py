@@ -191,6 +191,7 @@ class ExecGraph:
         self.overwrites_after: list[list[int]] = []
         latest: dict[Node, Node] = {}
         readers: dict[Node, list[int]] = {}
+        aliases: dict[Node, list[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
         for i, n in enumerate(self.nodes):
             sub = {a: latest[a] for a in n.all_input_nodes if a in latest}
             self.reads.append(sub)
@@ -199,8 +200,12 @@ class ExecGraph:
             self.overwrites_after.append([j for j in readers.get(target, []) if j != i] if target is not None else [])
             for a in n.all_input_nodes:
                 readers.setdefault(sub.get(a, a), []).append(i)
-            if mutated is not None:
-                latest[mutated] = n
+            if mutated is not None:  # y.mul_(2).add_(1): the readers of y read add_
+                same = aliases.setdefault(mutated, [mutated])
+                same.append(n)
+                aliases[n] = same
+                for a in same[:-1]:
+                    latest[a] = n
 
     def inputs(self, i: int) -> list[Node]:
         """The nodes node `i` reads, after in-place calls (see `_in_place_reads`)."""

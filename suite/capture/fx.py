@@ -180,6 +180,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
     b = ForwardBuilder()
     vals: dict[Node, Value] = {}
     outputs: list[Value] = []
+    aliases: dict[Node, list[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
     for node in gm.graph.nodes:
         info = rec.info.get(node)
         outs = tensors(info)
@@ -205,8 +206,12 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
         else:
             vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, out_shape, canon, training)
         mutated = _mutated_arg(node)
-        if mutated is not None:
-            vals[mutated] = vals[node]  # later readers of the mutated tensor read the in-place op's result
+        if mutated is not None:  # later readers of the mutated tensor, by any of its names, read the result
+            same = aliases.setdefault(mutated, [mutated])
+            same.append(node)
+            aliases[node] = same
+            for a in same:
+                vals[a] = vals[node]
     return b.finish(outputs)
 
 

@@ -279,6 +279,32 @@ def test_in_place_calls_are_seen_by_later_readers_only(three_cpus, concurrent, m
         torch.testing.assert_close(ex.eg.params[pname].detach(), param.detach(), rtol=1e-6, atol=1e-6)
 
 
+class _Chained(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc1(x)
+        y.mul_(2).add_(1)  # add_ overwrites mul_'s result, which is y
+        return self.fc2(y)
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_in_place_call_on_an_in_place_result_is_seen_by_the_readers_of_the_original(three_cpus, concurrent):
+    """`y.mul_(2).add_(1)` with mul_ and add_ on two other devices: fc2, which reads y, reads add_'s copy."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_Chained(), (torch.randn(2, 4),), name="chained", mode="inference")
+    ex = TorchExecutor(rw, dmap, concurrent=concurrent)
+    ex.apply(_placement(rw.graph, x=0, fc1=0, mul_=1, add_=2, fc2=0))
+    with torch.no_grad():
+        out = ex.forward()
+    ex.close()
+    torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
+
+
 def test_backend_measures_with_the_timing_protocol(three_cpus):
     cluster, dmap = three_cpus
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")

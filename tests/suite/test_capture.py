@@ -672,6 +672,24 @@ def test_an_in_place_op_is_read_by_the_ops_after_it(mode):
         assert {"mul_/grad", "relu_/grad"} <= {op.name for op in g.ops}
 
 
+def test_an_in_place_call_on_an_in_place_result_is_read_by_the_readers_of_the_original():
+    """`y.mul_(2).add_(1)` overwrites y twice: the ops after it that read y depend on add_, not on mul_."""
+
+    class Chained(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            y.mul_(2.0).add_(1.0)
+            return y.sum()
+
+    g = capture(Chained(), (torch.randn(2, 4),), name="chained", mode="inference")
+    assert edge_bytes(g, "mul_", "add_") == edge_bytes(g, "add_", "sum_1") == 32
+    assert not [e for e in g.edges if e.src == g.index["mul_"] and e.dst == g.index["sum_1"]]
+
+
 def test_training_mode_with_nothing_to_train_is_an_error():
     class NoParams(nn.Module):
         def forward(self, x):

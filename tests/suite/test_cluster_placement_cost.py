@@ -563,3 +563,15 @@ def test_a_cluster_hash_does_not_depend_on_how_a_number_is_written():
 
     assert make(1.0, -0.0, np.int64(1)).content_hash == make(1.0, 0.0, 1).content_hash
     assert make(2.0, 0.0, 1).content_hash != make(1.0, 0.0, 1).content_hash
+
+
+def test_numpy_numbers_in_any_field_hash_as_the_python_numbers():
+    """A cluster built from numpy numbers (np.float32 FLOP/s, an np.int64 bandwidth) has the hash of the same
+    Python numbers, not a TypeError from json."""
+    from suite.cluster import Cluster, Device, Link
+
+    def make(flops, bandwidth, latency):
+        devs = (Device("a", "gpu", flops, bandwidth, 1, 0.0), Device("b", "gpu", 1.0, 1.0, 1, 0.0))
+        return Cluster("c", devs, (Link(("a", "b"), bandwidth, latency),))
+
+    assert make(np.float32(0.5), np.int64(3), np.float32(0.25)).content_hash == make(0.5, 3, 0.25).content_hash

@@ -327,6 +327,19 @@ def test_ops_and_edges_must_be_iterables():
         OpGraph.build("g", [Op("a", "x")], None)
 
 
+@pytest.mark.parametrize("metadata", [[1], [("a", 1)], "ab"])
+def test_metadata_must_be_a_mapping(metadata):
+    """Not a bare TypeError ([1]), nor a list of pairs silently read as a dict."""
+    with pytest.raises(GraphError, match="graph 'g': metadata: expected an object"):
+        OpGraph.build("g", [Op("a", "x")], [], metadata)
+
+
+def test_ops_in_a_set_are_refused():
+    """The order of the ops is what a placement indexes: a set has none (it changes with the hash seed)."""
+    with pytest.raises(GraphError, match="graph 'g': ops: expected a sequence of Op, got a set"):
+        OpGraph.build("g", {Op("a", "x"), Op("b", "x")}, [])
+
+
 def test_negative_zero_flops_hash_as_zero(tmp_path):
     """-0.0 FLOPs is 0 FLOPs: the same graph and the same hash as 0.0 (JSON would write "-0.0")."""
     neg, pos = (OpGraph.build("g", [Op("a", "x", flops=f)], []) for f in (-0.0, 0.0))
