@@ -459,7 +459,6 @@ class OrtBackend:
         self.model = OrtModel(rw)
         self.executor = OrtExecutor(self.model, self.device_map, threads=threads)
         self.clock = clock
-        self._native_runs: dict[tuple[str, str], Any] = {}  # (which, gpu) -> one run of its session
 
     def _measured(self, run, devices: Sequence[torch.device], names: Sequence[str], copied: int) -> Measurement:
         check_cpu_clock(self.clock, devices, False)
@@ -509,14 +508,13 @@ class OrtBackend:
         """The framework's own placement: "ort_cpu" (CPU provider) or "ort_gpu" (CUDA with CPU fallback)."""
         if which not in ("ort_cpu", "ort_gpu"):
             raise PlacebenchError(f"native placement {which!r} is not 'ort_cpu' or 'ort_gpu'")
+        data = self.model.model.SerializeToString()
         try:
-            if (which, gpu) not in self._native_runs:  # one session per native placement, for every round
-                data = self.model.model.SerializeToString()
-                sess = make_session(data, "cpu" if which == "ort_cpu" else gpu, threads=self.executor.threads)
-                feeds = {n: x.detach().cpu().numpy()
-                         for n, x in zip(self.model.graph_inputs, self.rw.inputs, strict=False)}
-                self._native_runs[(which, gpu)] = lambda: sess.run(None, feeds)
-            run = self._native_runs[(which, gpu)]
+            # a new session each call: one kept between the rounds would hold its GPU memory pool while the
+            # placements are measured, and their peak memory on the GPU is read from what is free
+            sess = make_session(data, "cpu" if which == "ort_cpu" else gpu, threads=self.executor.threads)
+            feeds = {n: x.detach().cpu().numpy() for n, x in zip(self.model.graph_inputs, self.rw.inputs, strict=False)}
+            run = lambda: sess.run(None, feeds)  # noqa: E731
             run()
             devices = [torch.device("cpu")] if which == "ort_cpu" else [torch.device(gpu)]
             m = self._measured(run, devices, [d.name for d in self.cluster.devices], 0)
