@@ -32,12 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.report import ReportError, Table, _check_row, format_seconds
-from suite.textfile import as_float
 
 MATCH = ("cluster", "workload", "placer", "seed")
 SAME_SETUP = ("workload_hash", "cluster_hash", "params_hash", "methodology", "budget_evaluations", "budget_seconds",
               "evaluator")
-NUMBERS = ("step_time_q25_s", "step_time_q75_s", "max_peak_memory_bytes")  # optional; null or >= 0 (samples: store.row_problem)
 DEFAULT_FACTOR = 1.05
 REGRESSIONS = ("slower", "more memory", "broke", "changed")
 VERDICTS = ("slower", "more memory", "broke", "changed", "faster", "less memory", "fixed", "same", "missing", "new",
@@ -74,10 +72,6 @@ def _index(rows: Iterable[Mapping[str, Any]], side: str) -> dict[tuple, Mapping[
         except ReportError as exc:
             raise ReportError(f"{side}: {exc}") from None
         key = tuple(r.get(k) for k in MATCH)
-        for f in NUMBERS:
-            v = r.get(f)
-            if v is not None and not (as_float(v) >= 0 and math.isfinite(as_float(v))):
-                raise ReportError(f"{side}: {_where(key)}: {f} must be null or a finite number >= 0, got {v!r}")
         if key in out:
             raise ReportError(f"{side}: {_where(key)} has several rows (different budgets, methodologies or "
                               f"evaluators in one store?): compare stores of one setup")

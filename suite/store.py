@@ -103,6 +103,10 @@ KEY_COLUMNS = (
     "evaluator",
 )
 _STRING_COLUMNS = {f.name for f in ROW_SCHEMA if pa.types.is_string(f.type)}
+# the other numbers of a row, each null or >= 0 (`row_problem`)
+OPTIONAL_SECONDS = ("step_time_q25_s", "step_time_q75_s", "step_time_min_s", "step_time_max_s", "budget_seconds",
+                    "search_wall_time_s", "cell_wall_time_s")
+OPTIONAL_COUNTS = ("budget_evaluations", "max_peak_memory_bytes", "bytes_transferred", "evaluations")
 
 
 class StoreError(PlacebenchError):
@@ -312,7 +316,8 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     """What is wrong with a result row or cell record, or None. A row names its cell (workload, cluster,
     placer: non-empty strings; seed: a 64-bit integer), has a known status, a step time that is null or a
     finite number >= 0, and not null when the status is ok, and a count of timed samples that is null or a
-    whole number (at least 1 for an ok row: its step time is the statistic of them). Cell files and the rows
+    whole number (at least 1 for an ok row: its step time is the statistic of them); its other times and
+    counts (`OPTIONAL_SECONDS`, `OPTIONAL_COUNTS`) are null or finite numbers >= 0. Cell files and the rows
     of reports are checked by this one rule."""
     for field in ("workload", "cluster", "placer"):
         if not isinstance(row.get(field), str) or not row[field]:
@@ -331,6 +336,15 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < (1 if row["status"] == "ok" else 0)):
         need = "at least 1 for status ok" if row["status"] == "ok" else ">= 0"
         return f"samples must be null or a whole number {need}, got {_shown(n)}"
+    for field in OPTIONAL_SECONDS:
+        v = row.get(field)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                              or not (math.isfinite(v) and v >= 0)):
+            return f"{field} must be null or a finite number >= 0, got {_shown(v)}"
+    for field in OPTIONAL_COUNTS:
+        v = row.get(field)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            return f"{field} must be null or a whole number >= 0, got {_shown(v)}"
     return None
 
 

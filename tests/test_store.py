@@ -345,6 +345,14 @@ def test_run_into_a_users_directory_is_one_line_and_keeps_the_files(capsys, tiny
         ({"status": None, "seed": 1}, "status must be one of"),
         ({"status": "ok", "step_time_s": None}, "status ok needs a step_time_s"),
         ({"cell_id": 7}, "cell_id must be a non-empty string, got 7"),
+        # the other times and counts: a NaN, a negative or a text is refused too (they were read unchecked, and
+        # a NaN budget made every cell of a comparison "not comparable")
+        ({"budget_seconds": float("nan")}, "budget_seconds must be null or a finite number >= 0, got NaN"),
+        ({"step_time_max_s": -0.5}, "step_time_max_s must be null or a finite number >= 0, got -0.5"),
+        ({"search_wall_time_s": float("inf")}, "search_wall_time_s must be null or a finite number >= 0, got Infinity"),
+        ({"evaluations": 2.5}, "evaluations must be null or a whole number >= 0, got 2.5"),
+        ({"bytes_transferred": -1}, "bytes_transferred must be null or a whole number >= 0, got -1"),
+        ({"budget_evaluations": True}, "budget_evaluations must be null or a whole number >= 0, got true"),
     ],
 )
 def test_a_malformed_cell_is_an_error_naming_the_file_and_field(tmp_path, change, message):
