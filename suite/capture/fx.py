@@ -17,7 +17,9 @@ permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, co
 `nn.Identity`/`nn.Flatten`, and dropout in inference mode (in training mode dropout is an elementwise op).
 Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants.
 An in-place call (`y.add_(1)`, `torch.relu_(y)`) overwrites its first argument: the ops that read that
-tensor afterwards read the in-place op. Training mode refuses frozen parameters (requires_grad=False).
+tensor afterwards read the in-place op. One that writes to memory another live value shares (`y[0].mul_(2)`,
+or `y.mul_(2)` while a view of y is still to be read) is refused: the graph would miss the dependency.
+Training mode refuses frozen parameters (requires_grad=False).
 
 FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds
 are listed in the graph's metadata under "fallback_cost_kinds". Sizes come from the recorded dtypes (fp32
@@ -82,16 +84,42 @@ class CaptureTracer(Tracer):
 
 
 class _ShapeRecorder(Interpreter):
-    """Runs the graph once and keeps, per node, its result with tensors replaced by `TensorInfo`."""
+    """Runs the graph once and keeps, per node, its result with tensors replaced by `TensorInfo`.
+
+    It also finds in-place calls that write to memory another live value shares (`view_writes`: the call and
+    that value's node): `y[0].mul_(2)` writes through a view of y, and `v = y.view(-1); y.mul_(2)` changes v.
+    The graph follows an in-place call only through the name it overwrites (its later readers read the call),
+    so such a write would be missed by the graph's dependencies and by split placements."""
 
     def __init__(self, gm: GraphModule) -> None:
         super().__init__(gm)
         self.info: dict[Node, Any] = {}
+        self.view_writes: list[tuple[Node, Node]] = []
+        self._same: dict[Node, set[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
 
     def run_node(self, n: Node) -> Any:
+        mutated = _mutated_arg(n)
+        if mutated is not None and isinstance(self.env.get(mutated), torch.Tensor):
+            same = self._same.setdefault(mutated, {mutated})
+            other = self._sharing(self.env[mutated], same)
+            if other is not None:
+                self.view_writes.append((n, other))
         result = super().run_node(n)
         self.info[n] = map_aggregate(result, _to_info)
+        if mutated is not None:
+            self._same[mutated].add(n)
+            self._same[n] = self._same[mutated]
         return result
+
+    def _sharing(self, t: torch.Tensor, same: set[Node]) -> Node | None:
+        """A live value other than the names in `same` whose tensor is t, a view of it, or a tensor t views
+        (by their bases, which meta tensors have too: their storages have no addresses), else None."""
+        root = t if t._base is None else t._base
+        for node, value in self.env.items():
+            if node not in same and any((x if x._base is None else x._base) is root
+                                        for x in collect(value, torch.Tensor)):
+                return node
+        return None
 
 
 def _to_info(x: Any) -> Any:
@@ -175,6 +203,13 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
             rec.run(*example_inputs)
     except Exception as exc:  # noqa: BLE001
         raise GraphError(f"running {what} on the example inputs failed: {exc}") from exc
+    if rec.view_writes:
+        call, other = rec.view_writes[0]
+        raise GraphError(
+            f"{what}: the in-place call {call.name!r} ({_target_name(call)}) writes to memory that {other.name!r} "
+            f"shares (a view of it, or a tensor it views): capture follows an in-place call only through the "
+            f"tensor it names, so the graph would miss that dependency and split placements would compute "
+            f"wrongly; write it out of place (e.g. torch.where, index_put or torch.cat instead)")
     canon = {id(p): name for name, p in module.named_parameters()}
     names = _op_names(gm)
     b = ForwardBuilder()
