@@ -783,3 +783,23 @@ def test_an_in_place_write_to_shared_memory_is_refused_on_meta_tensors_too():
     with torch.device("meta"):
         model = _Writes("after a dead view")
     assert edge_bytes(capture(model, (torch.randn(2, 4, device="meta"),), name="writes"), "mul_", "fc2") == 32
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+def test_a_module_built_in_place_is_read_by_the_ops_after_it(inplace):
+    """`nn.ReLU(inplace=True)` overwrites its input: add, which reads that input afterwards, reads the
+    module's result; `nn.ReLU()` leaves it, and add reads fc."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.act = nn.ReLU(inplace=inplace)
+
+        def forward(self, x):
+            a = self.fc(x)
+            return self.act(a) + a
+
+    g = capture(Net(), (torch.randn(2, 4),), name="net")
+    into_add = sorted(g.ops[e.src].name for e in g.edges if e.dst == g.index["add"])
+    assert into_add == (["act"] if inplace else ["act", "fc"])  # both of add's inputs are act's result
