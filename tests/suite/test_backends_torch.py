@@ -238,6 +238,32 @@ class _InPlace(nn.Module):
         return (self.fc2(y) * early).sum()  # reads y after both in-place calls
 
 
+def _assert_step_as_eager(rw, eager, dmap, devices: dict[str, int], concurrent: bool) -> None:
+    """Ops named in `devices` on those devices (in training, their backward ops with them), the rest on 0:
+    the forward output (inference), or the loss and the updated parameters (training) equal eager PyTorch's
+    run of `eager` (a fresh copy of rw)."""
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    for op, d in devices.items():
+        p[g.groups.get(op, [g.index[op]])] = d
+    ex = TorchExecutor(rw, dmap, concurrent=concurrent)
+    ex.apply(p)
+    if g.metadata["mode"] == "inference":
+        with torch.no_grad():
+            out = ex.forward()
+        ex.close()
+        torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
+        return
+    loss = ex.step()
+    ex.close()
+    ref = eager.module(*eager.inputs)
+    ref.backward()
+    torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9).step()
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-6, atol=1e-6)
+    for pname, param in eager.module.named_parameters():
+        torch.testing.assert_close(ex.eg.params[pname].detach(), param.detach(), rtol=1e-6, atol=1e-6)
+
+
 IN_PLACE_PLACEMENTS = {
     "away": {"mul_": 1, "add_": 2, "add": 1},  # the in-place calls overwrite copies of y
     "home": {"mul_": 0, "add_": 0, "add": 2},  # they overwrite y itself, which another lane reads first
@@ -258,25 +284,7 @@ def test_in_place_calls_are_seen_by_later_readers_only(three_cpus, concurrent, m
     g = rw.graph
     names = [op.name for op in g.ops if op.phase == "forward"]
     assert "mul_" in names and "add_" in names
-    p = np.zeros(g.num_ops, dtype=np.int64)
-    for op, d in IN_PLACE_PLACEMENTS[where].items():  # in training, their backward ops with them
-        p[g.groups.get(op, [g.index[op]])] = d
-    ex = TorchExecutor(rw, dmap, concurrent=concurrent)
-    ex.apply(p)
-    if mode == "inference":
-        with torch.no_grad():
-            out = ex.forward()
-        ex.close()
-        torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
-        return
-    loss = ex.step()
-    ex.close()
-    ref = eager.module(*eager.inputs)
-    ref.backward()
-    torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9).step()
-    torch.testing.assert_close(loss, ref.detach(), rtol=1e-6, atol=1e-6)
-    for pname, param in eager.module.named_parameters():
-        torch.testing.assert_close(ex.eg.params[pname].detach(), param.detach(), rtol=1e-6, atol=1e-6)
+    _assert_step_as_eager(rw, eager, dmap, IN_PLACE_PLACEMENTS[where], concurrent)
 
 
 class _Chained(nn.Module):
@@ -329,26 +337,7 @@ def test_a_module_built_in_place_is_an_in_place_call(three_cpus, concurrent, mod
     torch.manual_seed(0)
     rw = from_module(_InPlaceModule(), (torch.randn(2, 4),), name="in_place_module", mode=mode)
     eager = rw.fresh_copy()
-    g = rw.graph
-    p = np.zeros(g.num_ops, dtype=np.int64)
-    for op, d in {"act": act, "add": add, "sum_1": add}.items():  # in training, their backward ops with them
-        p[g.groups.get(op, [g.index[op]])] = d
-    ex = TorchExecutor(rw, dmap, concurrent=concurrent)
-    ex.apply(p)
-    if mode == "inference":
-        with torch.no_grad():
-            out = ex.forward()
-        ex.close()
-        torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
-        return
-    loss = ex.step()
-    ex.close()
-    ref = eager.module(*eager.inputs)
-    ref.backward()
-    torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9).step()
-    torch.testing.assert_close(loss, ref.detach(), rtol=1e-6, atol=1e-6)
-    for pname, param in eager.module.named_parameters():
-        torch.testing.assert_close(ex.eg.params[pname].detach(), param.detach(), rtol=1e-6, atol=1e-6)
+    _assert_step_as_eager(rw, eager, dmap, {"act": act, "add": add, "sum_1": add}, concurrent)
 
 
 def test_backend_measures_with_the_timing_protocol(three_cpus):
