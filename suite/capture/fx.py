@@ -16,9 +16,10 @@ What is folded into its producers (never losing a dependency, see `ForwardBuilde
 permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
 `nn.Identity`/`nn.Flatten`, and dropout in inference mode (in training mode dropout is an elementwise op).
 Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants.
-An in-place call (`y.add_(1)`, `torch.relu_(y)`, `nn.ReLU(inplace=True)`) overwrites its first argument:
-the ops that read that tensor afterwards read the in-place op. One that writes to memory another live value shares (`y[0].mul_(2)`,
-or `y.mul_(2)` while a view of y is still to be read) is refused: the graph would miss the dependency.
+An in-place call (`y.add_(1)`, `torch.relu_(y)`, `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`)
+overwrites its first argument: the ops that read that tensor afterwards read the in-place op. One that
+writes to memory another live value shares (`y[0].mul_(2)`, or `y.mul_(2)` while a view of y is still to
+be read) is refused: the graph would miss the dependency.
 Training mode refuses frozen parameters (requires_grad=False).
 
 FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds
@@ -251,8 +252,8 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
 
 
 def _mutated_arg(node: Node) -> Node | None:
-    """The tensor an in-place call (`y.add_(1)`, `torch.relu_(y)`, a module built with `inplace=True` such as
-    `nn.ReLU(inplace=True)`) overwrites: its first argument."""
+    """The tensor an in-place call (`y.add_(1)`, `torch.relu_(y)`, a function called or a module built with
+    `inplace=True`: `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`) overwrites: its first argument."""
     if node.op not in ("call_function", "call_method", "call_module") or not node.args:
         return None
     first = node.args[0]
@@ -263,7 +264,17 @@ def _mutated_arg(node: Node) -> Node | None:
         module = owner.get_submodule(str(node.target)) if owner is not None else None
         return first if getattr(module, "inplace", False) is True else None
     name = _target_name(node)
-    return first if name.endswith("_") and not name.endswith("__") else None
+    if name.endswith("_") and not name.endswith("__"):
+        return first
+    return first if node.op == "call_function" and _bound(node).get("inplace") is True else None
+
+
+def _bound(node: Node) -> Mapping[str, Any]:
+    """The arguments of a call_function node by parameter name (`F.relu(x, True)`: inplace=True), or {}."""
+    try:
+        return inspect.signature(node.target).bind(*node.args, **node.kwargs).arguments
+    except (TypeError, ValueError):
+        return {}
 
 
 def _check_trainable(what: str, module: nn.Module) -> None:

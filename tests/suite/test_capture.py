@@ -803,3 +803,24 @@ def test_a_module_built_in_place_is_read_by_the_ops_after_it(inplace):
     g = capture(Net(), (torch.randn(2, 4),), name="net")
     into_add = sorted(g.ops[e.src].name for e in g.edges if e.dst == g.index["add"])
     assert into_add == (["act"] if inplace else ["act", "fc"])  # both of add's inputs are act's result
+
+
+@pytest.mark.parametrize("call", ["keyword", "positional", "out of place"])
+def test_a_function_called_in_place_is_read_by_the_ops_after_it(call):
+    """`F.relu(a, inplace=True)` (or `F.relu(a, True)`) overwrites a, as `torch.relu_(a)` does."""
+    import torch.nn.functional as F
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            a = self.fc(x)
+            b = {"keyword": lambda: F.relu(a, inplace=True), "positional": lambda: F.relu(a, True),
+                 "out of place": lambda: F.relu(a)}[call]()
+            return b + a
+
+    g = capture(Net(), (torch.randn(2, 4),), name="net")
+    into_add = sorted(g.ops[e.src].name for e in g.edges if e.dst == g.index["add"])
+    assert into_add == (["fc", "relu"] if call == "out of place" else ["relu"])
