@@ -17,9 +17,9 @@ permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, co
 `nn.Identity`/`nn.Flatten`, and dropout in inference mode (in training mode dropout is an elementwise op).
 Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants.
 An in-place call (`y.add_(1)`, `torch.relu_(y)`, `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`)
-overwrites its first argument: the ops that read that tensor afterwards read the in-place op. One that
-writes to memory another live value shares (`y[0].mul_(2)`, or `y.mul_(2)` while a view of y is still to
-be read) is refused: the graph would miss the dependency.
+overwrites its first argument, a call with `out=y` overwrites y: the ops that read that tensor afterwards
+read the in-place op. One that writes to memory another live value shares (`y[0].mul_(2)`, or `y.mul_(2)`
+while a view of y is still to be read) is refused: the graph would miss the dependency.
 Training mode refuses frozen parameters (requires_grad=False).
 
 FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds
@@ -253,8 +253,14 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
 
 def _mutated_arg(node: Node) -> Node | None:
     """The tensor an in-place call (`y.add_(1)`, `torch.relu_(y)`, a function called or a module built with
-    `inplace=True`: `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`) overwrites: its first argument."""
-    if node.op not in ("call_function", "call_method", "call_module") or not node.args:
+    `inplace=True`: `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`) overwrites: its first argument; for
+    a call with `out=y`, y."""
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return None
+    out = node.kwargs.get("out")
+    if isinstance(out, Node):  # torch.add(x, 1, out=y) overwrites y
+        return out
+    if not node.args:
         return None
     first = node.args[0]
     if not isinstance(first, Node) or first.op == "get_attr":

@@ -824,3 +824,21 @@ def test_a_function_called_in_place_is_read_by_the_ops_after_it(call):
     g = capture(Net(), (torch.randn(2, 4),), name="net")
     into_add = sorted(g.ops[e.src].name for e in g.edges if e.dst == g.index["add"])
     assert into_add == (["fc", "relu"] if call == "out of place" else ["relu"])
+
+
+def test_a_call_with_out_is_read_by_the_ops_after_it():
+    """`torch.add(x, 1, out=a)` overwrites a: fc2, which reads a afterwards, depends on the call."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.fc2 = nn.Linear(4, 4)
+
+        def forward(self, x):
+            a = self.fc(x)
+            torch.add(x, 1.0, out=a)
+            return self.fc2(a)
+
+    g = capture(Net(), (torch.randn(2, 4),), name="net")
+    assert [g.ops[e.src].name for e in g.edges if e.dst == g.index["fc2"]] == ["add"]
