@@ -113,12 +113,17 @@ class _ShapeRecorder(Interpreter):
         return result
 
     def _sharing(self, t: torch.Tensor, same: set[Node]) -> Node | None:
-        """A live value other than the names in `same` whose tensor is t, a view of it, or a tensor t views
-        (by their bases, which meta tensors have too: their storages have no addresses), else None."""
+        """A live value other than the names in `same` whose tensor shares t's memory, else None: t itself, a
+        view of it or a tensor t views (by their bases, which meta tensors have too), or one on the same
+        storage (`detach()`; meta tensors' storages have no addresses, so that case is not seen on them)."""
         root = t if t._base is None else t._base
+        ptr = t.untyped_storage().data_ptr()
+
+        def shares(x: torch.Tensor) -> bool:
+            return (x if x._base is None else x._base) is root or (ptr != 0 and x.untyped_storage().data_ptr() == ptr)
+
         for node, value in self.env.items():
-            if node not in same and any((x if x._base is None else x._base) is root
-                                        for x in collect(value, torch.Tensor)):
+            if node not in same and any(shares(x) for x in collect(value, torch.Tensor)):
                 return node
         return None
 
