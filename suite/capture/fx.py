@@ -277,15 +277,21 @@ def _mutated_arg(node: Node) -> Node | None:
     name = _target_name(node)
     if name.endswith("_") and not name.endswith("__"):
         return first
-    return first if node.op == "call_function" and _bound(node).get("inplace") is True else None
+    if node.op != "call_function":
+        return None
+    if node.kwargs.get("inplace") is True or (len(node.args) > 1 and _inplace_by_position(node)):
+        return first
+    return None
 
 
-def _bound(node: Node) -> Mapping[str, Any]:
-    """The arguments of a call_function node by parameter name (`F.relu(x, True)`: inplace=True), or {}."""
+def _inplace_by_position(node: Node) -> bool:
+    """A torch.nn.functional call given inplace=True by position (`F.relu(x, True)`)."""
+    if getattr(node.target, "__module__", None) != "torch.nn.functional":
+        return False
     try:
-        return inspect.signature(node.target).bind(*node.args, **node.kwargs).arguments
+        return inspect.signature(node.target).bind(*node.args, **node.kwargs).arguments.get("inplace") is True
     except (TypeError, ValueError):
-        return {}
+        return False
 
 
 def _check_trainable(what: str, module: nn.Module) -> None:
