@@ -115,17 +115,48 @@ class _ShapeRecorder(Interpreter):
     def _sharing(self, t: torch.Tensor, same: set[Node]) -> Node | None:
         """A live value other than the names in `same` whose tensor shares t's memory, else None: t itself, a
         view of it or a tensor t views (by their bases, which meta tensors have too), or one on the same
-        storage (`detach()`; meta tensors' storages have no addresses, so that case is not seen on them)."""
+        storage (`detach()`; meta tensors' storages have no addresses, so that case is not seen on them),
+        where the two touch a common element (`a, b = y.chunk(2)`: writing a leaves b as it was)."""
         root = t if t._base is None else t._base
         ptr = t.untyped_storage().data_ptr()
 
         def shares(x: torch.Tensor) -> bool:
-            return (x if x._base is None else x._base) is root or (ptr != 0 and x.untyped_storage().data_ptr() == ptr)
+            return ((x if x._base is None else x._base) is root
+                    or (ptr != 0 and x.untyped_storage().data_ptr() == ptr)) and _overlap(t, x)
 
         for node, value in self.env.items():
             if node not in same and any(shares(x) for x in collect(value, torch.Tensor)):
                 return node
         return None
+
+
+_OVERLAP_CHECK_BYTES = 1 << 24  # two tensors spanning more of one storage are taken to overlap
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors on one storage touch a common byte, by their offsets, strides and sizes (so on
+    meta tensors too): exactly where the bytes they span together are at most `_OVERLAP_CHECK_BYTES`, else
+    True where their spans meet."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a is b or any(s < 0 for x in (a, b) for s in x.stride()):
+        return True
+
+    def layout(x: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+        size = x.element_size()
+        start = x.storage_offset() * size
+        end = start + sum((n - 1) * s for n, s in zip(x.shape, x.stride(), strict=True)) * size + size
+        return start, end, (*x.shape, size), (*(s * size for s in x.stride()), 1)
+
+    (a0, a1, a_shape, a_stride), (b0, b1, b_shape, b_stride) = layout(a), layout(b)
+    if a1 <= b0 or b1 <= a0:
+        return False
+    lo = min(a0, b0)
+    if max(a1, b1) - lo > _OVERLAP_CHECK_BYTES:
+        return True
+    touched = torch.zeros(max(a1, b1) - lo, dtype=torch.bool, device="cpu")  # also under torch.device("meta")
+    touched.as_strided(a_shape, a_stride, a0 - lo).fill_(True)
+    return bool(touched.as_strided(b_shape, b_stride, b0 - lo).any())
 
 
 def _to_info(x: Any) -> Any:

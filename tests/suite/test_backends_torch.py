@@ -365,6 +365,31 @@ def test_a_call_with_out_overwrites_that_tensor(three_cpus, concurrent, add, mul
     _assert_step_as_eager(rw, None, dmap, {"add": add, "mul": mul}, concurrent)
 
 
+class _Halves(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc1(x)
+        a, b = y[:, :4], y[:, 4:]  # slices, not chunk: autograd refuses in-place calls on chunk's parts
+        a.relu_()  # b, still to be read, shares y's storage but none of a's elements
+        return (self.fc2(a) * b).sum()
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("relu, mul", [(0, 1), (1, 0), (1, 2)])
+def test_an_in_place_call_on_one_part_of_a_tensor_leaves_the_others(three_cpus, concurrent, mode, relu, mul):
+    """Capture refused it as a write to shared memory; on every placement it computes as eager PyTorch."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_Halves(), (torch.randn(2, 4),), name="halves", mode=mode)
+    eager = rw.fresh_copy()
+    _assert_step_as_eager(rw, eager, dmap, {"relu_": relu, "mul": mul, "sum_1": mul}, concurrent)
+
+
 def test_backend_measures_with_the_timing_protocol(three_cpus):
     cluster, dmap = three_cpus
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")

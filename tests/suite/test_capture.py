@@ -733,6 +733,32 @@ def test_an_in_place_write_after_the_last_reader_of_a_view_is_captured():
     assert edge_bytes(g, "mul_", "fc2") == 32
 
 
+class _Gates(nn.Module):
+    """LSTM-style gates: in-place calls on parts of one tensor that share its storage but no element."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(2, 4)
+
+    def forward(self, x):
+        i, f, g, o = self.fc(x).chunk(4, 1)
+        i.sigmoid_()  # f, g and o are still to be read: they share fc's storage, not i's elements
+        f.sigmoid_()
+        return self.fc2(i * f + g * o)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_in_place_writes_to_disjoint_parts_of_a_tensor_are_captured(device):
+    """The parts of `chunk` are views of one base; writing one leaves the others as they were. They were
+    refused as a write to shared memory."""
+    with torch.device(device):
+        model = _Gates()
+        g = capture(model, (torch.randn(2, 4),), name="gates")
+    assert edge_bytes(g, "sigmoid_", "mul") == edge_bytes(g, "sigmoid__1", "mul") == 16
+    assert edge_bytes(g, "fc", "mul_1") == 32  # g and o
+
+
 def test_training_mode_with_nothing_to_train_is_an_error():
     class NoParams(nn.Module):
         def forward(self, x):
