@@ -317,7 +317,8 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     placer: non-empty strings; seed: a 64-bit integer), has a known status, a step time that is null or a
     finite number >= 0, and not null when the status is ok, and a count of timed samples that is null or a
     whole number (at least 1 for an ok row: its step time is the statistic of them); its other times and
-    counts (`OPTIONAL_SECONDS`, `OPTIONAL_COUNTS`) are null or finite numbers >= 0. Cell files and the rows
+    counts (`OPTIONAL_SECONDS`, `OPTIONAL_COUNTS`) are null or finite numbers >= 0 (counts whole and below
+    2**63, as the table's int64 columns hold them). Cell files and the rows
     of reports are checked by this one rule."""
     for field in ("workload", "cluster", "placer"):
         if not isinstance(row.get(field), str) or not row[field]:
@@ -333,9 +334,10 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     if t is None and row["status"] == "ok":
         return "status ok needs a step_time_s"
     n = row.get("samples")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < (1 if row["status"] == "ok" else 0)):
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not (1 if row["status"] == "ok" else 0)
+                          <= n < 2**63):
         need = "at least 1 for status ok" if row["status"] == "ok" else ">= 0"
-        return f"samples must be null or a whole number {need}, got {_shown(n)}"
+        return f"samples must be null or a whole number {need} (64-bit), got {_shown(n)}"
     for field in OPTIONAL_SECONDS:
         v = row.get(field)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
@@ -343,8 +345,8 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
             return f"{field} must be null or a finite number >= 0, got {_shown(v)}"
     for field in OPTIONAL_COUNTS:
         v = row.get(field)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            return f"{field} must be null or a whole number >= 0, got {_shown(v)}"
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63):
+            return f"{field} must be null or a whole number >= 0 (64-bit), got {_shown(v)}"
     return None
 
 

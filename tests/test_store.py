@@ -350,9 +350,12 @@ def test_run_into_a_users_directory_is_one_line_and_keeps_the_files(capsys, tiny
         ({"budget_seconds": float("nan")}, "budget_seconds must be null or a finite number >= 0, got NaN"),
         ({"step_time_max_s": -0.5}, "step_time_max_s must be null or a finite number >= 0, got -0.5"),
         ({"search_wall_time_s": float("inf")}, "search_wall_time_s must be null or a finite number >= 0, got Infinity"),
-        ({"evaluations": 2.5}, "evaluations must be null or a whole number >= 0, got 2.5"),
-        ({"bytes_transferred": -1}, "bytes_transferred must be null or a whole number >= 0, got -1"),
-        ({"budget_evaluations": True}, "budget_evaluations must be null or a whole number >= 0, got true"),
+        ({"evaluations": 2.5}, r"evaluations must be null or a whole number >= 0 \(64-bit\), got 2.5"),
+        ({"bytes_transferred": -1}, r"bytes_transferred must be null or a whole number >= 0 \(64-bit\), got -1"),
+        ({"budget_evaluations": True}, r"budget_evaluations must be null or a whole number >= 0 \(64-bit\), got true"),
+        # above int64: the results table could not hold it, and rebuilding it failed with a bare OverflowError
+        ({"bytes_transferred": 2**64}, r"bytes_transferred must be null or a whole number >= 0 \(64-bit\)"),
+        ({"samples": 2**63}, r"samples must be null or a whole number at least 1 for status ok \(64-bit\)"),
     ],
 )
 def test_a_malformed_cell_is_an_error_naming_the_file_and_field(tmp_path, change, message):
