@@ -19,7 +19,9 @@ Values computed from no model input and no parameter (shapes, `torch.arange`, bu
 An in-place call (`y.add_(1)`, `torch.relu_(y)`, `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`)
 overwrites its first argument, a call with `out=y` overwrites y: the ops that read that tensor afterwards
 read the in-place op. One that writes to memory another live value shares (`y[0].mul_(2)`, or `y.mul_(2)`
-while a view of y is still to be read) is refused: the graph would miss the dependency.
+while a view of y is still to be read) is refused: the graph would miss the dependency. Not seen: torch.fx
+records `y += 1` as an out-of-place add, so where another name still holds y (`b = a; b += 1; fc2(a)`) the
+graph, and the torch backend that runs it, compute as if the add made a copy (eager PyTorch changes a).
 Training mode refuses frozen parameters (requires_grad=False).
 
 FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds
