@@ -184,7 +184,9 @@ class ExecGraph:
         """In-place calls (`y.mul_(2)`), as capture has them: the nodes after one read its result where they
         name the tensor it overwrote (`reads[i]`: input node -> node read in its place). Run on another device
         than y, the call overwrites a copy there, which the later readers then get; and it waits for the
-        earlier readers of what it overwrites (`overwrites_after[i]`), which may copy it lazily on their lane."""
+        earlier readers of what it overwrites (`overwrites_after[i]`), which may copy it lazily on their lane:
+        of y, and of the tensors y may be a view of (`y = v.chunk(2)[0]`: of v too; capture refuses a write
+        that a later reader of v would see)."""
         from suite.capture.fx import _mutated_arg
 
         self.reads: list[dict[Node, Node]] = []
@@ -196,8 +198,8 @@ class ExecGraph:
             sub = {a: latest[a] for a in n.all_input_nodes if a in latest}
             self.reads.append(sub)
             mutated = _mutated_arg(n)
-            target = sub.get(mutated, mutated) if mutated is not None else None
-            self.overwrites_after.append([j for j in readers.get(target, []) if j != i] if target is not None else [])
+            earlier = [] if mutated is None else [j for a in _viewed(mutated) for j in readers.get(sub.get(a, a), [])]
+            self.overwrites_after.append(sorted(set(earlier) - {i}))
             for a in n.all_input_nodes:
                 readers.setdefault(sub.get(a, a), []).append(i)
             if mutated is not None:  # y.mul_(2).add_(1): the readers of y read add_
@@ -211,6 +213,20 @@ class ExecGraph:
         """The nodes node `i` reads, after in-place calls (see `_in_place_reads`)."""
         sub = self.reads[i]
         return [sub.get(a, a) for a in self.nodes[i].all_input_nodes]
+
+
+def _viewed(node: Node) -> list[Node]:
+    """`node` and the tensors it may be a view of, up its chain of shape-only calls (`y[0]`, `y.chunk(2)[1]`,
+    `y.t()`): an in-place call on it may write to each of them."""
+    from suite.capture.flops import SHAPE_ONLY
+    from suite.capture.fx import _target_name
+
+    chain = [node]
+    while (node.op in ("call_function", "call_method") and _target_name(node) in SHAPE_ONLY and node.args
+           and isinstance(node.args[0], Node)):
+        node = node.args[0]
+        chain.append(node)
+    return chain
 
 
 def _replica(module: nn.Module) -> nn.Module:

@@ -390,6 +390,31 @@ def test_an_in_place_call_on_one_part_of_a_tensor_leaves_the_others(three_cpus, 
     _assert_step_as_eager(rw, eager, dmap, {"relu_": relu, "mul": mul, "sum_1": mul}, concurrent)
 
 
+class _GateWrite(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc1(x)
+        early = y * 3.0  # reads y before the write through a view of it
+        a, b = y.chunk(2, 1)
+        a.sigmoid_()  # writes y's memory
+        return self.fc2(torch.cat([a, b], 1)) + early
+
+
+def test_a_write_through_a_view_waits_for_the_earlier_readers_of_what_it_views(three_cpus):
+    """`a.sigmoid_()` on a chunk of y writes y's memory: with early (which reads y) on another lane, which
+    copies y when it runs, the write waits for it. It waited only for the readers of a, and early read the
+    written y in 34 of 40 concurrent runs."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_GateWrite(), (torch.randn(2, 4),), name="gate_write", mode="inference")
+    for _ in range(5):
+        _assert_step_as_eager(rw, None, dmap, {"mul": 1}, concurrent=True)
+
+
 def test_backend_measures_with_the_timing_protocol(three_cpus):
     cluster, dmap = three_cpus
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")
