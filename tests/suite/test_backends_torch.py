@@ -224,12 +224,16 @@ def test_concurrent_lanes_never_see_another_lanes_weight_copies(three_cpus):
     torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
 
 
-class _InPlace(nn.Module):
+class _TwoLinear(nn.Module):
+    """fc1 and fc2, for the in-place models below."""
+
     def __init__(self) -> None:
         super().__init__()
         self.fc1 = nn.Linear(4, 4)
         self.fc2 = nn.Linear(4, 4)
 
+
+class _InPlace(_TwoLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc1(x)
         early = y + 1  # reads y before it is overwritten (and keeps nothing of it for the backward pass)
@@ -287,12 +291,7 @@ def test_in_place_calls_are_seen_by_later_readers_only(three_cpus, concurrent, m
     _assert_step_as_eager(rw, eager, dmap, IN_PLACE_PLACEMENTS[where], concurrent)
 
 
-class _Chained(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(4, 4)
-        self.fc2 = nn.Linear(4, 4)
-
+class _Chained(_TwoLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc1(x)
         y.mul_(2).add_(1)  # add_ overwrites mul_'s result, which is y
@@ -340,12 +339,7 @@ def test_a_module_built_in_place_is_an_in_place_call(three_cpus, concurrent, mod
     _assert_step_as_eager(rw, eager, dmap, {"act": act, "add": add, "sum_1": add}, concurrent)
 
 
-class _OutKeyword(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(4, 4)
-        self.fc2 = nn.Linear(4, 4)
-
+class _OutKeyword(_TwoLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.fc1(x)
         early = a * 3.0  # reads a before it is overwritten
@@ -390,12 +384,7 @@ def test_an_in_place_call_on_one_part_of_a_tensor_leaves_the_others(three_cpus, 
     _assert_step_as_eager(rw, eager, dmap, {"relu_": relu, "mul": mul, "sum_1": mul}, concurrent)
 
 
-class _GateWrite(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(4, 4)
-        self.fc2 = nn.Linear(4, 4)
-
+class _GateWrite(_TwoLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc1(x)
         early = y * 3.0  # reads y before the write through a view of it
