@@ -185,8 +185,9 @@ class ExecGraph:
         name the tensor it overwrote (`reads[i]`: input node -> node read in its place). Run on another device
         than y, the call overwrites a copy there, which the later readers then get; and it waits for the
         earlier readers of what it overwrites (`overwrites_after[i]`), which may copy it lazily on their lane:
-        of y, and of the tensors y may be a view of (`y = v.chunk(2)[0]`: of v too; capture refuses a write
-        that a later reader of v would see)."""
+        of every node that may name y's memory (its family: y's other names after in-place calls, and the
+        shape-only calls that may view it or that it may view, `y[1:]`, `v.chunk(2)[0]`; capture refuses a
+        write that a later reader of another name would see)."""
         from suite.capture.fx import _mutated_arg
 
         self.reads: list[dict[Node, Node]] = []
@@ -194,11 +195,20 @@ class ExecGraph:
         latest: dict[Node, Node] = {}
         readers: dict[Node, list[int]] = {}
         aliases: dict[Node, list[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
+        family: dict[Node, list[Node]] = {}  # the nodes that may name one memory, each pointing to one list
+
+        def join(a: Node, b: Node) -> None:
+            fa, fb = family.setdefault(a, [a]), family.setdefault(b, [b])
+            if fa is not fb:
+                fa.extend(fb)
+                for x in fb:
+                    family[x] = fa
+
         for i, n in enumerate(self.nodes):
             sub = {a: latest[a] for a in n.all_input_nodes if a in latest}
             self.reads.append(sub)
             mutated = _mutated_arg(n)
-            earlier = [] if mutated is None else [j for a in _viewed(mutated) for j in readers.get(sub.get(a, a), [])]
+            earlier = [] if mutated is None else [j for a in family.get(mutated, [mutated]) for j in readers.get(a, [])]
             self.overwrites_after.append(sorted(set(earlier) - {i}))
             for a in n.all_input_nodes:
                 readers.setdefault(sub.get(a, a), []).append(i)
@@ -208,6 +218,9 @@ class ExecGraph:
                 aliases[n] = same
                 for a in same[:-1]:
                     latest[a] = n
+                join(mutated, n)
+            if _shape_only(n):
+                join(n.args[0], n)
 
     def inputs(self, i: int) -> list[Node]:
         """The nodes node `i` reads, after in-place calls (see `_in_place_reads`)."""
@@ -215,18 +228,13 @@ class ExecGraph:
         return [sub.get(a, a) for a in self.nodes[i].all_input_nodes]
 
 
-def _viewed(node: Node) -> list[Node]:
-    """`node` and the tensors it may be a view of, up its chain of shape-only calls (`y[0]`, `y.chunk(2)[1]`,
-    `y.t()`): an in-place call on it may write to each of them."""
+def _shape_only(node: Node) -> bool:
+    """A call that may return a view of its first argument (`y[0]`, `y.chunk(2)`, `y.t()`, `y.detach()`)."""
     from suite.capture.flops import SHAPE_ONLY
     from suite.capture.fx import _target_name
 
-    chain = [node]
-    while (node.op in ("call_function", "call_method") and _target_name(node) in SHAPE_ONLY and node.args
-           and isinstance(node.args[0], Node)):
-        node = node.args[0]
-        chain.append(node)
-    return chain
+    return (node.op in ("call_function", "call_method") and bool(node.args) and isinstance(node.args[0], Node)
+            and _target_name(node) in SHAPE_ONLY)
 
 
 def _replica(module: nn.Module) -> nn.Module:

@@ -404,6 +404,26 @@ def test_a_write_through_a_view_waits_for_the_earlier_readers_of_what_it_views(t
         _assert_step_as_eager(rw, None, dmap, {"mul": 1}, concurrent=True)
 
 
+class _ViewReadThenWrite(_TwoLinear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc1(x)
+        z = self.fc2(x)
+        z.index_add_(0, torch.tensor([0]), y[1:])  # reads y through a view
+        y.clamp_(min=0.1)  # writes y
+        return z + y
+
+
+def test_a_write_waits_for_the_earlier_readers_of_a_view_of_what_it_writes(three_cpus):
+    """`y.clamp_()` writes y, which index_add_ read through the view `y[1:]` on another lane, copying it when
+    it runs: the write waits for it. It waited only for the readers of y itself: 71 of 300 concurrent runs of
+    random placements of a like program computed unlike eager PyTorch (found by fuzzing)."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_ViewReadThenWrite(), (torch.randn(2, 4),), name="view_read", mode="inference")
+    for _ in range(5):
+        _assert_step_as_eager(rw, None, dmap, {"index_add_": 1}, concurrent=True)
+
+
 def test_backend_measures_with_the_timing_protocol(three_cpus):
     cluster, dmap = three_cpus
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")
