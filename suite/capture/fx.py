@@ -236,6 +236,11 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
         _check_trainable(what, module)
     module = _as_root(module, len(example_inputs))
     gm = trace(module)
+    for node in gm.graph.nodes:
+        if isinstance(node.kwargs.get("out"), tuple | list):
+            raise GraphError(f"{what}: the call {node.name!r} ({_target_name(node)}) writes several tensors through "
+                             f"out=, which capture does not follow (it follows out= with one tensor): return them "
+                             f"instead (v, i = torch.max(a, 1))")
     rec = _ShapeRecorder(gm)
     try:
         with torch.no_grad():

@@ -871,3 +871,21 @@ def test_a_call_with_out_is_read_by_the_ops_after_it():
 
     g = capture(Net(), (torch.randn(2, 4),), name="net")
     assert [g.ops[e.src].name for e in g.edges if e.dst == g.index["fc2"]] == ["add"]
+
+
+def test_a_call_writing_several_tensors_through_out_is_refused():
+    """`torch.max(a, 1, out=(v, i))` overwrites v and i, which the graph would not follow: refused."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            a = self.fc(x)
+            v = a[:, 0] * 1.0
+            torch.max(a, 1, out=(v, torch.zeros(2, dtype=torch.long)))
+            return v
+
+    with pytest.raises(GraphError, match="^Net: the call 'max_1' \\(max\\) writes several tensors through out="):
+        capture(Net(), (torch.randn(2, 4),), name="net")
