@@ -234,11 +234,18 @@ def test_an_embedding_reads_the_rows_it_gathers_not_its_table(mode):
     assert emb.bytes_read == 2 * 3 * 8 + 2 * 3 * 8 * 4  # the int64 ids and the 6 rows of 8 floats
 
 
+class _Fc(nn.Module):
+    """One layer, fc, for the small models of the tests below."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+
 def test_dropout_folded_in_inference_an_op_in_training():
-    class Drop(nn.Module):
+    class Drop(_Fc):
         def __init__(self) -> None:
             super().__init__()
-            self.fc = nn.Linear(4, 4)
             self.drop = nn.Dropout(0.1)
 
         def forward(self, x):
@@ -653,11 +660,7 @@ def test_ops_that_do_not_reach_the_loss_get_no_backward():
 def test_an_in_place_op_is_read_by_the_ops_after_it(mode):
     """`y.mul_(2)` overwrites y: the ops that read y afterwards depend on the in-place op, never skip it."""
 
-    class InPlace(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
+    class InPlace(_Fc):
         def forward(self, x):
             y = self.fc(x)
             y.mul_(2.0)
@@ -675,11 +678,7 @@ def test_an_in_place_op_is_read_by_the_ops_after_it(mode):
 def test_an_in_place_call_on_an_in_place_result_is_read_by_the_readers_of_the_original():
     """`y.mul_(2).add_(1)` overwrites y twice: the ops after it that read y depend on add_, not on mul_."""
 
-    class Chained(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
+    class Chained(_Fc):
         def forward(self, x):
             y = self.fc(x)
             y.mul_(2.0).add_(1.0)
@@ -819,10 +818,9 @@ def test_a_module_built_in_place_is_read_by_the_ops_after_it(inplace):
     """`nn.ReLU(inplace=True)` overwrites its input: add, which reads that input afterwards, reads the
     module's result; `nn.ReLU()` leaves it, and add reads fc."""
 
-    class Net(nn.Module):
+    class Net(_Fc):
         def __init__(self) -> None:
             super().__init__()
-            self.fc = nn.Linear(4, 4)
             self.act = nn.ReLU(inplace=inplace)
 
         def forward(self, x):
@@ -839,11 +837,7 @@ def test_a_function_called_in_place_is_read_by_the_ops_after_it(call):
     """`F.relu(a, inplace=True)` (or `F.relu(a, True)`) overwrites a, as `torch.relu_(a)` does."""
     import torch.nn.functional as F
 
-    class Net(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
+    class Net(_Fc):
         def forward(self, x):
             a = self.fc(x)
             b = {"keyword": lambda: F.relu(a, inplace=True), "positional": lambda: F.relu(a, True),
@@ -858,10 +852,9 @@ def test_a_function_called_in_place_is_read_by_the_ops_after_it(call):
 def test_a_call_with_out_is_read_by_the_ops_after_it():
     """`torch.add(x, 1, out=a)` overwrites a: fc2, which reads a afterwards, depends on the call."""
 
-    class Net(nn.Module):
+    class Net(_Fc):
         def __init__(self) -> None:
             super().__init__()
-            self.fc = nn.Linear(4, 4)
             self.fc2 = nn.Linear(4, 4)
 
         def forward(self, x):
@@ -876,11 +869,7 @@ def test_a_call_with_out_is_read_by_the_ops_after_it():
 def test_a_call_writing_several_tensors_through_out_is_refused():
     """`torch.max(a, 1, out=(v, i))` overwrites v and i, which the graph would not follow: refused."""
 
-    class Net(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
+    class Net(_Fc):
         def forward(self, x):
             a = self.fc(x)
             v = a[:, 0] * 1.0
