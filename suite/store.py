@@ -329,7 +329,7 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     if row.get("status") not in STATUSES:
         return f"status must be one of {', '.join(STATUSES)}, got {_shown(row.get('status'))}"
     t = row.get("step_time_s")
-    if t is not None and not (math.isfinite(as_float(t)) and as_float(t) >= 0):
+    if t is not None and not _seconds(t):
         return f"step_time_s must be null or a finite number >= 0, got {_shown(t)}"
     if t is None and row["status"] == "ok":
         return "status ok needs a step_time_s"
@@ -340,14 +340,19 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
         return f"samples must be null or a whole number {need} (64-bit), got {_shown(n)}"
     for field in OPTIONAL_SECONDS:
         v = row.get(field)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
-                              or not (math.isfinite(v) and v >= 0)):
+        if v is not None and not _seconds(v):
             return f"{field} must be null or a finite number >= 0, got {_shown(v)}"
     for field in OPTIONAL_COUNTS:
         v = row.get(field)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63):
             return f"{field} must be null or a whole number >= 0 (64-bit), got {_shown(v)}"
     return None
+
+
+def _seconds(v: Any) -> bool:
+    """A finite real number >= 0 (not a bool, a text or an integer too large for a float)."""
+    t = as_float(v)
+    return math.isfinite(t) and t >= 0
 
 
 def check_cell(data: Mapping[str, Any], path: Path) -> None:

@@ -188,7 +188,7 @@ class ExecGraph:
         of every node that may name y's memory (its family: y's other names after in-place calls, and the
         shape-only calls that may view it or that it may view, `y[1:]`, `v.chunk(2)[0]`; capture refuses a
         write that a later reader of another name would see)."""
-        from suite.capture.fx import _mutated_arg
+        from suite.capture.fx import _mutated_arg, _overwritten
 
         self.reads: list[dict[Node, Node]] = []
         self.overwrites_after: list[list[int]] = []
@@ -213,10 +213,7 @@ class ExecGraph:
             for a in n.all_input_nodes:
                 readers.setdefault(sub.get(a, a), []).append(i)
             if mutated is not None:  # y.mul_(2).add_(1): the readers of y read add_
-                same = aliases.setdefault(mutated, [mutated])
-                same.append(n)
-                aliases[n] = same
-                for a in same[:-1]:
+                for a in _overwritten(aliases, mutated, n)[:-1]:
                     latest[a] = n
                 join(mutated, n)
             if _shape_only(n):

@@ -98,23 +98,21 @@ class _ShapeRecorder(Interpreter):
         super().__init__(gm)
         self.info: dict[Node, Any] = {}
         self.view_writes: list[tuple[Node, Node]] = []
-        self._same: dict[Node, set[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
+        self._names: dict[Node, list[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
 
     def run_node(self, n: Node) -> Any:
         mutated = _mutated_arg(n)
         if mutated is not None and isinstance(self.env.get(mutated), torch.Tensor):
-            same = self._same.setdefault(mutated, {mutated})
-            other = self._sharing(self.env[mutated], same)
+            other = self._sharing(self.env[mutated], self._names.get(mutated, [mutated]))
             if other is not None:
                 self.view_writes.append((n, other))
         result = super().run_node(n)
         self.info[n] = map_aggregate(result, _to_info)
         if mutated is not None:
-            self._same[mutated].add(n)
-            self._same[n] = self._same[mutated]
+            _overwritten(self._names, mutated, n)
         return result
 
-    def _sharing(self, t: torch.Tensor, same: set[Node]) -> Node | None:
+    def _sharing(self, t: torch.Tensor, same: list[Node]) -> Node | None:
         """A live value other than the names in `same` whose tensor shares t's memory, else None: t itself, a
         view of it or a tensor t views (by their bases, which meta tensors have too), or one on the same
         storage (`detach()`; meta tensors' storages have no addresses, so that case is not seen on them),
@@ -286,10 +284,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
             vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, out_shape, canon, training)
         mutated = _mutated_arg(node)
         if mutated is not None:  # later readers of the mutated tensor, by any of its names, read the result
-            same = aliases.setdefault(mutated, [mutated])
-            same.append(node)
-            aliases[node] = same
-            for a in same:
+            for a in _overwritten(aliases, mutated, node):
                 vals[a] = vals[node]
     return b.finish(outputs)
 
@@ -320,6 +315,15 @@ def _mutated_arg(node: Node) -> Node | None:
     if node.kwargs.get("inplace") is True or (len(node.args) > 1 and _inplace_by_position(node)):
         return first
     return None
+
+
+def _overwritten(names: dict[Node, list[Node]], mutated: Node, call: Node) -> list[Node]:
+    """Record that in-place `call` overwrote `mutated`: the tensor's names (its producer, then the in-place
+    calls on it, `call` last), one list shared by all of them in `names`."""
+    same = names.setdefault(mutated, [mutated])
+    same.append(call)
+    names[call] = same
+    return same
 
 
 def _inplace_by_position(node: Node) -> bool:

@@ -242,30 +242,35 @@ class _InPlace(_TwoLinear):
         return (self.fc2(y) * early).sum()  # reads y after both in-place calls
 
 
-def _assert_step_as_eager(rw, eager, dmap, devices: dict[str, int], concurrent: bool) -> None:
-    """Ops named in `devices` on those devices (in training, their backward ops with them), the rest on 0:
-    the forward output (inference), or the loss and the updated parameters (training) equal eager PyTorch's
-    run of `eager` (a fresh copy of rw)."""
+def _assert_step_as_eager(model: type[nn.Module], dmap, devices: dict[str, int], concurrent: bool,
+                          mode: str = "inference", runs: int = 1) -> None:
+    """`model` on a 2 x 4 input with the ops named in `devices` on those devices (in training, their backward
+    ops with them), the rest on 0: the forward output (inference), or the loss and the updated parameters
+    (training) equal eager PyTorch's, in each of `runs` runs."""
+    torch.manual_seed(0)
+    rw = from_module(model(), (torch.randn(2, 4),), name=model.__name__.strip("_").lower(), mode=mode)
     g = rw.graph
     p = np.zeros(g.num_ops, dtype=np.int64)
     for op, d in devices.items():
         p[g.groups.get(op, [g.index[op]])] = d
-    ex = TorchExecutor(rw, dmap, concurrent=concurrent)
-    ex.apply(p)
-    if g.metadata["mode"] == "inference":
-        with torch.no_grad():
-            out = ex.forward()
+    for _ in range(runs):
+        eager = rw.fresh_copy()
+        ex = TorchExecutor(rw, dmap, concurrent=concurrent)
+        ex.apply(p)
+        if mode == "inference":
+            with torch.no_grad():
+                out = ex.forward()
+            ex.close()
+            torch.testing.assert_close(out, eager.eager(), rtol=0, atol=0)
+            continue
+        loss = ex.step()
         ex.close()
-        torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
-        return
-    loss = ex.step()
-    ex.close()
-    ref = eager.module(*eager.inputs)
-    ref.backward()
-    torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9).step()
-    torch.testing.assert_close(loss, ref.detach(), rtol=1e-6, atol=1e-6)
-    for pname, param in eager.module.named_parameters():
-        torch.testing.assert_close(ex.eg.params[pname].detach(), param.detach(), rtol=1e-6, atol=1e-6)
+        ref = eager.module(*eager.inputs)
+        ref.backward()
+        torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9).step()
+        torch.testing.assert_close(loss, ref.detach(), rtol=1e-6, atol=1e-6)
+        for pname, param in eager.module.named_parameters():
+            torch.testing.assert_close(ex.eg.params[pname].detach(), param.detach(), rtol=1e-6, atol=1e-6)
 
 
 IN_PLACE_PLACEMENTS = {
@@ -282,13 +287,7 @@ def test_in_place_calls_are_seen_by_later_readers_only(three_cpus, concurrent, m
     that copy (as capture's graph has them read the in-place op). On y's own device it overwrites y, and
     waits for the earlier readers on other lanes, which copy y when they run."""
     _, dmap = three_cpus
-    torch.manual_seed(0)
-    rw = from_module(_InPlace(), (torch.randn(2, 4),), name="in_place", mode=mode)
-    eager = rw.fresh_copy()
-    g = rw.graph
-    names = [op.name for op in g.ops if op.phase == "forward"]
-    assert "mul_" in names and "add_" in names
-    _assert_step_as_eager(rw, eager, dmap, IN_PLACE_PLACEMENTS[where], concurrent)
+    _assert_step_as_eager(_InPlace, dmap, IN_PLACE_PLACEMENTS[where], concurrent, mode)
 
 
 class _Chained(_TwoLinear):
@@ -302,14 +301,7 @@ class _Chained(_TwoLinear):
 def test_in_place_call_on_an_in_place_result_is_seen_by_the_readers_of_the_original(three_cpus, concurrent):
     """`y.mul_(2).add_(1)` with mul_ and add_ on two other devices: fc2, which reads y, reads add_'s copy."""
     _, dmap = three_cpus
-    torch.manual_seed(0)
-    rw = from_module(_Chained(), (torch.randn(2, 4),), name="chained", mode="inference")
-    ex = TorchExecutor(rw, dmap, concurrent=concurrent)
-    ex.apply(_placement(rw.graph, x=0, fc1=0, mul_=1, add_=2, fc2=0))
-    with torch.no_grad():
-        out = ex.forward()
-    ex.close()
-    torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
+    _assert_step_as_eager(_Chained, dmap, {"mul_": 1, "add_": 2}, concurrent)
 
 
 class _InPlaceModule(nn.Module):
@@ -333,10 +325,7 @@ def test_a_module_built_in_place_is_an_in_place_call(three_cpus, concurrent, mod
     it, reads the module's result. It was taken for an out-of-place op, and placed away from fc1 it overwrote
     a copy: 108 of the 243 placements of this model computed unlike eager PyTorch."""
     _, dmap = three_cpus
-    torch.manual_seed(0)
-    rw = from_module(_InPlaceModule(), (torch.randn(2, 4),), name="in_place_module", mode=mode)
-    eager = rw.fresh_copy()
-    _assert_step_as_eager(rw, eager, dmap, {"act": act, "add": add, "sum_1": add}, concurrent)
+    _assert_step_as_eager(_InPlaceModule, dmap, {"act": act, "add": add, "sum_1": add}, concurrent, mode)
 
 
 class _OutKeyword(_TwoLinear):
@@ -354,9 +343,7 @@ def test_a_call_with_out_overwrites_that_tensor(three_cpus, concurrent, add, mul
     taken for a call that only reads a: 378 of the 729 placements of this model computed unlike eager
     PyTorch (523 concurrent)."""
     _, dmap = three_cpus
-    torch.manual_seed(0)
-    rw = from_module(_OutKeyword(), (torch.randn(2, 4),), name="out_keyword", mode="inference")
-    _assert_step_as_eager(rw, None, dmap, {"add": add, "mul": mul}, concurrent)
+    _assert_step_as_eager(_OutKeyword, dmap, {"add": add, "mul": mul}, concurrent)
 
 
 class _Halves(nn.Module):
@@ -378,10 +365,7 @@ class _Halves(nn.Module):
 def test_an_in_place_call_on_one_part_of_a_tensor_leaves_the_others(three_cpus, concurrent, mode, relu, mul):
     """Capture refused it as a write to shared memory; on every placement it computes as eager PyTorch."""
     _, dmap = three_cpus
-    torch.manual_seed(0)
-    rw = from_module(_Halves(), (torch.randn(2, 4),), name="halves", mode=mode)
-    eager = rw.fresh_copy()
-    _assert_step_as_eager(rw, eager, dmap, {"relu_": relu, "mul": mul, "sum_1": mul}, concurrent)
+    _assert_step_as_eager(_Halves, dmap, {"relu_": relu, "mul": mul, "sum_1": mul}, concurrent, mode)
 
 
 class _GateWrite(_TwoLinear):
@@ -398,10 +382,7 @@ def test_a_write_through_a_view_waits_for_the_earlier_readers_of_what_it_views(t
     copies y when it runs, the write waits for it. It waited only for the readers of a, and early read the
     written y in 34 of 40 concurrent runs."""
     _, dmap = three_cpus
-    torch.manual_seed(0)
-    rw = from_module(_GateWrite(), (torch.randn(2, 4),), name="gate_write", mode="inference")
-    for _ in range(5):
-        _assert_step_as_eager(rw, None, dmap, {"mul": 1}, concurrent=True)
+    _assert_step_as_eager(_GateWrite, dmap, {"mul": 1}, concurrent=True, runs=5)
 
 
 class _ViewReadThenWrite(_TwoLinear):
@@ -418,10 +399,7 @@ def test_a_write_waits_for_the_earlier_readers_of_a_view_of_what_it_writes(three
     it runs: the write waits for it. It waited only for the readers of y itself: 71 of 300 concurrent runs of
     random placements of a like program computed unlike eager PyTorch (found by fuzzing)."""
     _, dmap = three_cpus
-    torch.manual_seed(0)
-    rw = from_module(_ViewReadThenWrite(), (torch.randn(2, 4),), name="view_read", mode="inference")
-    for _ in range(5):
-        _assert_step_as_eager(rw, None, dmap, {"index_add_": 1}, concurrent=True)
+    _assert_step_as_eager(_ViewReadThenWrite, dmap, {"index_add_": 1}, concurrent=True, runs=5)
 
 
 def test_backend_measures_with_the_timing_protocol(three_cpus):
