@@ -11,6 +11,7 @@ so that every placer reports it the same way.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -289,9 +290,10 @@ class Evaluator:
         arr, bad = self._validated(placement)
         if bad is not None:
             return bad
-        if repetitions is not None and (type(repetitions) is not int or repetitions < 1):
+        whole = isinstance(repetitions, numbers.Integral) and not isinstance(repetitions, (bool, np.bool_))
+        if repetitions is not None and (not whole or repetitions < 1):
             raise ValueError(f"repetitions must be a positive integer, got {repetitions!r}")
-        reps = self.methodology.repetitions if repetitions is None else repetitions
+        reps = self.methodology.repetitions if repetitions is None else int(repetitions)
         ms = [self.backend.measure(arr) for _ in range(reps)]
         if reps == 1:
             return ms[0]

@@ -1,7 +1,9 @@
 """The evaluator counts every evaluation against the budget, scores failures, and records the curve."""
 
+import re
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from suite import Op, OpGraph
@@ -241,11 +243,12 @@ def test_after_only_invalid_evaluations_the_best_is_an_invalid_index_array(probl
     assert ev.evaluate_batch([[0, 7, 0]])[0].status == "invalid" and ev.best_placement.tolist() == [0, 0]
 
 
-@pytest.mark.parametrize("reps", [0, -1, 1.5, True])
+@pytest.mark.parametrize("reps", [0, -1, 1.5, True, np.int64(0), np.float64(2.0), np.bool_(True)])
 def test_re_measurement_needs_a_positive_whole_number_of_repetitions(problem, reps):
     """0 is not "the methodology's default" and -1 is no IndexError: both are named as wrong."""
     g, c = problem
     ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
-    with pytest.raises(ValueError, match=f"repetitions must be a positive integer, got {reps!r}"):
+    with pytest.raises(ValueError, match=re.escape(f"repetitions must be a positive integer, got {reps!r}")):
         ev.measure([0, 0, 0], repetitions=reps)
     assert ev.measure([0, 0, 0], repetitions=2).samples_s == (5.0, 5.0)
+    assert ev.measure([0, 0, 0], repetitions=np.int64(3)).samples_s == (5.0, 5.0, 5.0)  # a numpy count is a count
