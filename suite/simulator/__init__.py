@@ -50,12 +50,16 @@ class SimInputs:
         worst_transfer = _check_transfer_times(graph, cluster, lat, bw)
         cost = cost_matrix(graph, cluster, profiles)
         _check_step_bound(graph, cluster, cost, worst_transfer, bool(profiles))
+        num_preds = np.diff(a.pred_ptr)
+        capacity = np.array([d.memory_bytes for d in cluster.devices], dtype=np.int64)
+        for x in (num_preds, capacity):  # shared by every later simulation, and capacity by each SimResult
+            x.setflags(write=False)
         return cls(
             cost=cost,
             succ_ptr=a.succ_ptr,
             succ_idx=a.succ_idx,
             succ_bytes=a.succ_bytes,
-            num_preds=np.diff(a.pred_ptr),
+            num_preds=num_preds,
             pred_ptr=a.pred_ptr,
             pred_idx=a.pred_idx,
             output_bytes=a.output_bytes,
@@ -63,7 +67,7 @@ class SimInputs:
             param_bytes=a.param_bytes,
             latency_s=np.ascontiguousarray(lat, dtype=np.float64),
             bandwidth=np.ascontiguousarray(bw, dtype=np.float64),
-            capacity_bytes=np.array([d.memory_bytes for d in cluster.devices], dtype=np.int64),
+            capacity_bytes=capacity,
             ports=cluster.ports,
         )
 

@@ -48,6 +48,25 @@ def test_the_cached_fast_engine_inputs_cannot_be_changed(uniform_cluster):
         assert simulate(g, c, [0, 0]).step_time_s == before == simulate(g, c, [0, 0], engine="reference").step_time_s
 
 
+def test_a_result_cannot_change_the_capacities_of_later_results(uniform_cluster):
+    """Every SimResult of a (workload, cluster) holds the cached inputs' capacity array: a write to one result's
+    capacity_bytes would turn later results of that pair to "oom". It is read-only, like the reference engine's
+    other inputs (num_preds too)."""
+    from suite import simulate_batch
+    from suite.simulator import inputs_for
+
+    g, c = _pair(1000), uniform_cluster(2)
+    r = simulate(g, c, [0, 1])
+    assert r.status == "ok"
+    with pytest.raises(ValueError, match="read-only"):
+        r.capacity_bytes[0] = 1
+    for a in inputs_for(g, c).args()[:-1]:
+        with pytest.raises(ValueError, match="read-only"):
+            a.flat[0] = 0
+    assert [simulate(g, c, [0, 1], engine=e).status for e in ("fast", "reference")] == ["ok", "ok"]
+    assert simulate_batch(g, c, np.array([[0, 1]]))[0].status == "ok"
+
+
 def test_a_batch_without_per_placement_checks_still_refuses_unknown_devices(uniform_cluster):
     """`validate_each=False` skips kind and colocation checks only: an index the engine would read out of
     bounds (negative, or past the last device) is an error naming it."""
