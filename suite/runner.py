@@ -1003,6 +1003,9 @@ class _Worker:
         except (OSError, ValueError):
             self.kill()
             return False
+        except BaseException:  # a cell that does not pickle, an interrupt: no worker may outlive the run
+            self.kill()
+            raise
         return True
 
     @property

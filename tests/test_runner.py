@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -600,6 +602,18 @@ def test_a_worker_interrupted_while_it_starts_runs_its_cell(tiny_files, write_sp
     finally:
         w.stop()
     assert w.proc.exitcode == 0 and "Traceback" not in capfd.readouterr().err
+
+
+def test_a_cell_that_does_not_pickle_leaves_no_worker_behind(tiny_files, write_spec):
+    """The error reaches the caller and the worker started for the cell is gone: left running, it waited for
+    its cell and the interpreter's exit waited for it, for ever (a Profile that did not pickle did that)."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    [cell] = runner.make_plan(runner.load_spec(str(spec))).cells
+    bad = dataclasses.replace(cell, key={**cell.key, "unpicklable": lambda: None})
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        runner.execute([bad], jobs=1, on_done=lambda record: None)
+    assert multiprocessing.active_children() == []
 
 
 def test_an_interrupt_after_every_cell_is_stored_leaves_a_complete_run(tiny_files, write_spec, monkeypatch, tmp_path):
