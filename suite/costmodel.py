@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,20 @@ class Profile:
     workload_hash: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     source: str = field(default="", compare=False)  # the file it was read from, for messages; not saved
+
+    def __post_init__(self) -> None:
+        # read-only copies: the simulator caches its inputs per profile, so a profile must not change
+        object.__setattr__(self, "op_times_s", MappingProxyType(dict(self.op_times_s)))
+        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+
+    def __hash__(self) -> int:
+        """Cheap (equal profiles hash equal; equality compares the times): profiles key the simulator's cache."""
+        return hash((self.workload, self.applies_to, self.workload_hash, len(self.op_times_s)))
+
+    def __reduce__(self) -> tuple:
+        # a read-only mapping does not pickle; fidelity runs hand profiles to worker processes
+        return Profile, (self.workload, self.applies_to, dict(self.op_times_s), self.workload_hash,
+                         dict(self.metadata), self.source)
 
     def matches(self, device: Device) -> bool:
         # an empty applies_to (a profile made in code) is no device: not every device without a model

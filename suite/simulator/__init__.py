@@ -198,13 +198,14 @@ class SimResult:
 
 
 @lru_cache(maxsize=32)
-def _cached_inputs(graph: OpGraph, cluster: Cluster) -> SimInputs:
-    return SimInputs.build(graph, cluster)
+def _cached_inputs(graph: OpGraph, cluster: Cluster, profiles: tuple[Profile, ...]) -> SimInputs:
+    return SimInputs.build(graph, cluster, profiles)
 
 
 def inputs_for(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> SimInputs:
-    profiles = tuple(profiles)
-    return SimInputs.build(graph, cluster, profiles) if profiles else _cached_inputs(graph, cluster)
+    """The inputs of (graph, cluster, profiles), built on the first call and then reused (profiles are
+    read-only, so a cached cost matrix cannot go stale)."""
+    return _cached_inputs(graph, cluster, tuple(profiles))
 
 
 def _result(inputs: SimInputs, cluster: Cluster, step, busy, peak, link) -> SimResult:
