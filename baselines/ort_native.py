@@ -12,7 +12,8 @@ No search, no evaluations: the framework decides.
   kernels for every op type the zoo models export to, and the model inputs in host memory (ONNX Runtime is
   fed host tensors and copies them to the GPU), i.e. the input ops on the fastest CPU; an op whose allowed
   kinds exclude the GPU falls back to the CPU, as an op without a CUDA kernel does. Shape computations
-  that ONNX Runtime keeps on the CPU are constants in our graphs, not ops.
+  that ONNX Runtime keeps on the CPU are constants in our graphs, not ops. In both cases an op whose
+  allowed kinds exclude the CPU (an input too) runs on the GPU, with its colocation group.
 
 Training graphs: backward and update ops follow their forward op (colocation groups). A cluster without a
 GPU makes ort_gpu not applicable. A training graph uses the static rule (ONNX Runtime runs inference only).
@@ -95,6 +96,11 @@ class OrtGPU(BasePlacer):
             for i, op in enumerate(graph.ops):
                 if op.kind == "input" or where.get(i) == "cpu":
                     placement[i] = cpu
+        gpu_only = np.array([bool(op.allowed_kinds) and "cpu" not in op.allowed_kinds for op in graph.ops], dtype=bool)
+        placement[gpu_only] = gpu  # an op that forbids the CPU stays on the GPU, an input too, with its group
+        for members in graph.groups.values():
+            if gpu_only[members].any():
+                placement[members] = gpu
         placement = _colocate(graph, placement)
         on_cpu = int((placement == cpu).sum())
         return PlacementResult.from_search(placement, problem, started, assignment=mode, ops_on_cpu=on_cpu,

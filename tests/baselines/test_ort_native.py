@@ -84,3 +84,21 @@ def test_ort_gpu_static_rule_falls_back_to_the_cpu_for_ops_without_a_gpu_kernel(
     r = OrtGPU(assignment="static").place(make_problem(g, c), Budget(), 0)
     assert r.placement.tolist() == [0, 1, 0, 0, 0]  # b alone, and c with its CPU-only group member d
     validate(r.placement, g, c)
+
+
+@pytest.mark.parametrize("assignment", ["static", "measured"])
+def test_ort_gpu_keeps_ops_that_forbid_the_cpu_on_the_gpu(make_problem, monkeypatch, assignment):
+    """A GPU-only input, and an input grouped with a GPU-only op, stay on the GPU with their group (they went
+    to the host: an invalid placement); likewise an op the session ran on the CPU that allows only GPUs."""
+    c = cluster([1e10], [1e9])  # cpu:0, gpu:0
+    ops = [Op("x", "input", output_bytes=8, group="g"),
+           Op("a", "matmul", flops=1e6, output_bytes=8, group="g", allowed_kinds=("gpu",)),
+           Op("y", "input", output_bytes=8, allowed_kinds=("gpu",)), Op("z", "input", output_bytes=8),
+           Op("b", "matmul", flops=1e6, output_bytes=8, allowed_kinds=("gpu",))]
+    g = OpGraph.build("gpu_only", ops, [("x", "a"), ("y", "b"), ("z", "b")], {"mode": "inference"})
+    monkeypatch.setattr("suite.backends.ort_exec.native_assignment", lambda model: {g.index["b"]: "cpu"})
+    monkeypatch.setattr("suite.backends.ort_exec.OrtModel", lambda workload: None)
+    monkeypatch.setattr("suite.backends.workload.for_graph", lambda graph: None)
+    r = OrtGPU(assignment=assignment).place(make_problem(g, c), Budget(), 0)
+    assert {op.name: int(r.placement[i]) for i, op in enumerate(g.ops)} == {"x": 1, "a": 1, "y": 1, "z": 0, "b": 1}
+    validate(r.placement, g, c)
