@@ -27,6 +27,14 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
    each device's finish time the extra time the group's other ops would take there compared with their
    best device (a one-step lookahead, so that e.g. a variable is not sent to an idle slow CPU with its
    whole gradient and update chain). The group's other ops follow. Device kinds: only allowed devices.
+   Known weakness: the group's memory is checked for its first op only (point 4), so its later ops, forced
+   onto that device, can overflow it with their inputs from outside the group and the group's outputs
+   still live, and point 5 cannot repair that (a smaller room moves only first ops). With groups and kind
+   limits both present (random DAGs of 30-40 ops, groups of 2, 1/8 CPU-only and 1/8 GPU-only, GPUs of
+   200-300 MB) 14 of 320 schedules were OOM where one of 12 simple placements (all on the CPU but the
+   GPU-only groups) fitted. Reserving each group's largest working set (its ops' outputs and inputs) until
+   its last op is placed cut that to 6, but made m_etf slower in 6 of its 30 zoo cells on haswell_2k80,
+   haswell_4k80 and dgx_a100x8, up to 7.7x (nmt-4x4096 on haswell_4k80: 3.64 -> 28.2 s), so it is not done.
 4. Memory: a device is skipped when its estimated memory would exceed its capacity. The estimate is
    resident bytes (param_bytes of the colocation groups placed there) plus live tensors: an op's output
    counts on its device from its placement until its last consumer is placed, and so does each copy of it
