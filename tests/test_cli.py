@@ -305,6 +305,15 @@ def test_unknown_names(capsys, tiny_files):
                         "placer 'single_cpu': bad parameters")
 
 
+def test_a_param_value_python_cannot_hold_is_an_error_not_a_string(capsys, tiny_files):
+    d, c = str(tiny_files["diamond"]), str(tiny_files["cluster"])
+    for value, message in (("1" * 5000, "--param batch_size: not valid JSON: Exceeds the limit"),
+                           ("[" * 100000, "--param batch_size: not valid JSON: maximum recursion depth"),
+                           ('{"a": 1, "a": 2}', "--param batch_size: key 'a' appears twice in one object")):
+        _assert_usage_error(*_run(capsys, "evaluate", d, "-c", c, "-p", "local_search", "--param", f"batch_size={value}"),
+                            message)
+
+
 def test_malformed_files(capsys, tmp_path, tiny_files):
     bad_spec = tmp_path / "bad.toml"
     bad_spec.write_text("name = 'x'\nworkloads = [\n")
