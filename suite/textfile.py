@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -56,15 +57,41 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # "\ud800": half of a UTF-16 pair, in JSON text
+
+
+def _first_lone_surrogate(x: Any, where: str) -> str | None:
+    """`where.key[i]` of the first string (a key or a value) in JSON data `x` that holds a lone surrogate, or
+    None: such a string is no text (it cannot be written as UTF-8 or printed)."""
+    if isinstance(x, str):
+        try:
+            x.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{where or 'the top level'} = {x!r}"
+        return None
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
+        at = f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else k
+        bad = _first_lone_surrogate(k, f"a key in {where or 'the top level'}") or _first_lone_surrogate(v, at)
+        if bad:
+            return bad
+    return None
+
+
 def parse_json(text: str, path: str | Path, error: type[PlacebenchError]) -> Any:
     """JSON text read from `path` (by the caller, e.g. from a gzip file). A key given twice in one object is
-    an error (json would keep the last silently)."""
+    an error (json would keep the last silently), and so is a string with a lone surrogate escape
+    ("\\ud800" without its pair)."""
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         raise error(f"{path}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an integer too long to convert
         raise error(f"{path}: not valid JSON: {exc}") from None
+    bad = _first_lone_surrogate(data, "") if _SURROGATE_ESCAPE.search(text) else None
+    if bad:
+        raise error(f"{path}: {bad}: a lone surrogate escape (half of a UTF-16 pair) is not text")
+    return data
 
 
 def as_float(value: Any) -> float:

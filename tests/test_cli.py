@@ -327,6 +327,10 @@ def test_malformed_files(capsys, tmp_path, tiny_files):
     bad_graph = tmp_path / "g.json"
     bad_graph.write_text('{"format": "placebench.opgraph", "schema_version": 1')
     _assert_usage_error(*_run(capsys, "show", str(bad_graph)), "g.json")
+    data = json.loads(tiny_files["diamond"].read_text())
+    del data["hash"]
+    bad_graph.write_text(json.dumps({**data, "name": "\ud800"}))  # json writes the lone surrogate as its escape
+    _assert_usage_error(*_run(capsys, "show", str(bad_graph)), "g.json: name = '\\ud800': a lone surrogate escape")
 
 
 def test_a_cluster_file_whose_op_times_overflow_is_named(capsys, tiny_files, tmp_path):

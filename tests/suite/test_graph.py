@@ -243,6 +243,18 @@ def test_a_key_given_twice_is_an_error_not_the_last_one(tmp_path):
         graph_io.load(path)
 
 
+def test_a_lone_surrogate_escape_is_an_error_a_surrogate_pair_is_text(tmp_path):
+    data = graph_io.to_dict(diamond())
+    del data["hash"]  # the name changes
+    path = tmp_path / "s.json"
+    for escape in ("\\ud800", "a\\udc00"):  # half of a UTF-16 pair: no text, it could not be printed or written
+        path.write_text(json.dumps(data).replace('"name": "diamond"', f'"name": "{escape}"', 1))
+        with pytest.raises(GraphError, match=r"s.json: name = '.*': a lone surrogate escape"):
+            graph_io.load(path)
+    path.write_text(json.dumps(data).replace('"name": "diamond"', '"name": "\\ud83d\\ude00"', 1))
+    assert graph_io.load(path).name == "\U0001f600"
+
+
 def test_not_json_and_truncated_gzip(tmp_path):
     (tmp_path / "x.json").write_text("{not json")
     with pytest.raises(GraphError, match="not valid JSON"):
