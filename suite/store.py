@@ -288,12 +288,22 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     missing = [c for c in ("cell_id", "workload", "cluster", "placer", "seed", "status", "step_time_s") if c not in columns]
     if missing:
         raise StoreError(f"{path}: not a placebench results table: missing column(s) {', '.join(missing)}")
+    for f in table.schema:  # a Parquet file keeps its own types; `row_problem` checks the numbers, not the texts
+        if f.name in _STRING_COLUMNS and not _holds_text(f.type):
+            raise StoreError(f"{path}: not a placebench results table: column {f.name} holds {f.type}, not text")
     rows = [flat_row(r) for r in table.to_pylist()]
     for r in rows:  # before sorting: an empty seed would not sort
         problem = row_problem(r)
         if problem:
             raise StoreError(f"{path}: {row_where(r)}: {problem}")
     return sorted(rows, key=sort_key)
+
+
+def _holds_text(t: pa.DataType) -> bool:
+    """Whether a column of type `t` reads as strings (or nulls only), as pandas' categories do too."""
+    if pa.types.is_dictionary(t):
+        return _holds_text(t.value_type)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
 
 
 # -- checks of what a store's files hold --------------------------------------------------------------------

@@ -449,6 +449,23 @@ def test_a_manifest_as_a_run_writes_it_is_accepted(tmp_path):
     assert s.manifest() == manifest
 
 
+def test_a_parquet_table_with_a_text_column_of_another_type_is_an_error(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    s = Store(tmp_path / "s")
+    s.write_cell(_record("a1"))
+    table = st.rows_to_table(s.rows())
+    for column, values in (("evaluator", pa.array([3])), ("message", pa.array([[1, 2]]))):
+        i = table.schema.get_field_index(column)
+        pq.write_table(table.set_column(i, column, values), tmp_path / "x.parquet")
+        with pytest.raises(StoreError, match=rf"x\.parquet: not a placebench results table: column {column} holds "):
+            st.open_rows(tmp_path / "x.parquet")
+    i = table.schema.get_field_index("workload")  # categories (pandas): strings
+    pq.write_table(table.set_column(i, "workload", table.column("workload").dictionary_encode()), tmp_path / "x.parquet")
+    assert st.open_rows(tmp_path / "x.parquet") == s.rows()
+
+
 def test_a_csv_table_with_a_non_utf8_header_is_an_error(tmp_path):
     path = tmp_path / "x.csv"
     path.write_bytes(b"cell_id,w\xffrkload\n1,2\n")
