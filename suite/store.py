@@ -284,10 +284,17 @@ def read_table(path: Path) -> list[dict[str, Any]]:
         raise StoreError(f"{path}: not a placebench results table: a column name is not valid UTF-8 "
                          f"(byte 0x{exc.object[exc.start]:02x})") from None
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
-        raise StoreError(f"{path}: not a placebench results table: {exc}") from None
+        first_line = str(exc).partition("\n")[0]  # Arrow may add a dump of the schema
+        raise StoreError(f"{path}: not a placebench results table: {first_line}") from None
     missing = [c for c in ("cell_id", "workload", "cluster", "placer", "seed", "status", "step_time_s") if c not in columns]
     if missing:
         raise StoreError(f"{path}: not a placebench results table: missing column(s) {', '.join(missing)}")
+    unknown = [c for c in columns if c not in ROW_COLUMNS]
+    if unknown:  # a misspelt column would otherwise be dropped, and the one meant read as empty
+        raise StoreError(f"{path}: not a placebench results table: unknown column(s) {', '.join(unknown)}")
+    twice = [c for i, c in enumerate(columns) if c in columns[:i]]
+    if twice:  # one of the two would be dropped
+        raise StoreError(f"{path}: not a placebench results table: column {twice[0]} appears twice")
     for f in table.schema:  # a Parquet file keeps its own types; `row_problem` checks the numbers, not the texts
         if f.name in _STRING_COLUMNS and not _holds_text(f.type):
             raise StoreError(f"{path}: not a placebench results table: column {f.name} holds {f.type}, not text")

@@ -466,6 +466,29 @@ def test_a_parquet_table_with_a_text_column_of_another_type_is_an_error(tmp_path
     assert st.open_rows(tmp_path / "x.parquet") == s.rows()
 
 
+def test_an_unknown_or_repeated_column_is_an_error_not_dropped(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    s = Store(tmp_path / "s")
+    s.write_cell(_record("a1", oom_devices="gpu:0"))
+    _, csv = s.compact()
+    header, rest = csv.read_text().split("\n", 1)
+    path = tmp_path / "x.csv"
+    path.write_text(header.replace('"oom_devices"', '"oom_device"') + "\n" + rest)  # misspelt: not read as ""
+    with pytest.raises(StoreError, match=r"x\.csv: not a placebench results table: unknown column\(s\) oom_device$"):
+        st.open_rows(path)
+    path.write_text(header.replace('"message"', '"oom_devices"') + "\n" + rest)
+    with pytest.raises(StoreError, match=r"x\.csv: not a placebench results table: column oom_devices appears twice"):
+        st.open_rows(path)
+    table = st.rows_to_table(s.rows())  # Arrow refuses it, with the schema on more lines: one line is kept
+    pq.write_table(pa.Table.from_arrays([*table.columns, table.column("seed")], names=[*table.column_names, "seed"]),
+                   tmp_path / "x.parquet")
+    with pytest.raises(StoreError, match=r"x\.parquet: not a placebench results table: .*seed") as exc:
+        st.open_rows(tmp_path / "x.parquet")
+    assert "\n" not in str(exc.value)
+
+
 def test_a_csv_table_with_a_non_utf8_header_is_an_error(tmp_path):
     path = tmp_path / "x.csv"
     path.write_bytes(b"cell_id,w\xffrkload\n1,2\n")
