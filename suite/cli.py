@@ -113,20 +113,24 @@ def _parse_params(texts: Sequence[str]) -> dict[str, Any]:
 
 
 def _parse_param(text: str) -> tuple[str, Any]:
-    """KEY=VALUE with a JSON value, or a bare word as a string; JSON that Python cannot hold (an integer of
-    thousands of digits, nesting too deep) or with a key given twice is an error, not a string."""
-    from suite.textfile import parse_json
-
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise UsageError(f"--param {text!r}: expected KEY=VALUE")
+    return key, option_value(value, f"--param {key}")
+
+
+def option_value(text: str, where: str) -> Any:
+    """The VALUE of a KEY=VALUE option: JSON, or a bare word as a string. JSON that Python cannot hold (an
+    integer of thousands of digits, nesting too deep) or with a key given twice is an error, not a string."""
+    from suite.textfile import parse_json
+
     try:
-        json.loads(value)
+        json.loads(text)
     except json.JSONDecodeError:
-        return key, value  # a bare word is a string
+        return text  # a bare word is a string
     except (ValueError, RecursionError):
-        pass  # parse_json names the problem below
-    return key, parse_json(value, f"--param {key}", UsageError)
+        pass  # parse_json names the problem
+    return parse_json(text, where, UsageError)
 
 
 # -- run ----------------------------------------------------------------------------------------------------

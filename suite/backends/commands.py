@@ -24,6 +24,8 @@ DEFAULT_PLACERS = ("human_expert", "metis", "m_etf")  # baselines of the fidelit
 
 
 def _overrides(items: list[str]) -> dict[str, Any]:
+    from suite.cli import option_value
+
     out: dict[str, Any] = {}
     for text in items:
         key, sep, raw = text.partition("=")
@@ -35,10 +37,7 @@ def _overrides(items: list[str]) -> dict[str, Any]:
                                   "not --set")
         if key in out:
             raise PlacebenchError(f"--set {key} is given twice")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+        out[key] = option_value(raw, f"--set {key}")
     return out
 
 

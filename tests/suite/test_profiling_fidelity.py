@@ -324,6 +324,10 @@ def test_cli_errors_name_the_problem(capsys):
     for sets in (["batch_size=1", "batch_size=2"], ["batch_size=1", " batch_size =2"]):  # not the last one wins
         assert main(["profile", "rnnlm-2x2048-b64", *(a for v in sets for a in ("--set", v))]) == 2
         assert "--set batch_size is given twice" in capsys.readouterr().err
+    for value, message in (("1" * 5000, "not valid JSON: Exceeds the limit"), ("[" * 100000, "not valid JSON: maximum "
+                           "recursion depth"), ('{"a": 1, "a": 2}', "key 'a' appears twice")):  # not a traceback
+        assert main(["profile", "rnnlm-2x2048-b64", "--set", f"batch_size={value}"]) == 2
+        assert capsys.readouterr().err.startswith(f"placebench: error: --set batch_size: {message}")
     assert main(["profile", "rnnlm-2x2048-b64", "--set", " =1"]) == 2
     assert "--set ' =1': expected KEY=VALUE" in capsys.readouterr().err
     assert main(["profile", "rnnlm-2x2048-b64", "--applies-to", " "]) == 2
