@@ -102,7 +102,7 @@ KEY_COLUMNS = (
     "budget_seconds",
     "evaluator",
 )
-_STRING_COLUMNS = {f.name for f in ROW_SCHEMA if pa.types.is_string(f.type)}
+_STRING_COLUMNS = tuple(f.name for f in ROW_SCHEMA if pa.types.is_string(f.type))
 # the other numbers of a row, each null or >= 0 (`row_problem`)
 OPTIONAL_SECONDS = ("step_time_q25_s", "step_time_q75_s", "step_time_min_s", "step_time_max_s", "budget_seconds",
                     "search_wall_time_s", "cell_wall_time_s")
@@ -295,22 +295,12 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     twice = [c for i, c in enumerate(columns) if c in columns[:i]]
     if twice:  # one of the two would be dropped
         raise StoreError(f"{path}: not a placebench results table: column {twice[0]} appears twice")
-    for f in table.schema:  # a Parquet file keeps its own types; `row_problem` checks the numbers, not the texts
-        if f.name in _STRING_COLUMNS and not _holds_text(f.type):
-            raise StoreError(f"{path}: not a placebench results table: column {f.name} holds {f.type}, not text")
     rows = [flat_row(r) for r in table.to_pylist()]
     for r in rows:  # before sorting: an empty seed would not sort
         problem = row_problem(r)
         if problem:
             raise StoreError(f"{path}: {row_where(r)}: {problem}")
     return sorted(rows, key=sort_key)
-
-
-def _holds_text(t: pa.DataType) -> bool:
-    """Whether a column of type `t` reads as strings (or nulls only), as pandas' categories do too."""
-    if pa.types.is_dictionary(t):
-        return _holds_text(t.value_type)
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
 
 
 # -- checks of what a store's files hold --------------------------------------------------------------------
@@ -320,7 +310,10 @@ def _shown(value: Any) -> str:
         return "an object"
     if isinstance(value, list | tuple):
         return "a list"
-    text = json.dumps(value)
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):  # not JSON: bytes or a date from a Parquet column, an integer too long
+        text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -335,8 +328,9 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     finite number >= 0, and not null when the status is ok, and a count of timed samples that is null or a
     whole number (at least 1 for an ok row: its step time is the statistic of them); its other times and
     counts (`OPTIONAL_SECONDS`, `OPTIONAL_COUNTS`) are null or finite numbers >= 0 (counts whole and below
-    2**63, as the table's int64 columns hold them). Cell files and the rows
-    of reports are checked by this one rule."""
+    2**63, as the table's int64 columns hold them), and its other texts are null or strings. Cell files,
+    results tables (a Parquet file keeps its own column types) and the rows of reports are checked by this
+    one rule."""
     for field in ("workload", "cluster", "placer"):
         if not isinstance(row.get(field), str) or not row[field]:
             return f"{field} must be a non-empty string, got {_shown(row.get(field))}"
@@ -363,6 +357,9 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
         v = row.get(field)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63):
             return f"{field} must be null or a whole number >= 0 (64-bit), got {_shown(v)}"
+    for field in _STRING_COLUMNS:
+        if row.get(field) is not None and not isinstance(row[field], str):
+            return f"{field} must be null or a string, got {_shown(row[field])}"
     return None
 
 

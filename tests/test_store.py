@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import threading
 
@@ -449,21 +450,30 @@ def test_a_manifest_as_a_run_writes_it_is_accepted(tmp_path):
     assert s.manifest() == manifest
 
 
-def test_a_parquet_table_with_a_text_column_of_another_type_is_an_error(tmp_path):
+def test_a_text_field_of_another_type_is_an_error(tmp_path):
+    import datetime
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     s = Store(tmp_path / "s")
     s.write_cell(_record("a1"))
-    table = st.rows_to_table(s.rows())
-    for column, values in (("evaluator", pa.array([3])), ("message", pa.array([[1, 2]]))):
+    table = st.rows_to_table(s.rows())  # a Parquet file keeps its own column types
+    for column, values, shown in (("evaluator", pa.array([3]), "3"), ("message", pa.array([[1, 2]]), "a list"),
+                                  ("message", pa.array([b"x"]), "b'x'"),
+                                  ("step_time_s", pa.array([datetime.date(2020, 1, 1)]), "datetime.date(2020, 1, 1)")):
         i = table.schema.get_field_index(column)
         pq.write_table(table.set_column(i, column, values), tmp_path / "x.parquet")
-        with pytest.raises(StoreError, match=rf"x\.parquet: not a placebench results table: column {column} holds "):
+        with pytest.raises(StoreError, match=rf"x\.parquet: c / w / p / seed 0: {column} must be null or a .*, "
+                                             rf"got {re.escape(shown)}$"):
             st.open_rows(tmp_path / "x.parquet")
     i = table.schema.get_field_index("workload")  # categories (pandas): strings
     pq.write_table(table.set_column(i, "workload", table.column("workload").dictionary_encode()), tmp_path / "x.parquet")
     assert st.open_rows(tmp_path / "x.parquet") == s.rows()
+    for field, value in (("run_id", [1]), ("params", {"a": 1}), ("workload_hash", 3)):  # cell files: JSON of any type
+        s.write_cell(_record("a1", **{field: value}))
+        with pytest.raises(StoreError, match=rf"a1\.json: {field} must be null or a string, got "):
+            s.rows()
 
 
 def test_an_unknown_or_repeated_column_is_an_error_not_dropped(tmp_path):
