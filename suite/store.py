@@ -383,13 +383,13 @@ def check_cell(data: Mapping[str, Any], path: Path) -> None:
 
 
 MANIFEST_TABLES = ("methodologies", "workloads", "clusters", "specs", "placers")
-RUN_OBJECTS = ("git", "packages", "machine")
+RUN_OBJECTS = ("git", "packages", "machine", "numerics")
 
 
 def check_manifest(data: Mapping[str, Any], path: Path) -> None:
     """Raise StoreError naming `path` and the field unless the manifest's runs are a list of objects (their
-    git, packages and machine objects where present), its tables are objects, and each placer label is an
-    object with name and params_hash."""
+    git, packages, machine and numerics objects where present, run_id and machine.simd strings, complete
+    true or false), its tables are objects, and each placer label is an object with name and params_hash."""
     runs = data.get("runs", [])
     if not isinstance(runs, list):
         raise StoreError(f"{path}: runs must be a list of objects, got {_shown(runs)}")
@@ -399,6 +399,11 @@ def check_manifest(data: Mapping[str, Any], path: Path) -> None:
         for key in RUN_OBJECTS:
             if key in run and not isinstance(run[key], dict):
                 raise StoreError(f"{path}: runs[{i}].{key} must be an object, got {_shown(run[key])}")
+        for key, value, kind, what in (("run_id", run.get("run_id"), str, "a string"),
+                                       ("machine.simd", run.get("machine", {}).get("simd"), str, "a string"),
+                                       ("complete", run.get("complete"), bool, "true or false")):
+            if value is not None and not isinstance(value, kind):
+                raise StoreError(f"{path}: runs[{i}].{key} must be {what}, got {_shown(value)}")
     for key in MANIFEST_TABLES:
         if key in data and not isinstance(data[key], dict):
             raise StoreError(f"{path}: {key} must be an object, got {_shown(data[key])}")
