@@ -103,7 +103,7 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
         raise ProfileError(f"{source}: not a placebench profile (field 'format' must be {PROFILE_FORMAT!r})")
     version = data.get("schema_version")
-    if isinstance(version, bool) or version != PROFILE_SCHEMA_VERSION:
+    if type(version) is not int or version != PROFILE_SCHEMA_VERSION:  # not true, not 1.0 (as graph files)
         raise ProfileError(f"{source}: schema_version {version!r} is not supported")
     unknown = set(data) - _PROFILE_KEYS
     if unknown:

@@ -85,3 +85,12 @@ def test_profiled_inputs_are_built_once_and_cannot_go_stale(uniform_cluster):
     assert hash(prof) == hash(Profile("g", "gpu", {"a": 5.0}))
     copy = pickle.loads(pickle.dumps(prof))  # for worker processes
     assert copy == prof and isinstance(copy.op_times_s, MappingProxyType)
+
+
+@pytest.mark.parametrize("version", [1.0, True, "1"])
+def test_a_profile_schema_version_must_be_the_integer_1(tmp_path, version):
+    path = tmp_path / "g__cpu.json"  # as graph, cluster and placement files: 1.0 is not taken for 1
+    path.write_text(json.dumps({"format": "placebench.profile", "schema_version": version, "workload": "g",
+                                "applies_to": "cpu", "op_times_s": {"a": 1e-3}}))
+    with pytest.raises(ProfileError, match=rf"^{path}: schema_version {version!r} is not supported"):
+        load_profile(path)
