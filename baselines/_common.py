@@ -17,7 +17,6 @@ from functools import cached_property
 import numpy as np
 
 from suite.cluster import Cluster
-from suite.costmodel import cost_matrix
 from suite.errors import PlacementError
 from suite.graph import OpGraph
 
@@ -139,12 +138,6 @@ def allowed_nodes(con: Contraction, cluster: Cluster) -> np.ndarray:
             f"cluster {cluster.name!r} has none of them"
         )
     return out
-
-
-def problem_costs(problem) -> np.ndarray:
-    """Time of every op on every device [n_ops, D] from the cost model, with the evaluator's profiles."""
-    profiles = getattr(getattr(problem.evaluator, "backend", None), "profiles", ())
-    return cost_matrix(problem.workload, problem.cluster, profiles)
 
 
 def effective_flops(cluster: Cluster, d: int) -> float:

@@ -156,7 +156,7 @@ def expert_node_devices(problem: Problem, variant: str) -> tuple[np.ndarray, str
     if not gpus:
         return np.full(con.num_nodes, single, dtype=np.int64), "no_gpu_single_cpu", con
     ref = _common.reference_device(cluster, gpus)
-    node_cost = con.node_sum(_common.problem_costs(problem)[:, ref])
+    node_cost = con.node_sum(problem.costs()[:, ref])
     model = str(graph.metadata.get("model", ""))
     blocks = list(graph.metadata.get("blocks", []) or [])
     if variant == "pipeline":

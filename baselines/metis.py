@@ -85,7 +85,7 @@ class Metis(BasePlacer):
         devices = list(range(cluster.num_devices)) if self.params["include_cpu"] else _common.gpus_or_all(cluster)
         con = _common.contract(graph)
         allowed = _common.allowed_nodes(con, cluster)
-        cost = _common.problem_costs(problem)
+        cost = problem.costs()
         ref = _common.reference_device(cluster, devices)
         speeds = _common.device_speeds(cost, devices, ref)
         _, _, nbytes = con.edges

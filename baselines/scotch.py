@@ -64,7 +64,7 @@ def scotch_placement(problem: Problem, devices: list[int], seed: int) -> tuple[n
     graph, cluster = problem.workload, problem.cluster
     con = _common.contract(graph)
     allowed = _common.allowed_nodes(con, cluster)
-    cost = _common.problem_costs(problem)
+    cost = problem.costs()
     ref = _common.reference_device(cluster, devices)
     speeds = _common.device_speeds(cost, devices, ref)
     vw = _common.scale_to_int(con.node_sum(cost[:, ref]))

@@ -21,6 +21,7 @@ in the graph, so every feature lies in [0, 1].
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from rl.grouping import Grouping
 from suite.cluster import Cluster
-from suite.costmodel import cost_matrix
+from suite.costmodel import Profile, cost_matrix
 from suite.graph import PHASES, OpGraph
 
 MAX_RANK = 4  # output-shape dims kept (Mirhoseini et al. pad the output shape to a fixed size)
@@ -216,9 +217,11 @@ def device_features(cluster: Cluster) -> np.ndarray:
     return np.column_stack([kinds, scaled_log(flops), scaled_log(bw), scaled_log(mem)]).astype(np.float32)
 
 
-def cost_features(graph: OpGraph, cluster: Cluster, grouping: Grouping | None = None) -> np.ndarray:
-    """float32 [n or G, D]: time of each op (or summed over each group) on each device, scaled log."""
-    cost = np.asarray(cost_matrix(graph, cluster), dtype=np.float64)
+def cost_features(graph: OpGraph, cluster: Cluster, grouping: Grouping | None = None,
+                  profiles: Iterable[Profile] = ()) -> np.ndarray:
+    """float32 [n or G, D]: time of each op (or summed over each group) on each device, scaled log; with
+    `profiles`, the measured times (pass the evaluator's: `Problem.profiles`)."""
+    cost = np.asarray(cost_matrix(graph, cluster, profiles), dtype=np.float64)
     if grouping is not None:
         out = np.zeros((grouping.num_groups, cost.shape[1]))
         np.add.at(out, grouping.assignment, cost)

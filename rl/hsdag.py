@@ -297,7 +297,7 @@ class HSDAGSearch:
         self.mask = torch.as_tensor(mask)
         feats = group_features(graph, self.grouping)
         self.x0 = to_tensor(np.concatenate([feats.matrix(adjacency=False),
-                                            cost_features(graph, cluster, self.grouping)], axis=1))
+                                            cost_features(graph, cluster, self.grouping, problem.profiles)], axis=1))
         G = self.grouping.num_groups
         adj = np.zeros((G, G), dtype=bool)
         adj[feats.edge_index[0], feats.edge_index[1]] = True

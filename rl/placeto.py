@@ -111,7 +111,6 @@ from rl.learned import (
 from rl.nets import masked_categorical
 from rl.reward import reward_of
 from rl.trainers import apply_gradients, build_optimizer, discounted_returns, scale_advantages
-from suite.costmodel import cost_matrix
 from suite.graph import OpGraph
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem, check_choice
@@ -304,7 +303,8 @@ def group_start_times(problem: Problem, grouping: Grouping) -> Callable[[np.ndar
     first = np.searchsorted(grouping.assignment[order], np.arange(grouping.num_groups))
 
     def starts(group_devices: np.ndarray) -> np.ndarray:
-        ops = start_times(problem.workload, problem.cluster, grouping.expand(group_devices), validate_each=False)
+        ops = start_times(problem.workload, problem.cluster, grouping.expand(group_devices), validate_each=False,
+                          profiles=problem.profiles)
         return np.minimum.reduceat(ops[:, order], first, axis=1)
 
     return starts
@@ -320,8 +320,7 @@ class PlacetoSearch:
         p = self.params = params
         self.grouping, mask, self.rollouts = grouped_problem(problem, p)
         self.mask = torch.as_tensor(mask)
-        self.graph = group_graph(problem.workload, self.grouping, np.asarray(cost_matrix(problem.workload,
-                                                                                           problem.cluster)))
+        self.graph = group_graph(problem.workload, self.grouping, problem.costs())
         self.features = StateFeatures(self.graph, problem.cluster.num_devices,
                                       group_start_times(problem, self.grouping))
         self.generator = torch.Generator().manual_seed(seed)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from suite.cluster import Cluster
+from suite.costmodel import Profile, cost_matrix
 from suite.errors import PlacebenchError, UnknownNameError
 from suite.evaluator import CurvePoint, Evaluator
 from suite.graph import OpGraph
@@ -42,6 +43,17 @@ class Problem:
     @classmethod
     def make(cls, workload: OpGraph, cluster: Cluster, budget: Budget | None = None, **kw: Any) -> Problem:
         return cls(workload, cluster, Evaluator(workload, cluster, budget, **kw))
+
+    @property
+    def profiles(self) -> tuple[Profile, ...]:
+        """The measured op times the evaluator's simulator uses (none with other backends): a placer's own
+        estimates (costs, simulated start times) must use them too, or it plans on other times than it is
+        scored on."""
+        return tuple(getattr(self.evaluator.backend, "profiles", ()))
+
+    def costs(self) -> np.ndarray:
+        """Time of every op on every device [n_ops, D] from the cost model, with the evaluator's profiles."""
+        return cost_matrix(self.workload, self.cluster, self.profiles)
 
 
 @dataclass

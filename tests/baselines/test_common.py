@@ -129,7 +129,7 @@ def test_problem_costs_use_the_evaluators_profiles(make_cluster):
 
     g, cluster = grouped_graph(), make_cluster(2)
     p = Problem.make(g, cluster, profiles=[Profile(workload="grouped", applies_to="gpu:1", op_times_s={"c": 0.5})])
-    cost = _common.problem_costs(p)
+    cost = p.costs()
     assert cost[2, 2] == 0.5 and cost[2, 1] == pytest.approx(4.0 / 1e10)  # measured on gpu:1, estimated on gpu:0
 
 

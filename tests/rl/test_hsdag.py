@@ -229,3 +229,21 @@ def test_parameter_errors():
         HSDAGPlacer(grouping="nope")
     with pytest.raises(PlacebenchError):
         HSDAGPlacer(steps=0)
+
+
+def test_the_node_features_hold_the_evaluators_profiled_times(branchy, k80x2):
+    """The cost columns of HSDAG's node features are the times the evaluator scores with (its profiles),
+    not the analytic estimate: a1 measured at 3 s on every K80 shows in them."""
+    from rl.features import cost_features
+    from suite.costmodel import Profile
+    from suite.evaluator import Evaluator
+    from suite.methodology import Budget
+    from suite.placer import Problem
+
+    prof = Profile("branchy", "gpu", {"a1": 3.0})
+    problem = Problem(branchy, k80x2, Evaluator(branchy, k80x2, Budget(50, 60), profiles=[prof]))
+    search = _search(problem, grouping="colocation")
+    D = k80x2.num_devices
+    measured = cost_features(branchy, k80x2, search.grouping, [prof])
+    assert not np.array_equal(measured, cost_features(branchy, k80x2, search.grouping))
+    np.testing.assert_array_equal(search.x0[:, -D:].numpy(), measured)

@@ -24,7 +24,8 @@ from rl.placeto import (
 from rl.reward import RewardEvaluator
 from suite.costmodel import cost_matrix
 from suite.errors import PlacebenchError
-from suite.placer import make_placer, placer_names
+from suite.methodology import Budget
+from suite.placer import Problem, make_placer, placer_names
 from suite.simulator import SimInputs, reference
 
 
@@ -261,3 +262,21 @@ def test_episode_matches_the_iterative_gym_environment(branchy, k80x2, make_prob
     replayed = [env.step(int(a))[1] for a in seen["actions"][0]]
     np.testing.assert_allclose(replayed, seen["rewards"][0], rtol=1e-12, atol=1e-15)
     assert np.count_nonzero(seen["rewards"][0]) >= 2
+
+
+def test_the_search_plans_on_the_evaluators_profiles(branchy, k80x2):
+    """With measured times (an evaluator with profiles), Placeto's group costs and simulated start times are
+    those times, not the analytic estimate it is not scored on: on every K80, a1 takes 3 s, so a2 starts
+    3 s after a1 on the same device."""
+    from suite.costmodel import Profile
+    from suite.evaluator import Evaluator
+
+    prof = Profile("branchy", "gpu", {"a1": 3.0})
+    budget = Budget(50, 60)
+    problem = Problem(branchy, k80x2, Evaluator(branchy, k80x2, budget, profiles=[prof]))
+    search = PlacetoSearch(problem, {**PlacetoPlacer.defaults, "grouping": "colocation"}, seed=1)
+    inputs = SimInputs.build(branchy, k80x2, [prof])
+    np.testing.assert_array_equal(search.graph.cost_s, inputs.cost)  # one op per group
+    gd = np.array([[1, 1, 1, 1, 1, 1, 1, 1]])
+    s = reference.simulate(gd[0], *inputs.args()).start_s
+    assert search.features.group_starts(gd)[0].tolist() == s.tolist() and s[2] == s[1] + 3.0
