@@ -507,13 +507,17 @@ def runs_that_made(runs: Iterable[Mapping[str, Any]], rows: list[Mapping[str, An
     return [run for run in runs if not used or run.get("run_id") in used]
 
 
-def budgets_of(rows: Iterable[Mapping[str, Any]]) -> list[tuple[int, float]]:
-    """The distinct search budgets (evaluations, seconds) that result rows were made with."""
-    return sorted({(r.get("budget_evaluations"), r.get("budget_seconds")) for r in rows} - {(None, None)})
+def budgets_of(rows: Iterable[Mapping[str, Any]]) -> list[tuple[int | None, float | None]]:
+    """The distinct search budgets (evaluations, seconds) that result rows were made with; a part a row
+    leaves out (a hand-made table may) is None, and sorts last."""
+    budgets = {(r.get("budget_evaluations"), r.get("budget_seconds")) for r in rows} - {(None, None)}
+    return sorted(budgets, key=lambda b: tuple((x is None, x or 0) for x in b))
 
 
-def budget_text(budgets: Iterable[tuple[int, float]]) -> str:
-    return "; ".join(f"{e} evaluations / {s:g} s" for e, s in budgets)
+def budget_text(budgets: Iterable[tuple[int | None, float | None]]) -> str:
+    """'500 evaluations / 3600 s; ...', with '?' for a part that is not known."""
+    return "; ".join(f"{'?' if e is None else e} evaluations / {'?' if s is None else format(s, 'g')} s"
+                     for e, s in budgets)
 
 
 def provenance(runs: Iterable[Mapping[str, Any]]) -> str:

@@ -252,6 +252,17 @@ def test_leaderboard_states_the_budget_and_the_simulator_caveat(tmp_path):
     assert caveat not in measured  # a measured step time is not a prediction
 
 
+def test_a_budget_part_that_rows_leave_out_is_unknown_not_a_traceback():
+    """A hand-made table may leave budget_seconds (or budget_evaluations) empty on some rows: the leaderboard
+    names those budgets with '?' (sorted after the known ones) instead of failing on None."""
+    rows = [{**r, "budget_evaluations": 500, "budget_seconds": None if r["workload"] == "w1" else 3600.0} for r in ROWS]
+    rows[-1] = {**rows[-1], "budget_evaluations": None}  # w5: seconds only
+    assert report.budgets_of(rows) == [(500, 3600.0), (500, None), (None, 3600.0)]
+    text = report.leaderboard_markdown(rows, "ref")
+    assert ("search budget per cell: 500 evaluations / 3600 s; 500 evaluations / ? s; ? evaluations / 3600 s; "
+            "seeds: 0, 1, 2. ") in text
+
+
 def test_long_failure_messages_are_cut_to_the_table_width():
     """failures_table shows at most 100 characters: a longer message is cut to 97 and "..."; the raw row
     (CSV, JSON) keeps it whole."""
