@@ -550,10 +550,25 @@ def _refuse_inside_store(store: str | Path, path: str | Path | None, flag: str) 
 
 
 def _names(text: str | None, flag: str) -> list[str]:
-    """A comma-separated filter; an option given with no names is an error, not "no filter"."""
+    """A comma-separated filter; an option given with no names is an error, not "no filter". A comma inside
+    brackets or a JSON string is part of its name: a placer's default label names its parameters,
+    `local_search(batch_size=32,steps=10)`."""
     if text is None:
         return []
-    names = [x.strip() for x in text.split(",") if x.strip()]
+    parts, depth, quoted, escaped, start = [], 0, False, False, 0
+    for i, ch in enumerate(text):
+        if quoted:
+            quoted, escaped = escaped or ch != '"', not escaped and ch == "\\"
+        elif ch == '"':
+            quoted = True
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    names = [x.strip() for x in [*parts, text[start:]] if x.strip()]
     if not names:
         raise UsageError(f"{flag} {text!r} names nothing: give one or more names, comma-separated")
     return names

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import os
 import shutil
@@ -554,6 +556,24 @@ def test_a_filtered_table_adds_the_reference_only_where_it_has_rows(capsys, tiny
     assert code == 0 and "single_gpu" not in out and "single_cpu" in out, err
     code, out, _ = _run(capsys, "table", str(store), "--cluster", "xeon_h100", "--placers", "single_cpu")
     assert code == 0 and "Speedup over single_gpu on xeon_h100" in out
+
+
+def test_placers_filter_takes_a_label_whose_parameters_hold_commas(capsys, tmp_path):
+    """A placer entry with two parameters is labelled `ls(a=1,b="x,y")` by default: --placers splits at the
+    commas between names, not at those inside a label's brackets or JSON strings."""
+    from suite.store import write_table
+
+    def row(placer, t):
+        return {"cell_id": placer, "cluster": "c", "workload": "w", "placer": placer, "seed": 0, "status": "ok",
+                "step_time_s": t}
+
+    table = write_table([row('ls(a=1,b="x,y")', 1.0), row("ls(a=[1,2])", 2.0), row("single_cpu", 4.0),
+                         row("other", 8.0)], tmp_path / "t.csv")
+    code, out, err = _run(capsys, "table", str(table), "--placers", 'ls(a=1,b="x,y"), ls(a=[1,2]),single_cpu',
+                          "--reference", "single_cpu", "--format", "csv")
+    assert code == 0, err
+    assert [(r["placer"], r["step_time_s"]) for r in csv.DictReader(io.StringIO(out))] == [
+        ('ls(a=1,b="x,y")', "1.0"), ("ls(a=[1,2])", "2.0"), ("single_cpu", "4.0")]
 
 
 def test_a_leaderboard_that_cannot_be_made_leaves_the_old_one(capsys, tiny_files, write_spec, tmp_path):
