@@ -613,8 +613,8 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.output and args.chart and Path(args.output).resolve() == Path(args.chart).resolve():
         raise UsageError(f"--output and --chart are the same file {args.output}")
     rows = open_rows(args.store)
-    runs = _store_runs(args.store)
-    _warn_if_incomplete(args.store, runs or _manifest_runs(args.store))
+    runs = _manifest_runs(args.store)
+    _warn_if_incomplete(args.store, runs)
     _warn_if_table_lags(args.store, len(rows))
     reference = args.reference or report.DEFAULT_REFERENCE
     for flag, field, wanted in (("--cluster", "cluster", [args.cluster] if args.cluster else []),
@@ -656,8 +656,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     _refuse_inside_store(args.store, args.out, "--out")
     check_output_dir(args.out, "--out")
     rows = open_rows(args.store)
-    runs = _store_runs(args.store)
-    warnings = [w for w in (_warn_if_incomplete(args.store, runs), _warn_if_mixed_code(runs, rows)) if w]
+    runs = _manifest_runs(args.store)
+    warnings = [w for w in (_warn_if_incomplete(args.store, runs), _warn_if_table_lags(args.store, len(rows)),
+                            _warn_if_mixed_code(runs, rows)) if w]
     written = [str(p) for p in report.write_leaderboard(
         rows, args.out, args.reference, source=str(args.store), runs=runs,
         note="\n\n".join(f"**Warning: {w}.**" for w in warnings), chart=not args.no_chart)]
@@ -668,18 +669,21 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn_if_table_lags(path: str, n_rows: int) -> None:
+def _warn_if_table_lags(path: str, n_rows: int) -> str:
     """A store's own results table is rewritten when a run ends: a run killed before that leaves it behind
-    the cell files. Say so on stderr when the counts differ."""
+    the cell files. Say so on stderr (and return it) when the counts differ."""
     from suite.store import Store
 
     source = _results_source(path)
     if source == Path(path).resolve():  # a store directory, or a table outside a store
-        return
+        return ""
     cells = len(Store(source, create=False).cell_ids())
-    if cells != n_rows:
-        print(f"placebench: warning: {path} holds {n_rows} rows but {source} has {cells} cell files (a run "
-              f"ended before rewriting it): read the store directory {source} instead", file=sys.stderr)
+    if cells == n_rows:
+        return ""
+    text = (f"{path} holds {n_rows} rows but {source} has {cells} cell files (a run ended before rewriting it): "
+            f"read the store directory {source} instead")
+    print(f"placebench: warning: {text}", file=sys.stderr)
+    return text
 
 
 def _results_source(path: str) -> Path:
@@ -706,12 +710,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sides, side_runs = [], []
     for store in (args.base, args.new):
         rows = open_rows(store)
-        manifest_runs = _manifest_runs(store)  # also for a table file inside a store
-        runs = manifest_runs if Path(store).is_dir() else []
+        runs = _manifest_runs(store)  # also for a table file inside a store: its rows are the store's
         _warn_if_incomplete(store, runs)
+        _warn_if_table_lags(store, len(rows))
         _warn_if_mixed_code(runs, rows)
         sides.append(rows)
-        side_runs.append(report.runs_that_made(manifest_runs, rows))
+        side_runs.append(report.runs_that_made(runs, rows))
     _warn_if_other_kernels(*side_runs)
     pairs = compare.compare(sides[0], sides[1], args.factor, args.memory_factor, names=(args.base, args.new),
                             methodologies=(_store_methodologies(args.base), _store_methodologies(args.new)))

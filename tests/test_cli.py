@@ -526,6 +526,33 @@ def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tm
     assert code == 0 and "warning" not in err
 
 
+def test_compare_and_leaderboard_on_a_stores_own_table_warn_as_the_store_would(capsys, tiny_files, write_spec,
+                                                                               tmp_path):
+    """A store's results.csv holds the store's rows: compare and leaderboard say that its last run stopped early
+    and that the table lags the cell files, as table does, and the leaderboard names the runs that made it."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    base, new = tmp_path / "base", tmp_path / "new"
+    for store in (base, new):
+        assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    manifest = json.loads((new / "manifest.json").read_text())
+    manifest["runs"][-1].update(complete=False, cells_planned=5)  # as a killed run leaves it
+    (new / "manifest.json").write_text(json.dumps(manifest))
+    [cell] = (new / "cells").glob("*.json")
+    (new / "cells" / "extra.json").write_text(cell.read_text().replace(cell.stem, "extra"))
+    table = new / "results.csv"
+    incomplete = "placebench: warning: incomplete store: the last run of 1 spec(s) stopped before it finished"
+    lags = f"placebench: warning: {table} holds 1 rows but {new} has 2 cell files"
+    code, _, err = _run(capsys, "compare", str(base), str(table))
+    assert code == 0 and incomplete in err and lags in err, err
+    code, _, err = _run(capsys, "leaderboard", str(table), "--out", str(tmp_path / "lb"), "--no-chart",
+                        "--reference", "single_cpu")
+    assert code == 0 and incomplete in err and lags in err, err
+    md = (tmp_path / "lb" / "leaderboard.md").read_text()
+    assert "**Warning: incomplete store" in md and f"**Warning: {table} holds 1 rows" in md
+    assert f"Run {manifest['runs'][-1]['run_id']} (spec test, 1 cells" in md
+
+
 def test_a_complete_run_of_another_spec_does_not_hide_an_incomplete_one(capsys, tiny_files, write_spec, tmp_path):
     store = tmp_path / "store"
     for name, placer in (("first", "single_cpu"), ("second", "m_etf")):
