@@ -753,3 +753,22 @@ def test_an_interrupted_evaluate_does_not_claim_to_have_stored_cells(capsys, mon
     monkeypatch.setattr(suite.cli, "cmd_evaluate", interrupted)
     code, _, err = _run(capsys, "evaluate", "w", "--cluster", "c", "--placer", "p")
     assert code == suite.cli.EXIT_INTERRUPTED and err == "placebench: interrupted\n"
+
+
+def test_the_tox_gate_runs_into_an_emptied_store(tmp_path):
+    """`tox -e gate` reuses runs/gate: a cell an earlier gate stored there, of a placer or workload the change
+    dropped from the quick suite, would match the baseline's cell ("same") instead of being "missing". The
+    gate's first command removes the store; the run then writes it afresh."""
+    import configparser
+    import shlex
+
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(Path(__file__).parent.parent / "tox.ini")
+    commands = [shlex.split(c) for c in tox["testenv:gate"]["commands"].strip().splitlines()]
+    assert [c[:2] for c in commands[1:]] == [["placebench", "run"], ["placebench", "compare"]]
+    assert commands[1][commands[1].index("--out") + 1] == commands[2][-1] == "runs/gate"
+    (tmp_path / "runs" / "gate" / "cells").mkdir(parents=True)
+    (tmp_path / "runs" / "gate" / "cells" / "dropped.json").write_text("{}")
+    assert commands[0][0] == "python"
+    subprocess.run([sys.executable, *commands[0][1:]], cwd=tmp_path, check=True)
+    assert not (tmp_path / "runs" / "gate").exists()
