@@ -20,7 +20,7 @@ import numpy as np
 from suite.cluster import Cluster
 from suite.errors import PlacementError
 from suite.graph import OpGraph
-from suite.textfile import load_json
+from suite.textfile import load_json, short_repr
 
 
 def as_placement(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray:
@@ -62,13 +62,12 @@ def as_placement(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray
             out[i] = cluster.index[v]
             continue
         if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            if isinstance(v, float | np.floating) and float(v).is_integer():
-                v = int(v)
-            else:
+            if not (isinstance(v, float | np.floating) and float(v).is_integer()):
                 raise PlacementError(f"placement[{i}] (op {graph.ops[i].name!r}): {v!r} is not a device index")
-        if not 0 <= int(v) < d:
+        if not 0 <= v < d:  # shown as written: a huge one (1e300, 10**400) by its size, not its digits
             raise PlacementError(
-                f"placement[{i}] (op {graph.ops[i].name!r}): device {int(v)} does not exist; "
+                f"placement[{i}] (op {graph.ops[i].name!r}): device "
+                f"{short_repr(v.item() if isinstance(v, np.generic) else v)} does not exist; "
                 f"cluster {cluster.name!r} has devices 0..{d - 1}"
             )
         out[i] = int(v)
@@ -218,21 +217,24 @@ def load_placement(path: str | Path, graph: OpGraph, cluster: Cluster) -> np.nda
     """Read a placement file (an object with a 'placement' field: a list or an {op: device} object)."""
     path = Path(path)
     data = load_json(path, PlacementError, "placement")
-    raw = data.get("placement") if isinstance(data, dict) else data
-    if raw is None:
+    if isinstance(data, dict) and "placement" not in data:
         raise PlacementError(f"{path}: no field 'placement'")
+    raw = data["placement"] if isinstance(data, dict) else data
+    if raw is None:
+        what = "field 'placement'" if isinstance(data, dict) else "the file"
+        raise PlacementError(f"{path}: {what} is null, not a list of devices or an object of op name -> device")
     if isinstance(data, dict):  # a saved placement names what it belongs to: it must be this workload and cluster
         unknown = sorted(set(data) - _PLACEMENT_KEYS)
         if unknown:
             raise PlacementError(f"{path}: unknown field(s) {unknown}; known: {', '.join(sorted(_PLACEMENT_KEYS))}")
         version = data.get("schema_version", 1)
         if type(version) is not int or version != 1:
-            raise PlacementError(f"{path}: schema_version {version!r} is not supported (this placebench reads 1)")
+            raise PlacementError(f"{path}: schema_version {short_repr(version)} is not supported (this placebench reads 1)")
         expected = {"format": "placebench.placement", "workload": graph.name, "workload_hash": graph.content_hash,
                     "cluster": cluster.name}
         for key, want in expected.items():
             if key in data and data[key] != want:
-                raise PlacementError(f"{path}: {key} is {data[key]!r}, but this is {want!r}")
+                raise PlacementError(f"{path}: {key} is {short_repr(data[key])}, but this is {want!r}")
     try:
         return validate(raw, graph, cluster)
     except PlacementError as exc:

@@ -65,3 +65,25 @@ def test_unreadable_files_are_placement_errors(tmp_path):
     bad.write_text('{"placement": [1' + "0" * 5000 + "]}")  # json's ValueError, not a JSONDecodeError
     with pytest.raises(PlacementError, match=r"bad\.json: not valid JSON: Exceeds the limit"):
         load_placement(bad, g, c)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"placement": [1e300, 0, 0]}', r"placement\[0\] \(op 'o0'\): device 1e\+300 does not exist"),
+        ('{"placement": [0, 1%s, 0]}' % ("0" * 400), r"placement\[1\] \(op 'o1'\): device an integer of about 401 "
+                                                      r"digits does not exist"),
+        ('{"placement": [0, 1, 1], "schema_version": 1%s}' % ("0" * 400), "schema_version an integer of about 401"),
+        ('{"placement": [0, 1, 1], "workload": 1%s}' % ("0" * 400), "workload is an integer of about 401 digits"),
+        ('{"placement": null}', "field 'placement' is null, not a list of devices or an object of op name -> device"),
+        ("null", "the file is null"),
+        ('{"workload": "three"}', "no field 'placement'"),
+    ],
+)
+def test_a_bad_placement_file_is_named_in_one_short_line(tmp_path, text, message):
+    """A huge number is shown by its size (not hundreds of digits), and a null placement is called null."""
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(PlacementError, match=r"p\.json: .*" + message) as info:
+        load_placement(path, _graph(), load_cluster("haswell_2k80"))
+    assert len(str(info.value)) < 200
