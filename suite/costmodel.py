@@ -31,7 +31,7 @@ import numpy as np
 from suite.cluster import Cluster, Device
 from suite.errors import ClusterError, ProfileError
 from suite.graph import OpGraph
-from suite.textfile import as_float, first_non_finite, load_json
+from suite.textfile import as_float, first_non_finite, load_json, short_repr
 
 PROFILE_FORMAT = "placebench.profile"
 PROFILE_SCHEMA_VERSION = 1
@@ -104,17 +104,19 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
         raise ProfileError(f"{source}: not a placebench profile (field 'format' must be {PROFILE_FORMAT!r})")
     version = data.get("schema_version")
     if type(version) is not int or version != PROFILE_SCHEMA_VERSION:  # not true, not 1.0 (as graph files)
-        raise ProfileError(f"{source}: schema_version {version!r} is not supported")
+        raise ProfileError(f"{source}: schema_version {short_repr(version)} is not supported")
     unknown = set(data) - _PROFILE_KEYS
     if unknown:
         raise ProfileError(f"{source}: unknown field(s) {sorted(unknown)}; expected {sorted(_PROFILE_KEYS)}")
     for key in ("workload", "applies_to"):
-        if not isinstance(data.get(key), str) or not data[key]:
-            raise ProfileError(f"{source}: field {key!r} is missing or empty")
+        if key not in data:
+            raise ProfileError(f"{source}: field {key!r} is missing")
+        if not isinstance(data[key], str) or not data[key]:
+            raise ProfileError(f"{source}: field {key!r} must be a non-empty string, got {short_repr(data[key])}")
     if not isinstance(data.get("workload_hash", ""), str):
-        raise ProfileError(f"{source}: field 'workload_hash' must be a string, got {data['workload_hash']!r}")
+        raise ProfileError(f"{source}: field 'workload_hash' must be a string, got {short_repr(data['workload_hash'])}")
     if not isinstance(data.get("metadata", {}), dict):
-        raise ProfileError(f"{source}: field 'metadata' must be an object, got {data['metadata']!r}")
+        raise ProfileError(f"{source}: field 'metadata' must be an object, got {short_repr(data['metadata'])}")
     bad = first_non_finite(data.get("metadata", {}), "metadata")
     if bad:  # NaN / Infinity are not JSON: Profile.save cannot write them, nor a fidelity report hold them
         raise ProfileError(f"{source}: {bad} is not a finite number")
@@ -124,7 +126,7 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
     seconds = {name: _seconds(t) for name, t in times.items()}
     for name, t in seconds.items():
         if t is None:
-            raise ProfileError(f"{source}: op_times_s[{name!r}] = {times[name]!r} is not a finite non-negative number")
+            raise ProfileError(f"{source}: op_times_s[{name!r}] = {short_repr(times[name])} is not a finite non-negative number")
     if not math.isfinite(sum(seconds.values())):
         raise ProfileError(f"{source}: op_times_s add up to more than the largest float (a step time would be infinite)")
     calibration = data.get("metadata", {}).get("calibration")
@@ -132,7 +134,7 @@ def profile_from_dict(data: Any, *, source: str = "<dict>") -> Profile:
         _check_calibration(calibration, source)
         if not math.isfinite(sum(raw_op_times(seconds, calibration).values())):
             raise ProfileError(f"{source}: op_times_s without metadata.calibration (divided by factor "
-                               f"{calibration['factor']!r}) add up to more than the largest float")
+                               f"{short_repr(calibration['factor'])}) add up to more than the largest float")
     return Profile(
         workload=data["workload"],
         applies_to=data["applies_to"],
@@ -150,20 +152,20 @@ def _check_calibration(c: Any, source: str) -> None:
     """`metadata.calibration` as `suite.profiling` writes it: a method, and the number that method needs."""
     where = f"{source}: metadata.calibration"
     if not isinstance(c, dict):
-        raise ProfileError(f"{where} must be an object, got {c!r}")
+        raise ProfileError(f"{where} must be an object, got {short_repr(c)}")
     if c.get("method") not in CALIBRATION_METHODS:
-        raise ProfileError(f"{where}.method = {c.get('method')!r} is not one of {', '.join(CALIBRATION_METHODS)}")
+        raise ProfileError(f"{where}.method = {short_repr(c.get('method'))} is not one of {', '.join(CALIBRATION_METHODS)}")
     needed = {"additive": ["op_overhead_s"], "scale": ["factor"]}.get(c["method"], [])
     for key in needed:
         if key not in c:
             raise ProfileError(f"{where}: method {c['method']!r} needs field {key!r}")
     for key in ("op_overhead_s", "raw_sum_s", "measured_step_s"):
         if key in c and _seconds(c[key]) is None:
-            raise ProfileError(f"{where}.{key} = {c[key]!r} is not a finite non-negative number")
+            raise ProfileError(f"{where}.{key} = {short_repr(c[key])} is not a finite non-negative number")
     if "factor" in c:
         f = as_float(c["factor"])
         if not (math.isfinite(f) and f > 0):
-            raise ProfileError(f"{where}.factor = {c['factor']!r} is not a finite positive number")
+            raise ProfileError(f"{where}.factor = {short_repr(c['factor'])} is not a finite positive number")
 
 
 def raw_op_times(times: Mapping[str, float], calibration: Mapping[str, Any]) -> dict[str, float]:
@@ -235,7 +237,7 @@ def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = 
             if i is None:
                 raise ProfileError(f"{where} for {prof.workload!r}: op {name!r} is not in graph {graph.name!r}")
             if _seconds(t) is None:  # a profile made in code skipped the file reader's check
-                raise ProfileError(f"{where} for {prof.workload!r}: op {name!r} takes {t!r} s, not a finite "
+                raise ProfileError(f"{where} for {prof.workload!r}: op {name!r} takes {short_repr(t)} s, not a finite "
                                    "non-negative time")
             for d in cols:
                 other = timed_by.setdefault((i, d), prof)
