@@ -242,13 +242,13 @@ def _memory_bytes(where: str, value: Any) -> None:
 
 def _string(where: str, value: Any) -> None:
     if not isinstance(value, str):
-        raise ClusterError(f"{where}: expected a string, got {value!r}")
+        raise ClusterError(f"{where}: expected a string, got {short_repr(value)}")
 
 
 def _sources(where: str, value: Any) -> None:
     """A `source` table: field name -> where its number comes from."""
     if not isinstance(value, dict):
-        raise ClusterError(f"{where}: must be a table of field name -> source text, got {value!r}")
+        raise ClusterError(f"{where}: must be a table of field name -> source text, got {short_repr(value)}")
     for key, text in value.items():
         _string(f"{where}.{key}", text)
 
@@ -341,7 +341,9 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
     if type(version) is not int or version != SCHEMA_VERSION:  # not true, not 1.0 (as graph files)
         raise ClusterError(f"{where}: schema_version {short_repr(version)} is not supported (expected {SCHEMA_VERSION})")
     name = data.get("name")
-    if not isinstance(name, str) or not name:
+    if name is not None and not isinstance(name, str):  # a number, a TOML date or table
+        raise ClusterError(f"{where}: field 'name' must be a string, got {short_repr(name)}")
+    if not name:
         raise ClusterError(f"{where}: field 'name' is missing or empty")
     devices = []
     raw_devices = _tables(where, "devices", data.get("devices", []))

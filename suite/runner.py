@@ -240,7 +240,9 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
         raise SpecError(f"{source}: unknown field(s) {sorted(unknown)}; known: {', '.join(sorted(_SPEC_KEYS))}")
     _nul_free(source, dict(data))
     name = data.get("name")
-    if not isinstance(name, str) or not name:
+    if name is not None and not isinstance(name, str):  # a number, a TOML date or table
+        raise SpecError(f"{source}: field 'name' must be a string, got {short_repr(name)}")
+    if not name:
         raise SpecError(f"{source}: field 'name' is missing or empty")
     if not _PLAIN_NAME.fullmatch(name):
         raise SpecError(f"{source}: name {name!r} must be a plain name (letters, digits, '.', '_', '-'): it names "

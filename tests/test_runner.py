@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import multiprocessing
 import os
@@ -56,6 +57,7 @@ def test_spec_fields_are_read(tmp_path):
     [
         ({"colour": "red"}, r"unknown field\(s\) \['colour'\]"),
         ({"name": ""}, "field 'name' is missing"),
+        ({"name": datetime.date(1979, 5, 27)}, r"field 'name' must be a string, got datetime.date\(1979, 5, 27\)$"),
         ({"workloads": []}, "workloads: expected a non-empty list"),
         ({"seeds": [0, "1"]}, "seeds must be a non-empty list of integers"),
         ({"seeds": [-1]}, r"seeds must be a non-empty list of integers in \[0, 2\*\*32\)"),

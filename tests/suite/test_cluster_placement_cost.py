@@ -1,5 +1,7 @@
 """Clusters (presets and errors), placement validation and the cost model's profile mode."""
 
+import copy
+import datetime
 import hashlib
 import json
 
@@ -198,6 +200,10 @@ GOOD_CLUSTER = {"name": "c", "devices": [
         (lambda d: d["devices"][0].update(source="x"), r"devices\[0\] 'a'\.source: must be a table"),
         (lambda d: d["links"][0].update(source={"bandwidth": 1.0}), r"links\[0\]\.source\.bandwidth: expected a string"),
         (lambda d: d.update(description=5), "description: expected a string, got 5"),
+        (lambda d: d.update(description=10**400), "description: expected a string, got an integer of about 401 digits$"),
+        (lambda d: d.update(name=datetime.date(1979, 5, 27)),
+         r"field 'name' must be a string, got datetime.date\(1979, 5, 27\)$"),
+        (lambda d: d.update(name=""), "field 'name' is missing or empty$"),
         (lambda d: d["devices"][0].update(model=5), r"devices\[0\] 'a'\.model: expected a string, got 5"),
         (lambda d: d["links"][0].update(name=["l"]), r"links\[0\]\.name: expected a string"),
         (lambda d: d.update(colour="red", notes=""), r"unknown top-level field\(s\) \['colour', 'notes'\]"),
@@ -219,7 +225,7 @@ GOOD_CLUSTER = {"name": "c", "devices": [
     ],
 )
 def test_cluster_errors(mutate, message):
-    data = json.loads(json.dumps(GOOD_CLUSTER))
+    data = copy.deepcopy(GOOD_CLUSTER)
     mutate(data)
     with pytest.raises(ClusterError, match=message) as err:
         from_dict(data, source="my.toml")
