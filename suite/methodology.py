@@ -86,10 +86,12 @@ def _num(where: str, value: Any, *, integer: bool = False, minimum: float = 0.0)
 
 def check_seeds(where: str, seeds: Any) -> list[int]:
     """Seeds of a methodology or a spec: a non-empty list of integers in [0, 2**32) (numpy's seed range)."""
-    if not isinstance(seeds, list) or not seeds or not all(
-        isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds
-    ):
-        raise SpecError(f"{where} must be a non-empty list of integers in [0, 2**32), got {seeds!r}")
+    need = f"{where} must be a non-empty list of integers in [0, 2**32)"
+    if not isinstance(seeds, list) or not seeds:
+        raise SpecError(f"{need}, got {short_repr(seeds)}")
+    for i, s in enumerate(seeds):
+        if not isinstance(s, int) or isinstance(s, bool) or not 0 <= s < 2**32:
+            raise SpecError(f"{need}; entry {i} is {short_repr(s)}")
     twice = [s for i, s in enumerate(seeds) if s in seeds[:i]]
     if twice:
         raise SpecError(f"{where}: seed {twice[0]} is listed twice")
@@ -98,7 +100,7 @@ def check_seeds(where: str, seeds: Any) -> list[int]:
 
 def _bool(where: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise SpecError(f"{where}: expected true or false, got {value!r}")
+        raise SpecError(f"{where}: expected true or false, got {short_repr(value)}")
     return value
 
 
@@ -114,7 +116,7 @@ def _sections(data: Any, source: str) -> dict[str, dict[str, Any]]:
     for name, keys in SECTIONS.items():
         table = data.get(name, {})
         if not isinstance(table, dict):
-            raise SpecError(f"{source}: field {name!r} must be a table ([{name}]), got {table!r}")
+            raise SpecError(f"{source}: field {name!r} must be a table ([{name}]), got {short_repr(table)}")
         if set(table) - keys:
             raise SpecError(f"{source}: [{name}] has unknown key(s) {sorted(set(table) - keys)}; expected {sorted(keys)}")
         out[name] = table
@@ -124,12 +126,12 @@ def _sections(data: Any, source: str) -> dict[str, dict[str, Any]]:
 def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Methodology:
     sec = _sections(data, source)
     if not isinstance(data.get("version"), str) or not data["version"]:
-        raise SpecError(f"{source}: field 'version' must be a non-empty string, got {data.get('version')!r}")
+        raise SpecError(f"{source}: field 'version' must be a non-empty string, got {short_repr(data.get('version'))}")
     b, t = sec["budget"], sec["timing"]
     seeds = check_seeds(f"{source}: seeds.seeds", sec["seeds"].get("seeds", [0]))
     statistic = t.get("statistic", "median")
     if statistic not in ("median", "mean"):
-        raise SpecError(f"{source}: timing.statistic {statistic!r} is not 'median' or 'mean'")
+        raise SpecError(f"{source}: timing.statistic {short_repr(statistic)} is not 'median' or 'mean'")
     return Methodology(
         version=data["version"],
         budget=Budget(

@@ -174,8 +174,11 @@ def _looks_like_path(s: str) -> bool:
 def _str_list(where: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise SpecError(f"{where}: expected a non-empty list of names, got {value!r}")
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"{where}: expected a non-empty list of names, got {short_repr(value)}")
+    for i, v in enumerate(value):
+        if not isinstance(v, str) or not v:
+            raise SpecError(f"{where}[{i}]: expected a name, got {short_repr(v)}")
     twice = [v for i, v in enumerate(value) if v in value[:i]]
     if twice:
         raise SpecError(f"{where}: {twice[0]!r} is listed twice")
@@ -193,7 +196,7 @@ def _placer_entries(where: str, value: Any) -> tuple[PlacerEntry, ...]:
     if isinstance(value, str | dict):
         value = [value]
     if not isinstance(value, list) or not value:
-        raise SpecError(f"{where}: expected a non-empty list of placer names or tables, got {value!r}")
+        raise SpecError(f"{where}: expected a non-empty list of placer names or tables, got {short_repr(value)}")
     out = []
     for i, item in enumerate(value):
         if isinstance(item, str) and item:
@@ -204,14 +207,14 @@ def _placer_entries(where: str, value: Any) -> tuple[PlacerEntry, ...]:
                 raise SpecError(f"{where}[{i}]: unknown field(s) {sorted(unknown)}; known: label, name, params")
             name, params, label = item.get("name"), item.get("params", {}), item.get("label", "")
             if not isinstance(name, str) or not name or name == "@all":
-                raise SpecError(f"{where}[{i}].name: expected a placer name, got {name!r}")
+                raise SpecError(f"{where}[{i}].name: expected a placer name, got {short_repr(name)}")
             if not isinstance(params, dict):
-                raise SpecError(f"{where}[{i}].params: expected a table, got {params!r}")
+                raise SpecError(f"{where}[{i}].params: expected a table, got {short_repr(params)}")
             if not isinstance(label, str):
-                raise SpecError(f"{where}[{i}].label: expected a string, got {label!r}")
+                raise SpecError(f"{where}[{i}].label: expected a string, got {short_repr(label)}")
             out.append(PlacerEntry(name, params, label))
         else:
-            raise SpecError(f"{where}[{i}]: expected a placer name or a table, got {item!r}")
+            raise SpecError(f"{where}[{i}]: expected a placer name or a table, got {short_repr(item)}")
         if out[-1] in out[:-1]:
             raise SpecError(f"{where}[{i}]: the same placer entry as placers[{out.index(out[-1])}]")
     return tuple(out)
@@ -255,29 +258,31 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
         _methodology.check_seeds(f"{source}: seeds", seeds)
     evaluator = data.get("evaluator", "simulator")
     if not isinstance(evaluator, str) or not evaluator:
-        raise SpecError(f"{source}: evaluator must be a name, got {evaluator!r}")
+        raise SpecError(f"{source}: evaluator must be a name, got {short_repr(evaluator)}")
     engine = data.get("simulator_engine")
     if engine is not None and engine not in ("fast", "reference"):
-        raise SpecError(f"{source}: simulator_engine {engine!r} is not 'fast' or 'reference'")
+        raise SpecError(f"{source}: simulator_engine {short_repr(engine)} is not 'fast' or 'reference'")
     timeout = data.get("cell_timeout_s")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
-        raise SpecError(f"{source}: cell_timeout_s must be a positive number of seconds, got {timeout!r}")
+        raise SpecError(f"{source}: cell_timeout_s must be a positive number of seconds, got {short_repr(timeout)}")
     if timeout is not None and not math.isfinite(as_float(timeout)):
         raise SpecError(f"{source}: cell_timeout_s must be a finite number of seconds, got {short_repr(timeout)}")
     budget = data.get("budget", {})
     if not isinstance(budget, dict) or set(budget) - {"max_evaluations", "max_seconds"}:
-        raise SpecError(f"{source}: budget must be a table with max_evaluations and/or max_seconds, got {budget!r}")
+        got = sorted(set(budget) - {"max_evaluations", "max_seconds"}) if isinstance(budget, dict) else None
+        raise SpecError(f"{source}: budget must be a table with max_evaluations and/or max_seconds, got "
+                        + (f"unknown key(s) {got}" if got else short_repr(budget)))
     if budget:  # validate the numbers the way the methodology does
         _methodology.from_dict({"version": "check", "budget": budget}, source=f"{source}: spec")
     meth = data.get("methodology", _methodology.DEFAULT)
     if not isinstance(meth, str) or not meth:
-        raise SpecError(f"{source}: methodology must be a name or a file, got {meth!r}")
+        raise SpecError(f"{source}: methodology must be a name or a file, got {short_repr(meth)}")
     plugins = data.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
         raise SpecError(f"{source}: plugins must be a list of module names or .py files, got {plugins!r}")
     description = data.get("description", "")
     if not isinstance(description, str):
-        raise SpecError(f"{source}: description must be a string, got {description!r}")
+        raise SpecError(f"{source}: description must be a string, got {short_repr(description)}")
     profiles = data.get("profiles", [])
     if not isinstance(profiles, list) or not all(isinstance(p, str) and p for p in profiles):
         raise SpecError(f"{source}: profiles must be a list of profile files, got {short_repr(profiles)}")

@@ -64,6 +64,7 @@ def test_spec_fields_are_read(tmp_path):
         ({"evaluator": 3}, "evaluator must be a name, got 3"),
         ({"budget": {"max_evaluations": 0}}, "budget.max_evaluations: 0 is below the minimum 1"),
         ({"budget": {"evals": 3}}, "budget must be a table with max_evaluations"),
+        ({"budget": {"evals": 10**400}}, r"max_seconds, got unknown key\(s\) \['evals'\]$"),
         ({"cell_timeout_s": -1}, "cell_timeout_s must be a positive number"),
         ({"placers": [{"name": "x", "parms": {}}]}, r"placers\[0\]: unknown field\(s\) \['parms'\]"),
         ({"placers": [{"name": "x", "params": 3}]}, r"placers\[0\].params: expected a table, got 3"),
@@ -72,6 +73,14 @@ def test_spec_fields_are_read(tmp_path):
         ({"cell_timeout_s": 10**400}, "cell_timeout_s must be a finite number of seconds, got an integer of about "
                                       "401 digits"),
         ({"seeds": [0, 1, 0]}, "seeds: seed 0 is listed twice"),
+        # a huge number is shown by its size, not by its hundreds of digits
+        ({"seeds": [0, 10**400]}, r"seeds must be a non-empty list of integers in \[0, 2\*\*32\); entry 1 is an "
+                                  "integer of about 401 digits$"),
+        ({"workloads": ["w.json", 10**400]}, r"workloads\[1\]: expected a name, got an integer of about 401 digits$"),
+        ({"evaluator": 10**400}, "evaluator must be a name, got an integer of about 401 digits$"),
+        ({"description": -(10**400)}, "description must be a string, got a negative integer of about 401 digits$"),
+        ({"placers": [{"name": "x", "label": 10**400}]}, r"placers\[0\].label: expected a string, got an integer "
+                                                         "of about 401 digits$"),
         ({"workloads": ["a", "b", "a"]}, "workloads: 'a' is listed twice"),
         ({"placers": ["a", {"name": "a"}]}, r"placers\[1\]: the same placer entry as placers\[0\]"),
         ({"name": "../../escaped"}, "name '../../escaped' must be a plain name"),

@@ -58,10 +58,16 @@ V1 = (methodology.METHODOLOGY_DIR / "v1.toml").read_text()
         (V1.replace('statistic = "median"', "statistic = 1"), "timing.statistic 1 is not 'median' or 'mean'"),
         (V1.replace('version = "placebench-methodology-v1"', "version = 1"), "field 'version' must be a non-empty string"),
         ("version = 'x'\na = 1" + "0" * 5000 + "\n", "not valid TOML: Exceeds the limit"),
+        (V1.replace("seeds = [0]", "seeds = [1" + "0" * 400 + "]"), r"seeds.seeds must be a non-empty list of integers "
+                                                                   r"in \[0, 2\*\*32\); entry 0 is an integer of about 401 digits$"),
+        (V1.replace('version = "placebench-methodology-v1"', "version = 1" + "0" * 400),
+         "field 'version' must be a non-empty string, got an integer of about 401 digits$"),
+        (V1.replace("synchronize = true", "synchronize = 1" + "0" * 400),
+         "timing.synchronize: expected true or false, got an integer of about 401 digits$"),
     ],
     ids=["budget-scalar", "seeds-top-level", "key-typo", "section-typo", "unknown-key", "bool-string", "bool-int",
          "huge-float", "float-count", "bool-number", "negative-seed", "seeds-scalar", "statistic-number", "version-number",
-         "5000-digits"],
+         "5000-digits", "huge-seed", "huge-version", "huge-bool"],
 )
 def test_methodology_file_errors(tmp_path, text, message):
     path = tmp_path / "m.toml"
