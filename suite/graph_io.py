@@ -25,7 +25,7 @@ from typing import Any
 
 from suite.errors import GraphError
 from suite.graph import Op, OpGraph
-from suite.textfile import parse_json
+from suite.textfile import parse_json, short_repr
 
 FORMAT = "placebench.opgraph"
 SCHEMA_VERSION = 1
@@ -90,10 +90,10 @@ def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> 
     if not isinstance(data, dict):
         raise GraphError(f"{source}: expected a JSON object, got {type(data).__name__}")
     if data.get("format") != FORMAT:
-        raise GraphError(f"{source}: field 'format' is {data.get('format')!r}, expected {FORMAT!r}")
+        raise GraphError(f"{source}: field 'format' is {short_repr(data.get('format'))}, expected {FORMAT!r}")
     version = data.get("schema_version")
     if type(version) is not int or version != SCHEMA_VERSION:  # not True, not 1.0
-        raise GraphError(f"{source}: schema_version {version!r} is not supported (this placebench reads {SCHEMA_VERSION})")
+        raise GraphError(f"{source}: schema_version {short_repr(version)} is not supported (this placebench reads {SCHEMA_VERSION})")
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise GraphError(f"{source}: unknown field(s) {unknown}; known: {', '.join(sorted(TOP_KEYS))}")
@@ -130,8 +130,9 @@ def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> 
     except GraphError as exc:
         raise GraphError(f"{source}: {exc}") from None
     if check_hash and "hash" in data and data["hash"] != graph.content_hash:
+        said = data["hash"] if isinstance(data["hash"], str) else short_repr(data["hash"])
         raise GraphError(
-            f"{source}: content hash mismatch (file says {data['hash']}, contents hash to {graph.content_hash}); "
+            f"{source}: content hash mismatch (file says {said}, contents hash to {graph.content_hash}); "
             "the file was edited or is corrupt"
         )
     return graph
@@ -163,7 +164,9 @@ def load(path: str | Path, *, check_hash: bool = True) -> OpGraph:
             text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise GraphError(f"{path}: no such graph file") from None
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # zlib.error: damaged compressed data
+    except OSError as exc:  # a directory, no permission, not gzip data: the reason without "[Errno N] ... 'path'"
+        raise GraphError(f"{path}: cannot read graph file: {exc.strerror or exc}") from None
+    except (EOFError, UnicodeDecodeError, zlib.error) as exc:  # zlib.error: damaged compressed data
         raise GraphError(f"{path}: cannot read graph file: {exc}") from None
     except ValueError as exc:  # a NUL character in the path
         raise GraphError(f"{str(path)!r}: not a usable graph file name: {exc}") from None
