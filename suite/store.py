@@ -389,7 +389,8 @@ RUN_OBJECTS = ("git", "packages", "machine", "numerics")
 def check_manifest(data: Mapping[str, Any], path: Path) -> None:
     """Raise StoreError naming `path` and the field unless the manifest's runs are a list of objects (their
     git, packages, machine and numerics objects where present, run_id and machine.simd strings, complete
-    true or false), its tables are objects, and each placer label is an object with name and params_hash."""
+    true or false), its tables are objects, each of their entries is an object (a methodology that is not one
+    could not be checked against a run's), and each placer label one with name and params_hash."""
     runs = data.get("runs", [])
     if not isinstance(runs, list):
         raise StoreError(f"{path}: runs must be a list of objects, got {_shown(runs)}")
@@ -407,6 +408,10 @@ def check_manifest(data: Mapping[str, Any], path: Path) -> None:
     for key in MANIFEST_TABLES:
         if key in data and not isinstance(data[key], dict):
             raise StoreError(f"{path}: {key} must be an object, got {_shown(data[key])}")
+    for key in ("methodologies", "workloads", "clusters", "specs"):
+        for name, entry in data.get(key, {}).items():
+            if not isinstance(entry, dict):
+                raise StoreError(f"{path}: {key}[{json.dumps(name)}] must be an object, got {_shown(entry)}")
     for label, entry in data.get("placers", {}).items():
         if not isinstance(entry, dict) or not {"name", "params_hash"} <= entry.keys():
             raise StoreError(f"{path}: placers[{json.dumps(label)}] must be an object with name and params_hash, "

@@ -434,6 +434,11 @@ def test_table_of_a_store_with_a_malformed_cell_is_one_line(capsys, tmp_path):
         ({"clusters": "tiny"}, r'clusters must be an object, got "tiny"'),
         ({"specs": []}, "specs must be an object, got a list"),
         ({"placers": []}, "placers must be an object, got a list"),
+        ({"methodologies": {"placebench-methodology-v1": 3}}, r'methodologies\["placebench-methodology-v1"\] must be '
+                                                              "an object, got 3"),
+        ({"specs": {"quick": ["x"]}}, r'specs\["quick"\] must be an object, got a list'),
+        ({"workloads": {"diamond": "sha256:0"}}, r'workloads\["diamond"\] must be an object, got "sha256:0"'),
+        ({"clusters": {"tiny": None}}, r'clusters\["tiny"\] must be an object, got null'),
         ({"placers": {"p": "random"}}, r'placers\["p"\] must be an object with name and params_hash, got "random"'),
         ({"placers": {"p": {"name": "random"}}}, r'placers\["p"\] must be an object with name and params_hash'),
     ],
@@ -528,3 +533,25 @@ def test_in_use_says_whether_a_run_holds_the_store(tmp_path):
     with Store(tmp_path).writing():
         assert st.in_use(tmp_path)
     assert not st.in_use(tmp_path)
+
+
+def test_a_run_on_a_store_whose_methodology_entry_is_malformed_is_refused(capsys, tiny_files, write_spec, tmp_path):
+    """The manifest's methodology is what tells a stored cell was measured under the same rules: a run may not
+    reuse cells when that entry cannot be read (it would skip the check), nor drop what is stored."""
+    from suite.cli import main
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    store = tmp_path / "store"
+    assert main(["run", str(spec), "--out", str(store), "--quiet"]) == 0
+    manifest = json.loads((store / "manifest.json").read_text())
+    manifest["methodologies"]["placebench-methodology-v1"] = 3
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    before = sorted(p.name for p in (store / "cells").iterdir())
+    capsys.readouterr()
+    assert main(["run", str(spec), "--out", str(store), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"placebench: error: {store / 'manifest.json'}: methodologies[\"placebench-methodology-v1\"] must "
+                   "be an object, got 3\n")
+    assert sorted(p.name for p in (store / "cells").iterdir()) == before
+    assert json.loads((store / "manifest.json").read_text()) == manifest
