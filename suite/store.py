@@ -36,7 +36,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from suite.errors import PlacebenchError
-from suite.textfile import as_float, load_json
+from suite.textfile import as_float, load_json, short_repr
 
 try:
     import fcntl
@@ -310,6 +310,8 @@ def _shown(value: Any) -> str:
         return "an object"
     if isinstance(value, list | tuple):
         return "a list"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return short_repr(value)  # a huge one by its size, not its first digits
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):  # not JSON: bytes or a date from a Parquet column, an integer too long

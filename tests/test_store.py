@@ -351,7 +351,8 @@ def test_run_into_a_users_directory_is_one_line_and_keeps_the_files(capsys, tiny
         ({"budget_seconds": float("nan")}, "budget_seconds must be null or a finite number >= 0, got NaN"),
         ({"step_time_max_s": -0.5}, "step_time_max_s must be null or a finite number >= 0, got -0.5"),
         ({"search_wall_time_s": float("inf")}, "search_wall_time_s must be null or a finite number >= 0, got Infinity"),
-        ({"budget_seconds": 10**400}, "budget_seconds must be null or a finite number >= 0, got 1000"),  # too large for a float
+        ({"budget_seconds": 10**400}, "budget_seconds must be null or a finite number >= 0, got an integer of "
+                                        "about 401 digits"),  # too large for a float
         ({"evaluations": 2.5}, r"evaluations must be null or a whole number >= 0 \(64-bit\), got 2.5"),
         ({"bytes_transferred": -1}, r"bytes_transferred must be null or a whole number >= 0 \(64-bit\), got -1"),
         ({"budget_evaluations": True}, r"budget_evaluations must be null or a whole number >= 0 \(64-bit\), got true"),
