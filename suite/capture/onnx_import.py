@@ -78,6 +78,8 @@ def _load(model: Any) -> Any:
             raise GraphError(f"{path}: no such ONNX file")
         try:
             proto, where = onnx.load(str(path)), str(path)
+        except OSError as exc:  # a directory, no permission: the reason, not "[Errno 21] ... 'path'"
+            raise GraphError(f"{path}: cannot read the ONNX file: {exc.strerror or exc}") from None
         except Exception as exc:  # noqa: BLE001 - protobuf decode errors have many types
             raise GraphError(f"{path}: not a readable ONNX model: {exc}") from None
     else:

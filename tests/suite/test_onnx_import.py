@@ -81,6 +81,9 @@ def test_bad_files(tmp_path):
     bad.write_bytes(b"\x00garbage")
     with pytest.raises(GraphError, match="bad.onnx"):
         import_onnx(bad)
+    (tmp_path / "dir.onnx").mkdir()  # the reason, as other files give it: no "[Errno 21] ... 'path'"
+    with pytest.raises(GraphError, match=rf"^{tmp_path / 'dir.onnx'}: cannot read the ONNX file: Is a directory$"):
+        import_onnx(tmp_path / "dir.onnx")
     empty = tmp_path / "empty.onnx"
     empty.write_bytes(b"")  # parses as an empty ModelProto
     with pytest.raises(GraphError, match="empty.onnx: not an ONNX model with a graph"):
