@@ -255,7 +255,7 @@ def _sources(where: str, value: Any) -> None:
 
 def _validate(c: Cluster, where: str) -> None:
     if not isinstance(c.name, str) or not c.name:
-        raise ClusterError(f"cluster name: expected a non-empty string, got {c.name!r}")
+        raise ClusterError(f"cluster name: expected a non-empty string, got {short_repr(c.name)}")
     _string(f"{where}: description", c.description)
     _sources(f"{where}: source", c.source)
     if not c.devices:
@@ -264,12 +264,12 @@ def _validate(c: Cluster, where: str) -> None:
     for i, d in enumerate(c.devices):
         w = f"{where}: devices[{i}]"
         if not isinstance(d.name, str) or not d.name:
-            raise ClusterError(f"{w}.name: expected a non-empty string, got {d.name!r}")
+            raise ClusterError(f"{w}.name: expected a non-empty string, got {short_repr(d.name)}")
         if d.name in names:
             raise ClusterError(f"{w}.name: duplicate device name {d.name!r}")
         names.add(d.name)
         if d.kind not in DEVICE_KINDS:
-            raise ClusterError(f"{w} {d.name!r}.kind: {d.kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+            raise ClusterError(f"{w} {d.name!r}.kind: {short_repr(d.kind)} is not one of {', '.join(DEVICE_KINDS)}")
         _positive(f"{w} {d.name!r}", "peak_flops", d.peak_flops)
         _positive(f"{w} {d.name!r}", "mem_bandwidth", d.mem_bandwidth)
         _memory_bytes(f"{w} {d.name!r}", d.memory_bytes)
@@ -283,12 +283,12 @@ def _validate(c: Cluster, where: str) -> None:
         _string(f"{w}.name", lk.name)
         _sources(f"{w}.source", lk.source)
         if not isinstance(lk.between, tuple | list):
-            raise ClusterError(f"{w}.between: expected a list of device names, got {lk.between!r}")
+            raise ClusterError(f"{w}.between: expected a list of device names, got {short_repr(lk.between)}")
         if len(lk.between) < 2:
             raise ClusterError(f"{w}.between: a link joins at least two devices, got {list(lk.between)!r}")
         for k, name in enumerate(lk.between):
             if not isinstance(name, str):
-                raise ClusterError(f"{w}.between: expected device names, got {name!r}")
+                raise ClusterError(f"{w}.between: expected device names, got {short_repr(name)}")
             if name not in names:
                 raise ClusterError(f"{w}.between: unknown device {name!r}")
             if name in lk.between[:k]:
@@ -322,11 +322,11 @@ _TOP_KEYS = {"schema_version", "name", "description", "source", "devices", "link
 def _tables(where: str, key: str, raw: Any) -> list[dict[str, Any]]:
     """The array of tables `[[key]]`, each entry checked to be a table."""
     if not isinstance(raw, list):
-        got = f"a single table ([{key}])" if isinstance(raw, dict) else repr(raw)
+        got = f"a single table ([{key}])" if isinstance(raw, dict) else short_repr(raw)
         raise ClusterError(f"{where}: field {key!r} must be an array of tables ([[{key}]]), got {got}")
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict):
-            raise ClusterError(f"{where}: {key}[{i}] must be a table ([[{key}]]), got {entry!r}")
+            raise ClusterError(f"{where}: {key}[{i}] must be a table ([[{key}]]), got {short_repr(entry)}")
     return raw
 
 

@@ -204,6 +204,13 @@ GOOD_CLUSTER = {"name": "c", "devices": [
         (lambda d: d.update(name=datetime.date(1979, 5, 27)),
          r"field 'name' must be a string, got datetime.date\(1979, 5, 27\)$"),
         (lambda d: d.update(name=""), "field 'name' is missing or empty$"),
+        (lambda d: d.update(devices=[10**400]), r"devices\[0\] must be a table \(\[\[devices\]\]\), got an integer of "
+                                                "about 401 digits$"),
+        (lambda d: d["devices"][0].update(name=10**400), r"devices\[0\]\.name: expected a non-empty string, got an "
+                                                         "integer of about 401 digits$"),
+        (lambda d: d["devices"][0].update(kind=10**400), "kind: an integer of about 401 digits is not one of"),
+        (lambda d: d["links"][0].update(between=["a", 10**400]), r"between: expected device names, got an integer of "
+                                                                 "about 401 digits$"),
         (lambda d: d["devices"][0].update(model=5), r"devices\[0\] 'a'\.model: expected a string, got 5"),
         (lambda d: d["links"][0].update(name=["l"]), r"links\[0\]\.name: expected a string"),
         (lambda d: d.update(colour="red", notes=""), r"unknown top-level field\(s\) \['colour', 'notes'\]"),
