@@ -125,20 +125,20 @@ def _checked_op(op: Op, index: int) -> Op:
         raise GraphError(f"ops[{index}]: expected an Op, got {type(op).__name__}")
     where = f"ops[{index}] {op.name!r}"
     if not isinstance(op.name, str) or not op.name:
-        raise GraphError(f"ops[{index}].name: expected a non-empty string, got {op.name!r}")
+        raise GraphError(f"ops[{index}].name: expected a non-empty string, got {_shown(op.name)}")
     if not isinstance(op.kind, str) or not op.kind:
-        raise GraphError(f"{where}.kind: expected a non-empty string, got {op.kind!r}")
+        raise GraphError(f"{where}.kind: expected a non-empty string, got {_shown(op.kind)}")
     if op.phase not in PHASES:
-        raise GraphError(f"{where}.phase: {op.phase!r} is not one of {', '.join(PHASES)}")
+        raise GraphError(f"{where}.phase: {_shown(op.phase)} is not one of {', '.join(PHASES)}")
     if not isinstance(op.allowed_kinds, tuple | list):
         raise GraphError(f"{where}.allowed_kinds: expected a tuple of device kinds, got {op.allowed_kinds!r}")
     for k, kind in enumerate(op.allowed_kinds):
         if kind not in DEVICE_KINDS:
-            raise GraphError(f"{where}.allowed_kinds: {kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+            raise GraphError(f"{where}.allowed_kinds: {_shown(kind)} is not one of {', '.join(DEVICE_KINDS)}")
         if kind in op.allowed_kinds[:k]:
             raise GraphError(f"{where}.allowed_kinds: {kind!r} is listed twice")
     if op.group is not None and (not isinstance(op.group, str) or not op.group):
-        raise GraphError(f"{where}.group: expected a non-empty string or null, got {op.group!r}")
+        raise GraphError(f"{where}.group: expected a non-empty string or null, got {_shown(op.group)}")
     if not isinstance(op.output_shape, tuple | list):
         raise GraphError(f"{where}.output_shape: {op.output_shape!r} is not a tuple of sizes")
     for d in op.output_shape:
@@ -161,7 +161,7 @@ def _checked_op(op: Op, index: int) -> Op:
 
 
 def _bad_scope(where: str, value: Any) -> str:
-    raise GraphError(f"{where}.scope: expected a string, got {value!r}")
+    raise GraphError(f"{where}.scope: expected a string, got {_shown(value)}")
 
 
 def find_cycle(n: int, edges: Sequence[tuple[int, int]]) -> list[int] | None:

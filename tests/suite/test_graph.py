@@ -225,6 +225,11 @@ def test_edited_file_fails_hash_check(tmp_path):
         (lambda d: d.update(schema_version=10**400), "schema_version an integer of about 401 digits is not supported"),
         (lambda d: d.update(format=-(10**400)), "field 'format' is a negative integer of about 401 digits, expected"),
         (lambda d: d.update(hash=10**400), r"hash mismatch \(file says an integer of about 401 digits, contents"),
+        (lambda d: d["ops"][0].update(kind=10**400), r"'a'.kind: expected a non-empty string, got a 1329-bit integer$"),
+        (lambda d: d["ops"][0].update(phase=10**400), r"'a'.phase: a 1329-bit integer is not one of"),
+        (lambda d: d["ops"][0].update(group=10**400), r"'a'.group: expected a non-empty string or null, got a 1329-bit"),
+        (lambda d: d["ops"][0].update(allowed_kinds=[10**400]), r"'a'.allowed_kinds: a 1329-bit integer is not one"),
+        (lambda d: d["ops"][0].update(scope=10**400), r"'a'.scope: expected a string, got a 1329-bit integer$"),
     ],
 )
 def test_malformed_file_errors_name_file_and_field(tmp_path, mutate, message):
