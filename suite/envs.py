@@ -23,7 +23,8 @@ reset or after the last step.
 Decisions are per group: by default the workload's colocation groups (and one group per other op); a
 caller may pass `groups` (an op -> group label array, e.g. from `rl.grouping`) that keeps colocation groups
 whole. Observations are per-group features in [0, 1]: scaled log FLOPs, output bytes, parameter bytes and
-op count, topological position, the scaled log time on each device, and which devices the group allows.
+op count, topological position, the scaled log time on each device (the cost model's, with the measured op
+times of the evaluator's profiles where it has them, as `Problem.costs`), and which devices the group allows.
 `info["action_mask"]` gives the allowed devices (per group, or for the current group when iterative).
 """
 
@@ -136,7 +137,8 @@ class _PlacementProblem:
         first = np.full(G, self.workload.num_ops, dtype=np.int64)
         np.minimum.at(first, asg, np.arange(self.workload.num_ops))
         cost = np.zeros((G, self.cluster.num_devices))
-        np.add.at(cost, asg, np.asarray(cost_matrix(self.workload, self.cluster)))
+        profiles = getattr(self.evaluator.backend, "profiles", ())  # the op times it is scored on (`Problem.profiles`)
+        np.add.at(cost, asg, np.asarray(cost_matrix(self.workload, self.cluster, profiles)))
         cols = [
             _scaled_log(gsum(a.flops)),
             _scaled_log(gsum(a.output_bytes)),

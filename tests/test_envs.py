@@ -220,3 +220,21 @@ def test_the_evaluators_cluster_given_as_its_file_is_the_evaluators():
     assert OneShotPlacementEnv(cluster=path, evaluator=ev).evaluator is ev
     with pytest.raises(PlacebenchError, match="is not the evaluator's"):
         OneShotPlacementEnv(cluster=path.replace("2k80", "4k80"), evaluator=ev)
+
+
+def test_observed_device_times_are_the_evaluators_profiled_times():
+    """An evaluator with profiles scores on their measured op times; the observation's time on each device
+    used to come from the cost model alone (here: l0 looked fastest on a GPU, where it takes 10 s)."""
+    from suite.costmodel import Profile
+
+    g, c = tiny_training_graph(), load_cluster("haswell_2k80")
+    slow_gpu = Profile(g.name, "gpu", {"l0": 10.0, "l0.bwd": 10.0}, workload_hash=g.content_hash)
+    ev = Evaluator(g, c, Budget(10, 60.0), profiles=[slow_gpu])
+    one_shot, iterative = OneShotPlacementEnv(evaluator=ev), IterativePlacementEnv(evaluator=ev, reward="final")
+    obs, it_obs = one_shot.reset(seed=0)[0], iterative.reset(seed=0)[0]
+    assert one_shot.observation_space.contains(obs) and iterative.observation_space.contains(it_obs)
+    for feats in (obs, it_obs["features"]):
+        times = feats[:, 5:8]  # group l0 (with its backward op) on cpu:0, gpu:0, gpu:1
+        assert times[1, 1] == times[1, 2] == 1.0 > times[1, 0]
+    plain = OneShotPlacementEnv(g, c).problem.features
+    assert plain[1, 5] > plain[1, 6]  # the cost model alone: the GPU is faster
