@@ -11,9 +11,9 @@ Registered by explicit import (`import suite.envs`):
   R = -sqrt(score) over the previous one (Placeto's paper takes R = -run time, as `rl.placeto` does by
   default); with reward="final" only the complete placement is evaluated, at the last step.
 
-Both take a workload and a cluster (objects or names) and an optional budget, or an evaluator (whose
+Both take a workload and a cluster (objects or names) and an optional `Budget`, or an evaluator (whose
 workload, cluster and budget they use; a different workload or cluster, or a budget beside it, is
-refused). Every evaluation goes through the evaluator and counts against its budget: past it, `step`
+refused); an argument of another type is refused when the env is made. Every evaluation goes through the evaluator and counts against its budget: past it, `step`
 raises `BudgetExhausted` (the benchmark's rule; an agent must stop) and the episode stays as it was. Score
 is `Evaluator.score` (the methodology's penalty for OOM and invalid placements, such as a group on a
 device its mask forbids). An action outside the action space (a device index out of range, a wrong shape,
@@ -44,6 +44,7 @@ from suite.errors import PlacebenchError
 from suite.evaluator import Evaluator, Measurement
 from suite.graph import DEVICE_KINDS, OpGraph
 from suite.methodology import Budget
+from suite.textfile import short_repr
 
 ONE_SHOT_ID = "placebench/OneShot-v0"
 ITERATIVE_ID = "placebench/Iterative-v0"
@@ -66,6 +67,11 @@ class _PlacementProblem:
         budget: Budget | None,
         groups: Any,
     ):
+        for what, value, types in (("workload", workload, (OpGraph, str)), ("cluster", cluster, (Cluster, str)),
+                                   ("evaluator", evaluator, (Evaluator,)), ("budget", budget, (Budget,))):
+            if value is not None and not isinstance(value, types):
+                wanted = " or ".join("a name or path" if t is str else f"a {t.__module__}.{t.__name__}" for t in types)
+                raise PlacebenchError(f"{what} must be {wanted}, got {type(value).__name__} {short_repr(value)}")
         if evaluator is not None:
             if budget is not None:
                 raise PlacebenchError("give a budget or an evaluator (which has its own budget), not both")

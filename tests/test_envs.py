@@ -238,3 +238,15 @@ def test_observed_device_times_are_the_evaluators_profiled_times():
         assert times[1, 1] == times[1, 2] == 1.0 > times[1, 0]
     plain = OneShotPlacementEnv(g, c).problem.features
     assert plain[1, 5] > plain[1, 6]  # the cost model alone: the GPU is faster
+
+
+@pytest.mark.parametrize("kw, what", [({"budget": 100}, "budget"), ({"evaluator": "simulator"}, "evaluator"),
+                                      ({"workload": 3}, "workload"), ({"cluster": ("haswell_2k80",)}, "cluster")])
+def test_an_argument_of_the_wrong_type_is_refused_when_the_env_is_made(kw, what):
+    """`budget=100` used to be taken and fail at the first step with "'int' object has no attribute
+    'max_evaluations'" (a bare AttributeError); a workload or cluster that is neither an object nor a name, or an
+    evaluator given by name, failed the same way inside the constructor."""
+    args = {"workload": tiny_training_graph(), "cluster": "haswell_2k80", **kw}
+    for make in (OneShotPlacementEnv, IterativePlacementEnv):
+        with pytest.raises(PlacebenchError, match=f"^{what} must be "):
+            make(**args)
