@@ -27,14 +27,9 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
    each device's finish time the extra time the group's other ops would take there compared with their
    best device (a one-step lookahead, so that e.g. a variable is not sent to an idle slow CPU with its
    whole gradient and update chain). The group's other ops follow. Device kinds: only allowed devices.
-   Known weakness: the group's memory is checked for its first op only (point 4), so its later ops, forced
-   onto that device, can overflow it with their inputs from outside the group and the group's outputs
-   still live, and point 5 cannot repair that (a smaller room moves only first ops). With groups and kind
-   limits both present (random DAGs of 30-40 ops, groups of 2, 1/8 CPU-only and 1/8 GPU-only, GPUs of
-   200-300 MB) 14 of 320 schedules were OOM where one of 12 simple placements (all on the CPU but the
-   GPU-only groups) fitted. Reserving each group's largest working set (its ops' outputs and inputs) until
-   its last op is placed cut that to 6, but made m_etf slower in 6 of its 30 zoo cells on haswell_2k80,
-   haswell_4k80 and dgx_a100x8, up to 7.7x (nmt-4x4096 on haswell_4k80: 3.64 -> 28.2 s), so it is not done.
+   The group's memory is checked for its first op only (point 4), so its later ops, forced onto that
+   device, can overflow it with their inputs from outside the group and the group's outputs still live,
+   and point 5 cannot repair that (a smaller room moves only first ops); point 6 can.
 4. Memory: a device is skipped when its estimated memory would exceed its capacity. The estimate is
    resident bytes (param_bytes of the colocation groups placed there) plus live tensors: an op's output
    counts on its device from its placement until its last consumer is placed, and so does each copy of it
@@ -59,6 +54,16 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
    change) made m_etf faster in 3 of its 50 cells of the full suite and changed none other (medians over
    seeds, simulator): rnnlm-4x6144 40.7 -> 5.24 s on haswell_4k80 and 42.4 -> 20.6 s on haswell_2k80,
    nmt-4x4096 18.1 -> 9.73 s on haswell_2k80.
+6. Conservative rule (ours): where the last schedule of point 5 is still measured OOM (the retries spent),
+   the schedule is made again, with point 5's retries, with each group of several ops holding on its device
+   its largest working set of one op (output plus inputs) from its first op's placement to its last's, and
+   a new group needing room for it; that schedule is taken if it is measured to fit. With groups and kind
+   limits both present (random DAGs of 30-40 ops, groups of 2, 1/8 CPU-only and 1/8 GPU-only, GPUs of
+   200-300 MB; 320 graphs) m_etf was OOM on 14 graphs where one of 12 simple placements (all on the CPU but
+   the GPU-only groups) fitted, and on 1 with this rule. Taken always, the rule (reserving the working sets
+   from the first schedule on) is too pessimistic on the zoo's large models: with it m_etf was slower in 6
+   of its 30 zoo cells on haswell_2k80, haswell_4k80 and dgx_a100x8, up to 7.7x (nmt-4x4096 on haswell_4k80:
+   3.64 -> 28.2 s); as a last resort it changes none (no zoo cell ends point 5 OOM).
 
 Deterministic (no randomness; `seed` is unused). `local_search` starts from the single-shot placement.
 """
@@ -175,9 +180,12 @@ class Trial:
         self.booked.append((start_s, start_s + duration_s))
 
 
-def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None,
+                    reserve_groups: bool = False) -> tuple[np.ndarray, dict]:
     """The m-ETF op placement and schedule statistics; `capacity_scale` [D] shrinks the memory the estimate
-    allows on each device (1: its capacity)."""
+    allows on each device (1: its capacity). `reserve_groups`: a group of several ops holds, on its device,
+    its ops' largest working set (output plus inputs) from its first op's placement to its last's, and a
+    new group needs room for it (the conservative rule of point 6)."""
     graph, cluster = problem.workload, problem.cluster
     n, ndev = graph.num_ops, cluster.num_devices
     a = graph.arrays
@@ -202,6 +210,16 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
     out_bytes = a.output_bytes.astype(np.float64)
     send_cap = send_caps(a.output_bytes, a.succ_ptr, a.succ_bytes).astype(np.float64)
     consumers_left = np.diff(a.succ_ptr).copy()
+    group_size = np.bincount(con.node_of_op, minlength=con.num_nodes)
+    placed_in_node = np.zeros(con.num_nodes, dtype=np.int64)
+    reserved = np.zeros(ndev)  # working sets held by groups still being placed (reserve_groups)
+    node_work = np.zeros(con.num_nodes)  # each group's largest working set of one op: output + inputs
+    if reserve_groups:
+        src = np.repeat(np.arange(n), np.diff(a.succ_ptr))
+        reads = np.zeros(n)
+        np.add.at(reads, a.succ_idx, np.minimum(a.succ_bytes, send_cap[src]))
+        np.maximum.at(node_work, con.node_of_op, out_bytes + reads)
+        node_work[group_size < 2] = 0.0
     resident = np.zeros(ndev)
     live = np.zeros(ndev)
     devices = [Timeline() for _ in range(ndev)]
@@ -278,6 +296,9 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
                 overflows += 1
         else:
             need = resident[cands] + node_params[k] + live[cands] + incoming[cands] + node_max_out[k]
+            if reserve_groups:
+                need = need - incoming[cands] - node_max_out[k] + reserved[cands] + np.maximum(
+                    incoming[cands] + out_bytes[i], node_work[k])
             fits = need <= capacity[cands]
             if fits.any():
                 ok = cands[fits]
@@ -288,6 +309,10 @@ def m_etf_placement(problem: Problem, capacity_scale: np.ndarray | None = None) 
                 d = int(cands[np.argmax(capacity[cands] - need)])
             node_dev[k] = d
             resident[d] += node_params[k]
+            reserved[d] += node_work[k]
+        placed_in_node[k] += 1
+        if placed_in_node[k] == group_size[k]:
+            reserved[d] -= node_work[k]
         for p, add in zip(preds, extra, strict=True):
             if dev_of_op[p] != d:
                 copy_bytes[(p, d)] = copy_bytes.get((p, d), 0.0) + add[d]
@@ -335,19 +360,35 @@ class METF(BasePlacer):
 
     def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
         started = time.perf_counter()
+        if self.params["oom_retries"] == 0:  # the single-shot m-ETF, with no evaluations
+            placement, info = m_etf_placement(problem)
+            return PlacementResult.from_search(placement, problem, started, oom_retries=0, **info)
+        placement, info, retries, status = self._retry(problem, reserve_groups=False)
+        if status == "oom":  # point 6: the conservative rule, only where the usual one found no fit
+            p2, info2, retries2, status2 = self._retry(problem, reserve_groups=True)
+            retries += retries2
+            if status2 not in ("oom", None):
+                placement, info = p2, {**info2, "reserved_groups": True}
+        return PlacementResult.from_search(placement, problem, started, oom_retries=retries, **info)
+
+    def _retry(self, problem: Problem, reserve_groups: bool) -> tuple[np.ndarray, dict, int, str | None]:
+        """Point 5: the schedule, made again with less room on the devices it overflowed, up to `oom_retries`
+        times; returns it with its statistics, the retries and its measured status (None: not measured).
+        The status is measured for the last schedule too once the retries have all been OOM, if the budget
+        allows, so that `place` knows whether to try the conservative rule."""
         ev, cluster = problem.evaluator, problem.cluster
         scale = np.ones(cluster.num_devices)
-        placement, info = m_etf_placement(problem)
+        placement, info = m_etf_placement(problem, reserve_groups=reserve_groups)
         retries = 0
         last = m = None
-        while retries < self.params["oom_retries"] and not ev.exhausted:
+        while not ev.exhausted:
             if last is None or not np.array_equal(placement, last):  # the same placement is not measured again
                 try:
                     m = ev.evaluate(placement)
                 except BudgetExhausted:  # the time ran out since the check: keep the schedule, as when exhausted
                     break
                 last = placement
-            if m.status != "oom":
+            if m.status != "oom" or retries >= self.params["oom_retries"]:
                 break
             for name in m.oom_devices:
                 d = cluster.index[name]
@@ -357,6 +398,7 @@ class METF(BasePlacer):
                 # shrink by the overshoot
                 room = 0.95 * info["estimated_peak_bytes"][d] / measured
                 scale[d] = room if room < scale[d] else scale[d] * 0.95 * cluster.devices[d].memory_bytes / measured
-            placement, info = m_etf_placement(problem, scale)
+            placement, info = m_etf_placement(problem, scale, reserve_groups)
             retries += 1
-        return PlacementResult.from_search(placement, problem, started, oom_retries=retries, **info)
+        measured = m is not None and last is not None and np.array_equal(placement, last)
+        return placement, info, retries, m.status if measured else None

@@ -77,7 +77,8 @@ def test_an_oom_placement_is_made_again_with_the_estimates_error_allowed_for(mak
     schedules = iter([(oom, 1.0e9), (oom, 1.0e9), (fits, 0.5e9)])
     scales = []
 
-    def fake(problem, capacity_scale=None):
+    def fake(problem, capacity_scale=None, reserve_groups=False):
+        assert not reserve_groups  # the conservative rule only after the usual one ends OOM
         scales.append(None if capacity_scale is None else capacity_scale.tolist())
         placement, estimate = next(schedules)
         return placement, {"estimated_step_time_s": 1.0, "memory_overflows": 0, "estimated_peak_bytes": [0.0, estimate, 0.0]}
@@ -376,3 +377,19 @@ def test_a_time_budget_spent_between_the_check_and_the_evaluation_ends_the_retri
     r = METF().place(problem, Budget(), 0)
     assert r.evaluations == 0 and r.info["oom_retries"] == 0
     assert r.placement.tolist() == m_etf_placement(problem)[0].tolist()
+
+
+@pytest.mark.parametrize(("gpus", "seed"), [(2, 44), (4, 0), (4, 42)])
+def test_where_the_usual_rule_stays_oom_the_conservative_one_fits(random_graph, make_cluster, make_problem, gpus, seed):
+    """Point 6. Random graphs with colocation groups and kind limits on GPUs of 200 MB, on which the usual
+    rule and all its retries end OOM: the groups' reserved working sets give a schedule that fits (each is
+    measured), counted in the evaluations like the retries."""
+    g, c = random_graph(30, seed, groups=True, kinds=True), make_cluster(gpus, gpu_memory_bytes=200 * MB)
+    problem = make_problem(g, c)
+    alone = make_problem(g, c)
+    usual = METF()._retry(alone, reserve_groups=False)
+    assert usual[3] == "oom" and usual[2] == 16  # every retry spent, the last schedule measured OOM
+    r = METF().place(problem, Budget(), 0)
+    assert r.info["reserved_groups"] and make_problem(g, c).evaluator.measure(r.placement).status == "ok"
+    assert r.evaluations == problem.evaluator.evaluations_used > alone.evaluator.evaluations_used
+    validate(r.placement, g, c)
