@@ -6,10 +6,13 @@ Rules are data (`suite/methodology/*.toml`); this module only loads and validate
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from suite.errors import SpecError
 from suite.textfile import as_float, load_toml, short_repr
@@ -24,6 +27,14 @@ class Budget:
 
     max_evaluations: int = 1000
     max_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        # a Budget made in code ("5", NaN, True) would otherwise fail far away, in the middle of a search
+        n, t = self.max_evaluations, self.max_seconds
+        if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or n < 0:
+            raise SpecError(f"Budget.max_evaluations must be a whole number >= 0, got {short_repr(n)}")
+        if not isinstance(t, numbers.Real) or isinstance(t, (bool, np.bool_)) or not t >= 0:
+            raise SpecError(f"Budget.max_seconds must be a number of seconds >= 0, got {short_repr(t)}")
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@
 import dataclasses
 import re
 
+import numpy as np
 import pytest
 
 from suite import methodology
 from suite.errors import SpecError
+from suite.methodology import Budget
 
 
 def test_v1_is_the_default_and_has_the_documented_protocol():
@@ -99,3 +101,19 @@ def test_methodology_unreadable_files(tmp_path):
     (tmp_path / "dir.toml").mkdir()
     with pytest.raises(SpecError, match="dir.toml: cannot read the methodology file: Is a directory"):
         methodology.load(str(tmp_path / "dir.toml"))
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"max_evaluations": "5"}, r"Budget.max_evaluations must be a whole number >= 0, got '5'"),
+    ({"max_evaluations": 2.5}, r"Budget.max_evaluations must be a whole number >= 0, got 2.5"),
+    ({"max_evaluations": True}, r"Budget.max_evaluations must be a whole number >= 0, got True"),
+    ({"max_evaluations": -1}, r"Budget.max_evaluations must be a whole number >= 0, got -1"),
+    ({"max_seconds": float("nan")}, r"Budget.max_seconds must be a number of seconds >= 0, got nan"),
+    ({"max_seconds": "60"}, r"Budget.max_seconds must be a number of seconds >= 0, got '60'"),
+    ({"max_seconds": -0.5}, r"Budget.max_seconds must be a number of seconds >= 0, got -0.5"),
+])
+def test_a_budget_made_in_code_is_checked_when_made(kw, message):
+    """Budget("5", 60) failed only at a placer's first comparison, deep in a search."""
+    with pytest.raises(SpecError, match=message):
+        Budget(**kw)
+    assert Budget(np.int64(3), np.float64(1.5)) == Budget(3, 1.5) and Budget(0, float("inf")).max_evaluations == 0
