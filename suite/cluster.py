@@ -7,11 +7,13 @@ pair of them (a switch such as NVSwitch or a PCIe root complex).
 Communication between two devices follows the route with the fewest links: its latency is the sum of the
 links' latencies and its bandwidth the smallest of theirs. The simulator treats each ordered device pair as
 one channel that carries one transfer at a time. A link's `sharing` says what else a transfer waits for:
-"pairs" (the default) nothing, so a link of several devices is a crossbar in which transfers between
-different pairs never contend; "ports" each device's port on the link, one per direction, so that a transfer
-also holds the sending device's outgoing port and the receiving device's incoming port on every such link
-of its route (a PCIe switch or NVSwitch whose per-device bandwidth is shared by all of that device's
-transfers).
+"pairs" (the default) only the hops that routes of several links share: a link of several devices is a
+crossbar in which transfers between different pairs never contend, but a transfer routed over a hop (u to v)
+of it holds that hop, as does every other transfer over it (u's own to v included), so that a link carries
+one transfer at a time per direction; "ports" each device's port on the link, one per direction, so that a
+transfer also holds the sending device's outgoing port and the receiving device's incoming port on every
+such link of its route (a PCIe switch or NVSwitch whose per-device bandwidth is shared by all of that
+device's transfers).
 """
 
 from __future__ import annotations
@@ -155,18 +157,22 @@ class Cluster:
 
     @cached_property
     def ports(self) -> tuple[np.ndarray, np.ndarray, int] | None:
-        """The ports each ordered pair's transfers hold besides their channel, or None where no link has
-        `sharing = "ports"`: (ptr int64 [D * D + 1], port int64 [...], number of ports), the ports of pair
-        (a, b) being port[ptr[a * D + b]:ptr[a * D + b + 1]]. Each device on a "ports" link has two: its
-        outgoing one (even id) and its incoming one (the next id)."""
-        if not any(lk.sharing == "ports" for lk in self.links):
+        """The ports each ordered pair's transfers hold besides their channel, or None where none holds any:
+        (ptr int64 [D * D + 1], port int64 [...], number of ports), the ports of pair (a, b) being
+        port[ptr[a * D + b]:ptr[a * D + b + 1]]. Each device on a "ports" link has two: its outgoing one (even
+        id) and its incoming one (the next id). After them, one per hop (u to v on a "pairs" link) that a route
+        of several links takes, held by every transfer whose route takes it."""
+        n = self.num_devices
+        shared = sorted({(j, u, v) for a in range(n) for b in range(n) if len(self.route(a, b)) > 1
+                         for u, v, j in self.route(a, b) if self.links[j].sharing == "pairs"})
+        if not shared and not any(lk.sharing == "ports" for lk in self.links):
             return None
         first: dict[tuple[int, int], int] = {}  # (link, device) -> its outgoing port's id
         for j, lk in enumerate(self.links):
             if lk.sharing == "ports":
                 for name in lk.between:
                     first[(j, self.index[name])] = 2 * len(first)
-        n = self.num_devices
+        hop = {h: 2 * len(first) + k for k, h in enumerate(shared)}  # (link, from, to) -> its port's id
         ptr = np.zeros(n * n + 1, dtype=np.int64)
         held: list[int] = []
         for a in range(n):
@@ -175,11 +181,13 @@ class Cluster:
                     for u, v, j in self.route(a, b):
                         if (j, u) in first:
                             held += [first[(j, u)], first[(j, v)] + 1]
+                        if (j, u, v) in hop:
+                            held.append(hop[(j, u, v)])
                 ptr[a * n + b + 1] = len(held)
         port = np.array(held, dtype=np.int64)
         for x in (ptr, port):
             x.setflags(write=False)
-        return ptr, port, 2 * len(first)
+        return ptr, port, 2 * len(first) + len(hop)
 
     def transfer_time_s(self, src: int, dst: int, nbytes: float) -> float:
         if src == dst:

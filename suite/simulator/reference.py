@@ -19,8 +19,9 @@ Semantics (the fast simulator reproduces them exactly, float for float):
   largest edge (a variable's output is 0 bytes; its edges carry its weights; `suite.simulator.send_caps`).
   It goes over the channel (a, D): it starts when the channel is free (one transfer at a time per
   direction, first come first served) and takes latency[a, D] + bytes / bandwidth[a, D]. With `ports`
-  (links with `sharing = "ports"`, `Cluster.ports`) it also waits until each port that the pair's route holds
-  is free, and holds them all until it ends.
+  (`Cluster.ports`: links with `sharing = "ports"`, and the hops of "pairs" links that routes of several
+  links take) it also waits until each port that the pair's route holds is free, and holds them all until
+  it ends.
 * Memory per device = resident bytes (param_bytes of its ops) + live tensors. An op's output is allocated
   on its device when the op starts and freed when the op, its local consumers and its outgoing transfers
   have all finished. A received copy is allocated on the destination when its transfer starts and freed

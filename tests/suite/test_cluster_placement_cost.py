@@ -155,14 +155,15 @@ def test_ports_held_by_each_pair():
     assert count == 6
     assert held == {(0, 0): [], (0, 1): [0, 3], (0, 2): [0, 5], (1, 0): [2, 1], (1, 1): [], (1, 2): [2, 5],
                     (2, 0): [4, 1], (2, 1): [4, 3], (2, 2): []}
-    # a -(ports)- b -(pairs)- c: a's transfers to c hold a's outgoing and b's incoming port of the first link
+    # a -(ports)- b -(pairs)- c: a's transfers to c hold a's outgoing and b's incoming port of the first link,
+    # and the hop b -> c of the crossbar link (id 4; c -> b: 5), which b's own transfers to c hold too
     line = from_dict({"name": "line", "devices": devs, "links": [
         dict(between=["a", "b"], bandwidth=1.0, latency_s=0.0, sharing="ports"),
         dict(between=["b", "c"], bandwidth=1.0, latency_s=0.0)]})
     ptr, port, count = line.ports
-    assert count == 4 and line.route(0, 2) == [(0, 1, 0), (1, 2, 1)] and line.route(2, 0) == [(2, 1, 1), (1, 0, 0)]
-    assert port[ptr[2]:ptr[3]].tolist() == [0, 3] and port[ptr[6]:ptr[7]].tolist() == [2, 1]  # a->c, c->a
-    assert port[ptr[5]:ptr[6]].tolist() == [] and port[ptr[7]:ptr[8]].tolist() == []  # b->c, c->b: a crossbar link
+    assert count == 6 and line.route(0, 2) == [(0, 1, 0), (1, 2, 1)] and line.route(2, 0) == [(2, 1, 1), (1, 0, 0)]
+    assert port[ptr[2]:ptr[3]].tolist() == [0, 3, 4] and port[ptr[6]:ptr[7]].tolist() == [5, 2, 1]  # a->c, c->a
+    assert port[ptr[5]:ptr[6]].tolist() == [4] and port[ptr[7]:ptr[8]].tolist() == [5]  # b->c, c->b
     crossbar = from_dict({"name": "tri", "devices": devs, "links": [dict(between=["a", "b", "c"], bandwidth=1.0,
                                                                          latency_s=0.0)]})
     assert crossbar.ports is None

@@ -358,6 +358,32 @@ def test_a_two_link_route_holds_the_ports_of_each_shared_link(uniform_cluster):
     assert [(t[1], t[2], t[3], t[4]) for t in s.transfers] == [(0, 1, 1.0, 2.0), (0, 2, 2.0, 3.0), (1, 0, 1.5, 2.5)]
 
 
+def test_a_crossbar_hop_that_a_longer_route_takes_carries_one_transfer_at_a_time(uniform_cluster):
+    # d0 - d1 - d2, both links "pairs" (1000 B/s, no latency). a (1 s, 1000 B) on d0 feeds x on d1 and y on
+    # d2 (1 s each). At 1 its copies leave in destination order: to d1 [1, 2] over the hop d0 -> d1, then to
+    # d2, whose route takes that hop too: [2, 3] (it went with the first, [1, 2], when a route of two links was
+    # a channel of its own: step 3). x [2, 3], y [3, 4]: step 4. The other direction and the other hop are
+    # free: b (1.5 s) on d1 feeding z on d0 sends at 1.5, [1.5, 2.5].
+    from suite.cluster import Cluster, Link
+
+    devices = uniform_cluster(3).devices
+    c = Cluster("chain", devices, (Link(("d0", "d1"), 1000.0, 0.0), Link(("d1", "d2"), 1000.0, 0.0)))
+    ptr, port, count = c.ports
+    assert count == 4  # the hops d0 -> d1 and d1 -> d2, each way, that routes of two links take
+    held = {(a, b): port[ptr[a * 3 + b]:ptr[a * 3 + b + 1]].tolist() for a in range(3) for b in range(3)}
+    assert held[(0, 2)] == held[(0, 1)] + held[(1, 2)] and held[(2, 0)] == held[(2, 1)] + held[(1, 0)]
+    assert len({*held[(0, 1)], *held[(1, 2)], *held[(1, 0)], *held[(2, 1)]}) == 4
+    g = OpGraph.build("chain_hops", [Op("a", "x", flops=G, output_bytes=1000), Op("b", "x", flops=1.5 * G, output_bytes=1000),
+                                     Op("x", "x", flops=G), Op("y", "x", flops=G), Op("z", "x", flops=G)],
+                      [("a", "x"), ("a", "y"), ("b", "z")])
+    placement = [0, 1, 1, 2, 0]
+    for engine in ENGINES:
+        assert simulate(g, c, placement, engine=engine).step_time_s == 4.0
+    assert start_times(g, c, np.array([placement]))[0].tolist() == [0.0, 0.0, 2.0, 3.0, 2.5]
+    s = reference.simulate(np.array(placement), *SimInputs.build(g, c).args())
+    assert [(t[1], t[2], t[3], t[4]) for t in s.transfers] == [(0, 1, 1.0, 2.0), (0, 2, 2.0, 3.0), (1, 0, 1.5, 2.5)]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_step_time_is_the_latest_finish_not_the_last_ops(engine, uniform_cluster):
     # a (3 s) on d0 and b (1 s) on d1, independent: b is last in the canonical order but ends at 1 s;
