@@ -274,8 +274,10 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if isinstance(module, nn.MSELoss):
         return Cost("mse_loss", 3.0 * ins[0].numel)
     if isinstance(module, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d | nn.AvgPool1d | nn.AvgPool2d | nn.AvgPool3d):
-        n = len(out[0].shape) - 2
-        name = ("max_pool" if "Max" in type(module).__name__ else "avg_pool") + f"{n}d"
+        # spatial dimensions by the class, not by the rank: an unbatched input has one dimension less
+        n = (1 if isinstance(module, nn.MaxPool1d | nn.AvgPool1d)
+             else 2 if isinstance(module, nn.MaxPool2d | nn.AvgPool2d) else 3)
+        name = ("max_pool" if isinstance(module, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d) else "avg_pool") + f"{n}d"
         return pool_cost(out[0], _pair(module.kernel_size, n), name)
     if isinstance(module, nn.AdaptiveAvgPool1d | nn.AdaptiveAvgPool2d | nn.AdaptiveAvgPool3d
                   | nn.AdaptiveMaxPool1d | nn.AdaptiveMaxPool2d | nn.AdaptiveMaxPool3d):

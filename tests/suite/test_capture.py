@@ -529,6 +529,25 @@ def test_norm_pool_and_reduction_rules_by_hand():
         assert f["mp"].flops == 24 * 2 * 2  # output elements (2*3*2*2) x kernel elements
 
 
+@pytest.mark.parametrize(
+    ("pool", "shape", "kind", "flops"),
+    [
+        (nn.MaxPool2d(3), (2, 6, 6), "max_pool2d", 2 * 2 * 2 * 9),  # unbatched [C, H, W]: a 3x3 window
+        (nn.AvgPool2d(2), (2, 6, 6), "avg_pool2d", 2 * 3 * 3 * 4),
+        (nn.MaxPool1d(3), (2, 6), "max_pool1d", 2 * 2 * 3),  # unbatched [C, L]
+        (nn.AvgPool3d(2), (1, 4, 4, 4), "avg_pool3d", 1 * 2 * 2 * 2 * 8),  # unbatched [C, D, H, W]
+        (nn.MaxPool2d(3), (1, 2, 6, 6), "max_pool2d", 2 * 2 * 2 * 9),  # batched, as before
+    ],
+)
+def test_pooling_modules_count_their_window_on_unbatched_inputs(pool, shape, kind, flops):
+    """The window has as many dimensions as the module's class says (MaxPool2d: 2), whatever the input's
+    rank: an unbatched input was taken for one of fewer dimensions (MaxPool2d on [C, H, W]: "max_pool1d",
+    3 of its 9 elements counted; MaxPool1d on [C, L]: "max_pool0d", 1 of 3)."""
+    g = capture(pool, (torch.randn(*shape),), name="pool")
+    (op,) = [op for op in g.ops if op.kind != "input"]
+    assert (op.kind, op.flops) == (kind, flops)
+
+
 def test_cross_entropy_cost_and_saved_log_probabilities(mlp_training):
     f = {op.name: op for op in mlp_training.ops}
     # logits [2, 4]: log-softmax 5 * 8 + 1 per sample (2) = 42
