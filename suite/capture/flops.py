@@ -14,6 +14,8 @@ only, the figure papers publish):
 * batch norm: 2 per element in inference (scale and shift with running statistics), 4 in training (batch
   statistics, then normalise); layer norm: 5 per element;
 * pooling: output elements x kernel elements; adaptive average pooling: 1 per input element;
+* recurrent layers (nn.LSTM / GRU / RNN) and cells (nn.LSTMCell / GRUCell / RNNCell): the cell formula of
+  `rnn_cell_flops` per step, layer and direction;
 * cross-entropy: log-softmax (5 per logit) + 1 per sample (pick and average); it saves the
   log-probabilities for its backward pass;
 * embedding lookups, concatenation, stacking: no FLOPs (only bytes).
@@ -285,6 +287,8 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return Cost(f"adaptive_{'avg' if 'Avg' in name else 'max'}_pool{name[-2:]}", float(ins[0].numel))
     if isinstance(module, nn.LSTM | nn.GRU | nn.RNN):
         return _rnn_cost(module, ins, training)
+    if isinstance(module, nn.LSTMCell | nn.GRUCell | nn.RNNCell):
+        return _rnn_cell_cost(module, ins, training)
     if isinstance(module, nn.MultiheadAttention):
         return _mha_cost(module, ins)
     if isinstance(module, _elementwise_modules()):
@@ -315,6 +319,20 @@ def _rnn_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
     kind = {4: "lstm", 3: "gru"}.get(gates, "rnn")
     saved = (5 * batch * hidden * steps * dirs * module.num_layers * x.itemsize) if training else 0
     return Cost(kind, flops, macs, saved_bytes=saved)
+
+
+def _rnn_cell_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
+    """One step of an nn.LSTMCell / GRUCell / RNNCell: the formula of `rnn_cell_flops`, as one step of the
+    fused layer (`_rnn_cost`), and in training the same saved activations."""
+    import torch.nn as nn
+
+    x = ins[0]
+    batch = x.shape[0] if len(x.shape) == 2 else 1  # [B, I], or [I] unbatched
+    gates = 4 if isinstance(module, nn.LSTMCell) else 3 if isinstance(module, nn.GRUCell) else 1
+    hidden = module.hidden_size
+    flops, macs = rnn_cell_flops(gates, batch, module.input_size, hidden, bias=bool(module.bias))
+    saved = 5 * batch * hidden * x.itemsize if training else 0
+    return Cost({4: "lstm_cell", 3: "gru_cell"}.get(gates, "rnn_cell"), flops, macs, saved_bytes=saved)
 
 
 def _mha_cost(module: Any, ins: list[TensorInfo]) -> Cost:

@@ -106,6 +106,43 @@ def test_lstm_with_projections_counts_the_projected_state():
     assert g.metadata["forward_macs"] == 4 * macs
 
 
+class _Unrolled(nn.Module):
+    """A torch.nn recurrent cell called for 3 steps, the state fed back."""
+
+    def __init__(self, cell: nn.Module) -> None:
+        super().__init__()
+        self.cell = cell
+
+    def forward(self, x):
+        state = self.cell(x[0])
+        for t in (1, 2):
+            state = self.cell(x[t], state)
+        h = state[0] if isinstance(self.cell, nn.LSTMCell) else state
+        return h.sum()
+
+
+@pytest.mark.parametrize(
+    ("cell", "kind", "flops", "macs"),
+    [  # B = 2, I = 4, H = 6 per step
+        (nn.LSTMCell(4, 6), "lstm_cell", 2 * 480 + 21 * 2 * 6, 4 * 2 * 6 * (4 + 6)),
+        (nn.LSTMCell(4, 6, bias=False), "lstm_cell", 2 * 480 + 21 * 2 * 6 - 2 * 4 * 2 * 6, 480),
+        (nn.GRUCell(4, 6), "gru_cell", 2 * 360 + 6 * 3 * 2 * 6, 3 * 2 * 6 * (4 + 6)),
+        (nn.RNNCell(4, 6), "rnn_cell", 2 * 120 + 6 * 2 * 6, 2 * 6 * (4 + 6)),
+    ],
+)
+def test_torch_recurrent_cells_count_the_cell_formula(cell, kind, flops, macs):
+    """nn.LSTMCell / GRUCell / RNNCell get the formula of one step of nn.LSTM / GRU / RNN (they had no rule:
+    1 FLOP per output element, 2 B H = 24 for the LSTM cell's (h, c) instead of 1212)."""
+    x = torch.randn(3, 2, 4)
+    g = capture(_Unrolled(cell), (x,), name="cell")
+    steps = [op for op in g.ops if op.name.startswith("cell/") and op.kind != "variable"]
+    assert [(op.kind, op.flops) for op in steps] == [(kind, flops)] * 3
+    assert g.metadata["forward_macs"] == 3 * macs and "fallback_cost_kinds" not in g.metadata
+    if kind == "lstm_cell":  # training keeps the gates and tanh(c'): 5 B H floats beside (h, c)
+        t = capture(_Unrolled(cell), (x,), name="cell", mode="training")
+        assert t.ops[t.index["cell/1"]].output_bytes == 2 * 2 * 6 * 4 + 5 * 2 * 6 * 4
+
+
 class _Fn3(nn.Module):
     """A function of three tensors as a module."""
 
