@@ -16,8 +16,9 @@ only, the figure papers publish):
 * pooling: output elements x kernel elements; adaptive average pooling: 1 per input element;
 * recurrent layers (nn.LSTM / GRU / RNN) and cells (nn.LSTMCell / GRUCell / RNNCell): the cell formula of
   `rnn_cell_flops` per step, layer and direction;
-* cross-entropy: log-softmax (5 per logit) + 1 per sample (pick and average); it saves the
-  log-probabilities for its backward pass;
+* cross-entropy: log-softmax (5 per logit) + 1 per sample (pick and average; classes are dimension 1, so
+  logits [N, C, H, W] have N x H x W samples); it saves the log-probabilities for its backward pass;
+  negative log-likelihood: 1 per sample;
 * embedding lookups, concatenation, stacking: no FLOPs (only bytes).
 
 A module can bring its own rule: give it a method `capture_cost(inputs, outputs, training) -> Cost`
@@ -152,10 +153,15 @@ def rnn_cell_flops(gates: int, batch: int, input_size: int, hidden: int, proj: i
     return 2.0 * m + 6.0 * gates * batch * hidden - no_bias, float(m)
 
 
-def cross_entropy_cost(logits: TensorInfo) -> Cost:
-    rows = logits.numel // logits.shape[-1] if logits.shape else 1
-    flops = SOFTMAX_FLOPS_PER_ELEMENT * logits.numel + rows
-    return Cost("cross_entropy", float(flops), 0.0, saved_bytes=logits.nbytes)
+def loss_samples(logits: TensorInfo) -> int:
+    """Samples of a classification loss: classes are dimension 1 of [N, C, d1, ...] (N x d1 x ... samples),
+    the only dimension of an unbatched [C] (one sample)."""
+    return logits.numel // logits.shape[1] if len(logits.shape) >= 2 and logits.shape[1] else 1
+
+
+def cross_entropy_cost(logits: TensorInfo, kind: str = "cross_entropy") -> Cost:
+    flops = SOFTMAX_FLOPS_PER_ELEMENT * logits.numel + loss_samples(logits)
+    return Cost(kind, float(flops), 0.0, saved_bytes=logits.nbytes)
 
 
 def pool_cost(out: TensorInfo, kernel: tuple[int, ...], kind: str) -> Cost:
@@ -221,7 +227,7 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if name in ("cross_entropy",):
         return cross_entropy_cost(ins[0])
     if name == "nll_loss":
-        return Cost("nll_loss", float(ins[0].numel // max(ins[0].shape[-1], 1)))
+        return Cost("nll_loss", float(loss_samples(ins[0])))
     if name == "mse_loss":
         return Cost("mse_loss", 3.0 * ins[0].numel)
     if name in REDUCTIONS:
@@ -273,6 +279,8 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return elementwise("softmax" if isinstance(module, nn.Softmax) else "log_softmax", out, SOFTMAX_FLOPS_PER_ELEMENT)
     if isinstance(module, nn.CrossEntropyLoss):
         return cross_entropy_cost(ins[0])
+    if isinstance(module, nn.NLLLoss):
+        return Cost("nll_loss", float(loss_samples(ins[0])))
     if isinstance(module, nn.MSELoss):
         return Cost("mse_loss", 3.0 * ins[0].numel)
     if isinstance(module, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d | nn.AvgPool1d | nn.AvgPool2d | nn.AvgPool3d):

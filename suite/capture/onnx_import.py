@@ -12,8 +12,9 @@
   multiply-add, +1 per output element for a bias), elementwise ops 1 per output element, pooling output
   elements x kernel, global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or
   4 (training) per element, LayerNormalization 5, Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
-  of the fused torch layers (per step and direction). Other op types count 1 per output
-  element and are listed in metadata "fallback_cost_kinds".
+  of the fused torch layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
+  as cross-entropy and NLL loss (the former saving its log-probabilities in training). Other op types count
+  1 per output element and are listed in metadata "fallback_cost_kinds".
 * Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
   names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
   PyTorch exporter writes them): the last path component before the op type ("layer1.0.conv1").
@@ -36,6 +37,8 @@ from suite.capture.flops import (
     SOFTMAX_FLOPS_PER_ELEMENT,
     Cost,
     TensorInfo,
+    cross_entropy_cost,
+    loss_samples,
     rnn_cell_flops,
 )
 from suite.capture.ir import MODES, ForwardBuilder, Value
@@ -170,6 +173,10 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         f, m = rnn_cell_flops(RNN_GATES[op], batch, in_size, hidden, bias=has_bias)
         saved = 5 * batch * hidden * steps * dirs * x.itemsize if training else 0  # as the fx front end
         return Cost(kind, f * steps * dirs, m * steps * dirs, saved_bytes=saved)
+    if op == "SoftmaxCrossEntropyLoss":
+        return cross_entropy_cost(ins[0], kind)
+    if op == "NegativeLogLikelihoodLoss":
+        return Cost(kind, float(loss_samples(ins[0])))
     if op == "Concat":
         return Cost("concat", 0.0)
     if op == "Gather":

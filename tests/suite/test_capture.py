@@ -595,6 +595,23 @@ def test_cross_entropy_cost_and_saved_log_probabilities(mlp_training):
     assert infer.ops[infer.index["loss"]].output_bytes == 4
 
 
+def test_classification_losses_count_samples_along_dimension_one():
+    """Classes are dimension 1: logits [2, 5, 3, 4] are 2 x 3 x 4 = 24 samples (counted as 2 x 5 x 3 = 30
+    before, by the last dimension); nn.NLLLoss has the rule of F.nll_loss (it had none: 1 FLOP)."""
+
+    class Losses(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ce, self.nll = nn.CrossEntropyLoss(), nn.NLLLoss()
+
+        def forward(self, x, t):
+            return self.ce(x, t), F.cross_entropy(x, t), self.nll(x, t), F.nll_loss(x, t), self.ce(x[:, :, 0, 0], t[:, 0, 0])
+
+    g = capture(Losses(), (torch.randn(2, 5, 3, 4), torch.zeros(2, 3, 4, dtype=torch.long)), name="losses")
+    assert [op.flops for op in g.ops if op.kind != "input"] == [5 * 120 + 24, 5 * 120 + 24, 24, 24, 5 * 10 + 2]
+    assert "fallback_cost_kinds" not in g.metadata
+
+
 def test_sizes_follow_the_recorded_dtypes():
     class Mixed(nn.Module):
         def __init__(self) -> None:

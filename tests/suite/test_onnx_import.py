@@ -10,6 +10,7 @@ import onnx
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from onnx import TensorProto, helper, numpy_helper
 
 from suite.capture.fx import capture
@@ -287,3 +288,37 @@ def test_recurrent_layers_cost_as_in_the_fx_capture(rnn):
     assert g_onnx.metadata["forward_flops"] == g_fx.metadata["forward_flops"]
     assert g_onnx.metadata["forward_macs"] == g_fx.metadata["forward_macs"]
     assert g_onnx.metadata["params"] == g_fx.metadata["params"]
+
+
+class _Losses(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 5)
+
+    def forward(self, x, t):
+        logits = self.fc(x.transpose(1, -1)).transpose(1, -1)  # [N, C=5, H, W]
+        return F.cross_entropy(logits, t) + F.nll_loss(logits, t)
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_exported_losses_cost_as_in_the_fx_capture(mode):
+    """SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (what torch exports for its losses) get the
+    cross-entropy and NLL rules (they had none: 1 FLOP, and no saved log-probabilities); classes are
+    dimension 1, so logits [2, 5, 3, 4] are 24 samples of 5 classes."""
+    x, t = torch.randn(2, 3, 3, 4), torch.zeros(2, 3, 4, dtype=torch.long)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Losses(), (x, t), buf, dynamo=False)
+    g = import_onnx(onnx.load_from_string(buf.getvalue()), name="losses", mode=mode)
+    assert "fallback_cost_kinds" not in g.metadata
+    f = {op.kind: op for op in g.ops}
+    ce, nll = f["softmaxcrossentropyloss"], f["negativeloglikelihoodloss"]
+    assert ce.flops == 5 * 120 + 24 and nll.flops == 24
+    # training keeps the log-probabilities beside the scalar loss
+    assert ce.output_bytes == 4 + (120 * 4 if mode == "training" else 0)
+    g_fx = capture(_Losses(), (x, t), name="losses", mode=mode)
+    fx_ce, fx_nll = (next(op for op in g_fx.ops if op.kind == k) for k in ("cross_entropy", "nll_loss"))
+    assert (ce.flops, ce.output_bytes) == (fx_ce.flops, fx_ce.output_bytes)
+    assert (nll.flops, nll.output_bytes) == (fx_nll.flops, fx_nll.output_bytes)
+    assert g.metadata["forward_flops"] == g_fx.metadata["forward_flops"] == 720 + 120 + 624 + 24 + 1
