@@ -15,7 +15,9 @@ What becomes an op:
 What is folded into its producers (never losing a dependency, see `ForwardBuilder.fold`): view, reshape,
 permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
 `nn.Identity`/`nn.Flatten`, and dropout in inference mode (in training mode dropout is an elementwise op).
-Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants.
+Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants, and so
+are new tensors made in the shape of another (`torch.zeros_like(x)`, `x.new_zeros(n)`): they read no data,
+and no gradient flows through them.
 An in-place call (`y.add_(1)`, `torch.relu_(y)`, `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`)
 overwrites its first argument, a call with `out=y` overwrites y: the ops that read that tensor afterwards
 read the in-place op. One that writes to memory another live value shares (`y[0].mul_(2)`, or `y.mul_(2)`
@@ -410,6 +412,11 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         name = _target_name(node)
         if name in SHAPE_ONLY or (name in DROPOUT and not training):
             return b.fold(ins, out_bytes)
+        if name in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
+            template = node.args[0] if name.endswith("_like") or name.startswith("new_") else None
+            ins = [v for n, v in zip(_arg_nodes(node), ins, strict=True) if n is not template]
+            if not any(v.deps or v.params for v in ins):
+                return b.constant()
         if name in DROPOUT:
             n = sum(t.numel for t in outs)
             cost = Cost("dropout", float(n), saved_bytes=n)

@@ -279,6 +279,31 @@ class _Fc(nn.Module):
         self.fc = nn.Linear(4, 4)
 
 
+@pytest.mark.parametrize("make", [torch.zeros_like, lambda a: a.new_zeros(2, 4), lambda a: torch.full_like(a, 0.5)])
+def test_a_tensor_made_like_another_reads_nothing_and_passes_no_gradient(make):
+    """zeros_like(a) reads a's shape, not its data: a constant, as torch.zeros(2, 4). It was an op reading
+    a's 32 bytes, and in training the gradient of fc2's input flowed through it to fc: a backward op
+    fc2/grad of 72 FLOPs that autograd never runs, and a false dependency of fc/grad_weight on it."""
+
+    class Net(_Fc):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc2 = nn.Linear(4, 4)
+
+        def forward(self, x):
+            a = self.fc(x)
+            return (self.fc2(make(a)) + a).sum()
+
+    g = capture(Net(), (torch.randn(2, 4),), name="net")
+    assert [op.name for op in g.ops] == ["x", "fc", "fc2", "add", "sum_1"]
+    assert g.ops[g.index["fc2"]].bytes_read == 80  # its weights only
+    t = capture(Net(), (torch.randn(2, 4),), name="net", mode="training")
+    assert [op.name for op in t.ops if op.phase == "backward"] == [
+        "sum_1/grad", "add/grad", "fc2/grad_weight", "fc/grad_weight"]
+    # forward 72 + 72 + 8 + 8; backward 8 + 8 + 72 + 72; updates 4 x 20 parameters twice
+    assert sum(op.flops for op in t.ops) == 160 + 160 + 160
+
+
 def test_dropout_folded_in_inference_an_op_in_training():
     class Drop(_Fc):
         def __init__(self) -> None:
