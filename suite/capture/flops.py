@@ -44,6 +44,7 @@ BATCH_NORM_FLOPS_PER_ELEMENT = {False: 2, True: 4}  # keyed by training
 class TensorInfo:
     shape: tuple[int, ...]
     itemsize: int
+    floating: bool = True  # a floating-point (or complex) tensor, which can carry a gradient
 
     @property
     def numel(self) -> int:

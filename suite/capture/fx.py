@@ -15,6 +15,8 @@ What becomes an op:
 What is folded into its producers (never losing a dependency, see `ForwardBuilder.fold`): view, reshape,
 permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
 `nn.Identity`/`nn.Flatten`, and dropout in inference mode (in training mode dropout is an elementwise op).
+In training graphs no gradient flows back through `detach()`, through a folded value without floating-point
+tensors (the indices of `max`), or through an op whose outputs are all integer or bool (comparisons, argmax).
 Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants, and so
 are new tensors made in the shape of another (`torch.zeros_like(x)`, `x.new_zeros(n)`): they read no data,
 and no gradient flows through them.
@@ -163,7 +165,8 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _to_info(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
-        return TensorInfo(tuple(int(d) for d in x.shape), int(x.element_size()))
+        return TensorInfo(tuple(int(d) for d in x.shape), int(x.element_size()),
+                          x.is_floating_point() or x.is_complex())
     return x
 
 
@@ -396,7 +399,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
     if node.op == "call_module":
         m = gm.get_submodule(str(node.target))
         if isinstance(m, _SHAPE_ONLY_MODULES) or (isinstance(m, _DROPOUT_MODULES) and not training):
-            return b.fold(ins, out_bytes)
+            return b.fold(ins, out_bytes, grad=any(t.floating for t in outs))
         if isinstance(m, _DROPOUT_MODULES):
             cost: Cost | None = Cost("dropout", float(sum(t.numel for t in outs)), saved_bytes=sum(t.numel for t in outs))
         else:
@@ -411,7 +414,8 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
     else:
         name = _target_name(node)
         if name in SHAPE_ONLY or (name in DROPOUT and not training):
-            return b.fold(ins, out_bytes)
+            # detach(), or the integer part of a result (the indices of max), passes no gradient back
+            return b.fold(ins, out_bytes, grad=name != "detach" and any(t.floating for t in outs))
         if name in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
             template = node.args[0] if name.endswith("_like") or name.startswith("new_") else None
             ins = [v for n, v in zip(_arg_nodes(node), ins, strict=True) if n is not template]
@@ -440,6 +444,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         output_numel=sum(t.numel for t in outs),
         saved_bytes=cost.saved_bytes,
         params=params,
+        differentiable=any(t.floating for t in outs),
     )
 
 

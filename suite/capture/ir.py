@@ -7,9 +7,11 @@ A front end walks its source graph in topological order and calls `ForwardBuilde
 * `constant()` for anything static (shapes, buffers, literals, tensors computed from no input);
 * `fold(values, result_bytes)` for a shape-only node (view, reshape, getitem, permute, ...): the result
   depends on the same producer ops, and reading it reads at most `result_bytes` from each of them, so no
-  dependency is ever lost when a node is folded into its producers;
+  dependency is ever lost when a node is folded into its producers; `grad=False` for one that stops the
+  gradient (`detach()`, an integer result): a training graph passes no gradient back through it;
 * `op(...)` for a real operation: its inputs are the producer ops of the values it reads (edge bytes = the
-  bytes actually read, e.g. one time step's slice of an embedding output), and the parameters it uses.
+  bytes actually read, e.g. one time step's slice of an embedding output), and the parameters it uses;
+  `differentiable=False` when its outputs are all integer or bool (no gradient flows back through it).
 
 Parameters. Each parameter has a key (its canonical name). A parameter used by exactly one op is owned by
 that op (`param_bytes`). Parameters used by several ops (an LSTM layer's cell called once per time step, a
@@ -42,6 +44,7 @@ class Value:
 
     deps: Mapping[str, int] = field(default_factory=dict)
     params: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    no_grad: frozenset[str] = frozenset()  # producers in deps read without a gradient path (`x.detach()`)
 
 
 @dataclass
@@ -62,6 +65,8 @@ class FwdOp:
     own_param_bytes: int = 0
     own_param_count: int = 0
     variables: list[str] = field(default_factory=list)  # names of variable ops whose weights this op reads
+    differentiable: bool = True  # its output can carry a gradient (False: only integer / bool outputs)
+    no_grad_inputs: frozenset[str] = frozenset()  # inputs read only without a gradient path (`x.detach()`)
 
 
 @dataclass
@@ -177,23 +182,27 @@ class ForwardBuilder:
     def param(key: str, nbytes: int, count: int) -> Value:
         return Value(params={key: (int(nbytes), int(count))})
 
-    def fold(self, values: Iterable[Value], result_bytes: int | None) -> Value:
-        """A shape-only node: same producers, at most `result_bytes` read from each."""
-        deps, params = self._merge(values)
+    def fold(self, values: Iterable[Value], result_bytes: int | None, *, grad: bool = True) -> Value:
+        """A shape-only node: same producers, at most `result_bytes` read from each; `grad=False`: a node
+        that stops the gradient (`x.detach()`), so the ops reading the result pass none back to them."""
+        deps, params, no_grad = self._merge(values)
         if result_bytes is not None:
             deps = {p: min(b, int(result_bytes)) for p, b in deps.items()}
-        return Value(deps=deps, params=params)
+        return Value(deps=deps, params=params, no_grad=frozenset(deps) if not grad else no_grad)
 
-    def _merge(self, values: Iterable[Value]) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    def _merge(self, values: Iterable[Value]) -> tuple[dict[str, int], dict[str, tuple[int, int]], frozenset[str]]:
         deps: dict[str, int] = {}
         params: dict[str, tuple[int, int]] = {}
+        with_grad: set[str] = set()
         for v in values:
             for p, b in v.deps.items():
                 deps[p] = deps.get(p, 0) + int(b)
+                if p not in v.no_grad:
+                    with_grad.add(p)
             params.update(v.params)
         for p in deps:  # reading a value twice (x * x) reads the producer's output once
             deps[p] = min(deps[p], self._ops[p].output_bytes)
-        return deps, params
+        return deps, params, frozenset(deps) - with_grad
 
     # -- ops ------------------------------------------------------------------------------------------
     def input(self, name: str, nbytes: int, shape: tuple[int, ...] = ()) -> Value:
@@ -213,12 +222,15 @@ class ForwardBuilder:
         output_numel: int | None = None,
         saved_bytes: int = 0,
         params: Mapping[str, tuple[int, int]] | None = None,
+        differentiable: bool = True,
     ) -> Value:
+        """A real operation; `differentiable=False` for one whose outputs carry no gradient (comparisons,
+        argmax, integer casts: autograd passes nothing back through them)."""
         if name in self._ops:
             raise GraphError(f"capture: duplicate op name {name!r}")
         if not (math.isfinite(flops) and flops >= 0):
             raise GraphError(f"capture: op {name!r} has invalid FLOPs {flops!r}")
-        deps, uses = self._merge(values)
+        deps, uses, no_grad = self._merge(values)
         uses.update(params or {})
         if output_numel is None:
             output_numel = math.prod(output_shape) if output_shape else 0
@@ -234,6 +246,8 @@ class ForwardBuilder:
             output_numel=int(output_numel),
             saved_bytes=int(saved_bytes),
             param_uses=dict(uses),
+            differentiable=bool(differentiable),
+            no_grad_inputs=no_grad,
         )
         return Value(deps={name: int(output_bytes)})
 

@@ -218,14 +218,15 @@ def import_onnx(
     for vi in [*graph.input, *graph.value_info, *graph.output]:
         t = vi.type.tensor_type
         if t.elem_type and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-            infos[vi.name] = TensorInfo(tuple(int(d.dim_value) for d in t.shape.dim), _itemsize(t.elem_type))
+            infos[vi.name] = TensorInfo(tuple(int(d.dim_value) for d in t.shape.dim), _itemsize(t.elem_type),
+                                        _is_float(t.elem_type))
     b = ForwardBuilder()
     vals: dict[str, Value] = {"": b.constant()}  # "" = an omitted optional input
     # BatchNormalization's running mean and variance (inputs 3 and 4) are buffers, not trained parameters:
     # constants, as the torch.fx capture treats them
     buffers = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization" for k in (3, 4) if len(n.input) > k}
     for init in graph.initializer:
-        info = TensorInfo(tuple(int(d) for d in init.dims), _itemsize(init.data_type))
+        info = TensorInfo(tuple(int(d) for d in init.dims), _itemsize(init.data_type), _is_float(init.data_type))
         infos[init.name] = info
         if _is_float(init.data_type) and info.numel > 1 and init.name not in buffers:
             vals[init.name] = b.param(init.name, info.nbytes, info.numel)
@@ -254,8 +255,9 @@ def import_onnx(
                 vals[o] = b.constant()
             continue
         if node.op_type in SHAPE_ONLY or (node.op_type == "Dropout" and not training):
-            for o in node.output:
-                vals[o] = b.fold(ins, infos[o].nbytes if o in infos else None)
+            for o in node.output:  # an integer or bool result passes no gradient back
+                vals[o] = b.fold(ins, infos[o].nbytes if o in infos else None,
+                                 grad=o not in infos or infos[o].floating)
             continue
         in_infos = [infos.get(x) if x else None for x in node.input]
         cost = onnx_cost(node, in_infos, outs, training)
@@ -270,10 +272,11 @@ def import_onnx(
         b.op(
             op_name, cost.kind, _scope(node.name), ins, flops=cost.flops, macs=cost.macs, output_bytes=total,
             output_shape=outs[0].shape if outs else (), output_numel=sum(t.numel for t in outs),
-            saved_bytes=cost.saved_bytes,
+            saved_bytes=cost.saved_bytes, differentiable=any(t.floating for t in outs),
         )
-        for o in node.output:
-            vals[o] = Value(deps={op_name: infos[o].nbytes if o in infos else total})
+        for o in node.output:  # an integer output (TopK's indices) passes no gradient back
+            vals[o] = Value(deps={op_name: infos[o].nbytes if o in infos else total},
+                            no_grad=frozenset({op_name}) if o in infos and not infos[o].floating else frozenset())
     names = [o.name for o in graph.output]
     if loss is not None and loss not in names:
         raise GraphError(f"{where}: loss={loss!r} is not an output of the model; its outputs: {', '.join(names)}")

@@ -1,8 +1,10 @@
 """Training-step graphs: the forward ops plus backward, gradient-accumulation and parameter-update ops.
 
 Which ops get gradients follows autograd: an op *needs a gradient* when it owns parameters, reads a
-variable, or reads an op that needs one; it is *active* when it also has a path to a model output (the
-loss). For every active op:
+variable, or reads an op that needs one, unless its outputs cannot carry one (`differentiable` False:
+comparisons, argmax, integer casts) or it reads that op only through `detach()` (its `no_grad_inputs`); it
+is *active* when it also has a path to a model output (the loss) along reads a gradient flows back through.
+For every active op:
 
 * when some input needs a gradient: a grad-input op `{name}/grad` (kind `{kind}_grad`, FLOPs = forward
   FLOPs). It reads the gradient of the op's output from the backward ops of its consumers (edge bytes = the
@@ -52,11 +54,11 @@ MOMENTUM_FLOPS_PER_PARAM = 4  # v <- mu v + g (2), w <- w - lr v (2)
 def _active_ops(fg: ForwardGraph, consumers: dict[str, list[tuple[str, int]]]) -> set[str]:
     needs: dict[str, bool] = {}
     for op in fg.ops:
-        needs[op.name] = (
+        needs[op.name] = op.differentiable and (
             op.kind == "variable"
             or op.own_param_bytes > 0
             or bool(op.variables)
-            or any(needs[p] for p in op.inputs)
+            or any(needs[p] for p in op.inputs if p not in op.no_grad_inputs)
         )
     reach: set[str] = set(fg.outputs)
     users_of_var: dict[str, list[str]] = defaultdict(list)
@@ -78,10 +80,11 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
     """Lower a forward graph to the ops and edges of one training step (see the module docstring)."""
     by_name = fg.by_name
     var_bytes = {op.name: op.own_param_bytes for op in fg.ops if op.kind == "variable"}
-    consumers: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    consumers: dict[str, list[tuple[str, int]]] = defaultdict(list)  # the reads a gradient flows back through
     for op in fg.ops:
         for p, b in op.inputs.items():
-            consumers[p].append((op.name, b))
+            if p not in op.no_grad_inputs:
+                consumers[p].append((op.name, b))
     active = _active_ops(fg, consumers)
 
     active_consumers = {name: sum(1 for c, _ in cs if c in active) for name, cs in consumers.items()}
@@ -155,7 +158,7 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
     for f in reversed(fg.ops):
         if f.name not in backward:
             continue
-        grad_in = sum(b for p, b in f.inputs.items() if p in active)
+        grad_in = sum(b for p, b in f.inputs.items() if p in active and p not in f.no_grad_inputs)
         has_weights = f.own_param_bytes > 0 or bool(f.variables)
         grad_edges = list(grad_src[f.name].items())
         saved = (f.name, f.output_bytes + f.saved_bytes)

@@ -736,6 +736,35 @@ def test_embedding_scatter_pass_through_concat_and_inactive_ops():
     assert not any(op.name.startswith("dropout/") for op in g.ops)
 
 
+class _NoGrad(nn.Module):
+    """A mask (a comparison), a detached branch and the indices of max: none passes a gradient back to fc."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.fc2, self.emb = nn.Linear(4, 4), nn.Linear(4, 4), nn.Embedding(4, 4)
+
+    def forward(self, x):
+        a = self.fc(x)
+        mask = (a > 0).float()
+        return (self.fc2(a) * mask).sum() + a.detach().sum() + self.emb(a.max(1)[1]).sum()
+
+
+def test_no_gradient_flows_through_comparisons_detach_or_integer_results():
+    """Autograd passes nothing back through `a > 0` (bool), `a.detach()` or the indices of `a.max(1)`:
+    they had backward ops (gt/grad, float_1/grad, sum_2/grad, emb/grad: 8 + 8 + 8 + 0 FLOPs) whose
+    outputs fc/grad_weight waited for, and mul/grad produced the gradient of the mask too (64 bytes)."""
+    g = capture(_NoGrad(), (torch.randn(2, 4),), name="nograd", mode="training")
+    f = {op.name: op for op in g.ops}
+    backward = [op.name for op in g.ops if op.phase == "backward"]
+    assert backward == ["add_1/grad", "sum_3/grad", "emb/grad_weight", "add/grad", "sum_1/grad", "mul/grad",
+                        "fc2/grad", "fc2/grad_weight", "fc/grad_weight"]
+    assert f["mul/grad"].output_bytes == 32  # the gradient of fc2's output only, not of the mask
+    assert f["add/grad"].output_bytes == 4  # of sum_1 only: sum_2 reads a detached tensor
+    assert [g.ops[e.src].name for e in g.edges if e.dst == g.index["fc/grad_weight"]] == ["x", "fc", "fc2/grad"]
+    # adds 1 + 1, sums 8 + 8, mul 8, embedding scatter 8, fc2 72 + 72, fc 72
+    assert sum(op.flops for op in g.ops if op.phase == "backward") == 1 + 1 + 8 + 8 + 8 + 8 + 72 + 72 + 72
+
+
 def test_ops_that_do_not_reach_the_loss_get_no_backward():
     class Dead(nn.Module):
         def __init__(self) -> None:

@@ -322,3 +322,26 @@ def test_exported_losses_cost_as_in_the_fx_capture(mode):
     assert (ce.flops, ce.output_bytes) == (fx_ce.flops, fx_ce.output_bytes)
     assert (nll.flops, nll.output_bytes) == (fx_nll.flops, fx_nll.output_bytes)
     assert g.metadata["forward_flops"] == g_fx.metadata["forward_flops"] == 720 + 120 + 624 + 24 + 1
+
+
+class _Masked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.fc2 = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        a = self.fc(x)
+        return (self.fc2(a) * (a > 0).float()).sum()
+
+
+def test_no_gradient_flows_through_a_comparison():
+    """Greater outputs bool: no backward op for it or the Cast after it (each had one, 8 FLOPs)."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Masked(), (torch.randn(2, 4),), buf, dynamo=False)
+    g = import_onnx(onnx.load_from_string(buf.getvalue()), name="masked", mode="training")
+    assert sorted(op.kind for op in g.ops if op.phase == "backward") == [
+        "gemm_grad", "gemm_grad_weight", "gemm_grad_weight", "mul_grad", "reducesum_grad"]
+    (mul_grad,) = [op for op in g.ops if op.kind == "mul_grad"]
+    assert mul_grad.output_bytes == 32  # the gradient of fc2's output, not of the mask
