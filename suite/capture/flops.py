@@ -299,7 +299,7 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if isinstance(module, nn.LSTMCell | nn.GRUCell | nn.RNNCell):
         return _rnn_cell_cost(module, ins, training)
     if isinstance(module, nn.MultiheadAttention):
-        return _mha_cost(module, ins)
+        return _mha_cost(module, ins, training)
     if isinstance(module, _elementwise_modules()):
         return elementwise(type(module).__name__.lower(), out)
     return None
@@ -344,10 +344,14 @@ def _rnn_cell_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
     return Cost({4: "lstm_cell", 3: "gru_cell"}.get(gates, "rnn_cell"), flops, macs, saved_bytes=saved)
 
 
-def _mha_cost(module: Any, ins: list[TensorInfo]) -> Cost:
+def _mha_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
+    """nn.MultiheadAttention: the q, k, v and out projections (+1 per output element for each bias, as
+    Linear), the scores and weighted sums of all heads, softmax; in training it saves the attention weights."""
     q, k = ins[0], ins[1]
     e = module.embed_dim
-    if module.batch_first:
+    if len(q.shape) == 2:  # unbatched: [L, E]
+        batch, lq, lk = 1, q.shape[0], k.shape[0]
+    elif module.batch_first:
         batch, lq, lk = q.shape[0], q.shape[1], k.shape[1]
     else:
         lq, batch, lk = q.shape[0], q.shape[1], k.shape[0]
@@ -355,7 +359,11 @@ def _mha_cost(module: Any, ins: list[TensorInfo]) -> Cost:
     attn = 2 * batch * lq * lk * e  # scores and weighted sum over all heads
     macs = proj + attn
     scores = batch * module.num_heads * lq * lk
-    return Cost("multihead_attention", 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * scores, float(macs))
+    bias = (batch * (lq + 2 * lk) * e if module.in_proj_bias is not None else 0) + (
+        batch * lq * e if module.out_proj.bias is not None else 0)
+    saved = scores * q.itemsize if training else 0
+    return Cost("multihead_attention", 2.0 * macs + bias + SOFTMAX_FLOPS_PER_ELEMENT * scores, float(macs),
+                saved_bytes=saved)
 
 
 @functools.cache

@@ -183,7 +183,8 @@ def test_multihead_attention_with_other_key_and_value_widths():
     (op,) = by_kind(g, "multihead_attention")
     proj = 2 * 3 * 8 * 8 + 2 * 5 * 4 * 8 + 2 * 5 * 6 * 8 + 2 * 3 * 8 * 8  # q, k, v, out projections
     attn = 2 * 2 * 3 * 5 * 8  # scores and weighted sum, all heads
-    assert op.flops == 2 * (proj + attn) + 5 * 2 * 2 * 3 * 5
+    bias = 2 * 3 * 8 + 2 * 5 * 8 + 2 * 5 * 8 + 2 * 3 * 8  # q, k, v, out biases: one add per output element
+    assert op.flops == 2 * (proj + attn) + bias + 5 * 2 * 2 * 3 * 5
 
 
 @pytest.mark.parametrize("functional", [False, True])
@@ -547,9 +548,27 @@ def test_multihead_attention_formula_by_hand():
     g = capture(Cross(), (torch.randn(3, 2, 8), torch.randn(5, 2, 8)), name="mha")  # Lq=3, Lk=5, B=2, E=8
     (op,) = by_kind(g, "multihead_attention")
     # projections: q B Lq E^2 + k, v 2 B Lk E^2 + out B Lq E^2 = 2*(3+10)*64 + 2*3*64 = 2048 MACs;
-    # scores and weighted sum 2 B Lq Lk E = 480 MACs; softmax 5 per score, B heads Lq Lk = 2*2*3*5 = 60 scores
+    # scores and weighted sum 2 B Lq Lk E = 480 MACs; softmax 5 per score, B heads Lq Lk = 2*2*3*5 = 60 scores;
+    # biases, one add per output element of each projection: B (Lq + 2 Lk) E + B Lq E = 208 + 48 = 256
     assert g.metadata["forward_macs"] == 2048 + 480
-    assert op.flops == 2 * 2528 + 5 * 60 == 5356
+    assert op.flops == 2 * 2528 + 256 + 5 * 60 == 5612
+    no_bias = Cross()
+    no_bias.mha = nn.MultiheadAttention(8, 2, bias=False)
+    (op,) = by_kind(capture(no_bias, (torch.randn(3, 2, 8), torch.randn(5, 2, 8)), name="mha"), "multihead_attention")
+    assert op.flops == 5356
+    # unbatched [L, E]: one sequence, half of the batch of two (it was read as Lq=3, B=8)
+    (op,) = by_kind(capture(Cross(), (torch.randn(3, 8), torch.randn(5, 8)), name="mha"), "multihead_attention")
+    assert op.flops == 5612 / 2
+
+    class Trained(Cross):
+        def forward(self, q, kv):
+            return self.mha(q, kv, kv)[0].sum()
+
+    # training keeps the attention weights for the backward pass: 60 scores of 4 bytes on top of the outputs
+    # (the attended values, 2*3*8 floats, and the weights averaged over heads, 2*3*5)
+    train = capture(Trained(), (torch.randn(3, 2, 8), torch.randn(5, 2, 8)), name="mha", mode="training")
+    (op,) = by_kind(train, "multihead_attention")
+    assert op.output_bytes == 4 * (2 * 3 * 8 + 2 * 3 * 5) + 4 * 60
 
 
 def test_scaled_dot_product_attention_and_addmm_rules_by_hand():
