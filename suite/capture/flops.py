@@ -4,7 +4,10 @@ Conventions (FLOPs, a multiply-add = 2 FLOPs; MACs = multiply-adds of matrix pro
 only, the figure papers publish):
 
 * linear / matmul / bmm: 2 x MACs, plus 1 per output element for a bias (the added input of addmm,
-  baddbmm, addbmm);
+  baddbmm, addbmm); einsum of two operands the same, with MACs = the product of every index's size (one of
+  one operand: 1 per input element; of more, the fallback);
+* multi-head attention (nn.MultiheadAttention, scaled_dot_product_attention): its matrix products, softmax
+  (5 per score) and, for the module, its projection biases;
 * convolution: MACs = output elements x (input channels / groups) x kernel elements; FLOPs = 2 x MACs,
   plus 1 per output element for a bias; a transposed convolution: MACs = input elements x (output channels /
   groups) x kernel elements;
@@ -122,6 +125,32 @@ def matmul_cost(a: tuple[int, ...], out: tuple[int, ...]) -> Cost:
     k = a[-1] if a else 1
     macs = math.prod(out) * k
     return Cost("matmul", 2.0 * macs, macs)
+
+
+def einsum_cost(equation: Any, ins: list[TensorInfo]) -> Cost | None:
+    """torch.einsum of one or two operands: with two, one multiply-add for every combination of the indices
+    (output and summed ones, `...` broadcast), as a matmul; with one (a sum, trace or transpose), 1 FLOP per
+    input element. More operands (whose cost depends on the contraction order): None (the fallback)."""
+    if not isinstance(equation, str) or not 1 <= len(ins) <= 2:
+        return None
+    terms = equation.replace(" ", "").partition("->")[0].split(",")
+    if len(terms) != len(ins):
+        return None
+    if len(ins) == 1:
+        return Cost("einsum", float(ins[0].numel))
+    sizes: dict[str, int] = {}
+    ellipses = []
+    for term, t in zip(terms, ins, strict=True):
+        head, dots, tail = term.partition("...")
+        middle = len(t.shape) - len(head) - len(tail) if dots else 0
+        ellipses.append(tuple(t.shape[len(head):len(head) + middle]))
+        for letter, size in zip(head + "." * middle + tail, t.shape, strict=True):
+            if letter != ".":
+                sizes[letter] = max(sizes.get(letter, 1), size)  # a size-1 index broadcasts
+    width = max(len(e) for e in ellipses)
+    padded = [(1,) * (width - len(e)) + e for e in ellipses]
+    macs = math.prod(sizes.values()) * math.prod(max(col) for col in zip(*padded, strict=True))
+    return Cost("einsum", 2.0 * macs, float(macs))
 
 
 def lstm_cell_flops(batch: int, input_size: int, hidden: int) -> tuple[float, float]:
@@ -242,6 +271,8 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return pool_cost(out[0], _pair(kernel, POOL[name]), name)
     if name in ADAPTIVE_POOL:
         return Cost(name, float(ins[0].numel))
+    if name == "einsum":
+        return einsum_cost(args[0] if args else kwargs.get("equation"), ins)
     if name == "scaled_dot_product_attention":
         q, k, v = ins[0], ins[1], ins[2]
         macs = math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])  # q k^T, then probs v

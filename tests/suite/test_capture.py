@@ -1024,3 +1024,36 @@ def test_a_call_writing_several_tensors_through_out_is_refused():
 
     with pytest.raises(GraphError, match="^Net: the call 'max_1' \\(max\\) writes several tensors through out="):
         capture(Net(), (torch.randn(2, 4),), name="net")
+
+
+@pytest.mark.parametrize(("equation", "shapes", "macs"), [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], 2 * 3 * 4 * 5),  # as bmm: out 2x3x5, 4 summed
+    ("...ij,...jk->...ik", [(2, 3, 4), (1, 4, 5)], 2 * 3 * 4 * 5),  # the batch of 1 broadcast to 2
+    ("i,j->ij", [(3,), (4,)], 12),  # an outer product: one product per output element
+    ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)], 2 * 2 * 3 * 5 * 4),  # attention scores
+])
+def test_einsum_of_two_operands_counts_a_multiply_add_per_index_combination(equation, shapes, macs):
+    class Einsum(nn.Module):
+        def forward(self, a, b):
+            return torch.einsum(equation, a, b)
+
+    g = capture(Einsum(), tuple(torch.randn(*s) for s in shapes), name="einsum")
+    (op,) = by_kind(g, "einsum")
+    assert (op.flops, g.metadata["forward_macs"]) == (2 * macs, macs)
+    assert "fallback_cost_kinds" not in g.metadata
+
+
+def test_einsum_of_one_operand_counts_its_elements_and_of_three_falls_back():
+    class Trace(nn.Module):
+        def forward(self, a):
+            return torch.einsum("ii->", a)
+
+    (op,) = by_kind(capture(Trace(), (torch.randn(3, 3),), name="trace"), "einsum")
+    assert op.flops == 9
+
+    class Three(nn.Module):
+        def forward(self, a, b, c):
+            return torch.einsum("ij,jk,kl->il", [a, b, c])
+
+    g = capture(Three(), (torch.randn(2, 3), torch.randn(3, 4), torch.randn(4, 5)), name="three")
+    assert g.metadata["fallback_cost_kinds"] == ["einsum"]  # its cost depends on the contraction order
