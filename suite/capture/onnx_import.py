@@ -8,7 +8,7 @@
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Expand, and Dropout
   in inference) are folded into their producers; Shape/Size outputs and anything computed only from
   constants are constants.
-* FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul (2 per
+* FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul / Einsum (2 per
   multiply-add, +1 per output element for a bias), elementwise ops 1 per output element, pooling output
   elements x kernel, global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or
   4 (training) per element, LayerNormalization 5, Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
@@ -38,6 +38,7 @@ from suite.capture.flops import (
     Cost,
     TensorInfo,
     cross_entropy_cost,
+    einsum_cost,
     loss_samples,
     rnn_cell_flops,
 )
@@ -145,6 +146,10 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         x, w = ins[0], ins[1]
         macs = x.numel * math.prod(w.shape[1:])
         return Cost(kind, 2.0 * macs + (outs[0].numel if len(ins) > 2 and ins[2] is not None else 0), float(macs))
+    if op == "Einsum" and all(t is not None for t in ins):
+        equation = _attr(node, "equation")
+        cost = einsum_cost(equation.decode() if isinstance(equation, bytes) else equation, ins)
+        return Cost(kind, cost.flops, cost.macs) if cost is not None else None
     if op == "Gemm":
         a = ins[0]
         k = a.shape[0] if _attr(node, "transA", 0) else a.shape[1]

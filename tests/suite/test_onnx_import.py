@@ -345,3 +345,23 @@ def test_no_gradient_flows_through_a_comparison():
         "gemm_grad", "gemm_grad_weight", "gemm_grad_weight", "mul_grad", "reducesum_grad"]
     (mul_grad,) = [op for op in g.ops if op.kind == "mul_grad"]
     assert mul_grad.output_bytes == 32  # the gradient of fc2's output, not of the mask
+
+
+class _Einsum(nn.Module):
+    def forward(self, a, b):
+        return torch.einsum("bij,bjk->bik", a, b) + torch.einsum("bik->bk", torch.einsum("bij,bjk->bik", a * 2, b))[:, None]
+
+
+def test_einsum_costs_as_in_the_fx_capture():
+    """An exported Einsum gets the fx rule (two operands: a multiply-add per index combination; one: 1 per
+    input element), not 1 FLOP per output element."""
+    args = (torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Einsum(), args, buf, dynamo=False)
+    g_onnx = import_onnx(onnx.load_from_string(buf.getvalue()), name="einsum")
+    g_fx = capture(_Einsum(), args, name="einsum")
+    assert "fallback_cost_kinds" not in g_onnx.metadata
+    assert g_onnx.metadata["forward_macs"] == g_fx.metadata["forward_macs"] == 2 * 120
+    assert g_onnx.metadata["forward_flops"] == g_fx.metadata["forward_flops"]
