@@ -180,6 +180,11 @@ class OrtModel:
         input_op = {n.name: self.eg.op_of[i] for i, n in enumerate(self.eg.nodes) if n.op == "placeholder"}
         self.input_op = {name: input_op.get(name, -1) for name in self.graph_inputs}
         self.op_index = op_index
+        # the exporter leaves out inputs that nothing reads: the example inputs are matched by name (they fill
+        # the first placeholders; the others are arguments left at their defaults)
+        names = [n.name for n in self.eg.nodes if n.op == "placeholder"]
+        by_name = dict(zip(names, rw.inputs, strict=False))
+        self.input_values = {name: by_name[name] for name in self.graph_inputs}
 
     def _attribute(self) -> list[int]:
         """Op index of every ONNX node: its pb_op scope, else its producer's, else its first consumer's."""
@@ -396,7 +401,7 @@ class OrtExecutor:
                     )
         self.segments = segs
         self._staged = {}
-        for name, x in zip(self.om.graph_inputs, self.om.rw.inputs, strict=False):
+        for name, x in self.om.input_values.items():
             op = self.om.input_op.get(name, -1)
             d = int(placement[op]) if op >= 0 else 0
             kind, index = _device_spec(self.device_map.torch_devices[d])
@@ -513,7 +518,7 @@ class OrtBackend:
             # a new session each call: one kept between the rounds would hold its GPU memory pool while the
             # placements are measured, and their peak memory on the GPU is read from what is free
             sess = make_session(data, "cpu" if which == "ort_cpu" else gpu, threads=self.executor.threads)
-            feeds = {n: x.detach().cpu().numpy() for n, x in zip(self.model.graph_inputs, self.rw.inputs, strict=False)}
+            feeds = {n: x.detach().cpu().numpy() for n, x in self.model.input_values.items()}
             run = lambda: sess.run(None, feeds)  # noqa: E731
             run()
             devices = [torch.device("cpu")] if which == "ort_cpu" else [torch.device(gpu)]

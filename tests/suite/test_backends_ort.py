@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+import torch.nn as nn
 
 import suite
 from suite.backends.devices import DeviceMap, local_cluster
@@ -19,7 +20,7 @@ from suite.backends.ort_exec import (
     export_onnx,
     make_session,
 )
-from suite.backends.workload import small_workload
+from suite.backends.workload import from_module, small_workload
 from suite.fidelity import random_placement, random_split_placement
 from suite.methodology import Budget, Timing
 from suite.placer import NotApplicable, Problem, make_placer
@@ -167,3 +168,48 @@ def test_full_size_workloads_batch_one_inference(name, three_cpus):
     ex = OrtExecutor(OrtModel(rw), dmap)
     ex.apply(random_split_placement(rw.graph, 3, np.random.default_rng(0)))
     np.testing.assert_allclose(ex.step()[0], rw.eager().numpy(), rtol=1e-3, atol=1e-4)
+
+
+class _TwoOutputs(nn.Module):
+    """An unread first input (the exporter drops it), two read inputs, and three outputs: one made early, one
+    read later by another op, one last."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(4, 5), nn.Linear(5, 3), nn.Linear(3, 2)
+
+    def forward(self, unused, x, y):
+        h = torch.relu(self.a(x))
+        early = h * 2.0
+        z = self.b(h) + y
+        return self.c(z), early, z
+
+
+@pytest.fixture(scope="module")
+def two_outputs():
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 7), torch.randn(2, 4), torch.randn(2, 3))
+    return OrtModel(from_module(_TwoOutputs().eval(), inputs, name="two_outputs"))
+
+
+def test_split_outputs_equal_eager_and_one_session_with_an_unread_input(two_outputs, three_cpus):
+    om = two_outputs
+    rw = om.rw
+    assert len(om.graph_inputs) == 2  # the unread input is not in the ONNX graph: inputs are matched by name
+    ref = [t.numpy() for t in rw.eager()]
+    sess = make_session(om.model.SerializeToString(), "cpu")
+    whole = sess.run(None, {n: x.numpy() for n, x in zip(["x", "y"], rw.inputs[1:], strict=True)})
+    for w, r in zip(whole, ref, strict=True):
+        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+    cluster, dmap = three_cpus
+    ex = OrtExecutor(om, dmap)
+    n = rw.graph.num_ops
+    rng = np.random.default_rng(0)
+    for p in [np.zeros(n, dtype=np.int64), np.arange(n) % 3, *(rng.integers(0, 3, n) for _ in range(6))]:
+        ex.apply(p)
+        out = ex.step()
+        assert len(out) == len(ref)
+        for o, w in zip(out, whole, strict=True):
+            np.testing.assert_allclose(o, w, rtol=1e-5, atol=1e-6)
+    m = OrtBackend(rw, cluster, dmap, timing=FAST).measure_native("ort_cpu")
+    assert m.status == "ok", m.message
