@@ -387,6 +387,11 @@ class OrtExecutor:
         import onnxruntime as ort
 
         placement = np.asarray(placement, dtype=np.int64)
+        n = self.om.rw.graph.num_ops
+        if placement.shape != (n,):
+            raise PlacebenchError(f"placement has shape {placement.shape}, expected ({n},)")
+        if placement.min(initial=0) < 0 or placement.max(initial=0) >= len(self.device_map):
+            raise PlacebenchError(f"placement uses a device index outside 0..{len(self.device_map) - 1}")
         segs = self.om.segments(placement)
         for seg in segs:
             td = self.device_map.torch_devices[seg.device]

@@ -21,6 +21,7 @@ from suite.backends.ort_exec import (
     make_session,
 )
 from suite.backends.workload import from_module, small_workload
+from suite.errors import PlacebenchError
 from suite.fidelity import random_placement, random_split_placement
 from suite.methodology import Budget, Timing
 from suite.placer import NotApplicable, Problem, make_placer
@@ -213,3 +214,13 @@ def test_split_outputs_equal_eager_and_one_session_with_an_unread_input(two_outp
             np.testing.assert_allclose(o, w, rtol=1e-5, atol=1e-6)
     m = OrtBackend(rw, cluster, dmap, timing=FAST).measure_native("ort_cpu")
     assert m.status == "ok", m.message
+
+
+def test_bad_placements_are_refused(two_outputs, three_cpus):
+    cluster, dmap = three_cpus
+    be = OrtBackend(two_outputs.rw, cluster, dmap, timing=FAST)
+    n = two_outputs.rw.graph.num_ops
+    for p, what in [(np.zeros(n - 1), "shape"), (np.zeros(n + 2), "shape"), (np.full(n, 3), "outside 0..2"),
+                    (np.full(n, -1), "outside 0..2")]:
+        with pytest.raises(PlacebenchError, match=what):
+            be.measure(p.astype(np.int64))
