@@ -471,9 +471,7 @@ class OrtBackend:
         self.clock = clock
 
     def _measured(self, run, devices: Sequence[torch.device], names: Sequence[str], copied: int) -> Measurement:
-        check_cpu_clock(self.clock, devices, False)
-        if self.clock == "cpu" and self.executor.threads != 1:
-            raise PlacebenchError(f"clock 'cpu' needs one ONNX Runtime thread, not {self.executor.threads}")
+        check_cpu_clock(self.clock, devices, False, threads=self.executor.threads, runtime="ONNX Runtime")
         reset_peak_memory(devices)
         samples = time_steps(run, self.timing, devices, self.clock)
         peaks = {}

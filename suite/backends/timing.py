@@ -37,16 +37,19 @@ def clock_function(clock: str) -> Callable[[], float]:
     return time.perf_counter if clock == "wall" else time.process_time
 
 
-def check_cpu_clock(clock: str, devices: Sequence[torch.device], concurrent: bool) -> None:
-    """The CPU clock measures a step only when one thread does all of its work (see the module docstring)."""
+def check_cpu_clock(clock: str, devices: Sequence[torch.device], concurrent: bool, *,
+                    threads: int | None = None, runtime: str = "torch") -> None:
+    """The CPU clock measures a step only when one thread does all of its work (see the module docstring).
+    `threads`: the intra-op threads of the runtime that runs the step (torch's own by default)."""
     if clock != "cpu":
         return
     if any(d.type != "cpu" for d in devices):
         raise PlacebenchError("clock 'cpu' cannot time CUDA work (it runs outside this process's CPU time)")
     if concurrent:
         raise PlacebenchError("clock 'cpu' cannot time concurrent execution (threads add up their CPU time)")
-    if torch.get_num_threads() != 1:
-        raise PlacebenchError(f"clock 'cpu' needs one intra-op thread, torch uses {torch.get_num_threads()}")
+    threads = torch.get_num_threads() if threads is None else threads
+    if threads != 1:
+        raise PlacebenchError(f"clock 'cpu' needs one intra-op thread, {runtime} uses {threads or 'all cores'}")
 
 
 def time_steps(step: Callable[[], object], timing: Timing, devices: Sequence[torch.device],

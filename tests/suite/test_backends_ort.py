@@ -224,3 +224,15 @@ def test_bad_placements_are_refused(two_outputs, three_cpus):
                     (np.full(n, -1), "outside 0..2")]:
         with pytest.raises(PlacebenchError, match=what):
             be.measure(p.astype(np.int64))
+
+
+def test_cpu_clock_counts_onnx_runtime_threads_not_torch_threads(two_outputs, three_cpus, monkeypatch):
+    cluster, dmap = three_cpus
+    rw = two_outputs.rw
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    one = OrtBackend(rw, cluster, dmap, timing=FAST, threads=1, clock="cpu")
+    assert one.measure(np.zeros(rw.graph.num_ops, dtype=np.int64)).status == "ok"
+    assert one.measure_native("ort_cpu").status == "ok"
+    two = OrtBackend(rw, cluster, dmap, timing=FAST, threads=2, clock="cpu")
+    with pytest.raises(PlacebenchError, match="one intra-op thread, ONNX Runtime uses 2"):
+        two.measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
