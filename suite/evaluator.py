@@ -301,7 +301,8 @@ class Evaluator:
         worst = next((m for m in ms if m.status != "ok"), ms[0])  # one OOM repetition makes the result OOM
         return Measurement(
             status=worst.status,
-            step_time_s=float(np.median(samples)) if samples else None,
+            step_time_s=(float(np.mean(samples) if self.methodology.timing.statistic == "mean" else np.median(samples))
+                         if samples else None),
             samples_s=samples,
             peak_memory_bytes={k: max(m.peak_memory_bytes.get(k, 0) for m in ms)
                                for k in dict.fromkeys(k for m in ms for k in m.peak_memory_bytes)},

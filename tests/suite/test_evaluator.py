@@ -156,6 +156,13 @@ def test_measure_repeats_and_takes_the_median(tiny_graph, tiny_cluster):
     assert backend.answers == [] and ev.evaluations_used == 0
 
 
+def test_measure_repetitions_take_the_methodologys_statistic(tiny_graph, tiny_cluster):
+    meth = load_methodology()
+    mean = replace(meth, timing=replace(meth.timing, statistic="mean"))
+    ev = Evaluator(tiny_graph, tiny_cluster, methodology=mean, backend=Scripted(_ok(1.0), _ok(3.0), _ok(8.0)))
+    assert ev.measure([0, 0, 0, 0], repetitions=3).step_time_s == 4.0  # not the median, 3.0
+
+
 def test_measure_repetitions_default_to_the_methodologys(tiny_graph, tiny_cluster):
     three = replace(load_methodology(), repetitions=3)
     backend = Scripted(_ok(1.0), _ok(3.0), _ok(8.0))
