@@ -475,13 +475,16 @@ class OrtBackend:
         reset_peak_memory(devices)
         samples = time_steps(run, self.timing, devices, self.clock)
         peaks = {}
+        used = {str(t) for t in devices}
         for d, name in enumerate(names):
             td = self.device_map.torch_device(d)
-            if td.type == "cuda":
+            if td.type != "cuda":
+                peaks[name] = cpu_peak_rss_bytes()
+            elif str(td) in used:
                 free, total = torch.cuda.mem_get_info(td)
                 peaks[name] = int(total - free)  # ONNX Runtime's arena keeps its peak
-            else:
-                peaks[name] = cpu_peak_rss_bytes()
+            else:  # a GPU the run leaves unused: 0, not what other sessions or processes hold there
+                peaks[name] = 0
         return Measurement(status="ok", step_time_s=statistic_s(samples, self.timing), samples_s=tuple(samples),
                            peak_memory_bytes=peaks, bytes_transferred=int(copied))
 

@@ -236,3 +236,23 @@ def test_cpu_clock_counts_onnx_runtime_threads_not_torch_threads(two_outputs, th
     two = OrtBackend(rw, cluster, dmap, timing=FAST, threads=2, clock="cpu")
     with pytest.raises(PlacebenchError, match="one intra-op thread, ONNX Runtime uses 2"):
         two.measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+
+
+def test_a_gpu_the_run_leaves_unused_reports_no_peak_memory(two_outputs, three_cpus, monkeypatch):
+    """As in the PyTorch backend: an unused GPU reports 0, not the memory other sessions hold there."""
+    import suite.backends.devices as devices
+    import suite.backends.ort_exec as ox
+    import suite.backends.timing as timing
+
+    cluster, _ = three_cpus
+    be = OrtBackend(two_outputs.rw, cluster, None, timing=FAST)
+    monkeypatch.setattr(devices, "check_torch_device", lambda *a, **k: None)  # pretend cuda:0 and cuda:1 exist
+    be.device_map = DeviceMap(("cpu:0", "cpu:1", "cpu:2"), ("cpu", "cuda:0", "cuda:1"))
+    monkeypatch.setattr(ox, "reset_peak_memory", lambda devs: None)
+    monkeypatch.setattr(timing, "synchronize", lambda devs: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (2**30, 5 * 2**30))
+    names = ["cpu:0", "cpu:1", "cpu:2"]
+    m = be._measured(lambda: None, [torch.device("cpu"), torch.device("cuda:1")], names, 0)
+    assert (m.peak_memory_bytes["cpu:1"], m.peak_memory_bytes["cpu:2"]) == (0, 4 * 2**30)
+    m = be._measured(lambda: None, [torch.device("cpu")], names, 0)
+    assert (m.peak_memory_bytes["cpu:1"], m.peak_memory_bytes["cpu:2"]) == (0, 0)
