@@ -86,6 +86,8 @@ class DeviceMap:
                     f"device map: {name!r} is not a device of cluster {cluster.name!r} "
                     f"({', '.join(d.name for d in cluster.devices)})"
                 )
+            if name in given:
+                raise ClusterError(f"device map: {name!r} is mapped twice ({given[name]!r} and {td!r})")
             given[name] = td
         out = []
         gpu_k = 0

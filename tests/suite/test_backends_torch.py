@@ -536,6 +536,8 @@ def test_device_maps():
         DeviceMap.parse(cluster, ["gpu:0"])
     with pytest.raises(ClusterError, match="'cpu' or 'cuda:N'"):
         DeviceMap.parse(cluster, {"gpu:0": "tpu"})
+    with pytest.raises(ClusterError, match="'gpu:0' is mapped twice \\('cuda:0' and 'cpu'\\)"):
+        DeviceMap.parse(cluster, ["gpu:0=cuda:0", "gpu:0=cpu"])  # the last one won
     if not torch.cuda.is_available():
         with pytest.raises(ClusterError, match="not available"):
             DeviceMap.default(cluster)
