@@ -44,6 +44,17 @@ class Timing:
     statistic: str = "median"
     synchronize: bool = True
 
+    def __post_init__(self) -> None:
+        # as Budget: Timing(measured_steps=0) made in code failed later, as a NaN step time
+        for name, least in (("warmup_steps", 0), ("measured_steps", 1)):
+            n = getattr(self, name)
+            if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or n < least:
+                raise SpecError(f"Timing.{name} must be a whole number >= {least}, got {short_repr(n)}")
+        if self.statistic not in ("median", "mean"):
+            raise SpecError(f"Timing.statistic must be 'median' or 'mean', got {short_repr(self.statistic)}")
+        if not isinstance(self.synchronize, (bool, np.bool_)):
+            raise SpecError(f"Timing.synchronize must be true or false, got {short_repr(self.synchronize)}")
+
 
 @dataclass(frozen=True)
 class Methodology:

@@ -117,3 +117,17 @@ def test_a_budget_made_in_code_is_checked_when_made(kw, message):
     with pytest.raises(SpecError, match=message):
         Budget(**kw)
     assert Budget(np.int64(3), np.float64(1.5)) == Budget(3, 1.5) and Budget(0, float("inf")).max_evaluations == 0
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"measured_steps": 0}, r"Timing.measured_steps must be a whole number >= 1, got 0"),
+    ({"warmup_steps": -1}, r"Timing.warmup_steps must be a whole number >= 0, got -1"),
+    ({"warmup_steps": 1.5}, r"Timing.warmup_steps must be a whole number >= 0, got 1.5"),
+    ({"statistic": "min"}, r"Timing.statistic must be 'median' or 'mean', got 'min'"),
+    ({"synchronize": "yes"}, r"Timing.synchronize must be true or false, got 'yes'"),
+])
+def test_timing_made_in_code_is_checked_when_made(kw, message):
+    """Timing(measured_steps=0) gave a NaN step time (an error row) only when a real backend measured."""
+    with pytest.raises(SpecError, match=message):
+        methodology.Timing(**kw)
+    assert methodology.Timing(warmup_steps=0, measured_steps=1).measured_steps == 1
