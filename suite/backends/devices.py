@@ -8,7 +8,8 @@ thread runs them one op at a time.
 
 Default mapping (`DeviceMap.default`): the cluster's CPU devices map to "cpu", its k-th GPU device (in
 cluster order) to "cuda:k"; a cluster with more GPU devices than this machine has CUDA devices needs an
-explicit mapping (`DeviceMap.parse(cluster, ["gpu:0=cpu"])` maps the rest by default).
+explicit mapping (`DeviceMap.parse(cluster, ["gpu:0=cpu"])` maps the rest by default: the GPUs it leaves
+out take, in cluster order, the CUDA devices it does not name, so ["gpu:0=cuda:0"] gives gpu:1 cuda:1).
 
 `local_cluster(logical_cpus)` describes this machine: `cpu:0` ... `cpu:{n-1}` (logical CPUs, one physical
 CPU) plus `gpu:N` for every visible CUDA device (mapped to `cuda:N`). Numbers: memory sizes from the OS and
@@ -96,9 +97,10 @@ class DeviceMap:
                 out.append(given[dev.name])
             elif dev.kind == "cpu":
                 out.append("cpu")
-            else:
+            else:  # the next CUDA device the map does not name: two GPUs share one only when asked to
+                while f"cuda:{gpu_k}" in given.values():
+                    gpu_k += 1
                 out.append(f"cuda:{gpu_k}")
-            if dev.kind == "gpu" and dev.name not in given:
                 gpu_k += 1
         return cls(tuple(d.name for d in cluster.devices), tuple(out))
 

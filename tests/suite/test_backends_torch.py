@@ -543,6 +543,23 @@ def test_device_maps():
             DeviceMap.default(cluster)
 
 
+def test_gpus_left_out_of_a_device_map_take_the_cuda_devices_it_does_not_name(monkeypatch):
+    """gpu:0=cuda:0 given, gpu:1 left to the default got cuda:0 too (two cluster GPUs on one real GPU without
+    being asked); now the next CUDA device that the map does not name."""
+    import suite
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cluster = suite.load_cluster("haswell_2k80")
+    cpu, g0, g1 = (d.name for d in cluster.devices)
+    assert DeviceMap.parse(cluster, [f"{g0}=cuda:0"]).as_dict() == {cpu: "cpu", g0: "cuda:0", g1: "cuda:1"}
+    assert DeviceMap.parse(cluster, [f"{g1}=cuda:0"]).as_dict() == {cpu: "cpu", g0: "cuda:1", g1: "cuda:0"}
+    assert DeviceMap.parse(cluster, [f"{g0}=cpu"]).as_dict() == {cpu: "cpu", g0: "cpu", g1: "cuda:0"}
+    assert DeviceMap.parse(cluster, [f"{g1}=cuda:1"]).as_dict() == {cpu: "cpu", g0: "cuda:0", g1: "cuda:1"}
+    shared = DeviceMap.parse(cluster, [f"{g0}=cuda:1", f"{g1}=cuda:1"])  # logical devices, when asked for
+    assert shared.as_dict() == {cpu: "cpu", g0: "cuda:1", g1: "cuda:1"}
+
+
 def test_a_gpu_cluster_runs_with_its_gpu_mapped_to_the_cpu():
     import suite
 
