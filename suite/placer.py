@@ -8,11 +8,12 @@ with the `register_placer` decorator. `suite/` never imports a placer module by 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -168,6 +169,14 @@ class NotApplicable(PlacebenchError):
     it needs). The runner stores the cell with status `skipped` and this message; it is not a failure."""
 
 
+@contextlib.contextmanager
+def prints_to_stderr() -> Iterator[None]:
+    """Run a plugin's code (its import, its constructor) with what it prints sent to stderr: stdout is the
+    command's table or --json document, as in the runner's workers."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
 def placer_class(name: str) -> Callable[..., Placer]:
     if name in _REGISTERED:
         return _REGISTERED[name]
@@ -175,7 +184,8 @@ def placer_class(name: str) -> Callable[..., Placer]:
     if name not in eps:
         raise UnknownNameError(f"unknown placer {name!r}; available: {', '.join(placer_names())}")
     try:
-        cls = eps[name].load()
+        with prints_to_stderr():
+            cls = eps[name].load()
     except Exception as exc:  # a broken plugin is reported, not fatal
         raise PluginError(f"placer {name!r} ({eps[name].value}) failed to load: {type(exc).__name__}: {exc}") from exc
     if not hasattr(cls, "name") or cls.name != name:
@@ -187,7 +197,8 @@ def make_placer(name: str, **params: Any) -> Placer:
     """Instantiate a placer by name with keyword parameters."""
     cls = placer_class(name)
     try:
-        return cls(**params)
+        with prints_to_stderr():
+            return cls(**params)
     except TypeError as exc:
         raise PlacebenchError(f"placer {name!r}: bad parameters {params}: {exc}") from None
 

@@ -324,26 +324,29 @@ _PLUGINS: dict[str, ModuleType] = {}
 
 def load_plugins(refs: Sequence[str]) -> None:
     """Import plugin modules (by module name or .py file) once per process, so their placers register."""
+    from suite.placer import prints_to_stderr
+
     for ref in refs:
         if ref in _PLUGINS:
             continue
         try:
-            if ref.endswith(".py") or "/" in ref:
-                path = Path(ref)
-                if not path.is_file():
-                    raise SpecError(f"plugin {ref}: no such file")
-                name = f"placebench_plugin_{path.stem}_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]}"
-                mspec = importlib.util.spec_from_file_location(name, path)
-                assert mspec is not None and mspec.loader is not None
-                module = importlib.util.module_from_spec(mspec)
-                sys.modules[name] = module  # as an import would: its classes' source can be found (placer_code)
-                try:
-                    mspec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[name]
-                    raise
-            else:
-                module = importlib.import_module(ref)
+            with prints_to_stderr():  # stdout is the command's output, not the plugin's
+                if ref.endswith(".py") or "/" in ref:
+                    path = Path(ref)
+                    if not path.is_file():
+                        raise SpecError(f"plugin {ref}: no such file")
+                    name = f"placebench_plugin_{path.stem}_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]}"
+                    mspec = importlib.util.spec_from_file_location(name, path)
+                    assert mspec is not None and mspec.loader is not None
+                    module = importlib.util.module_from_spec(mspec)
+                    sys.modules[name] = module  # as an import would: its classes' source can be found (placer_code)
+                    try:
+                        mspec.loader.exec_module(module)
+                    except BaseException:
+                        del sys.modules[name]
+                        raise
+                else:
+                    module = importlib.import_module(ref)
         except PlacebenchError:
             raise
         except SystemExit as exc:  # sys.exit() at import must not end placebench as if it had succeeded
@@ -391,10 +394,13 @@ def _evaluator_factory(name: str) -> Callable[..., Any]:
         return _EVALUATORS[name]
     from importlib.metadata import entry_points
 
+    from suite.placer import prints_to_stderr
+
     for ep in entry_points(group=EVALUATOR_GROUP):
         if ep.name == name:
             try:
-                return ep.load()
+                with prints_to_stderr():
+                    return ep.load()
             except Exception as exc:
                 raise PlacebenchError(f"evaluator {name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}") from None
     raise UnknownNameError(f"unknown evaluator {name!r}; available: {', '.join(evaluator_names())}")

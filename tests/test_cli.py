@@ -96,6 +96,43 @@ def test_list_placers_reports_a_broken_plugin(capsys, broken_entry_point):
     assert placers["single_cpu"]["status"] == "ok"
 
 
+CHATTY_PLUGIN = '''\
+print("chatty plugin imported")
+from suite.placer import BasePlacer, PlacementResult, register_placer
+
+@register_placer("test_chatty")
+class Chatty(BasePlacer):
+    """Prints when imported and when made."""
+    defaults = {"k": 0}
+
+    def __init__(self, **params):
+        print("chatty placer made")
+        super().__init__(**params)
+
+    def place(self, problem, budget, seed):
+        return PlacementResult(placement=[0] * problem.workload.num_ops, evaluations=0, wall_time_s=0.0)
+'''
+
+
+def test_what_a_plugin_prints_in_this_process_does_not_reach_the_json_document(capsys, tiny_files, tmp_path):
+    """A plugin imported (and a placer made, to check its parameters) in the command's own process prints to
+    stderr, as it does in the runner's workers: stdout is the --json document."""
+    from suite import runner
+    from suite.placer import unregister_placer
+
+    plugin = tmp_path / "chatty.py"
+    plugin.write_text(CHATTY_PLUGIN)
+    try:
+        code, out, err = _run(capsys, "list", "placers", "--plugin", str(plugin), "--json")
+        assert code == 0 and "test_chatty" in {p["name"] for p in json.loads(out)}
+        assert "chatty plugin imported" in err
+        code, out, err = _run(capsys, "evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]),
+                              "-p", "test_chatty", "--param", "k=1", "--plugin", str(plugin), "--json")
+        assert code == 0 and json.loads(out)["placement"] == [0, 0, 0, 0] and "chatty placer made" in err
+    finally:
+        unregister_placer("test_chatty")
+        runner._PLUGINS.pop(str(plugin), None)
+
 def test_show_workload(capsys, tiny_files):
     code, out, _ = _run(capsys, "show", str(tiny_files["diamond"]), "--json")
     info = json.loads(out)
