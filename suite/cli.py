@@ -347,7 +347,8 @@ def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str,
         print(f"placebench: warning: no placement to trace in {path}: the cell's status is {record['status']}",
               file=sys.stderr)
         return
-    meta = {k: record[k] for k in ("placer", "seed", "params", "placement_hash") if record.get(k) is not None}
+    row = _row_objects(record)  # params as an object, as --json shows them
+    meta = {k: row[k] for k in ("placer", "seed", "params", "placement_hash") if row.get(k) is not None}
     profs = [load_profile(p) for p in profiles]  # the evaluation checked that each is this workload's
     write_chrome_trace(path, load_workload(workload), load_cluster(cluster), record["placement"], profiles=profs,
                        metadata={**meta, "evaluator": record.get("evaluator")})

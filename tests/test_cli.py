@@ -271,9 +271,12 @@ def test_evaluate_writes_the_timeline_of_the_final_placement(capsys, tiny_files,
     ops = {e["name"]: (e["pid"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 0}
     assert ops["c"][0] == 1 and ops["c"][1] == pytest.approx(1.001e6) and ops["d"][1:] == (2e6, 1e6)
     assert (doc["otherData"]["step_time_s"], doc["otherData"]["status"]) == (json.loads(out)["step_time_s"], "ok")
-    # a placer's search: the trace names it and its seed
-    code, _, _ = _run(capsys, *args, "-p", "m_etf", "--seed", "3", "--trace", str(trace))
-    assert code == 0 and (json.loads(trace.read_text())["otherData"]["placer"], json.loads(trace.read_text())["otherData"]["seed"]) == ("m_etf", 3)
+    # a placer's search: the trace names it, its seed and its parameters (an object, as in evaluate --json)
+    code, out, _ = _run(capsys, *args, "-p", "m_etf", "--seed", "3", "--param", "oom_retries=2", "--trace", str(trace),
+                        "--json")
+    other = json.loads(trace.read_text())["otherData"]
+    assert code == 0 and (other["placer"], other["seed"], other["params"]) == ("m_etf(oom_retries=2)", 3, {"oom_retries": 2})
+    assert other["params"] == json.loads(out)["params"]
     # checked before any work: not a directory, not an input, not the --save-placement file
     for target, message in ((tmp_path, "is a directory"), (tiny_files["diamond"], "is an input of this command")):
         _assert_usage_error(*_run(capsys, *args, "-p", "m_etf", "--trace", str(target)), message)
