@@ -53,8 +53,8 @@ _JSON_TEXT_FIELDS = ("peak_memory_bytes", "params")  # stored as JSON text (flat
 def _row_objects(record: dict[str, Any]) -> dict[str, Any]:
     out = dict(record)
     for k in _JSON_TEXT_FIELDS:
-        if isinstance(out.get(k), str) and out[k]:
-            out[k] = json.loads(out[k])
+        if isinstance(out.get(k), str):
+            out[k] = json.loads(out[k]) if out[k] else None  # empty: the row has none (a failed placer's)
     return out
 
 

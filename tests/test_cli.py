@@ -334,6 +334,18 @@ def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
                         f"--out: cannot write {tmp_path / 't.csv'}: {tmp_path / 't.csv'} is a file, not a directory")
 
 
+def test_run_json_rows_have_objects_or_null(capsys, tiny_files, write_spec, tmp_path, harness_plugin):
+    """A row's peak memory per device and parameters are objects in --json (stored as JSON text), or null for a
+    row without them (a placer that raised), as a missing number is; never the stored empty text."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu", "harness_raises"], plugins=[harness_plugin])
+    code, out, _ = _run(capsys, "run", str(spec), "--out", str(tmp_path / "store"), "--json", "--jobs", "1")
+    rows = {r["placer"]: r for r in json.loads(out)["rows"]}
+    assert code == 0 and rows["single_cpu"]["peak_memory_bytes"] == {"cpu:0": 3000, "gpu:0": 0}
+    assert rows["harness_raises"]["status"] == "error" and rows["harness_raises"]["peak_memory_bytes"] is None
+    assert rows["harness_raises"]["max_peak_memory_bytes"] is None and rows["harness_raises"]["params"] == {}
+
+
 # -- bad input: one line, exit 2, nothing lost -----------------------------------------------------------------
 def test_unknown_names(capsys, tiny_files):
     d, c = str(tiny_files["diamond"]), str(tiny_files["cluster"])
