@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from suite.errors import PlacebenchError
+from suite.textfile import human_bytes
 
 EXIT_NOT_OK = 1  # evaluate: the cell's status is not ok (the row is still printed and saved)
 EXIT_USAGE = 2
@@ -93,13 +94,6 @@ def _print_tables(tables: Sequence[Any]) -> None:
             console.print(rt)
     else:
         print("\n\n".join(texts))
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def _parse_params(texts: Sequence[str]) -> dict[str, Any]:
@@ -413,7 +407,7 @@ def _print_evaluation(record: dict[str, Any], as_json: bool) -> int:
         lines.append(("message", record["message"]))
     if record.get("peak_memory_bytes"):
         peak = json.loads(record["peak_memory_bytes"])
-        lines.append(("peak memory", ", ".join(f"{d} {_fmt_bytes(b)}" for d, b in peak.items())))
+        lines.append(("peak memory", ", ".join(f"{d} {human_bytes(b)}" for d, b in peak.items())))
     if record.get("evaluations") is not None:
         lines.append(("search", f"{record['evaluations']} of {record['budget_evaluations']} evaluations, "
                                 f"{record.get('search_wall_time_s') or 0.0:.3f} s"))
@@ -912,7 +906,7 @@ def _show_cluster(name: str, as_json: bool) -> int:
     for d in info["devices"]:
         lines.append(f"device {d['name']} ({d['kind']}{', ' + d['model'] if d['model'] else ''}): "
                      f"{d['peak_flops']:.4g} FLOP/s x {d['compute_efficiency']:g}, {d['mem_bandwidth']:.4g} B/s x "
-                     f"{d['memory_efficiency']:g}, {_fmt_bytes(d['memory_bytes'])}, {d['op_overhead_s']:g} s per op")
+                     f"{d['memory_efficiency']:g}, {human_bytes(d['memory_bytes'])}, {d['op_overhead_s']:g} s per op")
         lines += [f"  source.{k}: {v}" for k, v in d["source"].items()]
     for j, lk in enumerate(info["links"]):
         lines.append(f"links[{j}]{' ' + lk['name'] if lk['name'] else ''} ({', '.join(lk['between'])}): "
@@ -942,7 +936,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("ops", f"{s['num_ops']} ({', '.join(f'{k} {v}' for k, v in s['ops_by_phase'].items())})"),
         ("edges", f"{s['num_edges']} (average degree {s['average_degree']:.2f})"),
         ("FLOPs", f"{s['total_flops']:.4g}"),
-        ("resident bytes", f"{_fmt_bytes(s['param_bytes'])} (parameters, and optimizer state in training)"),
+        ("resident bytes", f"{human_bytes(s['param_bytes'])} (parameters, and optimizer state in training)"),
         ("critical path", f"{s['critical_path_ops']} ops, {s['critical_path_flops']:.4g} FLOPs"),
         ("colocation groups", str(info["colocation_groups"])),
         ("op kinds", ", ".join(f"{k} {v}" for k, v in list(info["op_kinds"].items())[:12])

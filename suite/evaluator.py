@@ -25,6 +25,7 @@ from suite.errors import BudgetExhausted, PlacementError
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
 from suite.placement import validate
+from suite.textfile import human_bytes
 
 
 @dataclass(frozen=True)
@@ -67,15 +68,6 @@ class Backend(Protocol):
     def measure_batch(self, placements: np.ndarray) -> list[Measurement]: ...
 
 
-def _human_bytes(n: float) -> str:
-    """Bytes with two decimals in the largest unit (GiB, MiB, KiB) that is at most the number."""
-    n = int(n)
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} bytes"
-
-
 class SimulatorBackend:
     """The built-in simulator as a backend (deterministic: one sample per measurement)."""
 
@@ -94,7 +86,7 @@ class SimulatorBackend:
         msg = ""
         if r.status == "oom":
             over = [
-                f"{n} needs {_human_bytes(p)} of {_human_bytes(c)}"
+                f"{n} needs {human_bytes(p)} of {human_bytes(c)}"
                 for n, p, c in zip(names, r.peak_memory_bytes, r.capacity_bytes, strict=True)
                 if p > c
             ]

@@ -105,6 +105,15 @@ def as_float(value: Any) -> float:
         return math.inf if value > 0 else -math.inf
 
 
+def human_bytes(n: float) -> str:
+    """Bytes with two decimals in the largest unit (GiB, MiB, KiB) that is at most the number."""
+    n = int(n)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} bytes"
+
+
 def short_repr(value: Any) -> str:
     """repr, with a huge integer shown by its size rather than its hundreds of digits."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:

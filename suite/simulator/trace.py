@@ -26,6 +26,7 @@ from suite.costmodel import Profile
 from suite.graph import OpGraph
 from suite.placement import validate
 from suite.simulator import inputs_for, reference
+from suite.textfile import human_bytes
 
 US = 1e6  # microseconds per second
 
@@ -61,7 +62,7 @@ def chrome_trace(
     names = [d.name for d in cluster.devices]
     events: list[dict[str, Any]] = []
     for d, device in enumerate(cluster.devices):
-        label = f"{device.name} ({device.kind}, {device.memory_bytes / 2**30:.1f} GiB)"
+        label = f"{device.name} ({device.kind}, {human_bytes(device.memory_bytes)})"
         events.append({"ph": "M", "name": "process_name", "pid": d, "args": {"name": label}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": d, "args": {"sort_index": d}})
         events.append({"ph": "M", "name": "thread_name", "pid": d, "tid": 0, "args": {"name": "compute"}})

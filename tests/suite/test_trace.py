@@ -3,11 +3,13 @@ the fast engine's results on random graphs."""
 
 import json
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from suite import Op, OpGraph, simulate
+from suite.cluster import Cluster
 from suite.simulator.trace import chrome_trace, memory_series, schedule, write_chrome_trace
 
 from .test_simulator_equivalence import problems
@@ -46,7 +48,9 @@ def test_the_timeline_of_a_chain_across_two_devices(uniform_cluster, tmp_path):
     tracks = {(e["pid"], e.get("tid")): e["args"]["name"] for e in ev if e["name"] in ("process_name", "thread_name")}
     assert tracks[(0, 0)] == tracks[(1, 0)] == "compute"
     assert (tracks[(0, 2)], tracks[(1, 1)]) == ("to d1", "to d0")
-    assert tracks[(0, None)].startswith("d0 (gpu, ")
+    assert tracks[(0, None)] == "d0 (gpu, 931.32 GiB)"  # 10**12 bytes, as the OOM messages write sizes
+    small = Cluster("small", tuple(replace(d, memory_bytes=2**20) for d in c.devices), c.links)
+    assert chrome_trace(g, small, [0, 1, 0])["traceEvents"][0]["args"]["name"] == "d0 (gpu, 1.00 MiB)"  # was 0.0 GiB
     other = doc["otherData"]
     assert (other["step_time_s"], other["status"], other["bytes_transferred"], other["placer"]) == (9.5, "ok", 1500, "by hand")
     assert other["peak_memory_bytes"] == {"d0": 1000, "d1": 1570}
