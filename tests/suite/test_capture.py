@@ -280,17 +280,21 @@ class _Fc(nn.Module):
         self.fc = nn.Linear(4, 4)
 
 
+class _FcFc(_Fc):
+    """Two layers, fc and fc2, for the small models of the tests below."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc2 = nn.Linear(4, 4)
+
+
 @pytest.mark.parametrize("make", [torch.zeros_like, lambda a: a.new_zeros(2, 4), lambda a: torch.full_like(a, 0.5)])
 def test_a_tensor_made_like_another_reads_nothing_and_passes_no_gradient(make):
     """zeros_like(a) reads a's shape, not its data: a constant, as torch.zeros(2, 4). It was an op reading
     a's 32 bytes, and in training the gradient of fc2's input flowed through it to fc: a backward op
     fc2/grad of 72 FLOPs that autograd never runs, and a false dependency of fc/grad_weight on it."""
 
-    class Net(_Fc):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc2 = nn.Linear(4, 4)
-
+    class Net(_FcFc):
         def forward(self, x):
             a = self.fc(x)
             return (self.fc2(make(a)) + a).sum()
@@ -998,11 +1002,7 @@ def test_a_function_called_in_place_is_read_by_the_ops_after_it(call):
 def test_a_call_with_out_is_read_by_the_ops_after_it():
     """`torch.add(x, 1, out=a)` overwrites a: fc2, which reads a afterwards, depends on the call."""
 
-    class Net(_Fc):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc2 = nn.Linear(4, 4)
-
+    class Net(_FcFc):
         def forward(self, x):
             a = self.fc(x)
             torch.add(x, 1.0, out=a)
