@@ -129,24 +129,26 @@ def option_value(text: str, where: str) -> Any:
 
 # -- run ----------------------------------------------------------------------------------------------------
 class _Progress:
-    """A rich progress bar on a terminal; one line per finished cell otherwise (unless quiet)."""
+    """A rich progress bar on a terminal; one line per finished cell otherwise (unless quiet). The notices
+    that stored cells run again are warnings: only `quiet_notices` (--quiet, not --json) hides them."""
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool, quiet_notices: bool | None = None):
         self.quiet = quiet
+        self.quiet_notices = quiet if quiet_notices is None else quiet_notices
         self.bar = None
         self.total = 0
         self.done = 0
 
     def plan(self, total: int, reused: int, stale: int, stale_kernels: int = 0) -> None:
         self.total, self.done = total, reused
-        if self.quiet:
-            return
-        if stale:
+        if not self.quiet_notices and stale:
             print(f"placebench: {stale} stored cell(s) were made by other code of their placer; running them again",
                   file=sys.stderr)
-        if stale_kernels:
+        if not self.quiet_notices and stale_kernels:
             print(f"placebench: {stale_kernels} stored cell(s) were made with other CPU math kernels (another kind "
                   f"of host, or other math settings); running them again", file=sys.stderr)
+        if self.quiet:
+            return
         if reused:
             print(f"placebench: {reused} of {total} cells already stored; running {total - reused}", file=sys.stderr)
         if _tty(sys.stderr) and total > reused:
@@ -201,7 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
     if args.reference and args.reference not in (labels := runner.placer_labels(spec)):
         raise UsageError(f"--reference {args.reference!r} is not a placer of spec {spec.name!r}: {', '.join(labels)}")
-    progress = _Progress(args.quiet or args.json)
+    progress = _Progress(args.quiet or args.json, args.quiet)
     try:
         result = runner.run(
             spec, out, jobs=jobs, force=args.force, retry_failed=args.retry_failed,
@@ -248,7 +250,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
             raise UsageError(f"--no-run: no results store at {store}; leave --no-run out to run the cells")
     else:
         jobs = args.jobs if args.jobs is not None else usable_cpus()
-        progress = _Progress(args.quiet or args.json)
+        progress = _Progress(args.quiet or args.json, args.quiet)
         try:
             runner.run(paper.spec_for(table), store, jobs=jobs, on_plan=progress.plan, on_done=progress.cell,
                        select=paper.select_for(table))
@@ -1016,7 +1018,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="rerun cells already in the store")
     r.add_argument("--retry-failed", action="store_true", help="rerun stored cells whose status is error or timeout")
     r.add_argument("--reference", help="placer that speedups are relative to (default: single_gpu)")
-    r.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    r.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress output, nor the notices that stored cells run again (--json keeps those)")
     r.add_argument("--json", action="store_true", help="print the rows and report as JSON")
     r.set_defaults(func=cmd_run)
 
@@ -1095,7 +1098,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "(default: results/papers)")
     pa.add_argument("--no-run", action="store_true", help="only report what the store holds")
     pa.add_argument("--jobs", "-j", type=whole_number(1), help="parallel worker processes (default: usable CPUs)")
-    pa.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    pa.add_argument("--quiet", "-q", action="store_true",
+                    help="no progress output, nor the notices that stored cells run again (--json keeps those)")
     pa.add_argument("--json", action="store_true", help="print the comparison as JSON")
     pa.set_defaults(func=cmd_paper)
 

@@ -545,6 +545,14 @@ def test_run_says_when_it_reruns_cells_whose_placer_changed(capsys, tiny_files, 
     code, _, err = _run(capsys, "run", str(spec), "--out", str(store), "--jobs", "1")
     assert code == 0 and "1 stored cell(s) were made by other code of their placer; running them again" in err
     assert "1 of 2 cells already stored; running 1" in err and "(1 run now, 1 from the store)" in err
+    # a warning, not progress: --json (quiet progress, JSON on stdout) still says it on stderr; --quiet does not
+    monkeypatch.setattr(runner, "placer_code", lambda name: "ba9876543210" if name == "single_cpu" else None)
+    code, out, err = _run(capsys, "run", str(spec), "--out", str(store), "--jobs", "1", "--json")
+    assert code == 0 and "1 stored cell(s) were made by other code of their placer" in err and json.loads(out)
+    assert "already stored" not in err  # progress stays quiet
+    monkeypatch.setattr(runner, "placer_code", lambda name: "0123456789ab" if name == "single_cpu" else None)
+    code, _, err = _run(capsys, "run", str(spec), "--out", str(store), "--jobs", "1", "--quiet")
+    assert code == 0 and "stored cell(s)" not in err
 
 
 def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tmp_path):
