@@ -29,10 +29,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from suite.cluster import Cluster, Device, Link
-from suite.errors import ClusterError
+from suite.errors import ClusterError, PlacebenchError
 
 CPU_FLOPS_PER_CYCLE = 32  # estimate: 2 AVX2 FMA units x 8 fp32 lanes x 2 FLOPs
 CPU_GHZ_ESTIMATE = 2.5
@@ -44,6 +45,20 @@ PCIE_BANDWIDTH_ESTIMATE = 12e9  # PCIe 3/4 x16, pageable memory, achievable
 PCIE_LATENCY_ESTIMATE_S = 1e-5
 OP_OVERHEAD_ESTIMATE_S = 5e-6
 
+
+
+def device_indices(placement: object, num_ops: int, num_devices: int) -> np.ndarray:
+    """`placement` as int64 device indices for a backend, checked: integers (1.5 is not truncated to 1), one
+    per op, each a device of the map. The evaluator validates placements before any backend sees them; this
+    guards a backend called on its own."""
+    arr = np.asarray(placement)
+    if arr.dtype.kind not in "iu":
+        raise PlacebenchError(f"placement must hold device indices (integers), got an array of {arr.dtype}")
+    if arr.shape != (num_ops,):
+        raise PlacebenchError(f"placement has shape {arr.shape}, expected ({num_ops},)")
+    if arr.size and (arr.min() < 0 or arr.max() >= num_devices):
+        raise PlacebenchError(f"placement uses a device index outside 0..{num_devices - 1}")
+    return arr.astype(np.int64)
 
 @dataclass(frozen=True)
 class DeviceMap:

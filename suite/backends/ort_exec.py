@@ -49,7 +49,13 @@ import torch.nn as nn
 from torch.fx import GraphModule
 from torch.fx.node import map_arg
 
-from suite.backends.devices import DeviceMap, cpu_peak_rss_bytes, free_memory, reset_peak_memory
+from suite.backends.devices import (
+    DeviceMap,
+    cpu_peak_rss_bytes,
+    device_indices,
+    free_memory,
+    reset_peak_memory,
+)
 from suite.backends.timing import backend_setup, check_cpu_clock, is_oom, statistic_s, time_steps
 from suite.backends.torch_exec import ExecGraph
 from suite.backends.workload import RealWorkload
@@ -386,12 +392,7 @@ class OrtExecutor:
     def apply(self, placement: np.ndarray) -> None:
         import onnxruntime as ort
 
-        placement = np.asarray(placement, dtype=np.int64)
-        n = self.om.rw.graph.num_ops
-        if placement.shape != (n,):
-            raise PlacebenchError(f"placement has shape {placement.shape}, expected ({n},)")
-        if placement.min(initial=0) < 0 or placement.max(initial=0) >= len(self.device_map):
-            raise PlacebenchError(f"placement uses a device index outside 0..{len(self.device_map) - 1}")
+        placement = device_indices(placement, self.om.rw.graph.num_ops, len(self.device_map))
         segs = self.om.segments(placement)
         for seg in segs:
             td = self.device_map.torch_devices[seg.device]

@@ -53,7 +53,13 @@ import torch.nn as nn
 from torch.fx import Node
 from torch.fx.node import map_arg
 
-from suite.backends.devices import DeviceMap, free_memory, peak_memory_bytes, reset_peak_memory
+from suite.backends.devices import (
+    DeviceMap,
+    device_indices,
+    free_memory,
+    peak_memory_bytes,
+    reset_peak_memory,
+)
 from suite.backends.timing import backend_setup, check_cpu_clock, is_oom, statistic_s, time_steps
 from suite.backends.workload import RealWorkload
 from suite.cluster import Cluster
@@ -273,11 +279,7 @@ class TorchExecutor:
     def apply(self, placement: np.ndarray) -> None:
         """Move parameters, buffers and inputs where `placement` puts them and compile the step."""
         eg = self.eg
-        placement = np.asarray(placement, dtype=np.int64)
-        if placement.shape != (self.rw.graph.num_ops,):
-            raise PlacebenchError(f"placement has shape {placement.shape}, expected ({self.rw.graph.num_ops},)")
-        if placement.min(initial=0) < 0 or placement.max(initial=0) >= len(self.tdevs):
-            raise PlacebenchError(f"placement uses a device index outside 0..{len(self.tdevs) - 1}")
+        placement = device_indices(placement, self.rw.graph.num_ops, len(self.tdevs))
         self.optimizer = None
         node_dev = [int(placement[a]) if a >= 0 else -1 for a in eg.attr]
         self.node_dev = node_dev

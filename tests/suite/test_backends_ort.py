@@ -224,6 +224,8 @@ def test_bad_placements_are_refused(two_outputs, three_cpus):
                     (np.full(n, -1), "outside 0..2")]:
         with pytest.raises(PlacebenchError, match=what):
             be.measure(p.astype(np.int64))
+    with pytest.raises(PlacebenchError, match="device indices \\(integers\\), got an array of float64"):
+        be.measure(np.full(n, 1.5))  # was run as device 1
 
 
 def test_cpu_clock_counts_onnx_runtime_threads_not_torch_threads(two_outputs, three_cpus, monkeypatch):

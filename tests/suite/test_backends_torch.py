@@ -72,6 +72,9 @@ def test_copies_at_boundaries_are_counted_exactly(three_cpus):
     with torch.no_grad():
         ex.forward()
     assert ex.copies.count == 0
+    for bad, what in [(np.full(4, 0.5), "integers"), (np.zeros(3, np.int64), "shape"), (np.full(4, 3), "outside 0..2")]:
+        with pytest.raises(PlacebenchError, match=what):  # 0.5 ran as device 0
+            ex.apply(bad)
 
 
 def test_shared_weights_live_on_the_variable_device_and_are_copied_once_per_device(three_cpus, shared_linear):
