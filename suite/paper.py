@@ -466,7 +466,7 @@ class Comparison:
         problems = []
         if self.seeds and self.seeds != self.paper.seeds:
             problems.append(f"seeds {_ints(self.seeds)} where the table asks for {_ints(self.paper.seeds)}")
-        other = [b for b in self.budgets if (b[0], float(b[1])) != wanted]
+        other = [b for b in self.budgets if b != wanted]  # a part a row leaves out (None) differs too
         if other:
             problems.append(f"a search budget of {budget_text(other)} where the {self.paper.methodology} methodology "
                             f"gives {budget_text([wanted])}")

@@ -244,6 +244,17 @@ def test_results_of_another_setup_are_named_in_the_report():
            "rows), each" in md
 
 
+def test_rows_that_leave_out_part_of_their_budget_are_named_not_a_crash():
+    """A hand-made table may leave budget_seconds empty: the warning says '?' (it was a TypeError)."""
+    t = paper.paper_from_dict(GOOD, id="t")
+    rows = [dict(r, budget_evaluations=1000, budget_seconds=None)
+            for r in _rows(("resnet50-b1-infer", "single_cpu", [3.0, 3.0, 3.0]),
+                           ("resnet50-b1-infer", "single_gpu", [1.0, 1.0, 1.0]))]
+    comp = paper.Comparison.from_rows(t, rows)
+    assert comp.setup_warning() == ("these results have a search budget of 1000 evaluations / ? s where the v1 "
+                                    "methodology gives 1000 evaluations / 300 s")
+    assert "a search budget per cell of 1000 evaluations / ? s" in paper.paper_markdown(comp)
+
 def test_without_figures_only_placebench_side_is_shown():
     data = _with(("rows",), [dict(r, paper={}) for r in GOOD["rows"]])
     t = paper.paper_from_dict(data, id="t")
