@@ -370,12 +370,10 @@ def _theirs(row: Row, m: Method) -> Side:
 
 
 def _speedup(side: Side, ref: Side) -> float | None:
-    """ref / side: 0.0 where the method failed; None where either has no figure, the reference failed, or
+    """ref / side; None where either has no figure, either failed (a failure is a status, never a number) or
     either time is 0 s (undefined)."""
-    if side.time_s is None or ref.time_s is None or not math.isfinite(ref.time_s):
+    if side.time_s is None or ref.time_s is None or not (math.isfinite(side.time_s) and math.isfinite(ref.time_s)):
         return None
-    if not math.isfinite(side.time_s):
-        return 0.0
     if side.time_s == 0 or ref.time_s == 0:
         return None
     return ref.time_s / side.time_s
@@ -596,7 +594,8 @@ def claim_figure(comp: Comparison, claim: Claim) -> str:
 
 
 def long_table(comp: Comparison) -> Table:
-    """One line per (row, method): both sides' numbers and statuses, for programs (CSV)."""
+    """One line per (row, method): both sides' numbers and statuses, for programs (CSV). A speedup is empty
+    where the method or the reference failed (its status says which) or has no figure."""
     p = comp.paper
     columns = ["row", "workload", "cluster", "method", "placer", "paper_s", "paper_status", "placebench_s",
                "placebench_status", "paper_speedup", "placebench_speedup"]

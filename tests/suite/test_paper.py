@@ -170,8 +170,10 @@ def test_comparison_by_hand():
     assert paper.claim_figure(comp, t.claims[0]) == ("placebench: GPU is faster than CPU in 1 of 2 rows; its speedup "
                                                      "is +100.0% at most (ResNet: step time -50.0%)")
     csv_rows = paper.long_table(comp).raw
+    # a failed method has no speedup (not 0.0, which a program would average in): its status says why
     assert ["BERT", "bert_base-12x768-s128-b1-infer", "xeon_h100", "GPU", "single_gpu", None, "oom", None, "oom",
-            0.0, 0.0] in csv_rows
+            None, None] in csv_rows
+    assert ["ResNet", "resnet50-b1-infer", "xeon_h100", "GPU", "single_gpu", 1.0, "ok", 1.5, "ok", 2.0, 2.0] in csv_rows
     md = paper.paper_markdown(comp)
     assert "**The paper's figures** are Someone et al., 2099, Table 9" in md and "Oracle: no counterpart" in md
     assert '- The paper: "GPU is faster" (abstract). placebench: GPU is faster than CPU in 1 of 2 rows' in md
