@@ -257,14 +257,15 @@ def cmd_paper(args: argparse.Namespace) -> int:
         finally:
             progress.close()
     rows = open_rows(store)
-    runs = _store_runs(store)
+    runs = _manifest_runs(store)  # also for a store's own results table given as --store: its rows are the store's
     comp = paper.Comparison.from_rows(table, rows)
     if args.no_run and not comp.rows:  # a report of "not run" cells only would replace the last one for nothing
         raise UsageError(f"--no-run: {store} holds no result of {table.id}'s cells; leave --no-run out to run them")
     setup = comp.setup_warning()
     if setup:
         print(f"placebench: warning: {setup}", file=sys.stderr)
-    warnings = [w for w in (_warn_if_incomplete(store, runs), _warn_if_mixed_code(runs, comp.rows), setup) if w]
+    warnings = [w for w in (_warn_if_incomplete(store, runs), _warn_if_table_lags(str(store), len(rows)),
+                            _warn_if_mixed_code(runs, comp.rows), setup) if w]
     provenance = report.provenance(report.runs_that_made(runs, comp.rows))
     written = [str(p) for p in paper.write_paper(comp, args.out, source=str(store), provenance=provenance,
                                                  note="\n\n".join(f"**Warning: {w}.**" for w in warnings))]

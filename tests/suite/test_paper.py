@@ -322,6 +322,21 @@ def test_paper_command_runs_the_cells_then_reports(capsys, tmp_path):
     cells = [json.loads(p.read_text()) for p in (store / "cells").iterdir()]
     assert sorted((c["workload"], c["cluster"]) for c in cells) == [
         ("bert_base-12x768-s128-b1-infer", "haswell_2k80")] * 2 + [("resnet50-b1-infer", "xeon_h100")] * 2
+    run_id = json.loads((store / "manifest.json").read_text())["runs"][-1]["run_id"]
+    assert f"Run {run_id} (spec paper-mine, 4 cells" in md
+    # the store's own results table reports as its store: the run that made it, and that it lags the cell files
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(store, copy)
+    [cell, *_] = sorted((copy / "cells").glob("*.json"))
+    (copy / "cells" / "extra.json").write_text(cell.read_text().replace(cell.stem, "extra"))
+    code = main(["paper", str(f), "--store", str(copy / "results.csv"), "--no-run", "--out", str(tmp_path / "p2")])
+    _, err = capsys.readouterr()
+    lags = f"{copy / 'results.csv'} holds 4 rows but {copy} has 5 cell files"
+    assert code == 0 and f"placebench: warning: {lags}" in err, err
+    md2 = (tmp_path / "p2" / "mine.md").read_text()
+    assert f"Run {run_id} (spec paper-mine, 4 cells" in md2 and f"**Warning: {lags}" in md2
     code = main(["paper", str(f), "--store", str(tmp_path / "none"), "--no-run", "--out", str(out)])
     _, err = capsys.readouterr()
     assert code == 2 and "--no-run: no results store at" in err
