@@ -453,6 +453,11 @@ class Comparison:
         return tuple(sorted({int(r["seed"]) for r in self.rows}))
 
     @property
+    def evaluators(self) -> list[str]:
+        """The evaluators that made our rows ("simulator", "torch", "simulator+profiles:..."), sorted."""
+        return sorted({str(r.get("evaluator") or "") for r in self.rows} - {""})
+
+    @property
     def budgets(self) -> list[tuple[int, float]]:
         """The search budgets (evaluations, seconds) of our rows."""
         return budgets_of(self.rows)
@@ -666,7 +671,8 @@ def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", not
         f"**placebench's figures** are this project's results for the rows' workloads and cluster presets: the "
         f"{p.methodology} methodology, a search budget per cell of {budget_text(comp.budgets) or 'unknown'} and "
         f"seeds {_ints(comp.seeds) or _ints(p.seeds)} (those of the stored rows), each placer's final placement "
-        "re-measured by the evaluator. On the simulator a step time is a prediction for the row's cluster preset "
+        f"re-measured by the evaluator ({', '.join(comp.evaluators) or 'unknown'}). On the simulator a step time "
+        "is a prediction for the row's cluster preset "
         "(the paper's setup above says how it relates to the paper's hardware), not a measurement, and the "
         "learned placers train for the methodology's budget, not the paper's hours: compare rankings, speedups "
         "and failures, not absolute times. The reference column of the speedups and the per-row comparisons "

@@ -257,6 +257,17 @@ def test_rows_that_leave_out_part_of_their_budget_are_named_not_a_crash():
                                     "methodology gives 1000 evaluations / 300 s")
     assert "a search budget per cell of 1000 evaluations / ? s" in paper.paper_markdown(comp)
 
+def test_the_report_names_the_evaluator_of_its_rows():
+    """A store measured on real devices (--no-run) gives measurements, not the simulator's predictions: the
+    report says which evaluator made its figures."""
+    t = paper.paper_from_dict(GOOD, id="t")
+    rows = _rows(("resnet50-b1-infer", "single_cpu", [3.0]), ("resnet50-b1-infer", "single_gpu", [1.0]))
+    comp = paper.Comparison.from_rows(t, [dict(r, evaluator="torch") for r in rows])
+    assert comp.evaluators == ["torch"]
+    assert "each placer's final placement re-measured by the evaluator (torch). On the simulator" in \
+        paper.paper_markdown(comp)
+    assert "re-measured by the evaluator (unknown)." in paper.paper_markdown(paper.Comparison.from_rows(t, rows))
+
 def test_without_figures_only_placebench_side_is_shown():
     data = _with(("rows",), [dict(r, paper={}) for r in GOOD["rows"]])
     t = paper.paper_from_dict(data, id="t")
