@@ -346,6 +346,8 @@ class Side:
     time_s: float | None  # None: no figure (not reported, not run, no counterpart)
     status: str | None  # "ok", a failure status, or None with no figure
     text: str
+    seeds: int | None = None  # ours: how many seeds the cell has, and how many of them are ok
+    ok_seeds: int | None = None
 
 
 def _ours(paper: PaperTable, res: Results, row: Row, m: Method) -> Side:
@@ -357,7 +359,7 @@ def _ours(paper: PaperTable, res: Results, row: Row, m: Method) -> Side:
     if cell is None:
         return Side(None, None, "not run")
     seeds = len(paper.seeds)
-    return Side(cell.value_s, cell.status, cell.text_among(seeds))
+    return Side(cell.value_s, cell.status, cell.text_among(seeds), cell.n, cell.n_ok)
 
 
 def _theirs(row: Row, m: Method) -> Side:
@@ -600,10 +602,11 @@ def claim_figure(comp: Comparison, claim: Claim) -> str:
 
 def long_table(comp: Comparison) -> Table:
     """One line per (row, method): both sides' numbers and statuses, for programs (CSV). A speedup is empty
-    where the method or the reference failed (its status says which) or has no figure."""
+    where the method or the reference failed (its status says which) or has no figure. Our time is the median
+    over seeds: placebench_seeds and placebench_ok_seeds say how many there are and how many are ok."""
     p = comp.paper
     columns = ["row", "workload", "cluster", "method", "placer", "paper_s", "paper_status", "placebench_s",
-               "placebench_status", "paper_speedup", "placebench_speedup"]
+               "placebench_status", "paper_speedup", "placebench_speedup", "placebench_seeds", "placebench_ok_seeds"]
     raw = []
     for r in p.rows:
         for m in p.methods:
@@ -613,7 +616,7 @@ def long_table(comp: Comparison) -> Table:
             sp = (_speedup(t, comp.theirs[r.label][p.reference]), _speedup(o, comp.ours[r.label][p.reference])) \
                 if p.reference else (None, None)
             raw.append([r.label, r.workload, r.cluster, m.name, m.placer, ts, t.status, os_,
-                        o.status or (NO_COUNTERPART if m.placer is None else None), *sp])
+                        o.status or (NO_COUNTERPART if m.placer is None else None), *sp, o.seeds, o.ok_seeds])
     rows = [[("" if v is None else str(v)) for v in line] for line in raw]
     return Table(f"{p.citation}, {p.table}", columns, rows, raw, ["l"] * len(columns))
 

@@ -172,8 +172,11 @@ def test_comparison_by_hand():
     csv_rows = paper.long_table(comp).raw
     # a failed method has no speedup (not 0.0, which a program would average in): its status says why
     assert ["BERT", "bert_base-12x768-s128-b1-infer", "xeon_h100", "GPU", "single_gpu", None, "oom", None, "oom",
-            None, None] in csv_rows
-    assert ["ResNet", "resnet50-b1-infer", "xeon_h100", "GPU", "single_gpu", 1.0, "ok", 1.5, "ok", 2.0, 2.0] in csv_rows
+            None, None, 3, 0] in csv_rows
+    # the median of 1.5, 1.5 and an OOM seed is 1.5 s: the seed counts say that one seed failed ("(2/3 ok)")
+    assert ["ResNet", "resnet50-b1-infer", "xeon_h100", "GPU", "single_gpu", 1.0, "ok", 1.5, "ok", 2.0, 2.0, 3,
+            2] in csv_rows
+    assert ["NASNet", None, None, "CPU", "single_cpu", None, None, None, None, None, None, None, None] in csv_rows
     md = paper.paper_markdown(comp)
     assert "**The paper's figures** are Someone et al., 2099, Table 9" in md and "Oracle: no counterpart" in md
     assert '- The paper: "GPU is faster" (abstract). placebench: GPU is faster than CPU in 1 of 2 rows' in md
