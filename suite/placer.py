@@ -61,7 +61,7 @@ class Problem:
 class PlacementResult:
     """A placer's answer: the placement and what the search cost."""
 
-    placement: np.ndarray
+    placement: Any  # device indices (an int64 array), device names or {op: device}: the harness validates it
     evaluations: int = 0
     wall_time_s: float = 0.0
     curve: list[CurvePoint] = field(default_factory=list)
@@ -69,15 +69,25 @@ class PlacementResult:
 
     @classmethod
     def from_search(cls, placement: Any, problem: Problem, started: float, **info: Any) -> PlacementResult:
-        """Fill the statistics from the evaluator the placer was handed."""
+        """Fill the statistics from the evaluator the placer was handed. An integer placement becomes an int64
+        array; any other is kept as given, for the harness to validate (a cast would make device 1 of 1.5)."""
         ev = problem.evaluator
         return cls(
-            placement=np.asarray(placement, dtype=np.int64),
+            placement=_integers_or_as_given(placement),
             evaluations=ev.evaluations_used,
             wall_time_s=time.perf_counter() - started,
             curve=list(ev.curve),
             info=info,
         )
+
+
+def _integers_or_as_given(placement: Any) -> Any:
+    """`placement` as an int64 array if its entries are integers, else unchanged (floats, NaN, names, None)."""
+    try:
+        arr = np.asarray(placement)
+    except (TypeError, ValueError):  # a ragged list
+        return placement
+    return arr.astype(np.int64) if arr.dtype.kind in "iu" and arr.dtype != np.uint64 else placement
 
 
 @runtime_checkable

@@ -113,6 +113,7 @@ HARNESS_PLACERS = (
     "harness_misreports",
     "harness_env_device",
     "harness_numerics",
+    "harness_from_search",
 )
 
 

@@ -202,6 +202,20 @@ class Names(BasePlacer):
         return PlacementResult(placement=names, evaluations=0, wall_time_s=0.0)
 
 
+@register_placer("harness_from_search")
+class FromSearch(BasePlacer):
+    """Returns through `PlacementResult.from_search` a placement that is not of integers: `what` = "half" (the
+    last op on device 1.5), "nan" (every op on NaN) or "names" (every op on the CPU, by name)."""
+
+    defaults = {"what": "half"}
+
+    def place(self, problem, budget, seed):
+        n = problem.workload.num_ops
+        placement = {"half": [0.0] * (n - 1) + [1.5], "nan": [float("nan")] * n,
+                     "names": [problem.cluster.devices[0].name] * n}[self.params["what"]]
+        return PlacementResult.from_search(placement, problem, time.perf_counter())
+
+
 @register_placer("harness_prints")
 class Prints(BasePlacer):
     """Prints to stdout, as a chatty placer does: the run's --json document must not take it."""

@@ -281,6 +281,9 @@ ALL_PLACERS = [
     "harness_misreports",
     "harness_patches_class",
     "harness_names",
+    {"name": "harness_from_search", "params": {"what": "half"}, "label": "harness_half"},
+    {"name": "harness_from_search", "params": {"what": "nan"}, "label": "harness_nan"},
+    {"name": "harness_from_search", "params": {"what": "names"}, "label": "harness_names_from_search"},
 ]
 
 
@@ -353,6 +356,17 @@ def test_final_placement_is_re_measured_not_taken_from_the_search(outcome_run):
     # a placement of device names is a placement like any other
     assert (_by(result.rows, "diamond", "harness_names")["status"], _by(result.rows, "diamond", "harness_names")[
         "step_time_s"]) == ("ok", 4.0)
+
+
+def test_a_placement_of_floats_from_search_is_invalid_not_truncated(outcome_run):
+    """`PlacementResult.from_search` keeps what is not an integer placement for the harness to validate: device
+    1.5 made device 1 (an ok row of a placement the placer did not return), and NaN an error row."""
+    _, result = outcome_run
+    half, nan = _by(result.rows, "diamond", "harness_half"), _by(result.rows, "diamond", "harness_nan")
+    assert (half["status"], half["message"]) == ("invalid", "placement[3] (op 'd'): 1.5 is not a device index")
+    assert (nan["status"], nan["message"]) == ("invalid", "placement[0] (op 'a'): nan is not a device index")
+    names = _by(result.rows, "diamond", "harness_names_from_search")  # names are a placement, as validate says
+    assert (names["status"], names["step_time_s"]) == ("ok", 4.0)
 
 
 def test_a_placer_that_patches_the_simulator_class_is_caught_by_the_runner(outcome_run):
