@@ -210,18 +210,29 @@ def atomic_write_text(path: Path, text: str) -> Path:
 
 
 def _json_safe(value: Any) -> Any:
-    """JSON-compatible copy: numpy scalars and arrays to Python, non-finite floats to None, others to str."""
+    """JSON-compatible copy: numpy scalars and arrays to Python, non-finite floats to None, others to str,
+    and in every string a lone surrogate (a file name's undecodable byte) as its escape text (`_text`)."""
     if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {_text(str(k)): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     if hasattr(value, "tolist") and not isinstance(value, str):
         return _json_safe(value.tolist())
-    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+    if isinstance(value, bool) or value is None or isinstance(value, int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    return str(value)
+    return _text(str(value))
+
+
+def _text(s: str) -> str:
+    """`s`, with each lone surrogate (half of a UTF-16 pair: no text, and refused when a file is read back)
+    written as its escape, "\\udce9"."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+    return s
 
 
 def dumps(value: Any) -> str:

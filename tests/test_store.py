@@ -165,6 +165,22 @@ def test_non_finite_and_numpy_values_are_stored_as_json(tmp_path):
     assert s.read_cell("x")["info"] == {"best": None, "arr": [0, 1, 2], "n": 4}
 
 
+def test_a_lone_surrogate_is_stored_as_its_escape_text(tmp_path):
+    """A placer's error message that names a file with an undecodable byte (Python's surrogate escape) was
+    written as "\\udce9", which the store refuses to read: the run's own table failed on it, as did every rerun."""
+    name = b"/tmp/caf\xe9".decode("utf-8", "surrogateescape")
+    s = Store(tmp_path)
+    s.write_cell(_record("x", status="error", step_time_s=None, message=f"RuntimeError: cannot open {name}",
+                         info={name: name}))
+    s.write_manifest({"format": st.STORE_FORMAT, "runs": [], "specs": {"t": {"source": name}}})
+    record = s.read_cell("x")
+    assert record["message"] == "RuntimeError: cannot open /tmp/caf\\udce9"
+    assert record["info"] == {"/tmp/caf\\udce9": "/tmp/caf\\udce9"}
+    assert s.manifest()["specs"]["t"]["source"] == "/tmp/caf\\udce9"
+    s.compact()
+    assert st.open_rows(tmp_path / "results.csv")[0]["message"] == "RuntimeError: cannot open /tmp/caf\\udce9"
+
+
 def test_manifest_round_trip_and_default(tmp_path):
     s = Store(tmp_path)
     assert s.manifest()["runs"] == []
