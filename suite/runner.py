@@ -526,8 +526,10 @@ def _check_store_matches(store: Store, m: Mapping[str, Any], records: Sequence[M
                 raise SpecError(f"{store.root}: its rows{where} were made with {_setup_text(theirs)}; this run has "
                                 f"{_setup_text(ours)}; tables would mix them: use another --out")
     old_meth = m.get("methodologies", {}).get(plan.methodology.version)
-    if isinstance(old_meth, Mapping) and old_meth != plan.methodology.as_dict():
-        changed = _methodology.changed_fields(old_meth, plan.methodology.as_dict())
+    # its budget is the last run's (a spec may set it) and every row carries its own, checked above
+    changed = [f for f in _methodology.changed_fields(old_meth, plan.methodology.as_dict())
+               if not f.startswith("budget.")] if isinstance(old_meth, Mapping) else []
+    if changed:
         raise SpecError(f"{store.root}: its rows were made under another methodology named "
                         f"{plan.methodology.version!r} (differs in {', '.join(changed)}); tables would mix them: "
                         f"give the changed methodology its own version, or use another --out")

@@ -265,6 +265,21 @@ def test_a_methodology_is_known_by_its_content_not_only_its_version(tiny_files, 
         "failure_multiple"] != 1.0
 
 
+def test_a_store_without_rows_takes_another_budget_of_the_spec(tiny_files, write_spec, tmp_path):
+    """The manifest's methodology holds the last run's budget (a spec's): once the rows are removed, a spec with
+    another budget runs; it was refused as 'rows made under another methodology' of the same rules."""
+    spec = {"workloads": [str(tiny_files["diamond"])], "clusters": [str(tiny_files["cluster"])],
+            "placers": ["single_cpu"]}
+    store = tmp_path / "store"
+    runner.run(runner.load_spec(str(write_spec("a", **spec, budget={"max_evaluations": 10}))), store)
+    for cell in (store / "cells").glob("*.json"):
+        cell.unlink()
+    result = runner.run(runner.load_spec(str(write_spec("a", **spec, budget={"max_evaluations": 20}))), store)
+    assert [(r["status"], r["budget_evaluations"]) for r in result.rows] == [("ok", 20)]
+    assert json.loads((store / "manifest.json").read_text())["methodologies"]["placebench-methodology-v1"][
+        "budget"]["max_evaluations"] == 20
+
+
 # -- running: every way a cell can end --------------------------------------------------------------------
 ALL_PLACERS = [
     "single_cpu",
