@@ -797,7 +797,7 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
             evaluations=evaluator.evaluations_used,
             search_wall_time_s=time.perf_counter() - search_started,
         )
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # sys.exit() in a placer (argparse) too
         return done(
             "error",
             f"{type(exc).__name__}: {exc}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -19,7 +20,14 @@ def _all_on(problem, device: int) -> np.ndarray:
 
 @register_placer("harness_raises")
 class Raises(BasePlacer):
+    """Raises RuntimeError; with `what` = "exit", evaluates one placement and calls sys.exit(3)."""
+
+    defaults = {"what": "error"}
+
     def place(self, problem, budget, seed):
+        if self.params["what"] == "exit":
+            problem.evaluator.evaluate(_all_on(problem, 0))
+            sys.exit(3)
         raise RuntimeError("boom from a test placer")
 
 

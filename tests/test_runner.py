@@ -285,6 +285,7 @@ ALL_PLACERS = [
     "single_cpu",
     "single_gpu",
     "harness_raises",
+    {"name": "harness_raises", "params": {"what": "exit"}, "label": "harness_sys_exit"},
     "harness_hangs",
     "harness_invalid",
     "harness_dies",
@@ -371,6 +372,15 @@ def test_final_placement_is_re_measured_not_taken_from_the_search(outcome_run):
     # a placement of device names is a placement like any other
     assert (_by(result.rows, "diamond", "harness_names")["status"], _by(result.rows, "diamond", "harness_names")[
         "step_time_s"]) == ("ok", 4.0)
+
+
+def test_sys_exit_in_a_placer_is_an_error_row_with_its_traceback_and_evaluations(outcome_run):
+    """It was caught only by the worker: the row had no evaluations, search time or traceback."""
+    _, result = outcome_run
+    row = _by(result.rows, "diamond", "harness_sys_exit")
+    assert (row["status"], row["message"], row["evaluations"]) == ("error", "SystemExit: 3", 1)
+    assert row["search_wall_time_s"] >= 0 and row["cell_wall_time_s"] >= row["search_wall_time_s"]
+    assert "sys.exit(3)" in result.store.read_cell(row["cell_id"])["traceback"]
 
 
 def test_a_placement_of_floats_from_search_is_invalid_not_truncated(outcome_run):
