@@ -125,9 +125,9 @@ class RewardEvaluator:
         self.batches = 0
 
     def allowance(self, wanted: int, *, reserve: int = 0) -> int:
-        """How many placements may be evaluated now (at most `wanted`), keeping `reserve` evaluations."""
-        ev = self.evaluator
-        return max(0, min(ev.affordable(wanted), ev.remaining - reserve))
+        """How many placements may be evaluated now (at most `wanted`), keeping `reserve` evaluations back: of
+        the evaluations left, and of the time left at the seconds per evaluation measured so far."""
+        return max(0, self.evaluator.affordable(wanted + reserve) - reserve)
 
     def __call__(self, group_devices: np.ndarray) -> Rollout | None:
         """Evaluate [B, G] group placements; None if the budget ran out (e.g. its wall clock)."""

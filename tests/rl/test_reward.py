@@ -85,3 +85,19 @@ def test_oom_shaping_ranks_nearly_fitting_placements_better(branchy, k80x2, make
     assert score_s(half_over, ev) == pytest.approx(ev.failure_score_s * 1.5 + 1.0)
     assert score_s(twice, ev) == pytest.approx(ev.failure_score_s * 2.0 + 1.0)  # gpu:0 over by 100%; gpu:1 just full
     assert score_s(half_over, ev, RewardConfig(oom_shaping=False)) == ev.failure_score_s + 1.0
+
+
+def test_the_evaluation_kept_back_is_kept_of_the_time_left_too(train2, k80x2, make_problem):
+    """A search bound by its time budget stops while the evaluation kept for the greedy placement still fits
+    (before, it ran until no time was left, and the greedy placement was never scored)."""
+    problem, _ = make_problem(train2, k80x2, max_evaluations=100)
+    ev = problem.evaluator
+    rollouts = RewardEvaluator(ev, colocation_grouping(train2))
+    ev._measured, ev._measuring_s = 1, ev.time_left_s / 3.5  # three more evaluations fit the time left
+    assert rollouts.allowance(8) == 3
+    assert rollouts.allowance(8, reserve=1) == 2
+    ev._measuring_s = ev.time_left_s / 1.5  # one fits: the search stops and leaves it to the greedy placement
+    assert rollouts.allowance(8, reserve=1) == 0
+    assert rollouts.allowance(1) == 1
+    _, source, greedy_score = rollouts.final(np.array([0, 1, 1, 1]), "best_or_greedy")
+    assert source == "greedy" and greedy_score is not None and ev.evaluations_used == 1
