@@ -400,7 +400,12 @@ class HSDAGPlacer(BasePlacer):
     }
 
     def __init__(self, **params: Any):
-        super().__init__(**params)
+        # max_groups=None (no cap, the authors' chain merging as it is) passes over the integer check of its
+        # default; check_group_params checks max_groups either way
+        uncapped = "max_groups" in params and params["max_groups"] is None
+        super().__init__(**{k: v for k, v in params.items() if not (uncapped and k == "max_groups")})
+        if uncapped:
+            self.params["max_groups"] = None
         check_group_params(self.name, self.params)
         check_choice(self.name, "baseline", self.params["baseline"], BASELINES)
 

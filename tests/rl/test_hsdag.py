@@ -229,6 +229,19 @@ def test_parameter_errors():
         HSDAGPlacer(grouping="nope")
     with pytest.raises(PlacebenchError):
         HSDAGPlacer(steps=0)
+    with pytest.raises(PlacebenchError, match="max_groups"):
+        HSDAGPlacer(max_groups=0)
+    with pytest.raises(PlacebenchError, match="max_groups"):
+        HSDAGPlacer(max_groups="all")
+
+
+def test_max_groups_none_leaves_the_chain_merging_uncapped(branchy, k80x2, make_problem):
+    """max_groups=None, "no cap" as its comment says, is taken (it was refused as not an integer): the
+    search places the chain grouping's 5 groups of branchy; a cap of 2 merges them to 2."""
+    assert HSDAGPlacer(max_groups=None).params["max_groups"] is None
+    for cap, groups in ((None, 5), (2, 2)):
+        problem, budget = make_problem(branchy, k80x2, max_evaluations=3)
+        assert HSDAGPlacer(max_groups=cap, steps=2).place(problem, budget, seed=0).info["groups"] == groups
 
 
 def test_the_node_features_hold_the_evaluators_profiled_times(branchy, k80x2):
