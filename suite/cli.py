@@ -451,10 +451,10 @@ def _store_methodologies(store: str | Path) -> dict[str, Any]:
     return dict(meths) if isinstance(meths, dict) else {}
 
 
-def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]]) -> str:
+def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]], side: str = "") -> str:
     """A store where the last run of some spec stopped early makes tables that look final: say so on stderr
     (and return it). Every spec counts, not only the last run's: a later complete run of another spec does
-    not fill the gaps."""
+    not fill the gaps. `side` ("BASE runs/a") starts the text where a command reads two stores."""
     from suite.store import in_use
 
     root = _store_root(store)
@@ -471,8 +471,9 @@ def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]]) -> str:
     what = "; ".join(f"spec {run.get('spec', '?')}: {run.get('cells_run', '?')} of its "
                      f"{run.get('cells_to_run', '?')} cells to run were run ({run.get('cells_planned', '?')} planned)"
                      for run in stopped)
-    text = (f"incomplete store: the last run of {len(stopped)} spec(s) stopped before it finished ({what}); "
-            f"rerun the same command to complete it")
+    head = f"{side}: " if side else ""
+    text = (f"{head}incomplete store: the last run of {len(stopped)} spec(s) stopped before it finished ({what}); "
+            f"rerun the same `placebench run` command to complete it")
     print(f"placebench: warning: {text}", file=sys.stderr)
     return text
 
@@ -488,10 +489,11 @@ def _code_version(run: dict[str, Any]) -> tuple[str | None, bool]:
     return (f"placebench {version} (no commit recorded)" if version else None), False
 
 
-def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]], side: str = "") -> str:
     """Rows of runs made by different code side by side (a run reruns stored cells when their placer's own
     source changes, not when other code does): say so on stderr (and return it). Two runs of a checkout
-    with changes count as different code: the changes may differ."""
+    with changes count as different code: the changes may differ. `side` ("NEW runs/b") starts the text
+    where a command reads two stores."""
     used = {r.get("run_id") for r in rows}
     versions = [_code_version(run) for run in runs if run.get("run_id") in used]
     dirty_runs = sum(dirty for _, dirty in versions)
@@ -499,7 +501,8 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     if len(labels) < 2 and dirty_runs < 2:
         return ""
     code = ", ".join(label or "unknown code" for label in labels)
-    text = (f"mixed code: these rows come from {len(versions)} runs of {code}; a run reruns a stored cell when "
+    head = f"{side}: " if side else ""
+    text = (f"{head}mixed code: these rows come from {len(versions)} runs of {code}; a run reruns a stored cell when "
             f"its placer's source changed, not when other code did: rerun the spec(s) that made them with --force "
             f"to use one version")
     print(f"placebench: warning: {text}", file=sys.stderr)
@@ -706,12 +709,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _check_output_file(args.output, "--output", [])
     fmt = _output_format(args, COMPARE_FORMATS)
     sides, side_runs = [], []
-    for store in (args.base, args.new):
+    for side, store in (("BASE", args.base), ("NEW", args.new)):
         rows = open_rows(store)
         runs = _manifest_runs(store)  # also for a table file inside a store: its rows are the store's
-        _warn_if_incomplete(store, runs)
+        _warn_if_incomplete(store, runs, side=f"{side} {store}")  # which of the two stores it is about
         _warn_if_table_lags(store, len(rows))
-        _warn_if_mixed_code(runs, rows)
+        _warn_if_mixed_code(runs, rows, side=f"{side} {store}")
         sides.append(rows)
         side_runs.append(report.runs_that_made(runs, rows))
     _warn_if_other_kernels(*side_runs)

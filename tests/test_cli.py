@@ -601,10 +601,12 @@ def test_compare_and_leaderboard_on_a_stores_own_table_warn_as_the_store_would(c
     [cell] = (new / "cells").glob("*.json")
     (new / "cells" / "extra.json").write_text(cell.read_text().replace(cell.stem, "extra"))
     table = new / "results.csv"
-    incomplete = "placebench: warning: incomplete store: the last run of 1 spec(s) stopped before it finished"
+    incomplete = "incomplete store: the last run of 1 spec(s) stopped before it finished"
     lags = f"placebench: warning: {table} holds 1 rows but {new} has 2 cell files"
     code, _, err = _run(capsys, "compare", str(base), str(table))
-    assert code == 0 and incomplete in err and lags in err, err
+    assert code == 0 and f"placebench: warning: NEW {table}: {incomplete}" in err and lags in err, err
+    assert f"BASE {base}" not in err  # the store that stopped early is named, and only it
+    incomplete = f"placebench: warning: {incomplete}"
     code, _, err = _run(capsys, "leaderboard", str(table), "--out", str(tmp_path / "lb"), "--no-chart",
                         "--reference", "single_cpu")
     assert code == 0 and incomplete in err and lags in err, err
@@ -802,6 +804,14 @@ def test_tables_say_when_rows_come_from_different_code(capsys, tiny_files, write
     assert _run(capsys, "leaderboard", str(store), "--out", str(lb), "--no-chart")[0] == 0
     text = (lb / "leaderboard.md").read_text()
     assert "**Warning: mixed code: these rows come from 2 runs of aaaaaaaaaaaa, bbbbbbbbbbbb;" in text
+    other = tmp_path / "other"  # compare names the store whose rows are mixed
+    shutil.copytree(store, other)
+    manifest["runs"][0]["git"] = manifest["runs"][1]["git"] = clean_a
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    for base, new, side in ((store, other, f"BASE {store}"), (other, store, f"NEW {store}")):
+        _, _, err = _run(capsys, "compare", str(base), str(new))
+        assert err.count("mixed code") == 1, err
+        assert f"placebench: warning: {side}: mixed code: these rows come from 2 runs of aaaaaaaaaaaa, bbbbbbbbbbbb;" in err
 
 
 def test_an_interrupted_evaluate_does_not_claim_to_have_stored_cells(capsys, monkeypatch):
