@@ -1029,8 +1029,8 @@ class _Worker:
             return self.submitted + BOOT_TIMEOUT_S + (self.cell.timeout_s if self.cell else 0.0)
         return self.started + (self.cell.timeout_s if self.cell else 0.0)
 
-    def death_message(self) -> str:
-        """The error message of the cell of a worker that is gone: how it ended, and how to rerun the cell."""
+    def death_message(self, hint: str = "") -> str:
+        """The error message of the cell of a worker that is gone: how it ended, then `hint` (how to rerun it)."""
         self.proc.join(timeout=5)
         code = self.proc.exitcode
         if code is None:
@@ -1040,7 +1040,7 @@ class _Worker:
             how = f"worker killed by signal {_signal_text(-code)}"
         else:
             how = f"worker died (exit code {code})"
-        return f"{how}; --retry-failed reruns the cell"
+        return f"{how}; {hint}" if hint else how
 
     def kill(self) -> None:
         """End the worker and every process its placers started (its process group), even when the worker
@@ -1075,9 +1075,11 @@ def execute(
     on_done: Callable[[dict[str, Any]], None],
     on_start: Callable[[Cell], None] | None = None,
     numerics: Mapping[str, str] | None = None,
+    rerun_hint: str = "--retry-failed reruns the cell",
 ) -> None:
     """Run cells in `jobs` isolated worker processes; call `on_done(record)` for each, in finishing order.
-    The workers' math libraries run as `numerics` says (default: `worker_numerics(cells)`)."""
+    The workers' math libraries run as `numerics` says (default: `worker_numerics(cells)`). `rerun_hint`
+    ends the message of a cell whose worker died (none: "")."""
     if not cells:
         return
     jobs = max(1, min(jobs, len(cells)))
@@ -1120,10 +1122,10 @@ def execute(
                         else:
                             record = payload
                 except (EOFError, OSError):
-                    record = failure_record(cell, "error", w.death_message(), time.perf_counter() - w.submitted)
+                    record = failure_record(cell, "error", w.death_message(rerun_hint), time.perf_counter() - w.submitted)
                     replace = True
                 if record is None and not w.proc.is_alive():
-                    record = failure_record(cell, "error", w.death_message(), time.perf_counter() - w.submitted)
+                    record = failure_record(cell, "error", w.death_message(rerun_hint), time.perf_counter() - w.submitted)
                     replace = True
                 if record is None and time.perf_counter() >= w.deadline:
                     w.kill()
@@ -1365,5 +1367,5 @@ def evaluate_one(
     )
     plan = make_plan(spec)
     records: list[dict[str, Any]] = []
-    execute(plan.cells, jobs=1, on_done=records.append)
+    execute(plan.cells, jobs=1, on_done=records.append, rerun_hint="")  # no store, no --retry-failed
     return records[0]

@@ -791,6 +791,13 @@ def test_evaluate_one(tiny_files):
     assert (rec["status"], rec["step_time_s"], rec["placement"]) == ("ok", 4.0, [0, 0, 0, 0])
 
 
+def test_evaluate_one_says_how_a_worker_died_without_the_runs_retry_hint(tiny_files, harness_plugin):
+    """evaluate stores nothing and has no --retry-failed: its row says how the worker ended, and only that."""
+    rec = runner.evaluate_one(str(tiny_files["big"]), str(tiny_files["cluster"]), "harness_dies",
+                              params={"how": "exit"}, plugins=[harness_plugin])
+    assert (rec["status"], rec["message"]) == ("error", "worker died (exit code 7)")
+
+
 def test_a_placer_info_that_cannot_be_pickled_does_not_lose_the_result(tiny_files, tmp_path):
     """The worker sends the record as the store writes it (JSON-safe): a function in `info` becomes text."""
     plugin = tmp_path / "odd_info.py"
