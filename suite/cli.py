@@ -264,7 +264,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
     setup = comp.setup_warning()
     if setup:
         print(f"placebench: warning: {setup}", file=sys.stderr)
-    warnings = [w for w in (_warn_if_incomplete(store, runs), _warn_if_table_lags(str(store), len(rows)),
+    warnings = [w for w in (_warn_if_incomplete(store, runs, rows), _warn_if_table_lags(str(store), len(rows)),
                             _warn_if_mixed_code(runs, comp.rows), setup) if w]
     provenance = report.provenance(report.runs_that_made(runs, comp.rows))
     written = [str(p) for p in paper.write_paper(comp, args.out, source=str(store), provenance=provenance,
@@ -451,10 +451,13 @@ def _store_methodologies(store: str | Path) -> dict[str, Any]:
     return dict(meths) if isinstance(meths, dict) else {}
 
 
-def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]], side: str = "") -> str:
+def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]], rows: list[dict[str, Any]],
+                        side: str = "") -> str:
     """A store where the last run of some spec stopped early makes tables that look final: say so on stderr
     (and return it). Every spec counts, not only the last run's: a later complete run of another spec does
-    not fill the gaps. `side` ("BASE runs/a") starts the text where a command reads two stores."""
+    not fill the gaps. A run killed outright never recorded how many cells it ran: its rows among `rows`
+    (the store's) say how many it stored. `side` ("BASE runs/a") starts the text where a command reads two
+    stores."""
     from suite.store import in_use
 
     root = _store_root(store)
@@ -468,14 +471,23 @@ def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]], side: str
     stopped = [run for run in latest.values() if not run.get("complete", True)]
     if not stopped:
         return ""
-    what = "; ".join(f"spec {run.get('spec', '?')}: {run.get('cells_run', '?')} of its "
-                     f"{run.get('cells_to_run', '?')} cells to run were run ({run.get('cells_planned', '?')} planned)"
-                     for run in stopped)
+    what = "; ".join(f"spec {run.get('spec', '?')}: {_cells_run(run, rows)}" for run in stopped)
     head = f"{side}: " if side else ""
     text = (f"{head}incomplete store: the last run of {len(stopped)} spec(s) stopped before it finished ({what}); "
             f"rerun the same `placebench run` command to complete it")
     print(f"placebench: warning: {text}", file=sys.stderr)
     return text
+
+
+def _cells_run(run: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """How many of its cells a stopped run ran, as its manifest entry records it, else (a run killed before
+    it could record it) how many of `rows` it made."""
+    to_run, planned = run.get("cells_to_run", "?"), run.get("cells_planned", "?")
+    if "cells_run" in run:
+        return f"{run['cells_run']} of its {to_run} cells to run were run ({planned} planned)"
+    made = sum(r.get("run_id") == run.get("run_id") for r in rows)
+    return (f"{made} of its {to_run} cells to run are in the store ({planned} planned; the run ended without "
+            f"recording how many it ran)")
 
 
 def _code_version(run: dict[str, Any]) -> tuple[str | None, bool]:
@@ -615,7 +627,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         raise UsageError(f"--output and --chart are the same file {args.output}")
     rows = open_rows(args.store)
     runs = _manifest_runs(args.store)
-    _warn_if_incomplete(args.store, runs)
+    _warn_if_incomplete(args.store, runs, rows)
     _warn_if_table_lags(args.store, len(rows))
     reference = args.reference or report.DEFAULT_REFERENCE
     for flag, field, wanted in (("--cluster", "cluster", [args.cluster] if args.cluster else []),
@@ -658,7 +670,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "--out")
     rows = open_rows(args.store)
     runs = _manifest_runs(args.store)
-    warnings = [w for w in (_warn_if_incomplete(args.store, runs), _warn_if_table_lags(args.store, len(rows)),
+    warnings = [w for w in (_warn_if_incomplete(args.store, runs, rows), _warn_if_table_lags(args.store, len(rows)),
                             _warn_if_mixed_code(runs, rows)) if w]
     written = [str(p) for p in report.write_leaderboard(
         rows, args.out, args.reference, source=str(args.store), runs=runs,
@@ -712,7 +724,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for side, store in (("BASE", args.base), ("NEW", args.new)):
         rows = open_rows(store)
         runs = _manifest_runs(store)  # also for a table file inside a store: its rows are the store's
-        _warn_if_incomplete(store, runs, side=f"{side} {store}")  # which of the two stores it is about
+        _warn_if_incomplete(store, runs, rows, side=f"{side} {store}")  # which of the two stores it is about
         _warn_if_table_lags(store, len(rows))
         _warn_if_mixed_code(runs, rows, side=f"{side} {store}")
         sides.append(rows)

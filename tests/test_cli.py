@@ -567,6 +567,16 @@ def test_tables_of_an_incomplete_store_say_so(capsys, tiny_files, write_spec, tm
     (store / "manifest.json").write_text(json.dumps(manifest))
     code, _, err = _run(capsys, "table", str(store))
     assert code == 0 and "placebench: warning: incomplete store" in err and "spec test: 1 of its 1 cells to run were run (5 planned)" in err
+    killed = dict(manifest["runs"][-1], run_id="killed", cells_to_run=3)  # killed outright: no count recorded
+    del killed["cells_run"]
+    [cell] = (store / "cells").glob("*.json")
+    extra = json.loads(cell.read_text().replace(cell.stem, "extra"))
+    (store / "cells" / "extra.json").write_text(json.dumps({**extra, "run_id": "killed", "seed": 1}))
+    (store / "manifest.json").write_text(json.dumps({**manifest, "runs": [*manifest["runs"], killed]}))
+    code, _, err = _run(capsys, "table", str(store))
+    assert code == 0 and "spec test: 1 of its 3 cells to run are in the store (5 planned; the run ended without" in err, err
+    (store / "cells" / "extra.json").unlink()
+    (store / "manifest.json").write_text(json.dumps(manifest))
     assert _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "lb"), "--no-chart")[0] == 0
     assert "**Warning: incomplete store" in (tmp_path / "lb" / "leaderboard.md").read_text()
     from suite.store import Store
