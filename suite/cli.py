@@ -878,7 +878,7 @@ def workload_info(name: str) -> dict[str, Any]:
         kinds[op.kind] = kinds.get(op.kind, 0) + 1
     from suite import zoo
 
-    reference = dict(zoo.describe(name)["reference"]) if name in zoo.names() else {}
+    published = dict(zoo.describe(name)["reference"]) if name in zoo.names() else {}
     return {
         "name": g.name,
         "hash": g.content_hash,
@@ -886,7 +886,7 @@ def workload_info(name: str) -> dict[str, Any]:
         "stats": stats,
         "colocation_groups": len(g.groups),
         "op_kinds": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "reference": reference,  # published figures (the paper's, with their source), for zoo workloads
+        "published": published,  # published figures with their source (zoo workloads; {} for a graph file)
     }
 
 
@@ -962,7 +962,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     ]
     lines += [(f"metadata.{k}", json.dumps(v) if not isinstance(v, str) else v) for k, v in info["metadata"].items()]
     lines += [(f"published.{k}", f"{v:,.0f}" if isinstance(v, int | float) else str(v))
-              for k, v in info["reference"].items()]
+              for k, v in info["published"].items()]
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
     return 0

@@ -139,10 +139,12 @@ def test_show_workload(capsys, tiny_files):
     assert code == 0 and info["name"] == "diamond" and info["stats"]["num_ops"] == 4
     assert info["stats"]["num_edges"] == 4 and info["op_kinds"] == {"matmul": 3, "add": 1}
     code, out, _ = _run(capsys, "show", str(tiny_files["diamond"]))
-    assert "ops                4 (forward 4" in out and info["reference"] == {}  # a file: no published figures
+    assert "ops                4 (forward 4" in out and info["published"] == {}  # a file: no published figures
     code, out, _ = _run(capsys, "show", "resnet50-b1-infer")
     assert "published.params            25,557,032" in out and "published.source            torchvision" in out
     assert "resident bytes              97.49 MiB (parameters" in out
+    code, out, _ = _run(capsys, "show", "resnet50-b1-infer", "--json")  # the same name as in the text
+    assert json.loads(out)["published"]["params"] == 25_557_032
 
 
 def test_show_cluster_with_its_sources(capsys, tiny_files):
