@@ -111,6 +111,7 @@ from rl.learned import (
 from rl.nets import masked_categorical
 from rl.reward import reward_of
 from rl.trainers import apply_gradients, build_optimizer, discounted_returns, scale_advantages
+from suite.errors import PlacebenchError
 from suite.graph import OpGraph
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem, check_choice
@@ -441,7 +442,7 @@ class PlacetoPlacer(BasePlacer):
         "rounds": 8,  # message-passing rounds in each direction
         "batch_size": 1,  # episodes per update
         "discount": 1.0,
-        "baseline_episodes": 10,  # batches whose per-step mean returns form the baseline
+        "baseline_episodes": 10,  # batches whose per-step mean returns form the baseline (>= 2 at batch_size 1)
         "lr": 0.001,
         "entropy_coef": 0.01,
         "grad_clip": 1.25,
@@ -460,6 +461,10 @@ class PlacetoPlacer(BasePlacer):
         super().__init__(**params)
         check_group_params(self.name, self.params)
         check_choice(self.name, "initial", self.params["initial"], INITIAL)
+        if self.params["batch_size"] == 1 and self.params["baseline_episodes"] == 1:
+            raise PlacebenchError(f"{self.name}: batch_size 1 with baseline_episodes 1 makes the baseline each "
+                                  "episode's own returns, so every advantage is zero and the policy never learns; "
+                                  "raise either")
 
     def place(self, problem: Problem, budget: Budget, seed: int) -> PlacementResult:
         started = time.perf_counter()

@@ -243,6 +243,9 @@ def test_registered_and_checked():
         PlacetoPlacer(grouping="nope")
     with pytest.raises(PlacebenchError, match="discount"):
         PlacetoPlacer(discount=1.5)
+    with pytest.raises(PlacebenchError, match="every advantage is zero"):  # the baseline is the episode itself
+        PlacetoPlacer(batch_size=1, baseline_episodes=1)
+    assert PlacetoPlacer(batch_size=2, baseline_episodes=1).params["baseline_episodes"] == 1  # the batch's mean
 
 
 def test_episode_matches_the_iterative_gym_environment(branchy, k80x2, make_problem):
