@@ -20,7 +20,9 @@
   PyTorch exporter writes them): the last path component before the op type ("layer1.0.conv1").
 * `mode="training"` adds backward and update ops for the loss: the graph output named by `loss`, else every
   output (their sum, as a model with an auxiliary head, Inception-V3's, is trained). Forward ops that reach
-  no loss output get no backward ops. Metadata "loss_outputs" names the outputs taken as the loss.
+  no loss output get no backward ops. Metadata "loss_outputs" names the outputs taken as the loss. An
+  output need not be a scalar: an exported model rarely includes its loss, so a tensor output stands for
+  the sum of its elements (the torch.fx capture, which can wrap the model, asks for the scalar loss).
 """
 
 from __future__ import annotations
