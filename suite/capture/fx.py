@@ -26,7 +26,8 @@ read the in-place op. One that writes to memory another live value shares (`y[0]
 while a view of y is still to be read) is refused: the graph would miss the dependency. Not seen: torch.fx
 records `y += 1` as an out-of-place add, so where another name still holds y (`b = a; b += 1; fc2(a)`) the
 graph, and the torch backend that runs it, compute as if the add made a copy (eager PyTorch changes a).
-Training mode refuses frozen parameters (requires_grad=False).
+In training mode a frozen parameter (requires_grad=False) is resident but gets no gradient, no update and no
+optimizer state (`suite.capture.training`); the graph's metadata "frozen_params" counts them.
 
 FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds
 are listed in the graph's metadata under "fallback_cost_kinds". Sizes come from the recorded dtypes (fp32
@@ -235,8 +236,6 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     what = type(module).__name__
-    if training:
-        _check_trainable(what, module)
     module = _as_root(module, len(example_inputs))
     gm = trace(module)
     for node in gm.graph.nodes:
@@ -274,7 +273,8 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
         elif node.op == "get_attr":
             obj = _fetch_attr(gm, str(node.target))
             if isinstance(obj, nn.Parameter):
-                vals[node] = b.param(canon.get(id(obj), str(node.target)), obj.numel() * obj.element_size(), obj.numel())
+                vals[node] = b.param(canon.get(id(obj), str(node.target)), obj.numel() * obj.element_size(),
+                                     obj.numel(), trainable=obj.requires_grad)
             else:
                 vals[node] = b.constant()
         elif node.op == "output":
@@ -341,16 +341,6 @@ def _inplace_by_position(node: Node) -> bool:
         return False
 
 
-def _check_trainable(what: str, module: nn.Module) -> None:
-    """Training graphs update every parameter; frozen ones (requires_grad=False) are not modelled."""
-    frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
-    if frozen:
-        shown = ", ".join(frozen[:5]) + (f" and {len(frozen) - 5} more" if len(frozen) > 5 else "")
-        raise GraphError(f"training mode: {what} has frozen parameters (requires_grad=False): {shown}; "
-                         f"capture does not model frozen parameters (make them trainable, or capture in "
-                         f"inference mode)")
-
-
 def _check_loss(what: str, outs: Sequence[Any]) -> None:
     """A training step differentiates one scalar: the loss the module returns."""
     if len(outs) != 1 or math.prod(outs[0].shape) != 1:
@@ -396,6 +386,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
     args = _resolve(node.args, all_info)
     kwargs = _resolve(dict(node.kwargs), all_info)
     params: dict[str, tuple[int, int]] = {}
+    frozen: set[str] = set()  # keys of its parameters that do not require grad
     if node.op == "call_module":
         m = gm.get_submodule(str(node.target))
         if isinstance(m, _SHAPE_ONLY_MODULES) or (isinstance(m, _DROPOUT_MODULES) and not training):
@@ -411,6 +402,8 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         for p in m.parameters():
             key = canon.get(id(p), f"{node.target}.{id(p)}")
             params[key] = (p.numel() * p.element_size(), p.numel())
+            if not p.requires_grad:
+                frozen.add(key)
     else:
         name = _target_name(node)
         if name in SHAPE_ONLY or (name in DROPOUT and not training):
@@ -444,6 +437,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         output_numel=sum(t.numel for t in outs),
         saved_bytes=cost.saved_bytes,
         params=params,
+        frozen=frozen,
         differentiable=any(t.floating for t in outs),
     )
 

@@ -3,7 +3,8 @@
 A front end walks its source graph in topological order and calls `ForwardBuilder`:
 
 * `input(...)` for a model input (an op of kind "input": the data has to live on some device);
-* `param(key, ...)` for a parameter tensor (a `Value` that carries no data dependency, only a parameter use);
+* `param(key, ...)` for a parameter tensor (a `Value` that carries no data dependency, only a parameter use;
+  `trainable=False` for a frozen one, which a training step reads but neither differentiates nor updates);
 * `constant()` for anything static (shapes, buffers, literals, tensors computed from no input);
 * `fold(values, result_bytes)` for a shape-only node (view, reshape, getitem, permute, ...): the result
   depends on the same producer ops, and reading it reads at most `result_bytes` from each of them, so no
@@ -19,6 +20,8 @@ softmax projection shared by all steps, tied weights) become one op of kind "var
 parameters with the same users: it holds them (`param_bytes`), has `output_bytes` 0 (the weights are
 resident, not a live tensor) and an edge to each user carrying the weights' bytes, so a user on another
 device receives a copy, as in TensorFlow, where each device reading a variable gets the tensor once.
+Frozen and trainable parameters with the same users form separate variable ops (only the trainable one gets
+gradient-accumulation and update ops in training mode).
 
 `ForwardGraph.lower(name, mode, metadata)` turns the IR into an `OpGraph`: in inference mode the forward
 ops as they are; in training mode with backward, gradient-accumulation and update ops (see
@@ -62,8 +65,10 @@ class FwdOp:
     output_numel: int = 0
     saved_bytes: int = 0  # activations kept for the backward pass beyond the output (training mode only)
     param_uses: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (bytes, count)
-    own_param_bytes: int = 0
+    own_param_bytes: int = 0  # every parameter it holds, frozen ones included (all are resident)
     own_param_count: int = 0
+    trainable_param_bytes: int = 0  # the part of own_param_* that training updates (requires_grad)
+    trainable_param_count: int = 0
     variables: list[str] = field(default_factory=list)  # names of variable ops whose weights this op reads
     differentiable: bool = True  # its output can carry a gradient (False: only integer / bool outputs)
     no_grad_inputs: frozenset[str] = frozenset()  # inputs read only without a gradient path (`x.detach()`)
@@ -90,6 +95,10 @@ class ForwardGraph:
         return sum(op.own_param_bytes for op in self.ops)
 
     @property
+    def frozen_param_count(self) -> int:
+        return sum(op.own_param_count - op.trainable_param_count for op in self.ops)
+
+    @property
     def macs(self) -> float:
         return sum(op.macs for op in self.ops)
 
@@ -106,7 +115,7 @@ class ForwardGraph:
 
             ops, edges = training_ops(self)
             if not any(op.phase == "update" for op in ops):
-                raise GraphError(f"{name}: training mode, but no parameter reaches the model's output (the loss), "
+                raise GraphError(f"{name}: training mode, but no trainable parameter reaches the model's output (the loss), "
                                  f"so nothing would be trained; capture it in inference mode")
         else:
             ops, edges = inference_ops(self)
@@ -117,6 +126,8 @@ class ForwardGraph:
             "forward_macs": self.macs,
             "forward_flops": self.flops,
         }
+        if mode == "training" and self.frozen_param_count:  # only then: other graphs (and hashes) are as before
+            meta["frozen_params"] = self.frozen_param_count
         if self.fallback_kinds:
             meta["fallback_cost_kinds"] = sorted(set(self.fallback_kinds))
         meta.update(metadata or {})
@@ -171,6 +182,7 @@ class ForwardBuilder:
 
     def __init__(self) -> None:
         self._ops: dict[str, FwdOp] = {}
+        self._frozen: set[str] = set()  # keys of parameters a training step does not update
         self.fallback_kinds: list[str] = []
 
     # -- values ---------------------------------------------------------------------------------------
@@ -178,8 +190,9 @@ class ForwardBuilder:
     def constant() -> Value:
         return Value()
 
-    @staticmethod
-    def param(key: str, nbytes: int, count: int) -> Value:
+    def param(self, key: str, nbytes: int, count: int, *, trainable: bool = True) -> Value:
+        if not trainable:
+            self._frozen.add(key)
         return Value(params={key: (int(nbytes), int(count))})
 
     def fold(self, values: Iterable[Value], result_bytes: int | None, *, grad: bool = True) -> Value:
@@ -222,16 +235,20 @@ class ForwardBuilder:
         output_numel: int | None = None,
         saved_bytes: int = 0,
         params: Mapping[str, tuple[int, int]] | None = None,
+        frozen: Iterable[str] = (),
         differentiable: bool = True,
     ) -> Value:
-        """A real operation; `differentiable=False` for one whose outputs carry no gradient (comparisons,
-        argmax, integer casts: autograd passes nothing back through them)."""
+        """A real operation; `params` are parameters it uses besides those in `values` (a module's own), of
+        which `frozen` names the keys that training does not update; `differentiable=False` for one whose
+        outputs carry no gradient (comparisons, argmax, integer casts: autograd passes nothing back through
+        them)."""
         if name in self._ops:
             raise GraphError(f"capture: duplicate op name {name!r}")
         if not (math.isfinite(flops) and flops >= 0):
             raise GraphError(f"capture: op {name!r} has invalid FLOPs {flops!r}")
         deps, uses, no_grad = self._merge(values)
         uses.update(params or {})
+        self._frozen.update(frozen)
         if output_numel is None:
             output_numel = math.prod(output_shape) if output_shape else 0
         self._ops[name] = FwdOp(
@@ -263,19 +280,22 @@ class ForwardBuilder:
         for op in self._ops.values():
             for key in op.param_uses:
                 users.setdefault(key, []).append(op.name)
-        # parameters with the same set of (several) users form one variable op
-        shared: dict[tuple[str, ...], list[str]] = {}
+        # parameters with the same set of (several) users and the same trainability form one variable op
+        shared: dict[tuple[tuple[str, ...], bool], list[str]] = {}
         for key, us in users.items():
+            trainable = key not in self._frozen
             if len(us) == 1:
                 op = self._ops[us[0]]
                 nbytes, count = op.param_uses[key]
                 op.own_param_bytes += nbytes
                 op.own_param_count += count
+                op.trainable_param_bytes += nbytes if trainable else 0
+                op.trainable_param_count += count if trainable else 0
             else:
-                shared.setdefault(tuple(us), []).append(key)
+                shared.setdefault((tuple(us), trainable), []).append(key)
         variables: dict[str, FwdOp] = {}
         taken = set(self._ops)
-        for us, keys in shared.items():
+        for (us, trainable), keys in shared.items():
             prefix = _common_prefix(keys)
             name = f"{prefix}/variable"
             k = 1
@@ -295,6 +315,8 @@ class ForwardBuilder:
                 output_bytes=0,
                 own_param_bytes=nbytes,
                 own_param_count=count,
+                trainable_param_bytes=nbytes if trainable else 0,
+                trainable_param_count=count if trainable else 0,
             )
             variables[name] = var
             for u in us:

@@ -1,7 +1,7 @@
 """Training-step graphs: the forward ops plus backward, gradient-accumulation and parameter-update ops.
 
-Which ops get gradients follows autograd: an op *needs a gradient* when it owns parameters, reads a
-variable, or reads an op that needs one, unless its outputs cannot carry one (`differentiable` False:
+Which ops get gradients follows autograd: an op *needs a gradient* when it owns trainable parameters,
+reads a trainable variable, or reads an op that needs one, unless its outputs cannot carry one (`differentiable` False:
 comparisons, argmax, integer casts) or it reads that op only through `detach()` (its `no_grad_inputs`); it
 is *active* when it also has a path to a model output (the loss) along reads a gradient flows back through.
 For every active op:
@@ -16,6 +16,10 @@ For every active op:
   It reads the output gradient, the saved output and the forward op's inputs (the saved activations).
   Its output is the weight gradient, a live tensor until the update (or accumulation) op consumes it.
   So an op with weights inside the network costs 2x its forward FLOPs backward, the first layer 1x.
+  Frozen parameters (`requires_grad=False`) get no weight gradient: an op whose weights are all frozen
+  has no grad-weight op (its grad-input op still reads them), and one whose weights are partly frozen
+  (a frozen weight, a trainable bias) has one with its forward FLOPs scaled by the trainable share of its
+  weight bytes (an approximation) and an output of the trainable weights' size.
 * an op without FLOPs and weights (concatenation, stacking) read by several active consumers gets only
   the grad-input op, which sums their gradients ((consumers - 1) FLOPs per output element); read by one,
   no op: the gradient passes through to the backward ops that consume it (never losing a dependency).
@@ -25,9 +29,10 @@ for the weight gradient) keep memory right: the weight gradient is freed after t
 gradient of, e.g., the first LSTM layer lives until the embedding's backward op.
 
 Parameters are updated by SGD with momentum (TensorFlow's ApplyMomentum): an op `{name}/update` (phase
-"update", kind "apply_momentum") per op that owns parameters, reading the weight gradient; its
-`param_bytes` is the optimizer state, one momentum buffer = 1x the parameters; FLOPs = 4 per parameter
-(v = mu v + g; w = w - lr v). A variable op (shared weights) gets a chain of `{variable}/acc{i}` ops
+"update", kind "apply_momentum") per op that owns trainable parameters, reading the weight gradient; its
+`param_bytes` is the optimizer state, one momentum buffer = 1x the trainable parameters; FLOPs = 4 per
+trainable parameter (v = mu v + g; w = w - lr v). Frozen parameters stay resident with no gradient and no
+optimizer state. A trainable variable op (shared weights) gets a chain of `{variable}/acc{i}` ops
 (kind "accumulate_grad", one per use, in backward order, 1 FLOP per parameter) that sums the per-use
 weight gradients, then one update op.
 
@@ -53,11 +58,10 @@ MOMENTUM_FLOPS_PER_PARAM = 4  # v <- mu v + g (2), w <- w - lr v (2)
 
 def _active_ops(fg: ForwardGraph, consumers: dict[str, list[tuple[str, int]]]) -> set[str]:
     needs: dict[str, bool] = {}
-    for op in fg.ops:
+    for op in fg.ops:  # a variable op precedes its users
         needs[op.name] = op.differentiable and (
-            op.kind == "variable"
-            or op.own_param_bytes > 0
-            or bool(op.variables)
+            op.trainable_param_bytes > 0
+            or any(needs[v] for v in op.variables)
             or any(needs[p] for p in op.inputs if p not in op.no_grad_inputs)
         )
     reach: set[str] = set(fg.outputs)
@@ -80,6 +84,7 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
     """Lower a forward graph to the ops and edges of one training step (see the module docstring)."""
     by_name = fg.by_name
     var_bytes = {op.name: op.own_param_bytes for op in fg.ops if op.kind == "variable"}
+    trainable_vars = {op.name for op in fg.ops if op.kind == "variable" and op.trainable_param_bytes > 0}
     consumers: dict[str, list[tuple[str, int]]] = defaultdict(list)  # the reads a gradient flows back through
     for op in fg.ops:
         for p, b in op.inputs.items():
@@ -124,7 +129,7 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
     uses_left: dict[str, list[str]] = defaultdict(list)  # variable -> users with a backward op, forward order
     for f in fg.ops:
         for v in f.variables:
-            if f.name in backward:
+            if f.name in backward and v in trainable_vars:
                 uses_left[v].append(f.name)
     has_acc = {v for v, us in uses_left.items() if us}
 
@@ -159,7 +164,10 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
         if f.name not in backward:
             continue
         grad_in = sum(b for p, b in f.inputs.items() if p in active and p not in f.no_grad_inputs)
-        has_weights = f.own_param_bytes > 0 or bool(f.variables)
+        has_weights = f.own_param_bytes > 0 or bool(f.variables)  # frozen ones too: grad input reads them
+        trained = [v for v in f.variables if v in trainable_vars]
+        weights = f.own_param_bytes + sum(var_bytes[v] for v in f.variables)
+        trained_bytes = f.trainable_param_bytes + sum(var_bytes[v] for v in trained)
         grad_edges = list(grad_src[f.name].items())
         saved = (f.name, f.output_bytes + f.saved_bytes)
         if grad_in > 0:  # gradient of the inputs
@@ -175,17 +183,18 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
                 ins.extend(f.inputs.items())
             ops.append(_backward_op(gname, f"{f.kind}_grad", flops, ins, grad_in, f.own_param_bytes, f))
             edges.extend((src, gname, b) for src, b in ins)
-        if has_weights:  # gradient of the weights = grad output x saved inputs
+        if trained_bytes > 0:  # gradient of the (trainable) weights = grad output x saved inputs
             wname = f"{f.name}/grad_weight"
             flops = f.flops if f.flops > 0 else float(f.output_numel)  # embedding: scatter-add
+            if trained_bytes < weights:
+                flops = flops * trained_bytes / weights
             ins = [*grad_edges, saved, *f.inputs.items()]
-            weight_grad = f.own_param_bytes + sum(var_bytes[v] for v in f.variables)
-            ops.append(_backward_op(wname, f"{f.kind}_grad_weight", flops, ins, weight_grad, 0, f))
+            ops.append(_backward_op(wname, f"{f.kind}_grad_weight", flops, ins, trained_bytes, 0, f))
             edges.extend((src, wname, b) for src, b in ins)
-            if f.own_param_bytes > 0:
+            if f.trainable_param_bytes > 0:
                 ops.append(_update_op(f"{f.name}/update", f, f.name))
-                edges.append((wname, f"{f.name}/update", f.own_param_bytes))
-            for v in f.variables:
+                edges.append((wname, f"{f.name}/update", f.trainable_param_bytes))
+            for v in trained:
                 var = by_name[v]
                 w = var.own_param_bytes
                 aname = f"{v}/acc{uses_left[v].index(f.name)}"
@@ -228,11 +237,11 @@ def _backward_op(name: str, kind: str, flops: float, ins: list[tuple[str, int]],
 
 
 def _update_op(name: str, owner: FwdOp, group: str) -> Op:
-    w = owner.own_param_bytes
+    w = owner.trainable_param_bytes
     return Op(
         name=name,
         kind="apply_momentum",
-        flops=float(MOMENTUM_FLOPS_PER_PARAM * owner.own_param_count),
+        flops=float(MOMENTUM_FLOPS_PER_PARAM * owner.trainable_param_count),
         bytes_read=3 * w,  # weights, gradient, momentum
         bytes_written=2 * w,  # weights, momentum
         output_bytes=0,

@@ -100,21 +100,15 @@ def test_shared_weights_live_on_the_variable_device_and_are_copied_once_per_devi
     assert (ex.copies.count, ex.copies.bytes) == (4, weights + x_bytes + fc1_out)
 
 
-def test_training_step_with_shared_weights_equals_eager(three_cpus, shared_linear):
-    _, dmap = three_cpus
-    torch.manual_seed(0)
-    rw = from_module(shared_linear(), (torch.randn(2, 4),), name="shared", mode="training")
+def _two_steps_as_eager(rw, dmap, placement: np.ndarray) -> nn.Module:
+    """Two training steps of `rw` split by `placement` give eager PyTorch's loss and parameters (SGD with
+    momentum over the trainable parameters); the eager module after them."""
     eager = rw.fresh_copy()
-    g = rw.graph
-    p = np.zeros(g.num_ops, dtype=np.int64)
-    p[g.groups["fc/1"]] = 1
-    p[g.groups["act"]] = 2
     ex = TorchExecutor(rw, dmap)
-    ex.apply(p)
+    ex.apply(placement)
+    opt = torch.optim.SGD([q for q in eager.module.parameters() if q.requires_grad], lr=1e-3, momentum=0.9)
     for _ in range(2):
         loss = ex.step()
-    opt = torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9)
-    for _ in range(2):
         opt.zero_grad()
         ref = eager.module(*eager.inputs)
         ref.backward()
@@ -122,6 +116,46 @@ def test_training_step_with_shared_weights_equals_eager(three_cpus, shared_linea
     torch.testing.assert_close(loss, ref.detach())
     for name, param in eager.module.named_parameters():
         torch.testing.assert_close(ex.eg.params[name].detach(), param.detach())
+    return eager.module
+
+
+def test_training_step_with_shared_weights_equals_eager(three_cpus, shared_linear):
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(shared_linear(), (torch.randn(2, 4),), name="shared", mode="training")
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[g.groups["fc/1"]] = 1
+    p[g.groups["act"]] = 2
+    _two_steps_as_eager(rw, dmap, p)
+
+
+def test_training_step_with_frozen_parameters_equals_eager(three_cpus):
+    """A frozen layer in the middle and a frozen weight beside a trainable bias: split over three devices,
+    the step computes eager PyTorch's loss and updates, and the frozen parameters do not move."""
+
+    class PartlyFrozen(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1)
+            self.b.requires_grad_(False)
+            self.c.weight.requires_grad_(False)
+
+        def forward(self, x):
+            return self.c(torch.relu(self.b(torch.relu(self.a(x))))).sum()
+
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(PartlyFrozen(), (torch.randn(2, 4),), name="frozen", mode="training")
+    before = {n: q.detach().clone() for n, q in rw.module.named_parameters()}
+    g = rw.graph
+    assert "b/update" not in g.index and "b/grad" in g.index and g.metadata["frozen_params"] == 24
+    p = np.arange(g.num_ops, dtype=np.int64) % 3
+    p = p[[g.index[g.ops[i].group] if g.ops[i].group else i for i in range(g.num_ops)]]  # groups kept together
+    assert len(set(p.tolist())) == 3
+    after = _two_steps_as_eager(rw, dmap, p)
+    for name, param in after.named_parameters():
+        assert torch.equal(param.detach(), before[name]) == (name in ("b.weight", "b.bias", "c.weight")), name
 
 
 @pytest.mark.parametrize("name", FAMILY_WORKLOADS)

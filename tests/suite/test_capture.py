@@ -913,24 +913,73 @@ def test_training_mode_with_nothing_to_train_is_an_error():
         def forward(self, x):
             return (x * x).sum()
 
-    with pytest.raises(GraphError, match="no parameter reaches the model's output"):
+    with pytest.raises(GraphError, match="no trainable parameter reaches the model's output"):
         capture(NoParams(), (torch.randn(2, 4),), name="np", mode="training")
     assert capture(NoParams(), (torch.randn(2, 4),), name="np").num_ops == 3  # inference is fine
 
 
-def test_frozen_parameters_in_training_mode_are_an_error():
-    class PartlyFrozen(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a = nn.Linear(2, 2)
-            self.b = nn.Linear(2, 1)
-            self.a.requires_grad_(False)
+class PartlyFrozen(nn.Module):
+    """Three linear layers: `a` trainable, `b` frozen, `c` with a frozen weight and a trainable bias."""
 
-        def forward(self, x):
-            return self.b(self.a(x)).sum()
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.b = nn.Linear(2, 2)
+        self.c = nn.Linear(2, 1)
+        self.b.requires_grad_(False)
+        self.c.weight.requires_grad_(False)
 
-    with pytest.raises(GraphError, match=r"frozen parameters \(requires_grad=False\): a.weight, a.bias"):
-        capture(PartlyFrozen(), (torch.randn(3, 2),), name="f", mode="training")
+    def forward(self, x):
+        return self.c(self.b(self.a(x))).sum()
+
+
+def test_frozen_parameters_get_no_gradient_update_or_optimizer_state():
+    """By hand, for x of shape (3, 2): a and b hold 6 parameters (24 bytes) each, c 3 (12 bytes: weight 8,
+    bias 4); linear FLOPs = 2 x multiply-adds + bias adds: a, b 30, c 15. b still passes the gradient back
+    to a (b/grad reads its weights), but has no weight gradient and no update; c's weight gradient is that of
+    its trainable share (4 of 12 bytes: 15 x 4 / 12 = 5 FLOPs) and its update holds one momentum buffer of
+    the bias (4 bytes, 4 FLOPs per parameter)."""
+    g = capture(PartlyFrozen(), (torch.randn(3, 2),), name="f", mode="training")
+    ops = {op.name: op for op in g.ops}
+    assert [n for n in ops if "/" in n] == ["sum_1/grad", "c/grad", "c/grad_weight", "c/update", "b/grad",
+                                            "a/grad_weight", "a/update"]
+    assert [ops[n].param_bytes for n in ("a", "b", "c")] == [24, 24, 12]  # frozen weights stay resident
+    assert ops["b/grad"].flops == 30 and edge_bytes(g, "c/grad", "b/grad") == 24
+    assert (ops["c/grad_weight"].flops, ops["c/grad_weight"].output_bytes) == (5, 4)
+    assert (ops["c/update"].param_bytes, ops["c/update"].flops) == (4, 4)
+    assert (ops["a/update"].param_bytes, ops["a/update"].flops) == (24, 24)
+    assert g.metadata["params"] == 15 and g.metadata["frozen_params"] == 8
+    trainable = PartlyFrozen().requires_grad_(True)
+    full = capture(trainable, (torch.randn(3, 2),), name="f", mode="training")
+    assert "frozen_params" not in full.metadata and "b/update" in full.index
+    assert capture(PartlyFrozen(), (torch.randn(3, 2),), name="f").content_hash == capture(
+        trainable, (torch.randn(3, 2),), name="f").content_hash  # inference graphs do not depend on it
+
+
+class TwiceLoss(Twice):
+    def forward(self, x):
+        return super().forward(x).sum()
+
+
+def test_a_frozen_first_layer_and_frozen_shared_weights_get_no_backward_ops():
+    """A frozen layer whose input needs no gradient gets no backward op at all; a frozen shared layer is a
+    variable op with no accumulation or update, apart from the trainable ones."""
+    frozen_first = PartlyFrozen()
+    frozen_first.a.requires_grad_(False)
+    g = capture(frozen_first, (torch.randn(3, 2),), name="f", mode="training")
+    assert not any(n.startswith(("a/", "b/")) for n in g.index)
+    twice = TwiceLoss()
+    twice.fc.bias.requires_grad_(False)  # the weight is trained, the bias is not: two variables
+    g = capture(twice, (torch.randn(3, 6),), name="twice", mode="training")
+    ops = {op.name: op for op in g.ops}
+    assert {op.name: op.param_bytes for op in by_kind(g, "variable")} == {"fc/variable": 144, "fc/variable2": 24}
+    assert [op.name for op in g.ops if op.kind in ("accumulate_grad", "apply_momentum")] == [
+        "fc/variable/acc1", "fc/variable/acc0", "fc/variable/update"]
+    assert ops["fc/variable/update"].param_bytes == 144 and ops["fc/variable2"].group is None
+    assert ops["fc/1/grad_weight"].flops == 234 * 144 / 168 and ops["fc/1/grad_weight"].output_bytes == 144
+    twice.fc.requires_grad_(False)
+    with pytest.raises(GraphError, match="no trainable parameter reaches the model's output"):
+        capture(twice, (torch.randn(3, 6),), name="twice", mode="training")
 
 
 def test_capturing_something_else_than_a_module_is_an_error():
