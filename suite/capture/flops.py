@@ -5,7 +5,7 @@ only, the figure papers publish):
 
 * linear / matmul / bmm: 2 x MACs, plus 1 per output element for a bias (the added input of addmm,
   baddbmm, addbmm); einsum of two operands the same, with MACs = the product of every index's size (one of
-  one operand: 1 per input element; of more, the fallback);
+  one operand: 1 per input element; of more, the sum of those pairwise products, contracted left to right);
 * multi-head attention (nn.MultiheadAttention, scaled_dot_product_attention): its matrix products, softmax
   (5 per score) and, for the module, its projection biases;
 * convolution: MACs = output elements x (input channels / groups) x kernel elements; FLOPs = 2 x MACs,
@@ -128,28 +128,44 @@ def matmul_cost(a: tuple[int, ...], out: tuple[int, ...]) -> Cost:
 
 
 def einsum_cost(equation: Any, ins: list[TensorInfo]) -> Cost | None:
-    """torch.einsum of one or two operands: with two, one multiply-add for every combination of the indices
-    (output and summed ones, `...` broadcast), as a matmul; with one (a sum, trace or transpose), 1 FLOP per
-    input element. More operands (whose cost depends on the contraction order): None (the fallback)."""
-    if not isinstance(equation, str) or not 1 <= len(ins) <= 2:
+    """torch.einsum. Of one operand (a sum, trace or transpose): 1 FLOP per input element. Of two: one
+    multiply-add for every combination of the indices (output and summed ones, `...` broadcast), as a
+    matmul. Of more: contracted left to right, as torch does without opt_einsum, each pairwise step costing
+    as two operands and keeping the indices that the output or a later operand still needs (with opt_einsum
+    installed torch may choose a cheaper order: the count is then an upper bound). An equation that does
+    not match its operands: None (the fallback)."""
+    if not isinstance(equation, str) or not ins:
         return None
-    terms = equation.replace(" ", "").partition("->")[0].split(",")
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
     if len(terms) != len(ins):
         return None
     if len(ins) == 1:
         return Cost("einsum", float(ins[0].numel))
-    sizes: dict[str, int] = {}
-    ellipses = []
+    sizes: dict[Any, int] = {}
+    indices: list[set[Any]] = []
     for term, t in zip(terms, ins, strict=True):
         head, dots, tail = term.partition("...")
         middle = len(t.shape) - len(head) - len(tail) if dots else 0
-        ellipses.append(tuple(t.shape[len(head):len(head) + middle]))
-        for letter, size in zip(head + "." * middle + tail, t.shape, strict=True):
-            if letter != ".":
-                sizes[letter] = max(sizes.get(letter, 1), size)  # a size-1 index broadcasts
-    width = max(len(e) for e in ellipses)
-    padded = [(1,) * (width - len(e)) + e for e in ellipses]
-    macs = math.prod(sizes.values()) * math.prod(max(col) for col in zip(*padded, strict=True))
+        if middle < 0 or len(head) + middle + len(tail) != len(t.shape):
+            return None
+        # the dims under `...` are aligned from the right across operands (broadcasting): (…, 1) is the last
+        letters = [*head, *(("...", middle - k) for k in range(middle)), *tail]
+        for letter, size in zip(letters, t.shape, strict=True):
+            sizes[letter] = max(sizes.get(letter, 1), size)  # a size-1 index broadcasts
+        indices.append(set(letters))
+    dotted = {x for xs in indices for x in xs if isinstance(x, tuple)}
+    if arrow:
+        out = set(rhs.replace("...", "")) | (dotted if "..." in rhs else set())
+    else:  # implicit output: the letters that occur once, and the `...` dims
+        every = [x for term in terms for x in term.replace("...", "")]
+        out = {x for x in every if every.count(x) == 1} | dotted
+    macs, current = 0, indices[0]
+    for k in range(1, len(indices)):
+        both = current | indices[k]
+        macs += math.prod(sizes[x] for x in both)
+        later = set().union(*indices[k + 1:])
+        current = {x for x in both if x in out or x in later}
     return Cost("einsum", 2.0 * macs, float(macs))
 
 

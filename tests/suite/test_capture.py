@@ -1092,7 +1092,7 @@ def test_einsum_of_two_operands_counts_a_multiply_add_per_index_combination(equa
     assert "fallback_cost_kinds" not in g.metadata
 
 
-def test_einsum_of_one_operand_counts_its_elements_and_of_three_falls_back():
+def test_einsum_of_one_operand_counts_its_elements():
     class Trace(nn.Module):
         def forward(self, a):
             return torch.einsum("ii->", a)
@@ -1100,9 +1100,23 @@ def test_einsum_of_one_operand_counts_its_elements_and_of_three_falls_back():
     (op,) = by_kind(capture(Trace(), (torch.randn(3, 3),), name="trace"), "einsum")
     assert op.flops == 9
 
+
+@pytest.mark.parametrize(("equation", "shapes", "macs"), [
+    # i,j,k = 2,3,4 (j summed, k kept for the third) then i,k,l = 2,4,5
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], 2 * 3 * 4 + 2 * 4 * 5),
+    ("ij,jk,kl", [(2, 3), (3, 4), (4, 5)], 2 * 3 * 4 + 2 * 4 * 5),  # implicit output: il
+    # the first two share no index: an outer product i,j,k,l = 120 that keeps all four, then 120 again
+    ("ij,kl,jk->il", [(2, 3), (4, 5), (3, 4)], 2 * 120),
+    # ... broadcast (2 against 1), kept to the end: 2 x (3x4x5) then 2 x (3x5x6)
+    ("...ij,...jk,...kl->...il", [(2, 3, 4), (1, 4, 5), (5, 6)], 2 * 3 * 4 * 5 + 2 * 3 * 5 * 6),
+])
+def test_einsum_of_three_operands_contracts_left_to_right(equation, shapes, macs):
+    """torch (without opt_einsum) contracts left to right; each step costs as an einsum of two operands."""
     class Three(nn.Module):
         def forward(self, a, b, c):
-            return torch.einsum("ij,jk,kl->il", [a, b, c])
+            return torch.einsum(equation, [a, b, c])
 
-    g = capture(Three(), (torch.randn(2, 3), torch.randn(3, 4), torch.randn(4, 5)), name="three")
-    assert g.metadata["fallback_cost_kinds"] == ["einsum"]  # its cost depends on the contraction order
+    g = capture(Three(), tuple(torch.randn(*s) for s in shapes), name="three")
+    (op,) = by_kind(g, "einsum")
+    assert (op.flops, g.metadata["forward_macs"]) == (2 * macs, macs)
+    assert "fallback_cost_kinds" not in g.metadata
