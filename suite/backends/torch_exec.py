@@ -145,18 +145,21 @@ class ExecGraph:
                 flows[i] = set()
             else:
                 flows[i] = ins
-        var_by_users: dict[frozenset[str], int] = {}
+        # a variable op by its users and whether it is trained (has an update op): capture splits shared
+        # weights with the same users into a frozen and a trainable variable op
+        var_by_users: dict[tuple[frozenset[str], bool], int] = {}
         for v, op in enumerate(graph.ops):
             if op.kind == "variable":
                 succ = frozenset(graph.ops[s].name for s in graph.successors(v) if graph.ops[s].phase == "forward")
-                var_by_users[succ] = v
+                var_by_users[(succ, f"{op.name}/update" in graph.index)] = v
         self.param_home_op: dict[str, int] = {}
         for k, us in users.items():
             us = list(dict.fromkeys(us))
             if len(us) == 1:
                 self.param_home_op[k] = us[0]
                 continue
-            v = var_by_users.get(frozenset(graph.ops[u].name for u in us))
+            shared_by, trained = frozenset(graph.ops[u].name for u in us), self.params[k].requires_grad
+            v = var_by_users.get((shared_by, trained), var_by_users.get((shared_by, not trained)))
             if v is None:
                 raise GraphError(f"graph {graph.name!r}: no variable op holds parameter {k!r} shared by {len(us)} ops")
             self.param_home_op[k] = v

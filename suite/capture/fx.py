@@ -274,7 +274,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
             obj = _fetch_attr(gm, str(node.target))
             if isinstance(obj, nn.Parameter):
                 vals[node] = b.param(canon.get(id(obj), str(node.target)), obj.numel() * obj.element_size(),
-                                     obj.numel(), trainable=obj.requires_grad)
+                                     obj.numel(), trainable=obj.requires_grad or not training)
             else:
                 vals[node] = b.constant()
         elif node.op == "output":
@@ -402,7 +402,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         for p in m.parameters():
             key = canon.get(id(p), f"{node.target}.{id(p)}")
             params[key] = (p.numel() * p.element_size(), p.numel())
-            if not p.requires_grad:
+            if training and not p.requires_grad:  # inference graphs do not depend on it
                 frozen.add(key)
     else:
         name = _target_name(node)

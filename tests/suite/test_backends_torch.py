@@ -158,6 +158,32 @@ def test_training_step_with_frozen_parameters_equals_eager(three_cpus):
         assert torch.equal(param.detach(), before[name]) == (name in ("b.weight", "b.bias", "c.weight")), name
 
 
+def test_frozen_and_trained_shared_weights_live_on_their_own_variable_ops_devices(three_cpus):
+    """Capture splits a layer called twice, with a frozen bias, into a trained and a frozen variable op:
+    each parameter lives where its own variable op is placed."""
+
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(6, 6)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.fc(x))).sum()
+
+    _, dmap = three_cpus
+    model = Twice()
+    model.fc.bias.requires_grad_(False)
+    rw = from_module(model, (torch.randn(3, 6),), name="twice", mode="training")
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[g.groups["fc/variable"]] = 1  # the weight, its accumulation and update ops
+    p[g.index["fc/variable2"]] = 2  # the bias
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(p)
+    assert ex.param_dev == {"fc.weight": 1, "fc.bias": 2}
+    _two_steps_as_eager(rw, dmap, p)
+
+
 @pytest.mark.parametrize("name", FAMILY_WORKLOADS)
 def test_split_inference_equals_eager_for_every_family(name, three_cpus):
     cluster, dmap = three_cpus

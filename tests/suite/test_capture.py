@@ -977,6 +977,8 @@ def test_a_frozen_first_layer_and_frozen_shared_weights_get_no_backward_ops():
         "fc/variable/acc1", "fc/variable/acc0", "fc/variable/update"]
     assert ops["fc/variable/update"].param_bytes == 144 and ops["fc/variable2"].group is None
     assert ops["fc/1/grad_weight"].flops == 234 * 144 / 168 and ops["fc/1/grad_weight"].output_bytes == 144
+    inference = capture(twice, (torch.randn(3, 6),), name="twice").content_hash  # one variable, as if trained
+    assert inference == capture(TwiceLoss(), (torch.randn(3, 6),), name="twice").content_hash
     twice.fc.requires_grad_(False)
     with pytest.raises(GraphError, match="no trainable parameter reaches the model's output"):
         capture(twice, (torch.randn(3, 6),), name="twice", mode="training")
