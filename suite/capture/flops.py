@@ -4,8 +4,9 @@ Conventions (FLOPs, a multiply-add = 2 FLOPs; MACs = multiply-adds of matrix pro
 only, the figure papers publish):
 
 * linear / matmul / bmm: 2 x MACs, plus 1 per output element for a bias (the added input of addmm,
-  baddbmm, addbmm); einsum of two operands the same, with MACs = the product of every index's size (one of
-  one operand: 1 per input element; of more, the sum of those pairwise products, contracted left to right);
+  baddbmm, addbmm); einsum as torch computes it: 1 per input element for one operand; for more, operand
+  by operand from the left, each step a product with MACs = the product of its indices' sizes, after summing
+  out (1 per element) an index no later operand or the output needs;
 * multi-head attention (nn.MultiheadAttention, scaled_dot_product_attention): its matrix products, softmax
   (5 per score) and, for the module, its projection biases;
 * convolution: MACs = output elements x (input channels / groups) x kernel elements; FLOPs = 2 x MACs,
@@ -128,11 +129,13 @@ def matmul_cost(a: tuple[int, ...], out: tuple[int, ...]) -> Cost:
 
 
 def einsum_cost(equation: Any, ins: list[TensorInfo]) -> Cost | None:
-    """torch.einsum. Of one operand (a sum, trace or transpose): 1 FLOP per input element. Of two: one
-    multiply-add for every combination of the indices (output and summed ones, `...` broadcast), as a
-    matmul. Of more: contracted left to right, as torch does without opt_einsum, each pairwise step costing
-    as two operands and keeping the indices that the output or a later operand still needs (with opt_einsum
-    installed torch may choose a cheaper order: the count is then an upper bound). An equation that does
+    """torch.einsum, as ATen computes it without opt_einsum (with opt_einsum installed torch may choose a
+    cheaper order: the count is then an upper bound). Of one operand (a sum, trace or transpose): 1 FLOP
+    per input element. Of more: the operands are multiplied in from the left. Before each product, an index
+    that is not in the output and that no other operand still holds (with a size other than 1) is summed out
+    of the side that holds it (1 FLOP per element of that side); the product then costs one multiply-add
+    for every combination of the indices of its two sides (`...` broadcast, a size-1 index broadcasting
+    against the other side), and sums out the indices that no later operand needs. An equation that does
     not match its operands: None (the fallback)."""
     if not isinstance(equation, str) or not ins:
         return None
@@ -142,31 +145,47 @@ def einsum_cost(equation: Any, ins: list[TensorInfo]) -> Cost | None:
         return None
     if len(ins) == 1:
         return Cost("einsum", float(ins[0].numel))
-    sizes: dict[Any, int] = {}
-    indices: list[set[Any]] = []
+    operands: list[dict[Any, int]] = []  # index -> size, per operand
     for term, t in zip(terms, ins, strict=True):
         head, dots, tail = term.partition("...")
         middle = len(t.shape) - len(head) - len(tail) if dots else 0
         if middle < 0 or len(head) + middle + len(tail) != len(t.shape):
             return None
-        # the dims under `...` are aligned from the right across operands (broadcasting): (…, 1) is the last
+        # the dims under `...` are aligned from the right across operands: ("...", 1) is the last of them
         letters = [*head, *(("...", middle - k) for k in range(middle)), *tail]
-        for letter, size in zip(letters, t.shape, strict=True):
-            sizes[letter] = max(sizes.get(letter, 1), size)  # a size-1 index broadcasts
-        indices.append(set(letters))
-    dotted = {x for xs in indices for x in xs if isinstance(x, tuple)}
+        operands.append(dict(zip(letters, t.shape, strict=True)))  # a repeated index is a diagonal: one size
+    dotted = {x for op in operands for x in op if isinstance(x, tuple)}
     if arrow:
         out = set(rhs.replace("...", "")) | (dotted if "..." in rhs else set())
     else:  # implicit output: the letters that occur once, and the `...` dims
         every = [x for term in terms for x in term.replace("...", "")]
         out = {x for x in every if every.count(x) == 1} | dotted
-    macs, current = 0, indices[0]
-    for k in range(1, len(indices)):
-        both = current | indices[k]
-        macs += math.prod(sizes[x] for x in both)
-        later = set().union(*indices[k + 1:])
-        current = {x for x in both if x in out or x in later}
-    return Cost("einsum", 2.0 * macs, float(macs))
+    holders = {x: sum(op.get(x, 1) != 1 for op in operands) for op in operands for x in op if x not in out}
+    macs = summed = 0
+    a = dict(operands[0])
+    for b in map(dict, operands[1:]):
+        both = [*a, *(x for x in b if x not in a)]
+        contracted: set[Any] = set()
+        first: list[tuple[dict[Any, int], Any]] = []  # (side, index) summed out before the product
+        for x in both:
+            if x in out:
+                continue
+            if a.get(x, 1) != 1 and b.get(x, 1) != 1:
+                holders[x] -= 1
+                if holders[x] == 1:  # no later operand holds it: summed by this product
+                    contracted.add(x)
+                    holders[x] = 0
+            elif holders[x] == 1 and (a.get(x, 1) != 1 or b.get(x, 1) != 1):  # one side only
+                first.append((a if a.get(x, 1) != 1 else b, x))
+                holders[x] = 0
+        for side in (a, b):  # one sum per side over all its indices to drop
+            dropped = [x for s, x in first if s is side]
+            if dropped:
+                summed += math.prod(side.values())
+                side.update(dict.fromkeys(dropped, 1))
+        macs += math.prod(max(a.get(x, 1), b.get(x, 1)) for x in both)
+        a = {x: max(a.get(x, 1), b.get(x, 1)) for x in both if x not in contracted}
+    return Cost("einsum", 2.0 * macs + summed, float(macs))
 
 
 def lstm_cell_flops(batch: int, input_size: int, hidden: int) -> tuple[float, float]:

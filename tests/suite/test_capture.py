@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from suite.capture.flops import lstm_cell_flops
+from suite.capture.flops import TensorInfo, einsum_cost, lstm_cell_flops
 from suite.capture.fx import capture
 from suite.errors import GraphError
 from suite.graph import OpGraph
@@ -1103,22 +1103,57 @@ def test_einsum_of_one_operand_counts_its_elements():
     assert op.flops == 9
 
 
-@pytest.mark.parametrize(("equation", "shapes", "macs"), [
+@pytest.mark.parametrize(("equation", "shapes", "macs", "summed"), [
     # i,j,k = 2,3,4 (j summed, k kept for the third) then i,k,l = 2,4,5
-    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], 2 * 3 * 4 + 2 * 4 * 5),
-    ("ij,jk,kl", [(2, 3), (3, 4), (4, 5)], 2 * 3 * 4 + 2 * 4 * 5),  # implicit output: il
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], 2 * 3 * 4 + 2 * 4 * 5, 0),
+    ("ij,jk,kl", [(2, 3), (3, 4), (4, 5)], 2 * 3 * 4 + 2 * 4 * 5, 0),  # implicit output: il
     # the first two share no index: an outer product i,j,k,l = 120 that keeps all four, then 120 again
-    ("ij,kl,jk->il", [(2, 3), (4, 5), (3, 4)], 2 * 120),
+    ("ij,kl,jk->il", [(2, 3), (4, 5), (3, 4)], 2 * 120, 0),
     # ... broadcast (2 against 1), kept to the end: 2 x (3x4x5) then 2 x (3x5x6)
-    ("...ij,...jk,...kl->...il", [(2, 3, 4), (1, 4, 5), (5, 6)], 2 * 3 * 4 * 5 + 2 * 3 * 5 * 6),
+    ("...ij,...jk,...kl->...il", [(2, 3, 4), (1, 4, 5), (5, 6)], 2 * 3 * 4 * 5 + 2 * 3 * 5 * 6, 0),
+    # b is 1 until the third operand: 1x2x3x4, then 64x2x4x5
+    ("bij,bjk,bkl->bil", [(1, 2, 3), (1, 3, 4), (64, 4, 5)], 24 + 64 * 40, 0),
+    # m, held by the second operand only, is summed out of it first (3x4x50 elements): 2x3x4 + 2x4x5
+    ("ij,jkm,kl->il", [(2, 3), (3, 4, 50), (4, 5)], 24 + 40, 3 * 4 * 50),
+    ("ij,jk->i", [(2, 3), (3, 50)], 2 * 3, 3 * 50),  # k summed out of the second first, then a product i,j
+    ("ii,ij->j", [(3, 3), (3, 4)], 3 * 4, 0),  # the diagonal of the first: i once
 ])
-def test_einsum_of_three_operands_contracts_left_to_right(equation, shapes, macs):
-    """torch (without opt_einsum) contracts left to right; each step costs as an einsum of two operands."""
+def test_einsum_of_several_operands_costs_as_torch_computes_it(equation, shapes, macs, summed):
+    """torch (without opt_einsum) multiplies the operands in from the left, summing out first an index that
+    only one side holds; each product costs as an einsum of two operands (by hand)."""
+    cost = einsum_cost(equation, [TensorInfo(s, 4, True) for s in shapes])
+    assert (cost.macs, cost.flops) == (macs, 2 * macs + summed)
+
+
+@pytest.mark.parametrize(("equation", "shapes"), [
+    ("bij,bjk,bkl->bil", [(1, 2, 3), (1, 3, 4), (64, 4, 5)]),
+    ("ij,jkm,kl->il", [(2, 3), (3, 4, 50), (4, 5)]),
+    ("ijm,jk,kl->il", [(2, 3, 50), (3, 4), (4, 5)]),
+    ("ij,jk,kl->i", [(2, 3), (3, 4), (4, 50)]),
+    ("...ij,...jk,...kl->...il", [(2, 3, 4), (1, 4, 5), (5, 6)]),
+    ("bhqd,bhkd,bhkv->bhqv", [(2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 7)]),
+])
+def test_einsum_multiply_adds_equal_torchs_own_count(equation, shapes):
+    """Where every product contracts an index (so torch runs it as a matrix product), the multiply-adds
+    equal torch's FlopCounterMode (2 FLOPs per multiply-add of its mm / bmm calls)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tensors = [torch.randn(*s) for s in shapes]
+    enabled = torch.backends.opt_einsum.enabled
+    torch.backends.opt_einsum.enabled = False  # where opt_einsum is installed, torch would pick its own order
+    try:
+        with FlopCounterMode(display=False) as counter:
+            torch.einsum(equation, tensors)
+    finally:
+        torch.backends.opt_einsum.enabled = enabled
+    assert einsum_cost(equation, [TensorInfo(s, 4, True) for s in shapes]).macs == counter.get_total_flops() / 2
+
+
+def test_einsum_of_three_operands_in_a_captured_graph():
     class Three(nn.Module):
         def forward(self, a, b, c):
-            return torch.einsum(equation, [a, b, c])
+            return torch.einsum("ij,jk,kl->il", a, b, c)
 
-    g = capture(Three(), tuple(torch.randn(*s) for s in shapes), name="three")
+    g = capture(Three(), (torch.randn(2, 3), torch.randn(3, 4), torch.randn(4, 5)), name="three")
     (op,) = by_kind(g, "einsum")
-    assert (op.flops, g.metadata["forward_macs"]) == (2 * macs, macs)
-    assert "fallback_cost_kinds" not in g.metadata
+    assert (op.flops, g.metadata["forward_macs"]) == (128, 64) and "fallback_cost_kinds" not in g.metadata
