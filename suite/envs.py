@@ -50,6 +50,14 @@ ONE_SHOT_ID = "placebench/OneShot-v0"
 ITERATIVE_ID = "placebench/Iterative-v0"
 
 
+def _array_or_none(x: Any) -> np.ndarray | None:
+    """`np.asarray(x)`, or None where numpy cannot make an array of it (a ragged list)."""
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError):
+        return None
+
+
 def _scaled_log(x: np.ndarray) -> np.ndarray:
     y = np.log1p(np.asarray(x, dtype=np.float64))
     top = y.max() if y.size else 0.0
@@ -111,10 +119,11 @@ class _PlacementProblem:
             for ops in g.groups.values():
                 labels[ops] = ops[0]
         else:
-            labels = np.asarray(groups)
-            if labels.shape != (g.num_ops,) or not np.issubdtype(labels.dtype, np.integer):
+            labels = _array_or_none(groups)
+            if labels is None or labels.shape != (g.num_ops,) or not np.issubdtype(labels.dtype, np.integer):
+                shape = "a ragged list" if labels is None else f"shape {labels.shape}"
                 raise PlacebenchError(
-                    f"groups must be {g.num_ops} integer labels (one per op of {g.name!r}), got shape {labels.shape}"
+                    f"groups must be {g.num_ops} integer labels (one per op of {g.name!r}), got {shape}"
                 )
             for name, ops in g.groups.items():
                 if len(set(labels[ops].tolist())) > 1:
@@ -157,8 +166,8 @@ class _PlacementProblem:
     def check_action(self, action: Any) -> np.ndarray:
         """The G group devices of a one-shot action, or `PlacebenchError` if it is not in MultiDiscrete([D] * G)."""
         G, D = self.num_groups, self.cluster.num_devices
-        arr = np.asarray(action)
-        if arr.shape != (G,) or not np.issubdtype(arr.dtype, np.integer) or (arr < 0).any() or (arr >= D).any():
+        arr = _array_or_none(action)
+        if arr is None or arr.shape != (G,) or not np.issubdtype(arr.dtype, np.integer) or (arr < 0).any() or (arr >= D).any():
             raise PlacebenchError(f"action must be {G} integer device indices in 0..{D - 1}, got {action!r}")
         return arr.astype(np.int64)
 
@@ -278,10 +287,7 @@ class IterativePlacementEnv(gym.Env):
             if start != "random":
                 raise PlacebenchError(f"{what} must be 'random' or an array of {G} group devices, got {start!r}")
             return start
-        try:
-            arr = np.asarray(start)
-        except (TypeError, ValueError):
-            arr = None
+        arr = _array_or_none(start)
         if (arr is None or arr.shape != (G,) or not np.issubdtype(arr.dtype, np.integer) or (arr < 0).any()
                 or (arr >= D).any()):
             raise PlacebenchError(f"{what} placement must be {G} device indices in 0..{D - 1}, got {start!r}")

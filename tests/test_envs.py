@@ -250,3 +250,16 @@ def test_an_argument_of_the_wrong_type_is_refused_when_the_env_is_made(kw, what)
     for make in (OneShotPlacementEnv, IterativePlacementEnv):
         with pytest.raises(PlacebenchError, match=f"^{what} must be "):
             make(**args)
+
+
+def test_a_ragged_action_or_grouping_is_refused_by_name():
+    """numpy cannot make an array of a ragged list: the one-shot step and the `groups` argument used to let its
+    bare ValueError ("inhomogeneous shape") through instead of saying which argument is wrong."""
+    ev = evaluator()
+    env = OneShotPlacementEnv(evaluator=ev)
+    env.reset(seed=0)
+    with pytest.raises(PlacebenchError, match="^action must be 4 integer device indices"):
+        env.step([[0, 1], [1, 1]])
+    assert ev.evaluations_used == 0
+    with pytest.raises(PlacebenchError, match="^groups must be 6 integer labels .* got a ragged list"):
+        OneShotPlacementEnv(evaluator=ev, groups=[[0, 1], [2]])
