@@ -10,6 +10,8 @@ Registered by explicit import (`import suite.envs`):
   incremental reward) every step evaluates the current placement and the reward is the gain in
   R = -sqrt(score) over the previous one (Placeto's paper takes R = -run time, as `rl.placeto` does by
   default); with reward="final" only the complete placement is evaluated, at the last step.
+  `reset(options={"placement": ...})` starts that episode from the given group devices instead of
+  `initial`; the one-shot env takes no options, and an option an env does not know is refused.
 
 Both take a workload and a cluster (objects or names) and an optional `Budget`, or an evaluator (whose
 workload, cluster and budget they use; a different workload or cluster, or a budget beside it, is
@@ -192,6 +194,20 @@ class _PlacementProblem:
         return m, s, -math.sqrt(s)
 
 
+def _options(options: Any, known: tuple[str, ...]) -> dict[str, Any]:
+    """reset's options as a dict; `PlacebenchError` for another type or a key the env does not know (a typo
+    must not pass silently)."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise PlacebenchError(f"reset options must be a dict, got {type(options).__name__} {short_repr(options)}")
+    unknown = [k for k in options if k not in known]
+    if unknown:
+        takes = f"takes only {', '.join(map(repr, known))}" if known else "takes none"
+        raise PlacebenchError(f"unknown reset option {unknown[0]!r}: this environment {takes}")
+    return options
+
+
 def _info(m: Measurement, score: float, mask: np.ndarray) -> dict[str, Any]:
     """Step info; the evaluation count is `env.unwrapped.evaluator.evaluations_used` (info stays deterministic)."""
     return {"status": m.status, "step_time_s": m.step_time_s, "score_s": score, "action_mask": mask}
@@ -221,6 +237,7 @@ class OneShotPlacementEnv(gym.Env):
         return self.problem.evaluator
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        _options(options, ())
         super().reset(seed=seed)
         return self.problem.features.copy(), {"action_mask": self.problem.mask.copy()}
 
@@ -294,8 +311,9 @@ class IterativePlacementEnv(gym.Env):
         return arr.astype(np.int64)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        options = _options(options, ("placement",))
         super().reset(seed=seed)
-        start = self._start("reset option 'placement'", (options or {}).get("placement", self.initial))
+        start = self._start("reset option 'placement'", options.get("placement", self.initial))
         self._placement = self._random_placement() if isinstance(start, str) else np.array(start, dtype=np.int64)
         self._cursor = 0
         info: dict[str, Any] = {"action_mask": self.problem.mask[0].copy()}

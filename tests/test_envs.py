@@ -263,3 +263,18 @@ def test_a_ragged_action_or_grouping_is_refused_by_name():
     assert ev.evaluations_used == 0
     with pytest.raises(PlacebenchError, match="^groups must be 6 integer labels .* got a ragged list"):
         OneShotPlacementEnv(evaluator=ev, groups=[[0, 1], [2]])
+
+
+def test_unknown_reset_options_are_refused():
+    """reset(options={"placment": p}) used to start from a random placement without a word, and options that
+    are not a dict failed with a bare AttributeError ('list' object has no attribute 'get')."""
+    it = IterativePlacementEnv(evaluator=evaluator(), reward="final")
+    with pytest.raises(PlacebenchError, match="unknown reset option 'placment'.* only 'placement'"):
+        it.reset(seed=0, options={"placment": [0, 1, 2, 1]})
+    with pytest.raises(PlacebenchError, match="reset options must be a dict, got list"):
+        it.reset(seed=0, options=[0, 1, 2, 1])
+    assert it.reset(seed=0, options={"placement": [0, 1, 2, 1]})[0]["placement"].tolist() == [0, 1, 2, 1]
+    one = OneShotPlacementEnv(evaluator=evaluator())
+    with pytest.raises(PlacebenchError, match="unknown reset option 'placement'.* takes none"):
+        one.reset(seed=0, options={"placement": [0, 1, 2, 1]})
+    one.reset(seed=0, options={})
