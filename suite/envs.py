@@ -23,8 +23,8 @@ a non-integer) raises `PlacebenchError` and costs nothing; so does an iterative 
 reset or after the last step.
 
 Decisions are per group: by default the workload's colocation groups (and one group per other op); a
-caller may pass `groups` (an op -> group label array, e.g. from `rl.grouping`) that keeps colocation groups
-whole. Observations are per-group features in [0, 1]: scaled log FLOPs, output bytes, parameter bytes and
+caller may pass `groups` (an op -> group label array, e.g. the `assignment` of an `rl.grouping.Grouping`) that
+keeps colocation groups whole. Observations are per-group features in [0, 1]: scaled log FLOPs, output bytes, parameter bytes and
 op count, topological position, the scaled log time on each device (the cost model's, with the measured op
 times of the evaluator's profiles where it has them, as `Problem.costs`), and which devices the group allows.
 `info["action_mask"]` gives the allowed devices (per group, or for the current group when iterative).
@@ -123,7 +123,8 @@ class _PlacementProblem:
         else:
             labels = _array_or_none(groups)
             if labels is None or labels.shape != (g.num_ops,) or not np.issubdtype(labels.dtype, np.integer):
-                shape = "a ragged list" if labels is None else f"shape {labels.shape}"
+                shape = ("a ragged list" if labels is None else f"shape {labels.shape}" if labels.ndim
+                         else f"a {type(groups).__name__}")
                 raise PlacebenchError(
                     f"groups must be {g.num_ops} integer labels (one per op of {g.name!r}), got {shape}"
                 )

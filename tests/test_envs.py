@@ -278,3 +278,16 @@ def test_unknown_reset_options_are_refused():
     with pytest.raises(PlacebenchError, match="unknown reset option 'placement'.* takes none"):
         one.reset(seed=0, options={"placement": [0, 1, 2, 1]})
     one.reset(seed=0, options={})
+
+
+def test_groups_from_rl_grouping_are_its_assignment():
+    """The docstring said a `groups` array comes "e.g. from rl.grouping", whose functions return a `Grouping`:
+    passing one was refused as "got shape ()". The labels are its `assignment`; the object itself is named."""
+    from rl.grouping import colocation_grouping
+
+    grouping = colocation_grouping(tiny_training_graph())
+    with pytest.raises(PlacebenchError, match="got a Grouping$"):
+        OneShotPlacementEnv(evaluator=evaluator(), groups=grouping)
+    env = OneShotPlacementEnv(evaluator=evaluator(), groups=grouping.assignment)
+    assert env.action_space.nvec.tolist() == [3, 3, 3, 3]
+    assert "`assignment` of an `rl.grouping.Grouping`" in suite.envs.__doc__
