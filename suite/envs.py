@@ -195,6 +195,12 @@ class _PlacementProblem:
         return m, s, -math.sqrt(s)
 
 
+def _check_render_mode(render_mode: Any) -> None:
+    """Gymnasium passes `render_mode` to every env; these envs render nothing, so only None is accepted."""
+    if render_mode is not None:
+        raise PlacebenchError(f"render_mode {render_mode!r}: placement environments render nothing (use None)")
+
+
 def _options(options: Any, known: tuple[str, ...]) -> dict[str, Any]:
     """reset's options as a dict; `PlacebenchError` for another type or a key the env does not know (a typo
     must not pass silently)."""
@@ -227,7 +233,9 @@ class OneShotPlacementEnv(gym.Env):
         evaluator: Evaluator | None = None,
         budget: Budget | None = None,
         groups: Any = None,
+        render_mode: str | None = None,
     ):
+        _check_render_mode(render_mode)
         self.problem = _PlacementProblem(workload, cluster, evaluator, budget, groups)
         G, D = self.problem.num_groups, self.problem.cluster.num_devices
         self.observation_space = spaces.Box(0.0, 1.0, shape=self.problem.features.shape, dtype=np.float32)
@@ -264,7 +272,9 @@ class IterativePlacementEnv(gym.Env):
         groups: Any = None,
         reward: str = "improvement",
         initial: str | np.ndarray = "random",
+        render_mode: str | None = None,
     ):
+        _check_render_mode(render_mode)
         if reward not in self.REWARDS:
             raise PlacebenchError(f"reward {reward!r} is not one of {', '.join(self.REWARDS)}")
         self.problem = _PlacementProblem(workload, cluster, evaluator, budget, groups)

@@ -291,3 +291,14 @@ def test_groups_from_rl_grouping_are_its_assignment():
     env = OneShotPlacementEnv(evaluator=evaluator(), groups=grouping.assignment)
     assert env.action_space.nvec.tolist() == [3, 3, 3, 3]
     assert "`assignment` of an `rl.grouping.Grouping`" in suite.envs.__doc__
+
+
+@pytest.mark.filterwarnings("ignore:.*render_mode='human' that is not in the possible render_modes")
+@pytest.mark.parametrize("env_id", [ONE_SHOT_ID, ITERATIVE_ID])
+def test_render_mode_none_is_accepted(env_id):
+    """`gym.make(id, render_mode=None)`, the usual way to ask for no rendering, failed with a TypeError
+    (unexpected keyword argument 'render_mode'); a mode these envs cannot render is refused by name."""
+    env = gym.make(env_id, evaluator=evaluator(), render_mode=None)
+    assert env.render_mode is None
+    with pytest.raises(PlacebenchError, match="render_mode 'human'"):
+        gym.make(env_id, evaluator=evaluator(), render_mode="human")
