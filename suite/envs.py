@@ -9,23 +9,28 @@ Registered by explicit import (`import suite.envs`):
   order, starting from an initial placement, as Placeto does. With reward="improvement" (Placeto's
   incremental reward) every step evaluates the current placement and the reward is the gain in
   R = -sqrt(score) over the previous one (Placeto's paper takes R = -run time, as `rl.placeto` does by
-  default); with reward="final" only the complete placement is evaluated, at the last step.
+  default), so an episode of G groups costs G + 1 evaluations (the start placement's too); with
+  reward="final" only the complete placement is evaluated, at the last step. After the last step the
+  observation's cursor and `info["action_mask"]` are group 0's: the episode has ended.
   `reset(options={"placement": ...})` starts that episode from the given group devices instead of
   `initial`; the one-shot env takes no options, and an option an env does not know is refused.
 
 Both take a workload and a cluster (objects or names) and an optional `Budget`, or an evaluator (whose
 workload, cluster and budget they use; a different workload or cluster, or a budget beside it, is
 refused); an argument of another type is refused when the env is made. Every evaluation goes through the evaluator and counts against its budget: past it, `step`
-raises `BudgetExhausted` (the benchmark's rule; an agent must stop) and the episode stays as it was. Score
+raises `BudgetExhausted` (the benchmark's rule; an agent must stop) and the episode stays as it was. A
+vector env made with `gym.make_vec(..., budget=...)` gives each sub-env an evaluator and budget of its own
+(num_envs times the budget in all); to share one budget pass one `evaluator=` with the synchronous vector
+mode (the asynchronous mode copies it into each worker process, whose evaluations it then does not see). Score
 is `Evaluator.score` (the methodology's penalty for OOM and invalid placements, such as a group on a
 device its mask forbids). An action outside the action space (a device index out of range, a wrong shape,
 a non-integer) raises `PlacebenchError` and costs nothing; so does an iterative step before the first
 reset or after the last step.
 
 Decisions are per group: by default the workload's colocation groups (and one group per other op); a
-caller may pass `groups` (an op -> group label array, e.g. the `assignment` of an `rl.grouping.Grouping`) that
-keeps colocation groups whole. Observations are per-group features in [0, 1]: scaled log FLOPs, output bytes, parameter bytes and
-op count, topological position, the scaled log time on each device (the cost model's, with the measured op
+caller may pass `groups` (an op -> group label array, e.g. the `assignment` of an `rl.grouping.Grouping`)
+that keeps colocation groups whole. Observations are per-group features in [0, 1]: scaled log FLOPs, output
+bytes, parameter bytes and op count, topological position, the scaled log time on each device (the cost model's, with the measured op
 times of the evaluator's profiles where it has them, as `Problem.costs`), and which devices the group allows.
 `info["action_mask"]` gives the allowed devices (per group, or for the current group when iterative).
 """
