@@ -158,6 +158,9 @@ def _profile_differences(prof: Any, graph: Any, device: str, threads: int, clock
         got = meta.get(key, "wall" if key == "clock" else None)
         if got != want:
             out.append(f"has {key} {got!r}, this run {want!r}")
+    calibration = meta.get("calibration")
+    if isinstance(calibration, dict) and calibration.get("method") == "none":
+        out.append("is not calibrated (placebench profile --no-calibrate), this run calibrates")
     missing = [op.name for op in graph.ops if op.name not in prof.op_times_s]
     if missing:
         out.append(f"covers {graph.num_ops - len(missing)} of {graph.num_ops} ops (missing {', '.join(missing[:3])}"

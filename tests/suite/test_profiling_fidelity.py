@@ -588,3 +588,23 @@ def test_native_runs_are_measured_in_the_interleaved_rounds(monkeypatch):
     assert native.label == "native:ort_cpu" and native.status == "ok"
     assert native.measured_s == pytest.approx(0.03)  # the median of 0.01, 0.05, 0.03, 0.02, 0.04
     assert (native.measured_q25_s, native.measured_q75_s) == (pytest.approx(0.02), pytest.approx(0.04))
+
+
+def test_fidelity_refuses_a_stored_uncalibrated_profile():
+    """`placebench profile --no-calibrate` stores its profile where `fidelity` looks for one: reused, the
+    report's "profile-calibrated" prediction would be the uncalibrated one (both columns equal)."""
+    from suite.backends.commands import _profile_differences
+    from suite.graph import Op, OpGraph
+
+    g = OpGraph.build("g", [Op("a", "x", flops=1.0)], [])
+    meta = {"device": "cpu", "threads": 1, "clock": "wall", "machine": platform.node()}
+
+    def prof(method):
+        from suite.costmodel import Profile
+
+        return Profile("g", "cpu", {"a": 1.0}, g.content_hash, {**meta, "calibration": {"method": method}})
+
+    assert _profile_differences(prof("additive"), g, "cpu", 1, "wall") == []
+    assert _profile_differences(prof("scale"), g, "cpu", 1, "wall") == []
+    assert _profile_differences(prof("none"), g, "cpu", 1, "wall") == [
+        "is not calibrated (placebench profile --no-calibrate), this run calibrates"]
