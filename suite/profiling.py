@@ -388,12 +388,16 @@ def find_profiles(graph: OpGraph, directory: str | Path = DEFAULT_DIR) -> list[P
 
 
 def load_matching(paths: Iterable[str | Path], graph: OpGraph) -> list[Profile]:
-    """Load profiles and check that each was measured on `graph`."""
+    """Load profiles and check that each was measured on `graph` (same content hash; a profile without one:
+    same workload name)."""
     out = []
     for path in paths:
         prof = load_profile(path)
         if prof.workload_hash and prof.workload_hash != graph.content_hash:
             raise ProfileError(f"{path}: measured on graph {prof.workload_hash}, not on {graph.name!r} "
                                f"({graph.content_hash})")
+        if not prof.workload_hash and prof.workload != graph.name:
+            raise ProfileError(f"{path}: profile for {prof.workload!r} is not of workload {graph.name!r} (and has "
+                               "no workload_hash to say which graph it was measured on)")
         out.append(prof)
     return out

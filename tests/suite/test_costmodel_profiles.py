@@ -94,3 +94,15 @@ def test_a_profile_schema_version_must_be_the_integer_1(tmp_path, version):
                                 "applies_to": "cpu", "op_times_s": {"a": 1e-3}}))
     with pytest.raises(ProfileError, match=rf"^{path}: schema_version {version!r} is not supported"):
         load_profile(path)
+
+
+def test_load_matching_refuses_a_profile_without_hash_of_another_workload(tmp_path):
+    """As the cost model does: without a content hash, the workload name must be the graph's."""
+    from suite.profiling import load_matching
+
+    path = tmp_path / "other.json"
+    Profile("other", "cpu", {"a": 1.0}).save(path)
+    with pytest.raises(ProfileError, match=r"other.json: profile for 'other' is not of workload 'g'"):
+        load_matching([path], _graph())
+    Profile("g", "cpu", {"a": 1.0}).save(path)
+    assert [p.op_times_s["a"] for p in load_matching([path], _graph())] == [1.0]
