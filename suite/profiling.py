@@ -3,7 +3,8 @@
 `profile_workload(rw, device)` runs the workload with every op on one torch device (the PyTorch backend's
 executor, so exactly the code the real measurements run) and times each op:
 
-* forward: each fx node is timed (perf_counter; on CUDA also CUDA events, the op's time being the larger
+* forward: each fx node is timed (the run's clock: perf_counter, or process CPU time with `clock="cpu"`; on
+  CUDA also CUDA events, the op's time being the larger
   of issue time and GPU time); a node that capture folded (view, getitem, ...) counts for the op it is
   attributed to (its producer's, see `suite.backends.torch_exec`);
 * backward (training): every autograd function created by a node's forward is owned by that node's op
@@ -25,7 +26,8 @@ spread as an additive per-op overhead over the ops that ran (`metadata.calibrati
 T < S all times are scaled by T / S. Raw op times are the calibrated ones minus the overhead (or divided
 by the factor); both numbers are in the profile's metadata, with the threads, device and versions.
 
-Profiles are written as `results/profiles/<workload>__<device>.json` (`suite.costmodel.Profile`);
+Profiles are written as `results/profiles/<workload>__<device>.json`, the device without its colon
+(`cuda0`) (`suite.costmodel.Profile`);
 `applies_to` is the device kind ("cpu", "gpu") unless given.
 """
 
