@@ -4,9 +4,9 @@
 executor, so exactly the code the real measurements run) and times each op:
 
 * forward: each fx node is timed (the run's clock: perf_counter, or process CPU time with `clock="cpu"`; on
-  CUDA also CUDA events, the op's time being the larger
-  of issue time and GPU time); a node that capture folded (view, getitem, ...) counts for the op it is
-  attributed to (its producer's, see `suite.backends.torch_exec`);
+  CUDA also CUDA events, the op's time being the larger of issue time and GPU time); a node that capture
+  folded (view, getitem, ...) counts for the op it is attributed to (its producer's, see
+  `suite.backends.torch_exec`);
 * backward (training): every autograd function created by a node's forward is owned by that node's op
   (the AccumulateGrad of a parameter by the parameter's owner op or variable op); pre- and post-hooks
   record a clock (CUDA: an event) at each of them, and each interval between consecutive records goes to
