@@ -203,6 +203,10 @@ def _fidelity(args: argparse.Namespace) -> int:
     threads = set_threads(args.threads)
     meth = _m.load(args.methodology)
     rw = _workload(args)
+    if args.backend == "onnxruntime":  # before profiling, which takes minutes and stores profiles
+        from suite.backends.ort_exec import check_inference
+
+        check_inference(rw)
     cluster, dmap = _cluster_and_map(args)
     log = (lambda *a: None) if args.json else (lambda text: print(text, flush=True))
     profs = profiles_for(rw, cluster, dmap, profiles, threads=threads, methodology=meth,

@@ -119,15 +119,20 @@ def scoped_module(eg: ExecGraph) -> GraphModule:
     return wgm
 
 
-def export_onnx(rw: RealWorkload, eg: ExecGraph | None = None) -> Any:
-    """The workload's inference model as an ONNX ModelProto with op scopes and inferred shapes."""
-    import onnx
-
+def check_inference(rw: RealWorkload) -> None:
+    """Refuse a training workload: the ONNX Runtime backend runs inference only."""
     if rw.training:
         raise BackendUnavailable(
             f"workload {rw.name!r} is a training step: the ONNX Runtime backend runs inference only "
             "(onnxruntime has no training sessions)"
         )
+
+
+def export_onnx(rw: RealWorkload, eg: ExecGraph | None = None) -> Any:
+    """The workload's inference model as an ONNX ModelProto with op scopes and inferred shapes."""
+    import onnx
+
+    check_inference(rw)
     eg = eg or ExecGraph(rw)
     wgm = scoped_module(eg)
     names = [n.name for n in eg.nodes if n.op == "placeholder"]

@@ -20,7 +20,7 @@ from suite.backends.ort_exec import (
     export_onnx,
     make_session,
 )
-from suite.backends.workload import from_module, small_workload
+from suite.backends.workload import SMALL_SHAPES, from_module, small_workload
 from suite.errors import PlacebenchError
 from suite.fidelity import random_placement, random_split_placement
 from suite.methodology import Budget, Timing
@@ -258,3 +258,16 @@ def test_a_gpu_the_run_leaves_unused_reports_no_peak_memory(two_outputs, three_c
     assert (m.peak_memory_bytes["cpu:1"], m.peak_memory_bytes["cpu:2"]) == (0, 4 * 2**30)
     m = be._measured(lambda: None, [torch.device("cpu")], names, 0)
     assert (m.peak_memory_bytes["cpu:1"], m.peak_memory_bytes["cpu:2"]) == (0, 0)
+
+
+def test_fidelity_refuses_a_training_workload_before_profiling(tmp_path, capsys):
+    """The refusal came only when the backend was built, after the workload had been profiled (minutes at full
+    size) and its profile stored."""
+    from suite.cli import main
+
+    small = [f"--set={k}={v}" for k, v in SMALL_SHAPES["rnnlm"].items()]
+    code = main(["fidelity", "rnnlm-2x2048-b64", *small, "--mode", "training", "--backend", "onnxruntime",
+                 "--logical-cpus", "1", "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f")])
+    err = capsys.readouterr().err
+    assert code == 2 and "placebench: error:" in err and "runs inference only" in err and "Traceback" not in err
+    assert not (tmp_path / "p").exists() and not (tmp_path / "f").exists()
