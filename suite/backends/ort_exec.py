@@ -521,10 +521,17 @@ class OrtBackend:
     def measure_batch(self, placements: np.ndarray) -> list[Measurement]:
         return [self.measure(p) for p in placements]
 
-    def measure_native(self, which: str, *, gpu: str = "cuda:0") -> Measurement:
-        """The framework's own placement: "ort_cpu" (CPU provider) or "ort_gpu" (CUDA with CPU fallback)."""
+    def measure_native(self, which: str, *, gpu: str | None = None) -> Measurement:
+        """The framework's own placement: "ort_cpu" (CPU provider) or "ort_gpu" (CUDA with CPU fallback) on
+        `gpu`, by default the torch device the cluster's fastest GPU is mapped to."""
         if which not in ("ort_cpu", "ort_gpu"):
             raise PlacebenchError(f"native placement {which!r} is not 'ort_cpu' or 'ort_gpu'")
+        if which == "ort_gpu" and gpu is None:
+            has_gpu = self.cluster.device_indices("gpu")
+            gpu = self.device_map.torch_devices[self.cluster.fastest("gpu")] if has_gpu else "cuda:0"
+        if which == "ort_gpu" and not gpu.startswith("cuda"):  # never the CPU provider under the GPU's name
+            return Measurement(status="error", step_time_s=None,
+                               message=f"ort_gpu: the cluster's GPU is mapped to {gpu!r}, not a CUDA device")
         data = self.model.model.SerializeToString()
         try:
             # a new session each call: one kept between the rounds would hold its GPU memory pool while the

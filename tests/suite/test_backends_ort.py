@@ -271,3 +271,26 @@ def test_fidelity_refuses_a_training_workload_before_profiling(tmp_path, capsys)
     err = capsys.readouterr().err
     assert code == 2 and "placebench: error:" in err and "runs inference only" in err and "Traceback" not in err
     assert not (tmp_path / "p").exists() and not (tmp_path / "f").exists()
+
+
+def test_ort_gpu_runs_on_the_cuda_device_the_clusters_gpu_is_mapped_to(two_outputs, monkeypatch):
+    """measure_native("ort_gpu") ran on cuda:0 whatever the device map said: on cuda:0 for a GPU mapped to
+    cuda:1, and on cuda:0 (where there is one) for a GPU mapped to the CPU, which is now an error status."""
+    import suite.backends.devices as devices
+    import suite.backends.ort_exec as ox
+
+    cluster = suite.load_cluster("xeon_h100")
+    gpu = cluster.devices[cluster.fastest("gpu")].name
+    be = OrtBackend(two_outputs.rw, cluster, DeviceMap.parse(cluster, [f"{gpu}=cpu"]), timing=FAST)
+    m = be.measure_native("ort_gpu")
+    assert m.status == "error" and "mapped to 'cpu', not a CUDA device" in m.message
+    asked = []
+
+    def fake_session(data, torch_device, **kw):
+        asked.append(torch_device)
+        raise BackendUnavailable("no session here")
+
+    monkeypatch.setattr(devices, "check_torch_device", lambda *a, **k: None)  # pretend cuda:1 exists
+    monkeypatch.setattr(ox, "make_session", fake_session)
+    be = OrtBackend(two_outputs.rw, cluster, DeviceMap.parse(cluster, [f"{gpu}=cuda:1"]), timing=FAST)
+    assert be.measure_native("ort_gpu").status == "error" and asked == ["cuda:1"]
