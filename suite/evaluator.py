@@ -32,7 +32,7 @@ from suite.textfile import human_bytes
 class Measurement:
     """What an evaluation of one placement gives, for every backend."""
 
-    status: str  # "ok", "oom" or "invalid"
+    status: str  # "ok", "oom", "invalid", or "error" (a real backend that failed to run it; scored as invalid)
     step_time_s: float | None  # statistic of the samples (median by default); None when invalid
     samples_s: tuple[float, ...] = ()
     peak_memory_bytes: dict[str, int] = field(default_factory=dict)
