@@ -560,6 +560,11 @@ def native_assignment(om: OrtModel, gpu: str = "cuda:0") -> dict[int, str]:
     """Where ONNX Runtime with the CUDA provider and CPU fallback puts each op: op index -> "gpu" or "cpu"
     (an op is on the GPU when most of its ONNX nodes are)."""
     sess = make_session(om.model.SerializeToString(), gpu, record=True)
+    if not hasattr(sess, "get_provider_graph_assignment_info"):
+        import onnxruntime as ort
+
+        raise BackendUnavailable(f"onnxruntime {ort.__version__} does not report where it assigns nodes "
+                                 "(InferenceSession.get_provider_graph_assignment_info): upgrade onnxruntime-gpu")
     info = sess.get_provider_graph_assignment_info()
     by_name = _node_by_name(om)
     votes: dict[int, list[int]] = {}

@@ -302,3 +302,13 @@ def test_sessions_stop_their_threads_spinning_after_each_run(two_outputs):
     ResNet-50, 2 threads each: 0.9 s a step instead of 30 ms)."""
     sess = make_session(two_outputs.model.SerializeToString(), "cpu", threads=2)
     assert sess.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
+
+
+def test_native_assignment_on_an_onnxruntime_without_assignment_records_is_a_clear_error(monkeypatch, models):
+    """ort_gpu reads where ONNX Runtime put each node; a version that cannot say is named, not an
+    AttributeError."""
+    import suite.backends.ort_exec as ort_exec
+
+    monkeypatch.setattr(ort_exec, "make_session", lambda *a, **k: object())
+    with pytest.raises(BackendUnavailable, match=r"does not report where it assigns nodes .*upgrade onnxruntime-gpu"):
+        ort_exec.native_assignment(models["resnet50-b32"])
