@@ -144,6 +144,8 @@ def _checked_op(op: Op, index: int) -> Op:
     for d in op.output_shape:
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
             raise GraphError(f"{where}.output_shape: {op.output_shape!r} is not a tuple of sizes")
+        if d > MAX_BYTES:  # no tensor has more elements than bytes; numpy (RL features) needs int64 sizes
+            raise GraphError(f"{where}.output_shape: size {_shown(d)} is above the limit of 2**53")
     return Op(
         name=op.name,
         kind=op.kind,

@@ -78,6 +78,7 @@ def test_cycle_is_named():
         ("group", "", r"ops\[0\] 'a'.group: expected a non-empty string or null, got ''"),
         ("output_shape", (-1,), r"ops\[0\] 'a'.output_shape: \(-1,\) is not a tuple of sizes"),
         ("output_shape", (True, 2), r"ops\[0\] 'a'.output_shape: \(True, 2\) is not a tuple of sizes"),
+        ("output_shape", (2, 2**64), r"ops\[0\] 'a'.output_shape: size 18446744073709551616 is above the limit of 2\*\*53"),
         ("scope", 5, r"ops\[0\] 'a'.scope: expected a string, got 5"),
         ("bytes_read", 10**30, "'a'.bytes_read: 10{30} is above the limit of 2\\*\\*53 bytes"),
         ("output_bytes", 2**63, "'a'.output_bytes: 9223372036854775808 is above the limit"),
