@@ -29,6 +29,7 @@ DEVICE_KINDS = ("cpu", "gpu")
 # (bytes_read + bytes_written, per-device memory, totals over ops and edges) stays far inside int64.
 MAX_BYTES = 2**53
 _BYTE_FIELDS = ("bytes_read", "bytes_written", "output_bytes", "param_bytes")
+MAX_METADATA_DEPTH = 100  # lists and objects in one metadata value
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,26 @@ def _check_keys(where: str, value: Any) -> None:
             _check_keys(f"{where}[{i}]", item)
 
 
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and mappings in `value` nest more than `limit` levels (True for a circular one);
+    iterative, so it never hits Python's recursion limit."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, Mapping) else item if isinstance(item, list | tuple) else None
+        if children is not None:
+            if depth == limit:
+                return True
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def _check_metadata(metadata: Mapping[str, Any]) -> None:
-    """Metadata is hashed as JSON, so every value must be valid JSON (no NaN or Infinity, string keys)."""
+    """Metadata is hashed as JSON, so every value must be valid JSON (no NaN or Infinity, string keys) and nest
+    at most MAX_METADATA_DEPTH levels (deeper or circular, it would exhaust the recursion limit)."""
+    for key, value in metadata.items():
+        if _nested_deeper_than(value, MAX_METADATA_DEPTH):
+            raise GraphError(f"metadata[{key!r}]: nested more than {MAX_METADATA_DEPTH} levels deep")
     _check_keys("metadata", metadata)
     for key, value in metadata.items():
         try:

@@ -371,3 +371,26 @@ def test_negative_zero_flops_hash_as_zero(tmp_path):
     assert math.copysign(1.0, neg.ops[0].flops) == 1.0
     assert neg.content_hash == pos.content_hash
     assert graph_io.load(graph_io.save(neg, tmp_path / "g.json")).content_hash == pos.content_hash
+
+
+
+def test_deep_or_circular_metadata_is_a_graph_error(tmp_path):
+    """Not a bare RecursionError: the metadata checks recursed once per level, so metadata nested a little
+    less deeply than json.loads allows (or circular metadata) exhausted the recursion limit."""
+    circular: dict = {}
+    circular["self"] = circular
+    deep: list = []
+    for _ in range(2000):
+        deep = [deep]
+    for value in (circular, deep):
+        with pytest.raises(GraphError, match=r"metadata\['m'\]: nested more than 100 levels deep"):
+            OpGraph.build("g", [Op("a", "x")], [], {"m": value})
+    path = tmp_path / "deep.json"
+    for depth, ok in ((100, True), (101, False)):
+        path.write_text('{"format": "placebench.opgraph", "schema_version": 1, "name": "g", "metadata": {"m": %s},'
+                        ' "ops": [{"name": "a", "kind": "x"}], "edges": []}' % ("[" * depth + "]" * depth))
+        if ok:
+            assert graph_io.load(path).num_ops == 1
+        else:
+            with pytest.raises(GraphError, match=r"deep\.json: metadata\['m'\]: nested more than 100 levels deep"):
+                graph_io.load(path)
