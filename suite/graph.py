@@ -68,7 +68,18 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
+def _plain_number(value: Any) -> Any:
+    """A numpy integer or float as the Python number of the same value (so it validates and hashes like
+    one); anything else as it is."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
 def _check_number(where: str, field_name: str, value: Any, *, integer: bool) -> float | int:
+    value = _plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise GraphError(f"{where}.{field_name}: expected a number, got {value!r}")
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
@@ -160,7 +171,8 @@ def _checked_op(op: Op, index: int) -> Op:
         raise GraphError(f"{where}.group: expected a non-empty string or null, got {_shown(op.group)}")
     if not isinstance(op.output_shape, tuple | list):
         raise GraphError(f"{where}.output_shape: {op.output_shape!r} is not a tuple of sizes")
-    for d in op.output_shape:
+    shape = tuple(_plain_number(d) for d in op.output_shape)
+    for d in shape:
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
             raise GraphError(f"{where}.output_shape: {op.output_shape!r} is not a tuple of sizes")
         if d > MAX_BYTES:  # no tensor has more elements than bytes; numpy (RL features) needs int64 sizes
@@ -176,7 +188,7 @@ def _checked_op(op: Op, index: int) -> Op:
         phase=op.phase,
         group=op.group,
         allowed_kinds=tuple(op.allowed_kinds),
-        output_shape=tuple(op.output_shape),
+        output_shape=shape,
         scope=op.scope if isinstance(op.scope, str) else _bad_scope(where, op.scope),
     )
 

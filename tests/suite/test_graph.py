@@ -94,6 +94,28 @@ def test_bad_numbers_and_fields_are_named(field, value, message):
         OpGraph.build("bad", [Op("a", "x", **{field: value})], [])
 
 
+def test_numpy_numbers_are_the_python_numbers_of_the_same_value():
+    """A graph built from numpy scalars (as a program computing sizes with numpy makes it) is the graph of
+    the same Python numbers, hash included; numpy's bool, NaN and negatives are refused as Python's are."""
+    def build(num):
+        ops = [Op("a", "x", flops=num(10.0), output_bytes=num(4), output_shape=(num(1), num(4))),
+               Op("b", "x", flops=num(2.5), bytes_read=num(4))]
+        return OpGraph.build("np", ops, [("a", "b", num(4))])
+
+    plain = build(lambda v: v)
+    for cast in (lambda v: np.int64(v) if isinstance(v, int) else np.float64(v),
+                 lambda v: np.int32(v) if isinstance(v, int) else np.float32(v)):
+        g = build(cast)
+        assert g.content_hash == plain.content_hash and g.ops == plain.ops
+        assert type(g.ops[0].output_bytes) is int and type(g.ops[0].output_shape[1]) is int
+    with pytest.raises(GraphError, match="expected a number, got np.True_"):
+        OpGraph.build("np", [Op("a", "x", output_bytes=np.bool_(True))], [])
+    with pytest.raises(GraphError, match="flops: nan is not a finite number"):
+        OpGraph.build("np", [Op("a", "x", flops=np.float64("nan"))], [])
+    with pytest.raises(GraphError, match="param_bytes: -4 is negative"):
+        OpGraph.build("np", [Op("a", "x", param_bytes=np.int64(-4))], [])
+
+
 def test_an_op_needs_a_kind():
     with pytest.raises(GraphError, match=r"ops\[0\] 'a'.kind: expected a non-empty string, got ''"):
         OpGraph.build("bad", [Op("a", "")], [])
