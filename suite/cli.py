@@ -913,6 +913,12 @@ SHARING_TEXT = {"pairs": "one channel per ordered pair (a crossbar)",
                 "ports": "one transfer at a time per device port and direction"}
 
 
+def _exact(x: float) -> str:
+    """x in the fewest significant digits that read back as x (1.3248e+12, not 1.325e+12)."""
+    x = float(x)
+    return next(s for p in range(1, 18) if float(s := f"{x:.{p}g}") == x)
+
+
 def _show_cluster(name: str, as_json: bool) -> int:
     info = cluster_info(name)
     if as_json:
@@ -923,12 +929,13 @@ def _show_cluster(name: str, as_json: bool) -> int:
     lines += [f"source.{k}: {v}" for k, v in info["source"].items()]
     for d in info["devices"]:
         lines.append(f"device {d['name']} ({d['kind']}{', ' + d['model'] if d['model'] else ''}): "
-                     f"{d['peak_flops']:.4g} FLOP/s x {d['compute_efficiency']:g}, {d['mem_bandwidth']:.4g} B/s x "
-                     f"{d['memory_efficiency']:g}, {human_bytes(d['memory_bytes'])}, {d['op_overhead_s']:g} s per op")
+                     f"{_exact(d['peak_flops'])} FLOP/s x {_exact(d['compute_efficiency'])}, "
+                     f"{_exact(d['mem_bandwidth'])} B/s x {_exact(d['memory_efficiency'])}, "
+                     f"{d['memory_bytes']} bytes ({human_bytes(d['memory_bytes'])}), {_exact(d['op_overhead_s'])} s per op")
         lines += [f"  source.{k}: {v}" for k, v in d["source"].items()]
     for j, lk in enumerate(info["links"]):
         lines.append(f"links[{j}]{' ' + lk['name'] if lk['name'] else ''} ({', '.join(lk['between'])}): "
-                     f"{lk['bandwidth']:.4g} B/s per direction, {lk['latency_s']:g} s latency, "
+                     f"{_exact(lk['bandwidth'])} B/s per direction, {_exact(lk['latency_s'])} s latency, "
                      f"{SHARING_TEXT[lk['sharing']]}")
         lines += [f"  source.{k}: {v}" for k, v in lk["source"].items()]
     missing = info["unsourced"]

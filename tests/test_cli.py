@@ -156,13 +156,23 @@ def test_show_cluster_with_its_sources(capsys, tiny_files):
     code, out, _ = _run(capsys, "show", "-c", str(tiny_files["cluster"]))
     lines = out.splitlines()
     assert code == 0 and lines[0] == "cluster tiny: test cluster: a CPU and a small GPU"
-    assert "device gpu:0 (gpu): 1e+10 FLOP/s x 1, 1e+30 B/s x 1, 1.00 MiB, 0 s per op" in lines
+    assert "device gpu:0 (gpu): 1e+10 FLOP/s x 1, 1e+30 B/s x 1, 1048576 bytes (1.00 MiB), 0 s per op" in lines
     assert lines[-1] == ("numbers without a source (14): cpu:0.peak_flops, cpu:0.mem_bandwidth, cpu:0.memory_bytes, "
                          "cpu:0.op_overhead_s, cpu:0.compute_efficiency, cpu:0.memory_efficiency, gpu:0.peak_flops, "
                          "gpu:0.mem_bandwidth, gpu:0.memory_bytes, gpu:0.op_overhead_s, gpu:0.compute_efficiency, "
                          "gpu:0.memory_efficiency, links[0].bandwidth, links[0].latency_s")
     _assert_usage_error(*_run(capsys, "show"), "show takes a workload or --cluster C")
     _assert_usage_error(*_run(capsys, "show", "resnet50-b1-infer", "-c", "haswell_2k80"), "one of them")
+
+
+def test_show_cluster_prints_every_number_as_it_is_in_the_file(capsys):
+    """The text prints each number exactly (the Haswell peak, 1.3248e12, was printed as 1.325e+12, and a
+    memory capacity only as GiB to two decimals), so it can be checked against its source."""
+    code, out, _ = _run(capsys, "show", "--cluster", "haswell_2k80")
+    assert code == 0
+    assert ("device cpu:0 (cpu, Intel Xeon E5-2699 v3 (Haswell, 18 cores, 2.3 GHz)): 1.3248e+12 FLOP/s x 0.5, "
+            "6.8e+10 B/s x 0.7, 137438953472 bytes (128.00 GiB), 5e-06 s per op") in out.splitlines()
+    assert "11996758016 bytes (11.17 GiB)" in out
 
 
 # -- one cell -------------------------------------------------------------------------------------------------
