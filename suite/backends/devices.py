@@ -350,7 +350,8 @@ def cluster_to_toml(cluster: Cluster) -> str:
             return "[" + ", ".join(val(x) for x in v) + "]"
         return repr(v)
 
-    lines = ["schema_version = 1", f"name = {val(cluster.name)}", f"description = {val(cluster.description)}", ""]
+    lines = ["schema_version = 1", f"name = {val(cluster.name)}", f"description = {val(cluster.description)}"]
+    lines += [f"source.{k} = {val(v)}" for k, v in cluster.source.items()] + [""]
     for d in cluster.devices:
         lines.append("[[devices]]")
         for k in ("name", "kind", "model", "peak_flops", "mem_bandwidth", "memory_bytes", "op_overhead_s",
@@ -361,7 +362,7 @@ def cluster_to_toml(cluster: Cluster) -> str:
     for lk in cluster.links:
         lines.append("[[links]]")
         lines += [f"name = {val(lk.name)}", f"between = {val(list(lk.between))}", f"bandwidth = {val(lk.bandwidth)}",
-                  f"latency_s = {val(lk.latency_s)}"]
+                  f"latency_s = {val(lk.latency_s)}", f"sharing = {val(lk.sharing)}"]
         lines.extend(f"source.{k} = {val(v)}" for k, v in lk.source.items())
         lines.append("")
     return "\n".join(lines)

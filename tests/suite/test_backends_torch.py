@@ -792,6 +792,22 @@ def test_runner_evaluator_entry_points_build_real_backends(tmp_path):
         assert m.status == "ok" and len(m.samples_s) == meth.timing.measured_steps
 
 
+@pytest.mark.parametrize("preset", ["haswell_4k80", "dgx_a100x8", "hgx_a100x4"])
+def test_cluster_to_toml_writes_back_every_field(preset, tmp_path):
+    """A link's sharing and the cluster's own sources were left out: a "ports" cluster read back as a crossbar
+    (another content hash, other step times)."""
+    from suite.backends.devices import cluster_to_toml
+    from suite.cluster import load
+    from suite.registry import load_cluster
+
+    cluster = load_cluster(preset)
+    path = tmp_path / "c.toml"
+    path.write_text(cluster_to_toml(cluster))
+    back = load(path)
+    assert back.content_hash == cluster.content_hash and back.source == cluster.source
+    assert [(lk.sharing, lk.source) for lk in back.links] == [(lk.sharing, lk.source) for lk in cluster.links]
+
+
 def test_cpu_clock_times_only_one_thread_runs(three_cpus):
     from suite.backends.timing import check_cpu_clock, time_steps
 
