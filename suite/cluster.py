@@ -253,11 +253,15 @@ def _string(where: str, value: Any) -> None:
         raise ClusterError(f"{where}: expected a string, got {short_repr(value)}")
 
 
-def _sources(where: str, value: Any) -> None:
-    """A `source` table: field name -> where its number comes from."""
+def _sources(where: str, value: Any, fields: tuple[str, ...] = (), what: str = "") -> None:
+    """A `source` table: field name -> where its number comes from. With `fields`, each key must be one of
+    them (a misspelt key would leave its number without a source)."""
     if not isinstance(value, dict):
         raise ClusterError(f"{where}: must be a table of field name -> source text, got {short_repr(value)}")
     for key, text in value.items():
+        if fields and key not in fields:
+            raise ClusterError(f"{where}.{key}: names no field of a {what} (a misspelt field?); fields: "
+                               f"{', '.join(fields)}")
         _string(f"{where}.{key}", text)
 
 
@@ -285,11 +289,11 @@ def _validate(c: Cluster, where: str) -> None:
         _positive(f"{w} {d.name!r}", "compute_efficiency", d.compute_efficiency, at_most_one=True)
         _positive(f"{w} {d.name!r}", "memory_efficiency", d.memory_efficiency, at_most_one=True)
         _string(f"{w} {d.name!r}.model", d.model)
-        _sources(f"{w} {d.name!r}.source", d.source)
+        _sources(f"{w} {d.name!r}.source", d.source, _SOURCED_DEVICE_FIELDS, "device")
     for j, lk in enumerate(c.links):
         w = f"{where}: links[{j}]"
         _string(f"{w}.name", lk.name)
-        _sources(f"{w}.source", lk.source)
+        _sources(f"{w}.source", lk.source, _SOURCED_LINK_FIELDS, "link")
         if not isinstance(lk.between, tuple | list):
             raise ClusterError(f"{w}.between: expected a list of device names, got {short_repr(lk.between)}")
         if len(lk.between) < 2:
@@ -324,6 +328,8 @@ def unsourced(c: Cluster) -> list[str]:
 
 _DEVICE_KEYS = {f for f in Device.__dataclass_fields__}
 _LINK_KEYS = {f for f in Link.__dataclass_fields__}
+_SOURCED_DEVICE_FIELDS = tuple(f for f in Device.__dataclass_fields__ if f != "source")
+_SOURCED_LINK_FIELDS = tuple(f for f in Link.__dataclass_fields__ if f != "source")
 _TOP_KEYS = {"schema_version", "name", "description", "source", "devices", "links"}
 
 
