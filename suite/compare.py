@@ -2,9 +2,9 @@
 
 Cells are matched by (cluster, workload, placer, seed): seed by seed, since the simulator is deterministic and
 a placer's seed fixes its search. A matched pair is *not comparable* when what it measured differs: the
-workload's or the cluster's hash, the placer's parameters, the methodology, the search budget or the
-evaluator (as asv marks a benchmark whose version changed, instead of comparing unlike numbers). A placer's
-own code may differ: that is what a comparison is for.
+workload's or the cluster's hash, the placer (a label may name another) or its parameters, the methodology,
+the search budget or the evaluator (as asv marks a benchmark whose version changed, instead of comparing
+unlike numbers). A placer's own code may differ: that is what a comparison is for.
 
 Verdicts of a comparable pair:
 
@@ -34,8 +34,8 @@ from typing import Any
 from suite.report import ReportError, Table, _check_row, format_seconds
 
 MATCH = ("cluster", "workload", "placer", "seed")
-SAME_SETUP = ("workload_hash", "cluster_hash", "params_hash", "methodology", "budget_evaluations", "budget_seconds",
-              "evaluator")
+SAME_SETUP = ("workload_hash", "cluster_hash", "placer_name", "params_hash", "methodology", "budget_evaluations",
+              "budget_seconds", "evaluator")
 DEFAULT_FACTOR = 1.05
 REGRESSIONS = ("slower", "more memory", "broke", "changed")
 VERDICTS = ("slower", "more memory", "broke", "changed", "faster", "less memory", "fixed", "same", "missing", "new",

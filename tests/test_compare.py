@@ -139,6 +139,13 @@ def test_the_reasons_pairs_are_not_comparable_are_counted():
     assert cmp.why_not_comparable(cmp.compare([row()], [row()])) == ""
 
 
+def test_another_placer_under_the_same_label_is_not_comparable():
+    """A label names a placer (a spec may label one itself): another placer with the same parameters (often
+    none, so the same params_hash) under that label measured something else, as `run` refuses it in one store."""
+    (pair,) = cmp.compare([row(placer="best", placer_name="hsdag")], [row(placer="best", placer_name="placeto", t=9.0)])
+    assert pair.verdicts == ("not comparable",) and pair.why == "placer_name hsdag -> placeto"
+
+
 @pytest.mark.parametrize("field", cmp.SAME_SETUP)
 def test_a_pair_measured_another_way_is_not_comparable(field):
     other = {"budget_evaluations": 11, "budget_seconds": 301.0}.get(field, "other")  # the budget: numbers
