@@ -28,7 +28,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from suite.errors import PlacebenchError
 from suite.textfile import human_bytes
@@ -423,6 +423,16 @@ def _print_evaluation(record: dict[str, Any], as_json: bool) -> int:
 
 
 # -- table and leaderboard ----------------------------------------------------------------------------------
+def _write(stream: TextIO, text: str) -> None:
+    """Write and flush; when the stream's reader has left (`| head`, `2>&1 | head`), point it at /dev/null
+    instead of failing, so that an exit code that gives a verdict (compare's) still does."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
 def _store_runs(store: str | Path) -> list[dict[str, Any]]:
     """The runs recorded in a store's manifest (none for a results table file)."""
     from suite.store import Store
@@ -463,7 +473,7 @@ def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]], rows: lis
     root = _store_root(store)
     if root is not None and in_use(root):
         text = f"a run is writing {root} now: these rows are what it has stored so far"
-        print(f"placebench: warning: {text}", file=sys.stderr)
+        _write(sys.stderr, f"placebench: warning: {text}\n")
         return text
     latest: dict[str, dict[str, Any]] = {}
     for run in runs:
@@ -475,7 +485,7 @@ def _warn_if_incomplete(store: str | Path, runs: list[dict[str, Any]], rows: lis
     head = f"{side}: " if side else ""
     text = (f"{head}incomplete store: the last run of {len(stopped)} spec(s) stopped before it finished ({what}); "
             f"rerun the same `placebench run` command to complete it")
-    print(f"placebench: warning: {text}", file=sys.stderr)
+    _write(sys.stderr, f"placebench: warning: {text}\n")
     return text
 
 
@@ -517,7 +527,7 @@ def _warn_if_mixed_code(runs: list[dict[str, Any]], rows: list[dict[str, Any]], 
     text = (f"{head}mixed code: these rows come from {len(versions)} runs of {code}; a run reruns a stored cell when "
             f"its placer's source changed, not when other code did: rerun the spec(s) that made them with --force "
             f"to use one version")
-    print(f"placebench: warning: {text}", file=sys.stderr)
+    _write(sys.stderr, f"placebench: warning: {text}\n")
     return text
 
 
@@ -536,7 +546,7 @@ def _warn_if_other_kernels(base_runs: list[Any], new_runs: list[Any]) -> str:
             f"floats depend on the CPU kernels, so they may search differently on the same code and seed"
             f"{' (the pins should make them agree; that is not yet measured)' if pinned else ''}; "
             f"compare stores made alike to gate code changes")
-    print(f"placebench: warning: {text}", file=sys.stderr)
+    _write(sys.stderr, f"placebench: warning: {text}\n")
     return text
 
 
@@ -695,7 +705,7 @@ def _warn_if_table_lags(path: str, n_rows: int) -> str:
         return ""
     text = (f"{path} holds {n_rows} rows but {source} has {cells} cell files (a run ended before rewriting it): "
             f"read the store directory {source} instead")
-    print(f"placebench: warning: {text}", file=sys.stderr)
+    _write(sys.stderr, f"placebench: warning: {text}\n")
     return text
 
 
@@ -709,7 +719,7 @@ def _results_source(path: str) -> Path:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Exit 1 when NEW has regressions against BASE (the CI gate), 0 otherwise; 2 on bad input or when no cell
-    could be compared. The exit code holds even when stdout's reader has gone (`| head`)."""
+    could be compared. The exit code holds even when the reader of stdout or stderr has gone (`| head`)."""
     from suite import compare, report
     from suite.store import atomic_write_files, dumps, open_rows
 
@@ -747,13 +757,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.output:
         atomic_write_files({Path(args.output): text.encode()})
     else:
-        try:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        except BrokenPipeError:  # the reader left; the verdict still decides the exit code
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _write(sys.stdout, text)  # a reader that left does not change the exit code
     if args.output or fmt in ("json", "csv"):  # the summary is not on stdout: say it on stderr
-        print(f"placebench: compare: {line}", file=sys.stderr)
+        _write(sys.stderr, f"placebench: compare: {line}\n")
     return 1 if any(p.regression(args.lenient) for p in pairs) else 0
 
 

@@ -453,3 +453,23 @@ def test_the_exit_code_holds_when_the_reader_leaves(two_stores):
     proc.stdout.close()  # before it writes anything (it first imports and reads both stores)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_the_exit_code_holds_when_the_reader_of_both_streams_leaves(fmt, tmp_path):
+    """`compare ... 2>&1 | head` under pipefail: json and csv put the summary on stderr after the output; a
+    reader gone by then made it exit 0 (main's broken-pipe exit) with a regression. So did a warning."""
+    from suite.store import Store
+
+    header = "cell_id,workload,cluster,placer,seed,status,step_time_s\n"
+    (tmp_path / "base.csv").write_text(header + "a,w,c,p,0,ok,1.0\n")
+    (tmp_path / "new.csv").write_text(header + "a,w,c,p,0,ok,2.0\n")
+    store = Store(tmp_path / "store")  # an incomplete store: a warning on stderr before anything else
+    store.write_cell({"cell_id": "a", "workload": "w", "cluster": "c", "placer": "p", "seed": 0, "status": "ok",
+                      "step_time_s": 2.0, "samples": 1})
+    store.write_manifest({**store.manifest(), "runs": [{"run_id": "r", "spec": "s", "complete": False}]})
+    for new in (tmp_path / "new.csv", tmp_path / "store"):
+        proc = subprocess.Popen([sys.executable, "-m", "suite.cli", "compare", str(tmp_path / "base.csv"), str(new),
+                                 "-f", fmt], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc.stdout.close()  # before it writes anything
+        assert proc.wait(timeout=120) == 1, new
