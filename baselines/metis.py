@@ -6,7 +6,8 @@
   about 2^28, within METIS's 32-bit idx_t.
 * Target part weights (`tpwgts`): part k gets the share speed_k / sum(speeds), where speed_k is candidate
   device k's speed on this workload relative to the reference (total op time on the reference / total op
-  time on device k).
+  time on device k). METIS refuses a share of 0 (a device of speed 0, where the reference runs the workload
+  in 0 s), so shares are at least `MIN_SHARE` times the largest.
 * Part-to-device assignment: part k is candidate device k. METIS sizes part k by tpwgts[k], so the
   assignment is fixed by construction: the fastest devices get the largest parts.
 * Candidate devices: every device, the CPU included (`include_cpu=False` keeps only the GPUs).
@@ -31,6 +32,8 @@ import pymetis
 from baselines import _common
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem
+
+MIN_SHARE = 1e-6  # smallest target part weight handed to METIS, relative to the largest
 
 
 def metis_parts(
@@ -60,6 +63,7 @@ def metis_parts(
             load[part] += vertex_weights[v]
         return out
     shares = np.asarray(part_shares, dtype=np.float64)
+    shares = np.maximum(shares, MIN_SHARE * shares.max())
     shares = shares / shares.sum()
     _, parts = pymetis.part_graph(
         k,

@@ -152,3 +152,19 @@ def test_the_recursive_parameter_picks_metis_routine(recursive, monkeypatch, ran
     problem = make_problem(random_graph(40, seed=5), haswell_4k80)
     Metis(recursive=recursive).place(problem, Budget(), seed=0)
     assert calls == [recursive]
+
+
+def test_a_device_of_speed_zero_gets_no_work_instead_of_a_metis_error(make_problem):
+    """Zero-FLOP, zero-byte ops take 0 s on the GPUs (no overhead) and 10 us on the CPU: the CPU's speed on this
+    workload is 0, a target part weight METIS refuses ("Incorrect tpwgts"); the placer must still place."""
+    from suite.cluster import Cluster, Device, Link
+
+    cpu = Device("cpu:0", "cpu", peak_flops=1e9, mem_bandwidth=1e10, memory_bytes=2**34, op_overhead_s=1e-5)
+    gpus = [Device(f"gpu:{k}", "gpu", peak_flops=1e12, mem_bandwidth=1e11, memory_bytes=2**34, op_overhead_s=0.0)
+            for k in range(2)]
+    cluster = Cluster("zero", (cpu, *gpus), (Link(("cpu:0", "gpu:0", "gpu:1"), bandwidth=1e9, latency_s=0.0),))
+    g = OpGraph.build("zeros", [Op(f"o{i}", "reshape", flops=0.0, output_bytes=0) for i in range(12)],
+                      [(f"o{i}", f"o{i + 1}") for i in range(11)])
+    r = Metis().place(make_problem(g, cluster), Budget(), 0)
+    assert r.info["device_speeds"][0] == 0.0
+    assert set(validate(r.placement, g, cluster).tolist()) <= {1, 2}
