@@ -91,10 +91,11 @@ class Cell:
 
     @property
     def value_s(self) -> float:
-        """Median over seeds, failures infinite (upper median for an even count of which one fails)."""
+        """Median over seeds, failures infinite (upper median for an even count of which one fails). The two
+        middle times are halved before they are added: their sum may overflow to inf where neither is."""
         ts = sorted(self.times_s)
         mid = len(ts) // 2
-        return ts[mid] if len(ts) % 2 else (ts[mid - 1] + ts[mid]) / 2
+        return ts[mid] if len(ts) % 2 else ts[mid - 1] / 2 + ts[mid] / 2
 
     @property
     def ok(self) -> bool:

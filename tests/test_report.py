@@ -166,6 +166,15 @@ def test_seed_aggregation():
     assert Cell(("timeout", "error", "error"), (inf, inf, inf)).status == "error"  # the most frequent failure
 
 
+def test_the_median_of_two_huge_ok_times_is_a_number():
+    """Two ok seeds near the largest float: their sum overflows, their median does not (the cell is ok, not a
+    failure with no failed seed, which had no status to show)."""
+    cell = Cell(("ok", "ok"), (1e308, 1.5e308))
+    assert (cell.value_s, cell.ok, cell.status) == (1.25e308, True, "ok")
+    rows = [_row("w", "a", "ok", 1e308, seed=0), _row("w", "a", "ok", 1.5e308, seed=1)]
+    assert "1.250e+308 s" in report.render(rows, "text")
+
+
 def test_skipped_cells_are_not_ranked():
     rows = [_row("w", "a", "ok", 1.0), _row("w", "b", "skipped"), _row("w", "c", "error")]
     summary = report.tables(report.Results.from_rows(rows))[0][1][-1]
