@@ -221,10 +221,12 @@ def comparison_table(res: Results, cluster: str) -> Table:
 
 def _speedup(res: Results, cluster: str, w: str, p: str, ref: str) -> tuple[str, Any]:
     c, r = res.cells.get((cluster, w, p)), res.cells.get((cluster, w, ref))
-    if c is None or r is None:
+    if c is None:
         return MISSING, None
-    if not c.ok:
+    if not c.ok:  # a failure is a result whatever the reference did, also where it has no row
         return STATUS_LABEL.get(c.status, c.status), c.status
+    if r is None:
+        return MISSING, None
     if not r.ok:
         return f"ref {STATUS_LABEL.get(r.status, r.status)}", f"ref {r.status}"
     if c.value_s == 0 or r.value_s == 0:
@@ -235,8 +237,8 @@ def _speedup(res: Results, cluster: str, w: str, p: str, ref: str) -> tuple[str,
 
 def speedup_table(res: Results, cluster: str, reference: str) -> Table:
     """Reference time / placer time per cell. Raw values: the speedup; the placer's status where it failed;
-    "ref STATUS" where the reference failed; "undefined" where either time is 0 s; None where either has
-    no row."""
+    "ref STATUS" where the reference failed; "undefined" where either time is 0 s; None where the placer has
+    no row, or is ok where the reference has none."""
     placers = res.placers[cluster]
     rows, raw = [], []
     for w in res.workloads[cluster]:

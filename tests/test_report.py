@@ -30,7 +30,8 @@ ROWS = [
     _row("w5", "a", "oom", 0.1),
 ]
 
-# Speedups over ref: w1 a 2/1 = 2, b 2/2 = 1; w2 b 1/0.5 = 2; w3 none (ref failed); w4, w5 none (no ref row).
+# Speedups over ref: w1 a 2/1 = 2, b 2/2 = 1; w2 b 1/0.5 = 2; w3 none (ref failed); w4, w5 none (no ref row:
+# a failed placer still shows its status there).
 # geomean: a over {w1} = 2.00; b over {w1, w2} = sqrt(1 * 2) = 1.41; ref = 1.00.
 # Ranks (failures infinitely slow, ties averaged): w1 a 1, b/ref 2.5; w2 b 1, ref 2, a 3;
 # w3 a 1, b/ref 2.5; w4 a/b 1.5; w5 a 1. Mean: a (1 + 3 + 1 + 1.5 + 1) / 5 = 1.50,
@@ -54,8 +55,8 @@ workload        a      b    ref
 w1          2.00x  1.00x  1.00x
 w2            OOM  2.00x  1.00x
 w3        ref OOM  error    OOM
-w4              -      -      -
-w5              -      -      -
+w4        invalid  error      -
+w5            OOM      -      -
 
 Summary on c1
 placer  runs  ok  OOM  failed  skipped  geomean speedup vs ref  both ok  ranked  mean rank  best
@@ -127,7 +128,7 @@ def test_json_report():
     assert failures["name"] == "failures" and len(data["failures"]) == 4
     speedups = {row[0]: row[1:] for row in section["tables"][1]["rows"]}  # placers a, b, ref
     assert speedups["w3"] == ["ref oom", "error", "oom"]  # the reference failed: said so, not a bare null
-    assert speedups["w4"] == [None, None, None]  # no reference row
+    assert speedups["w4"] == ["invalid", "error", None]  # no reference row: the failures are still results
     assert data["failures"][2] == {"cluster": "c1", "workload": "w4", "placer": "a", "seed": 0, "status": "invalid",
                                    "message": "colocation group 'g' is split: op x on d0"}
 
@@ -364,6 +365,23 @@ def test_rows_a_report_cannot_use_are_errors_naming_them():
         report.render([{**_row("w", "a", "ok", 1.0), "placer": ""}], "text")
     with pytest.raises(ReportError, match="seed 0.5: seed must be a 64-bit integer, got 0.5"):
         report.render([_row("w", "a", "ok", 1.0, seed=0.5)], "text")
+
+
+def test_a_failed_cell_shows_its_status_where_the_reference_has_no_row(monkeypatch):
+    """w has no reference row: a's OOM is still a result in the speedup table and on the chart (labelled at the
+    foot of the axis, as where the reference failed), not '-' as if a had not run; b (ok) has no speedup."""
+    from matplotlib.axes import Axes
+
+    rows = [_row("v", "a", "ok", 1.0), _row("v", "b", "ok", 2.0), _row("v", "ref", "ok", 2.0),
+            _row("w", "a", "oom"), _row("w", "b", "ok", 1.0)]
+    res = report.Results.from_rows(rows)
+    speedups = report.speedup_table(res, "c1", "ref")
+    assert speedups.rows[1] == ["w", "OOM", "-", "-"] and speedups.raw[1] == ["w", "oom", None, None]
+    labels = []
+    text = Axes.text
+    monkeypatch.setattr(Axes, "text", lambda self, x, y, s, *a, **k: labels.append(s) or text(self, x, y, s, *a, **k))
+    report.chart_png(rows, "ref")
+    assert labels == ["OOM"]
 
 
 def test_a_zero_step_time_has_no_speedup():
