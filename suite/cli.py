@@ -640,6 +640,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     _warn_if_incomplete(args.store, runs, rows)
     _warn_if_table_lags(args.store, len(rows))
     reference = args.reference or report.DEFAULT_REFERENCE
+    applied = []  # the filters before this one: a name may have rows in the store but none they keep
     for flag, field, wanted in (("--cluster", "cluster", [args.cluster] if args.cluster else []),
                                 ("--workloads", "workload", _names(args.workloads, "--workloads")), ("--placers", "placer", None)):
         if wanted is None:  # placers last: the reference joins them only if it has rows left after the others
@@ -650,8 +651,10 @@ def cmd_table(args: argparse.Namespace) -> int:
             known = sorted({r[field] for r in rows})
             unknown = [w for w in wanted if w not in known]
             if unknown:
-                raise UsageError(f"{flag} {unknown[0]!r} has no rows in {args.store}; {field}s: {', '.join(known)}")
+                where = f" with {' '.join(applied)}" if applied else ""
+                raise UsageError(f"{flag} {unknown[0]!r} has no rows in {args.store}{where}; {field}s: {', '.join(known)}")
             rows = [r for r in rows if r[field] in wanted]
+            applied.append(f"{flag} {','.join(wanted)}")
     _warn_if_mixed_code(runs, rows)
     # everything is made before anything is written: a failure leaves no half-written output
     png = report.chart_png(rows, args.reference, note=f"made by placebench table from {args.store}") if args.chart else None

@@ -687,6 +687,22 @@ def test_placers_filter_takes_a_label_whose_parameters_hold_commas(capsys, tmp_p
         ('ls(a=1,b="x,y")', "1.0"), ("ls(a=[1,2])", "2.0"), ("single_cpu", "4.0")]
 
 
+def test_a_filter_name_dropped_by_an_earlier_filter_is_named_as_such(capsys, tmp_path):
+    """w2 has rows in the table, on cluster c1 only: with --cluster c2 the error says which filter left it
+    without rows, instead of claiming that the table has none."""
+    from suite.store import write_table
+
+    def row(cluster, workload):
+        return {"cell_id": cluster + workload, "cluster": cluster, "workload": workload, "placer": "a", "seed": 0,
+                "status": "ok", "step_time_s": 1.0}
+
+    table = write_table([row("c1", "w1"), row("c1", "w2"), row("c2", "w1")], tmp_path / "t.csv")
+    _assert_usage_error(*_run(capsys, "table", str(table), "--cluster", "c2", "--workloads", "w2"),
+                        f"--workloads 'w2' has no rows in {table} with --cluster c2; workloads: w1")
+    _assert_usage_error(*_run(capsys, "table", str(table), "--workloads", "w3"),
+                        f"--workloads 'w3' has no rows in {table}; workloads: w1, w2")
+
+
 def test_a_leaderboard_that_cannot_be_made_leaves_the_old_one(capsys, tiny_files, write_spec, tmp_path):
     store, lb = tmp_path / "store", tmp_path / "lb"
     spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=["xeon_h100"], placers=["single_cpu"])
