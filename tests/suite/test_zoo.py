@@ -354,3 +354,15 @@ def test_rnnlm_cells_read_the_layer_below_and_their_previous_step(graphs):
     assert _fwd_preds(g, "lstm.0/5") == {"embedding", "lstm.0/4"}
     assert _fwd_preds(g, "lstm.1/5") == {"lstm.0/5", "lstm.1/4"}
     assert _fwd_preds(g, "softmax.proj/5") == {"lstm.1/5"}
+
+
+def test_inception_v3_exact_figures(graphs):
+    """No source prints the parameters without the auxiliary classifier: the reference is torchvision's
+    published 27,161,264 less its InceptionAux(768, 1000) (conv 1x1 768->128 + BN, conv 5x5 128->768 + BN,
+    fc 768->1000), and says so."""
+    aux = (768 * 128 + 2 * 128) + (128 * 768 * 25 + 2 * 768) + (768 * 1000 + 1000)
+    ref = zoo.spec("inception_v3-b32").reference
+    assert ref["params"] == 27_161_264 - aux == 23_834_568
+    assert "27,161,264" in ref["source"] and "derived" in ref["source"]
+    for name in ("inception_v3-b32", "inception_v3-b1-infer"):
+        assert graphs[name].metadata["params"] == ref["params"]
