@@ -366,3 +366,25 @@ def test_inception_v3_exact_figures(graphs):
     assert "27,161,264" in ref["source"] and "derived" in ref["source"]
     for name in ("inception_v3-b32", "inception_v3-b1-infer"):
         assert graphs[name].metadata["params"] == ref["params"]
+
+
+def test_lstm_cell_and_attention_step_compute_what_they_claim():
+    """The zoo's LSTMCell is nn.LSTMCell (gate order i, f, g, o; None is a zero state), and AttentionStep is
+    Luong dot-product attention tanh(W_c [context; h] + b)."""
+    import torch
+    import torch.nn as nn
+
+    from suite.zoo.layers import AttentionStep, LSTMCell
+
+    torch.manual_seed(0)
+    cell, ref = LSTMCell(5, 7), nn.LSTMCell(5, 7)
+    ref.load_state_dict(cell.state_dict())
+    x, h, c = torch.randn(3, 5), torch.randn(3, 7), torch.randn(3, 7)
+    for state in ((h, c), None):
+        for ours, theirs in zip(cell(x, state), ref(x, state), strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    att, h, memory = AttentionStep(4), torch.randn(2, 4), torch.randn(2, 6, 4)
+    probs = torch.softmax(torch.einsum("bsh,bh->bs", memory, h), dim=1)
+    context = torch.einsum("bs,bsh->bh", probs, memory)
+    torch.testing.assert_close(att(h, memory), torch.tanh(att.out(torch.cat([context, h], dim=1))))
+
