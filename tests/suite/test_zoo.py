@@ -388,3 +388,22 @@ def test_lstm_cell_and_attention_step_compute_what_they_claim():
     context = torch.einsum("bs,bsh->bh", probs, memory)
     torch.testing.assert_close(att(h, memory), torch.tanh(att.out(torch.cat([context, h], dim=1))))
 
+
+@pytest.mark.parametrize("cluster", ["haswell_2k80", "haswell_4k80"])
+@pytest.mark.parametrize("name", ["rnnlm-4x6144-b64", "nmt-4x4096-b64"])
+def test_large_variants_fit_a_layer_wise_split(graphs, name, cluster):
+    """The module docstring's claim: a layer-wise split over the 2 or 4 K80s fits (layer l of the encoder and
+    of the decoder on GPU l * k // layers, the embeddings with the first layer, attention and softmax last)."""
+    g, c = graphs[name], load_cluster(cluster)
+    gpus = [i for i, d in enumerate(c.devices) if d.kind == "gpu"]
+    layers = zoo.spec(name).params["num_layers"]
+
+    def device(block: str) -> int:
+        if ".lstm." in block or block.startswith("lstm."):
+            return gpus[int(block.rsplit(".", 1)[1]) * len(gpus) // layers]
+        return gpus[0] if block.endswith("embedding") else gpus[-1]
+
+    blocks = g.metadata["blocks"]
+    place = np.array([next((device(b) for b in blocks if in_scope(op.scope, b)), gpus[0]) for op in g.ops])
+    place = np.array([place[g.index[op.group]] if op.group in g.index else place[i] for i, op in enumerate(g.ops)])
+    assert simulate(g, c, place, engine="reference").status == "ok"
