@@ -166,6 +166,7 @@ class Evaluator:
         self._score_sum = 0.0
         self._measured = 0  # placements the backend measured during the search, and the seconds it took
         self._measuring_s = 0.0
+        self._granted = 0  # evaluations the last `affordable` allowed that are not used yet
 
     # -- budget ------------------------------------------------------------------------------------
     @property
@@ -191,12 +192,15 @@ class Evaluator:
 
     def affordable(self, k: int) -> int:
         """How many of k more evaluations fit now: no more than are left, and no more than the time left
-        allows at the seconds per evaluation measured so far (at least one while any time is left)."""
+        allows at the seconds per evaluation measured so far (at least one while any time is left). That many
+        are then not refused for time by the next evaluations, while any time is left."""
         k = min(k, self.remaining)
         if k <= 0 or self.time_left_s == 0.0:
+            self._granted = 0
             return 0
         per = self.seconds_per_evaluation
-        return k if not per else max(1, min(k, int(self.time_left_s / per)))
+        self._granted = k if not per else max(1, min(k, int(self.time_left_s / per)))
+        return self._granted
 
     def _check_budget(self, k: int) -> None:
         """Raise `BudgetExhausted` unless k more evaluations fit the budget."""
@@ -244,6 +248,7 @@ class Evaluator:
         arr, bad = self._validated(placement)
         m = bad if bad is not None else self._timed(lambda: [self.backend.measure(arr)])[0]
         self._record(arr if arr is not None else _indices_or_none(placement), m)
+        self._granted = max(0, self._granted - 1)
         return m
 
     def _timed(self, measure: Any) -> list[Measurement]:
@@ -255,14 +260,16 @@ class Evaluator:
 
     def evaluate_batch(self, placements: Sequence[Any] | np.ndarray) -> list[Measurement]:
         """Measure many placements; costs one evaluation each. A batch that would not fit the time left (at
-        the seconds per evaluation measured so far) is refused before it starts: size batches with
+        the seconds per evaluation measured so far) is refused before it starts, unless `affordable` allowed
+        it (the time the placer took to make the batch since is not held against it): size batches with
         `affordable`."""
         placements = list(placements)
         self._check_budget(len(placements))
         checked = [self._validated(p) for p in placements]
         good = [i for i, (a, _) in enumerate(checked) if a is not None]
         per = self.seconds_per_evaluation
-        if len(good) > 1 and per and per * len(good) > self.time_left_s:
+        granted = len(placements) <= self._granted
+        if len(good) > 1 and per and per * len(good) > self.time_left_s and not granted:
             raise BudgetExhausted(f"{len(good)} evaluations would take about {per * len(good):.3g} s; "
                                   f"{self.time_left_s:.3g} s of the search time budget is left")
         out: list[Measurement | None] = [bad for _, bad in checked]
@@ -272,6 +279,7 @@ class Evaluator:
                 out[i] = m
         for p, (arr, _), m in zip(placements, checked, out, strict=True):
             self._record(arr if arr is not None else _indices_or_none(p), m)
+        self._granted = max(0, self._granted - len(placements))
         return out  # type: ignore[return-value]
 
     def evaluate_score(self, placement: Any) -> float:

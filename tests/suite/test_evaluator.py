@@ -1,6 +1,7 @@
 """The evaluator counts every evaluation against the budget, scores failures, and records the curve."""
 
 import re
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -61,6 +62,32 @@ def test_batches_are_sized_to_the_time_left(problem):
     assert len(ev.evaluate_batch([[0, 0, 0]])) == 1  # the one evaluation `affordable` allows is not refused
     with pytest.raises(BudgetExhausted, match="2 evaluations would take"):
         ev.evaluate_batch([[0, 0, 0]] * 2)
+
+
+def test_a_batch_that_affordable_allowed_is_not_refused_for_the_time_spent_making_it(problem):
+    """README's loop `while (k := ev.affordable(n)) > 0: ev.evaluate_batch(make(k))`: the time spent making and
+    validating the k placements must not turn the grant into a refusal (it ended every time-bound search with
+    BudgetExhausted, an error cell). A batch larger than the grant, or one with no grant, is still refused."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=100, max_seconds=11))
+    ev.evaluate([0, 0, 0])
+    ev._measured, ev._measuring_s = 4, 8.0  # 2 s per evaluation
+    ev.started = time.perf_counter()  # 11 s left: 5 fit
+    assert ev.affordable(16) == 5
+    ev.started -= 1.5  # the placer took 1.5 s to make them: 9.5 s left
+    assert len(ev.evaluate_batch([[0, 0, 0]] * 5)) == 5
+    ev._measured, ev._measuring_s = 4, 8.0
+    ev.started = time.perf_counter() - 1.5
+    with pytest.raises(BudgetExhausted, match="5 evaluations would take about 10 s"):  # no grant for it
+        ev.evaluate_batch([[0, 0, 0]] * 5)
+    ev.started = time.perf_counter()
+    assert ev.affordable(4) == 4 and len(ev.evaluate_batch([[0, 0, 0]])) == 1
+    ev._measured, ev._measuring_s = 4, 8.0
+    ev.started -= 6.0  # 5 s left: the rest of the grant is taken, and no more
+    assert len(ev.evaluate_batch([[0, 0, 0]] * 3)) == 3
+    ev._measured, ev._measuring_s = 4, 8.0
+    with pytest.raises(BudgetExhausted, match="3 evaluations would take"):
+        ev.evaluate_batch([[0, 0, 0]] * 3)
 
 
 def test_a_profile_reaches_batches_single_evaluations_re_measurement_and_the_failure_score(problem):
