@@ -93,14 +93,19 @@ SECTIONS = {
 
 
 INT_MAX = 2**63 - 1  # counts are stored as int64 (results tables) and used as numpy integers
+# a failure's score is this multiple of the serial bound: larger ones overflow to inf (1e308) or break the
+# learned placers' reward arithmetic with it
+MAX_FAILURE_MULTIPLE = 1e6
 
 
-def _num(where: str, value: Any, *, integer: bool = False, minimum: float = 0.0) -> Any:
+def _num(where: str, value: Any, *, integer: bool = False, minimum: float = 0.0, maximum: float = math.inf) -> Any:
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
     if isinstance(value, bool) or not ok or (not integer and not math.isfinite(as_float(value))):
         raise SpecError(f"{where}: expected a {'whole' if integer else 'finite'} number, got {short_repr(value)}")
     if value < minimum:
         raise SpecError(f"{where}: {short_repr(value)} is below the minimum {minimum}")
+    if value > maximum:
+        raise SpecError(f"{where}: {short_repr(value)} is above the maximum {maximum}")
     if integer and value > INT_MAX:
         raise SpecError(f"{where}: {short_repr(value)} is above the largest allowed count, 2**63 - 1")
     return value
@@ -168,7 +173,8 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Methodology:
             statistic=statistic,
             synchronize=_bool(f"{source}: timing.synchronize", t.get("synchronize", True)),
         ),
-        failure_multiple=float(_num(f"{source}: scoring.failure_multiple", sec["scoring"].get("failure_multiple", 10.0), minimum=1.0)),
+        failure_multiple=float(_num(f"{source}: scoring.failure_multiple", sec["scoring"].get("failure_multiple", 10.0), minimum=1.0,
+                                      maximum=MAX_FAILURE_MULTIPLE)),
         cell_timeout_s=float(_num(f"{source}: timeout.cell_timeout_s", sec["timeout"].get("cell_timeout_s", 900.0), minimum=0.001)),
     )
 

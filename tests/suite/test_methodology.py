@@ -66,10 +66,12 @@ V1 = (methodology.METHODOLOGY_DIR / "v1.toml").read_text()
          "field 'version' must be a non-empty string, got an integer of about 401 digits$"),
         (V1.replace("synchronize = true", "synchronize = 1" + "0" * 400),
          "timing.synchronize: expected true or false, got an integer of about 401 digits$"),
+        (V1.replace("failure_multiple = 10.0", "failure_multiple = 1e308"),
+         r"scoring.failure_multiple: 1e\+308 is above the maximum 1000000.0"),
     ],
     ids=["budget-scalar", "seeds-top-level", "key-typo", "section-typo", "unknown-key", "bool-string", "bool-int",
          "huge-float", "float-count", "bool-number", "negative-seed", "seeds-scalar", "statistic-number", "version-number",
-         "5000-digits", "huge-seed", "huge-version", "huge-bool"],
+         "5000-digits", "huge-seed", "huge-version", "huge-bool", "huge-failure-multiple"],
 )
 def test_methodology_file_errors(tmp_path, text, message):
     path = tmp_path / "m.toml"
