@@ -1,6 +1,9 @@
 """One timing protocol for every real backend (the methodology's `timing` section), and OOM recognition.
 
-A measurement runs `warmup_steps` untimed steps, then `measured_steps` timed ones. Each timed step is
+A measurement runs `warmup_steps` untimed steps, then `measured_steps` timed ones. The backends run one
+more untimed step before these (the one in which the PyTorch and ONNX Runtime backends count the bytes a
+step copies between devices, or the ONNX Runtime session's first run), so the first timed step follows
+`warmup_steps + 1` untimed ones. Each timed step is
 bracketed by a synchronisation of every CUDA device in use (`torch.cuda.synchronize`) before the clock
 (`time.perf_counter`) is read, so asynchronous GPU work is inside the step it belongs to. The step time is
 the median (or mean, per the methodology) of the samples; the spread is their interquartile range, from

@@ -551,8 +551,9 @@ def _on(v: Any, tdev: torch.device) -> bool:
 class TorchBackend:
     """Real execution on PyTorch as an evaluator backend (see the module docstring).
 
-    `measure(placement)` applies the placement, runs the methodology's warm-up and measured steps and
-    returns the median step time with every sample, the peak memory of each cluster device (CUDA:
+    `measure(placement)` applies the placement, runs one step that counts the copies, then the methodology's
+    warm-up and measured steps, and returns the step time (the methodology's statistic, median or mean) with
+    every sample, the peak memory of each cluster device (CUDA:
     allocator peak of its torch device; CPU: peak resident set of this process; logical devices sharing a
     torch device report the same number) and the bytes copied across device boundaries per step.
     """
