@@ -213,7 +213,8 @@ class Evaluator:
 
     # -- scoring -----------------------------------------------------------------------------------
     def score(self, m: Measurement) -> float:
-        """Seconds to minimise during search; failures get the methodology's penalty."""
+        """Seconds to minimise during search; failures get the methodology's penalty. The penalty's serial
+        bound counts compute only, so a transfer-bound placement that runs can score above an OOM one."""
         if m.status == "ok":
             return float(m.step_time_s)
         if m.status == "oom":
