@@ -293,7 +293,9 @@ class HSDAGSearch:
     def __init__(self, problem: Problem, params: dict[str, Any], seed: int):
         p = self.params = params
         graph, cluster = problem.workload, problem.cluster
-        self.grouping, mask, self.rollouts = grouped_problem(problem, p)
+        # max_groups None is no cap here (grouped_problem reads None as the batched placers' 20 x devices)
+        cap = p["max_groups"] if p["max_groups"] is not None else max(1, graph.num_ops)
+        self.grouping, mask, self.rollouts = grouped_problem(problem, {**p, "max_groups": cap})
         self.mask = torch.as_tensor(mask)
         feats = group_features(graph, self.grouping)
         self.x0 = to_tensor(np.concatenate([feats.matrix(adjacency=False),

@@ -260,3 +260,17 @@ def test_the_node_features_hold_the_evaluators_profiled_times(branchy, k80x2):
     measured = cost_features(branchy, k80x2, search.grouping, [prof])
     assert not np.array_equal(measured, cost_features(branchy, k80x2, search.grouping))
     np.testing.assert_array_equal(search.x0[:, -D:].numpy(), measured)
+
+
+def test_max_groups_none_is_no_cap_on_a_graph_with_more_chain_groups_than_the_learned_default(two_gpus,
+                                                                                               make_problem):
+    """max_groups=None is documented as "no cap": a fan of 60 branches (62 chain groups) on 2 devices keeps
+    its 62 groups; it was capped at the batched placers' min(256, 20 x devices) = 40 (30 groups)."""
+    n = 60
+    ops = [Op("in", "input", flops=1e6, output_bytes=1000), Op("join", "add", flops=1e6, output_bytes=4)]
+    ops += [Op(f"b{i}", "matmul", flops=1e9, output_bytes=1000) for i in range(n)]
+    edges = [("in", f"b{i}") for i in range(n)] + [(f"b{i}", "join") for i in range(n)]
+    fan = OpGraph.build("fan", ops, edges)
+    assert make_grouping(fan, "chain", None).num_groups == n + 2
+    problem, budget = make_problem(fan, two_gpus, max_evaluations=3)
+    assert HSDAGPlacer(max_groups=None, steps=2).place(problem, budget, seed=0).info["groups"] == n + 2
