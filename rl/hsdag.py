@@ -39,8 +39,10 @@ Hyper-parameters. "Authors" = their released config.py and main.py; "ours" = cho
 | parameter         | authors                                          | ours (default)                          |
 |-------------------|--------------------------------------------------|-----------------------------------------|
 | devices           | CPU + one GPU (OpenVINO HETERO)                  | any cluster (D logits per cluster)      |
-| coarsening        | chain merging of the OpenVINO graph              | same, on top of colocation groups; at   |
-|                   |                                                  | most `max_groups` (128) groups (1)      |
+| coarsening        | chain merging of the OpenVINO graph: their loop  | the rule their comment states (u has    |
+|                   | puts every single-input op in its producer's     | one consumer, v one input), on top of   |
+|                   | group, also where the producer feeds others      | colocation groups; at most `max_groups` |
+|                   |                                                  | (128) groups (1)                        |
 | node features     | mean op-type one-hot, group index                | kind shares, sizes, position, output    |
 |                   |                                                  | shape, time on every device (2)         |
 | widths            | hidden 128; output = feature width               | hidden 64 (CPU time); output the same   |
