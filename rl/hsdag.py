@@ -52,6 +52,9 @@ Hyper-parameters. "Authors" = their released config.py and main.py; "ours" = cho
 |                   |                                                  | placement                               |
 | self-loops        | ignored (`link_ignore_self_loop`)                | kept (GPN's option) (3)                 |
 | parsing levels    | until the graph stops shrinking                  | 1 (`max_levels`; 0 = the authors') (3)  |
+| clusters          | dominant edges, with edge dropout                | the connected components of the         |
+|                   | (`dropout_parsing`) and GPN's community          | dominant edges; no edge dropout, no     |
+|                   | expansion                                        | expansion                               |
 | reward            | 1 / run time; all-CPU, all-GPU or failing: 1e-10 | 1 / score (the methodology's penalty    |
 |                   |                                                  | for failures, OOM shaping); single-     |
 |                   |                                                  | device placements are scored as any (4) |
