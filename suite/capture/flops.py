@@ -295,6 +295,8 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return Cost("nll_loss", float(loss_samples(ins[0])))
     if name == "mse_loss":
         return Cost("mse_loss", 3.0 * ins[0].numel)
+    if name in ("max", "min") and len(ins) > 1:  # torch.max(a, b): elementwise, as torch.maximum(a, b)
+        return elementwise(name, out)
     if name in REDUCTIONS:
         return Cost(name, float(ins[0].numel if ins else _numel(out)))
     if name == "layer_norm":

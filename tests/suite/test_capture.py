@@ -614,6 +614,21 @@ def test_norm_pool_and_reduction_rules_by_hand():
         assert f["mp"].flops == 24 * 2 * 2  # output elements (2*3*2*2) x kernel elements
 
 
+def test_max_and_min_of_two_tensors_are_elementwise_not_reductions():
+    """torch.max(a, b) / torch.min(a, b) (and the methods) are elementwise, 1 per output element; they were
+    counted as a reduction of their first argument: 10 FLOPs for a [1, 10] against a [4, 10] (40 elements)."""
+
+    class Pairwise(nn.Module):
+        def forward(self, a, b):
+            return torch.max(a, b) + torch.min(b, a) + a.max(b) + a.max(dim=1)[0].sum()
+
+    g = capture(Pairwise(), (torch.randn(1, 10), torch.randn(4, 10)), name="pairwise")
+    f = {op.kind: [] for op in g.ops}
+    for op in g.ops:
+        f[op.kind].append(op.flops)
+    assert f["max"] == [40, 40, 10] and f["min"] == [40]  # the last max reduces a's 10 elements along dim 1
+
+
 @pytest.mark.parametrize(
     ("pool", "shape", "kind", "flops"),
     [
