@@ -68,9 +68,12 @@ def _itemsize(elem_type: int) -> int:
 
 
 def _is_float(elem_type: int) -> bool:
+    """A floating-point (or complex) element type, as the fx front end's `is_floating_point() or is_complex()`:
+    also bfloat16 and the float8 types, which numpy knows only as ml_dtypes' kind "V" types."""
     from onnx import helper
 
-    return helper.tensor_dtype_to_np_dtype(elem_type).kind == "f"
+    dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+    return dtype.kind in "fc" or dtype.name.startswith(("bfloat", "float"))
 
 
 def _load(model: Any) -> Any:

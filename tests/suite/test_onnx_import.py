@@ -259,6 +259,24 @@ def test_split_and_multi_output_nodes_edges_carry_the_bytes_read_and_dtype_sizes
     assert f["topk"].output_bytes == 16 + 16 and edge_bytes(g, "topk", "tanh") == 16
 
 
+@pytest.mark.parametrize("dtype", [TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.FLOAT])
+def test_bfloat16_initializers_are_parameters(dtype):
+    """A bfloat16 weight is a parameter and its MatMul's output carries a gradient, as float16 and float32:
+    numpy knows bfloat16 only as an ml_dtypes type of kind "V", so it was taken for a non-float, its weight
+    for a constant (0 parameters, 0 param bytes, its bytes not read) and training found nothing to train."""
+    w = helper.make_tensor("W", dtype, [4, 3], np.zeros(12, dtype=np.uint16).tolist() if dtype == TensorProto.BFLOAT16
+                           else np.zeros(12).tolist())
+    proto = _model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+                   [helper.make_tensor_value_info("x", dtype, [2, 4])],
+                   [helper.make_tensor_value_info("y", dtype, [2, 3])], [w])
+    size = 4 if dtype == TensorProto.FLOAT else 2
+    g = import_onnx(proto)
+    f = {op.name: op for op in g.ops}
+    assert g.metadata["params"] == 12 and f["mm"].param_bytes == 12 * size
+    assert f["mm"].bytes_read == (8 + 12) * size and f["mm"].output_bytes == 6 * size
+    assert import_onnx(proto, mode="training").stats.ops_by_phase["update"] == 1
+
+
 def test_batch_norm_running_statistics_are_not_parameters():
     nodes = [helper.make_node("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["y"], name="bn")]
     inits = [numpy_helper.from_array(np.full(3, v, dtype=np.float32), n)
