@@ -5,6 +5,8 @@
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); integer and scalar
   initializers, BatchNormalization's running statistics and Constant nodes are constants.
+* Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
+  of a sequence, not all of it), as the torch.fx capture's folded indexing does.
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Expand, and Dropout
   in inference) are folded into their producers; Shape/Size outputs and anything computed only from
   constants are constants.
@@ -56,6 +58,7 @@ ELEMENTWISE = frozenset(
     Softsign HardSigmoid HardSwish Clip Max Min Where Cast Not And Or Equal Less Greater LessOrEqual GreaterOrEqual
     Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean""".split()
 )
+SLICING = frozenset({"Gather", "Slice"})  # ops whose data input (input 0) they read only in part: their output
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
                     "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin"})
@@ -269,6 +272,8 @@ def import_onnx(
                 vals[o] = b.fold(ins, infos[o].nbytes if o in infos else None,
                                  grad=o not in infos or infos[o].floating)
             continue
+        if node.op_type in SLICING and outs:  # x[:, -1]: reads the slice it takes, not all of x (as fx's getitem)
+            ins[0] = b.fold([ins[0]], outs[0].nbytes)
         in_infos = [infos.get(x) if x else None for x in node.input]
         cost = onnx_cost(node, in_infos, outs, training)
         if cost is None:

@@ -277,6 +277,50 @@ def test_bfloat16_initializers_are_parameters(dtype):
     assert import_onnx(proto, mode="training").stats.ops_by_phase["update"] == 1
 
 
+def test_gather_and_slice_read_the_part_they_take():
+    """Taking one time step of a [2, 5, 8] activation (Gather on axis 1, or Slice) reads that step's 64 bytes,
+    as the torch.fx capture's folded x[:, -1]; the whole 320-byte tensor was read (and sent, when placed apart)."""
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+             helper.make_node("Gather", ["a", "t"], ["g"], name="gather", axis=1),
+             helper.make_node("Slice", ["a", "starts", "ends", "axes"], ["s"], name="slice"),
+             helper.make_node("Relu", ["g"], ["r"], name="relu"),
+             helper.make_node("Relu", ["s"], ["q"], name="relu2")]
+    inits = [numpy_helper.from_array(np.zeros((8, 8), dtype=np.float32), "W"),
+             numpy_helper.from_array(np.array(4, dtype=np.int64), "t")]
+    inits += [numpy_helper.from_array(np.array([v], dtype=np.int64), n) for n, v in (("starts", 0), ("ends", 1), ("axes", 1))]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 8])],
+                   [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 8]),
+                    helper.make_tensor_value_info("q", TensorProto.FLOAT, [2, 1, 8])], inits)
+    g = import_onnx(proto)
+    f = {op.name: op for op in g.ops}
+    assert edge_bytes(g, "mm", "gather") == edge_bytes(g, "mm", "slice") == 2 * 8 * 4
+    assert f["gather"].bytes_read == f["slice"].bytes_read == 64 and f["mm"].output_bytes == 320
+
+
+def test_an_exported_last_time_step_reads_as_in_the_fx_capture():
+    class Last(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn, self.out = nn.LSTM(8, 6, batch_first=True), nn.Linear(6, 3)
+
+        def forward(self, x):
+            y, _ = self.rnn(x)
+            return self.out(y[:, -1])
+
+    model, x = Last().eval(), torch.randn(2, 5, 8)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, input_names=["x"])
+    g_onnx, g_fx = import_onnx(onnx.load_from_string(buf.getvalue())), capture(model, (x,), name="last")
+    (gather,) = [op for op in g_onnx.ops if op.kind == "gather"]
+    assert gather.bytes_read == 2 * 6 * 4  # the last step of y [2, 5, 6]
+    (gemm,), (fc,) = [op for op in g_onnx.ops if op.kind == "gemm"], [op for op in g_fx.ops if op.kind == "linear"]
+    assert (gemm.flops, gemm.bytes_read) == (fc.flops, fc.bytes_read)
+    assert sum(op.bytes_read for op in g_onnx.ops if op.kind in ("lstm", "gather", "gemm")) == sum(
+        op.bytes_read for op in g_fx.ops if op.kind in ("lstm", "linear")) + gather.bytes_read
+
+
 def test_batch_norm_running_statistics_are_not_parameters():
     nodes = [helper.make_node("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["y"], name="bn")]
     inits = [numpy_helper.from_array(np.full(3, v, dtype=np.float32), n)
