@@ -424,9 +424,11 @@ def _mha_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
     else:
         lq, batch, lk = q.shape[0], q.shape[1], k.shape[0]
     proj = batch * lq * e * e + batch * lk * (module.kdim + module.vdim) * e + batch * lq * e * e  # q, k, v, out
-    attn = 2 * batch * lq * lk * e  # scores and weighted sum over all heads
+    # add_bias_kv appends a learned key and value, add_zero_attn a zero one, after the projections
+    keys = lk + (module.bias_k is not None) + bool(module.add_zero_attn)
+    attn = 2 * batch * lq * keys * e  # scores and weighted sum over all heads
     macs = proj + attn
-    scores = batch * module.num_heads * lq * lk
+    scores = batch * module.num_heads * lq * keys
     bias = (batch * (lq + 2 * lk) * e if module.in_proj_bias is not None else 0) + (
         batch * lq * e if module.out_proj.bias is not None else 0)
     saved = scores * q.itemsize if training else 0

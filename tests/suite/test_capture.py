@@ -187,6 +187,24 @@ def test_multihead_attention_with_other_key_and_value_widths():
     assert op.flops == 2 * (proj + attn) + bias + 5 * 2 * 2 * 3 * 5
 
 
+@pytest.mark.parametrize("extra", [{"add_bias_kv": True}, {"add_zero_attn": True}, {"add_bias_kv": True, "add_zero_attn": True}])
+def test_multihead_attention_with_added_keys_attends_to_them(extra):
+    """add_bias_kv and add_zero_attn each append a key and value (after the projections) that every query
+    attends to: torch's own count has 2 x B x Lq x E more multiply-adds for each; they were left out."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mha = nn.MultiheadAttention(8, 2, **extra)
+    q, k = torch.randn(5, 2, 8), torch.randn(7, 2, 8)
+    g = capture(mha, (q, k, k), name="mha")
+    with FlopCounterMode(display=False) as counter:
+        mha(q, k, k)
+    added = 1 + ("add_zero_attn" in extra and "add_bias_kv" in extra)
+    (op,) = by_kind(g, "multihead_attention")
+    assert g.metadata["forward_macs"] == counter.get_total_flops() / 2 == 4192 + added * 2 * 2 * 5 * 8
+    scores = 2 * 2 * 5 * (7 + added)
+    assert op.flops == 2 * (4192 + added * 160) + 2 * (5 + 2 * 7) * 8 + 2 * 5 * 8 + 5 * scores
+
+
 @pytest.mark.parametrize("functional", [False, True])
 def test_conv_transpose_rule(functional):
     class Functional(nn.ConvTranspose2d):
