@@ -21,8 +21,8 @@ refused); an argument of another type is refused when the env is made. Every eva
 raises `BudgetExhausted` (the benchmark's rule; an agent must stop) and the episode stays as it was. A
 vector env made with `gym.make_vec(..., budget=...)` gives each sub-env an evaluator and budget of its own
 (num_envs times the budget in all); to share one budget pass one `evaluator=` with the synchronous vector
-mode (the asynchronous mode copies it into each worker process, whose evaluations it then does not see). Score
-is `Evaluator.score` (the methodology's penalty for OOM and invalid placements, such as a group on a
+mode (the asynchronous mode copies it into each worker process, whose evaluations it then does not see).
+Score is `Evaluator.score` (the methodology's penalty for OOM and invalid placements, such as a group on a
 device its mask forbids). An action outside the action space (a device index out of range, a wrong shape,
 a non-integer) raises `PlacebenchError` and costs nothing; so does an iterative step before the first
 reset or after the last step.
@@ -30,8 +30,9 @@ reset or after the last step.
 Decisions are per group: by default the workload's colocation groups (and one group per other op); a
 caller may pass `groups` (an op -> group label array, e.g. the `assignment` of an `rl.grouping.Grouping`)
 that keeps colocation groups whole. Observations are per-group features in [0, 1]: scaled log FLOPs, output
-bytes, parameter bytes and op count, topological position, the scaled log time on each device (the cost model's, with the measured op
-times of the evaluator's profiles where it has them, as `Problem.costs`), and which devices the group allows.
+bytes, parameter bytes and op count, topological position, the scaled log time on each device (the cost
+model's, with the measured op times of the evaluator's profiles where it has them, as `Problem.costs`), and
+which devices the group allows.
 `info["action_mask"]` gives the allowed devices (per group, or for the current group when iterative).
 """
 

@@ -166,7 +166,8 @@ def einsum_cost(equation: Any, ins: list[TensorInfo]) -> Cost | None:
     for b in map(dict, operands[1:]):
         both = [*a, *(x for x in b if x not in a)]
         contracted: set[Any] = set()
-        first: list[tuple[dict[Any, int], Any]] = []  # (side, index) summed out before the product
+        drop_a: list[Any] = []  # indices summed out of one side before the product
+        drop_b: list[Any] = []
         for x in both:
             if x in out:
                 continue
@@ -176,10 +177,9 @@ def einsum_cost(equation: Any, ins: list[TensorInfo]) -> Cost | None:
                     contracted.add(x)
                     holders[x] = 0
             elif holders[x] == 1 and (a.get(x, 1) != 1 or b.get(x, 1) != 1):  # one side only
-                first.append((a if a.get(x, 1) != 1 else b, x))
+                (drop_a if a.get(x, 1) != 1 else drop_b).append(x)
                 holders[x] = 0
-        for side in (a, b):  # one sum per side over all its indices to drop
-            dropped = [x for s, x in first if s is side]
+        for side, dropped in ((a, drop_a), (b, drop_b)):  # one sum per side over all its indices to drop
             if dropped:
                 summed += math.prod(side.values())
                 side.update(dict.fromkeys(dropped, 1))

@@ -1,9 +1,10 @@
 """Training-step graphs: the forward ops plus backward, gradient-accumulation and parameter-update ops.
 
 Which ops get gradients follows autograd: an op *needs a gradient* when it owns trainable parameters,
-reads a trainable variable, or reads an op that needs one, unless its outputs cannot carry one (`differentiable` False:
-comparisons, argmax, integer casts) or it reads that op only through `detach()` (its `no_grad_inputs`); it
-is *active* when it also has a path to a model output (the loss) along reads a gradient flows back through.
+reads a trainable variable, or reads an op that needs one, unless its outputs cannot carry one
+(`differentiable` False: comparisons, argmax, integer casts) or it reads that op only through `detach()`
+(its `no_grad_inputs`); it is *active* when it also has a path to a model output (the loss) along reads a
+gradient flows back through.
 For every active op:
 
 * when some input needs a gradient: a grad-input op `{name}/grad` (kind `{kind}_grad`, FLOPs = forward
