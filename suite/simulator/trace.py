@@ -7,9 +7,9 @@ chrome://tracing open, so a user can see why a placement is slow or runs out of 
 
 * one process per device, with a `compute` track (one slice per op) and one `to DEVICE` track per
   destination that it sends to (one slice per transfer: the channel carries one at a time);
-* a `memory` counter per device: resident bytes (parameters, gradients and optimizer state) plus live
-  tensors, after every change; its largest value is the device's peak memory, as the simulator reports it,
-  and the device's capacity is in the process's name.
+* a `memory` counter per device: resident bytes (parameters, and optimizer state in training) plus live
+  tensors (weight gradients among them), after every change; its largest value is the device's peak
+  memory, as the simulator reports it, and the device's capacity is in the process's name.
 
 Times are in microseconds of simulated time, from 0 at the start of the step.
 """
