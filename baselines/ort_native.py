@@ -16,7 +16,9 @@ No search, no evaluations: the framework decides.
   allowed kinds exclude the CPU (an input too) runs on the GPU, with its colocation group.
 
 Training graphs: backward and update ops follow their forward op (colocation groups). A cluster without a
-GPU makes ort_gpu not applicable. A training graph uses the static rule (ONNX Runtime runs inference only).
+GPU makes ort_gpu not applicable. A training graph uses the static rule (ONNX Runtime runs inference only),
+and so does a graph without a model to run (a graph file that is neither a zoo workload nor a variant of
+one), unless `assignment="measured"` asks for a session.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class OrtGPU(BasePlacer):
     """ONNX Runtime's CUDA provider with CPU fallback: where ONNX Runtime runs each op (OpenVINO-GPU analogue)."""
 
     name = "ort_gpu"
-    defaults = {"assignment": "auto"}  # "auto": measured where CUDA is available, else static; or force one
+    defaults = {"assignment": "auto"}  # "auto": measured where CUDA and a model to run are, else static; or force one
     ASSIGNMENTS = ("auto", "measured", "static")
 
     def __init__(self, **params: Any):
@@ -79,7 +81,7 @@ class OrtGPU(BasePlacer):
         mode = self.params["assignment"]
         if mode == "auto":
             training = graph.metadata.get("mode") == "training"  # ONNX Runtime runs inference graphs only
-            mode = "measured" if _cuda_ort_available() and not training else "static"
+            mode = "measured" if _cuda_ort_available() and not training and _has_model(graph) else "static"
         placement = np.full(graph.num_ops, gpu, dtype=np.int64)
         if mode == "static":
             no_kernel = np.array([bool(op.allowed_kinds) and "gpu" not in op.allowed_kinds for op in graph.ops])
@@ -105,6 +107,14 @@ class OrtGPU(BasePlacer):
         on_cpu = int((placement == cpu).sum())
         return PlacementResult.from_search(placement, problem, started, assignment=mode, ops_on_cpu=on_cpu,
                                            gpu=cluster.devices[gpu].name, cpu=cluster.devices[cpu].name)
+
+
+def _has_model(graph: OpGraph) -> bool:
+    """Is there a model to run for `graph` (a zoo workload or a variant of one, as `for_graph` needs)?"""
+    from suite import zoo
+
+    names = zoo.names()
+    return graph.name in names or graph.metadata.get("variant_of") in names
 
 
 def _cuda_ort_available() -> bool:

@@ -8,6 +8,7 @@ import pytest
 from baselines import ort_native
 from baselines.ort_native import OrtCPU, OrtGPU
 from suite.cluster import Cluster, Device, Link
+from suite.errors import PlacebenchError
 from suite.graph import Op, OpGraph
 from suite.methodology import Budget
 from suite.placement import validate
@@ -102,3 +103,16 @@ def test_ort_gpu_keeps_ops_that_forbid_the_cpu_on_the_gpu(make_problem, monkeypa
     r = OrtGPU(assignment=assignment).place(make_problem(g, c), Budget(), 0)
     assert {op.name: int(r.placement[i]) for i, op in enumerate(g.ops)} == {"x": 1, "a": 1, "y": 1, "z": 0, "b": 1}
     validate(r.placement, g, c)
+
+
+def test_ort_gpu_auto_uses_the_static_rule_for_a_graph_without_a_model(make_problem, monkeypatch):
+    """With CUDA, "auto" reads a session's assignment only where there is a model to run: a graph file that is no
+    zoo workload gets the static rule (it raised 'has no model in the zoo to run for real', an error row)."""
+    monkeypatch.setattr(ort_native, "_cuda_ort_available", lambda: True)
+    g = graph()
+    r = OrtGPU().place(make_problem(g, cluster([1e10], [1e9])), Budget(), 0)
+    assert r.info["assignment"] == "static"
+    assert {op.name: int(r.placement[i]) for i, op in enumerate(g.ops)} == {
+        "u": 0, "x": 0, "tok": 0, "w": 1, "w/grad": 1, "w/update": 1}
+    with pytest.raises(PlacebenchError, match="has no model in the zoo"):
+        OrtGPU(assignment="measured").place(make_problem(g, cluster([1e10], [1e9])), Budget(), 0)
