@@ -170,6 +170,17 @@ def _variant(name: str, mode: str | None, overrides: dict[str, Any]) -> _Variant
     return _Variant(w, family, mode, {**w.params, **overrides}, gname)
 
 
+def _model_and_inputs(v: _Variant) -> tuple[nn.Module, Any]:
+    """The variant's module and example inputs. Shape parameters torch cannot build (a dimension beyond int64,
+    a tensor whose size overflows) are a `PlacebenchError` naming the workload, not torch's traceback."""
+    try:
+        return v.family.model_and_inputs(**v.params, with_loss=v.mode == "training")
+    except (RuntimeError, TypeError, OverflowError) as exc:
+        why = (str(exc).strip().splitlines() or [""])[0]
+        raise PlacebenchError(f"workload {v.name!r}: torch cannot build the model with these shape parameters "
+                              f"({type(exc).__name__}: {why})") from None
+
+
 def _capture(v: _Variant, module: nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
     from suite import zoo
     from suite.capture.fx import capture as capture_graph
@@ -193,7 +204,7 @@ def real_workload(name: str, *, seed: int = 0, mode: str | None = None, capture:
 
     v = _variant(name, mode, overrides)
     torch.manual_seed(seed)
-    module, examples = v.family.model_and_inputs(**v.params, with_loss=v.mode == "training")
+    module, examples = _model_and_inputs(v)
     module.train(v.mode == "training")
     inputs = random_inputs(module, examples, seed)
     base = v.workload.name
@@ -222,7 +233,7 @@ def variant_graph(name: str) -> OpGraph:
         raise PlacebenchError(f"workload {name!r}: write this variant as {v.name!r} (keys sorted, only values "
                               "that differ from the zoo workload's)")
     with torch.device("meta"):
-        module, examples = v.family.model_and_inputs(**v.params, with_loss=v.mode == "training")
+        module, examples = _model_and_inputs(v)
     module.train(v.mode == "training")
     graph = _VARIANT_GRAPHS[name] = _capture(v, module, examples)
     return graph

@@ -692,6 +692,27 @@ def test_variant_names_are_checked():
         real_workload("nmt-2x1024-b64+batch_size=1", batch_size=2)
 
 
+def test_a_shape_torch_cannot_build_is_an_error_naming_the_workload(capsys):
+    """A huge shape parameter (beyond int64, or a tensor size that overflows) is a PlacebenchError, by name
+    (meta device) and when run (real weights), and one line with exit 2 at the CLI: not torch's traceback."""
+    import suite
+    from suite.cli import main
+
+    for name, message in (
+        ("rnnlm-2x2048-b64+batch_size=99999999999999999999", "TypeError: zeros(): argument 'size' failed to unpack"),
+        ("rnnlm-2x2048-b64+batch_size=9223372036854775807", "RuntimeError: Storage size calculation overflowed"),
+    ):
+        with pytest.raises(PlacebenchError, match=re.escape(
+                f"workload {name!r}: torch cannot build the model with these shape parameters ({message}")):
+            suite.load_workload(name)
+        with pytest.raises(PlacebenchError, match="torch cannot build the model"):
+            real_workload(name)
+    assert main(["show", "rnnlm-2x2048-b64+batch_size=99999999999999999999"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("placebench: error: workload 'rnnlm-2x2048-b64+batch_size=99999999999999999999': torch "
+                          "cannot build") and err.count("\n") == 1
+
+
 def test_registered_workload_captured_from_the_real_module_is_the_zoo_graph():
     rw = real_workload("resnet50-b1-infer", capture=True)
     assert rw.graph.content_hash == zoo.load("resnet50-b1-infer").content_hash
