@@ -21,7 +21,8 @@ phase then hits every placement alike instead of one of them. Per placement: rel
 measured; over the placements: the median absolute relative error and Spearman's rank correlation of
 predicted against measured (does the simulator order placements as reality does?).
 
-Reports: `<out>/<workload>__<cluster>__<backend>.md` (table), `.png` (predicted vs measured, log-log, with
+Reports: `<out>/<workload>__<cluster>__<backend>.md` (table; in the file name, a character of the names other
+than a letter, a digit or `._+=-` is `_`), `.png` (predicted vs measured, log-log, with
 the y = x line and a +-15 % band) and `.json` (every number); `write_summary(out)` gathers every JSON of a
 directory into `summary.md` with the single-device predictions.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -555,7 +557,8 @@ def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: 
     file is replaced whole (written beside it, then renamed)."""
     out = Path(out)
     clock = result.info.get("clock", "wall")
-    stem = f"{result.workload}__{result.cluster}__{result.backend}" + ("" if clock == "wall" else f"__{clock}")
+    stem = "__".join(_file_part(x) for x in (result.workload, result.cluster, result.backend))
+    stem += "" if clock == "wall" else f"__{clock}"
     if result.info.get("concurrent") is True:
         stem += "__concurrent"
     data = result.to_dict()
@@ -579,6 +582,13 @@ def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: 
         tmp.replace(paths[kind])
     paths["summary"] = write_summary(out)
     return paths
+
+
+def _file_part(name: str) -> str:
+    """A name as part of a report's file name: a character other than a letter, a digit or one of `._+=-`
+    becomes `_`, so that a cluster file named "lab/2cpu" writes `..._lab_2cpu_...` into the report directory
+    (the report itself keeps the name)."""
+    return re.sub(r"[^\w.+=-]", "_", name)
 
 
 def _mode(d: dict[str, Any]) -> str:

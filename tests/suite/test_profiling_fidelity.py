@@ -350,6 +350,21 @@ def test_a_report_that_cannot_be_made_writes_nothing(tmp_path):
     assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before and paths["png"] in before
 
 
+def test_a_report_file_name_is_one_name_in_the_report_directory(tmp_path):
+    """A cluster file may name its cluster "lab/2cpu" or "../up": the report goes into `out` under a file name
+    with those characters replaced (the measurement was lost to 'No such file or directory', or written
+    beside `out`), and keeps the cluster's name inside."""
+    out = tmp_path / "out"
+    for name, stem in (("lab/2cpu", "w__lab_2cpu__torch"), ("../up", "w__.._up__torch")):
+        result = FidelityResult("w", "h", name, "torch", {}, [Row("single:cpu:0", "single", 1.0, 1.25, "ok")])
+        paths = write_report(result, out, png=False)
+        assert paths["json"] == out / f"{stem}.json" and paths["md"] == out / f"{stem}.md"
+        assert json.loads(paths["json"].read_text())["cluster"] == name
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [
+        "out", "summary.md", "w__.._up__torch.json", "w__.._up__torch.md", "w__lab_2cpu__torch.json",
+        "w__lab_2cpu__torch.md"]
+
+
 def _profile_file(tmp_path, times, calibration=None):
     data = {"format": "placebench.profile", "schema_version": 1, "workload": "w", "applies_to": "cpu",
             "op_times_s": times, "metadata": {} if calibration is None else {"calibration": calibration}}
