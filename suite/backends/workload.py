@@ -172,10 +172,13 @@ def _variant(name: str, mode: str | None, overrides: dict[str, Any]) -> _Variant
 
 def _model_and_inputs(v: _Variant) -> tuple[nn.Module, Any]:
     """The variant's module and example inputs. Shape parameters torch cannot build (a dimension beyond int64,
-    a tensor whose size overflows) are a `PlacebenchError` naming the workload, not torch's traceback."""
+    a tensor whose size overflows) are a `PlacebenchError` naming the workload, not torch's traceback. The zoo
+    workload's own parameters are not caught: an exception there is a bug in the model code."""
     try:
         return v.family.model_and_inputs(**v.params, with_loss=v.mode == "training")
     except (RuntimeError, TypeError, OverflowError) as exc:
+        if v.params == v.workload.params:
+            raise
         why = (str(exc).strip().splitlines() or [""])[0]
         raise PlacebenchError(f"workload {v.name!r}: torch cannot build the model with these shape parameters "
                               f"({type(exc).__name__}: {why})") from None
