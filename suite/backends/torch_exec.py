@@ -556,21 +556,37 @@ class TorchBackend:
     every sample, the peak memory of each cluster device (CUDA:
     allocator peak of its torch device; CPU: peak resident set of this process; logical devices sharing a
     torch device report the same number) and the bytes copied across device boundaries per step.
+
+    `threads`: torch's intra-op threads for the steps of every measurement (default: torch's count when the
+    backend is made), set for each `measure` and restored after it, as the ONNX Runtime backend fixes its
+    sessions' threads when it is made: a placer that changes torch's threads while it searches (the learned
+    placers' `threads`) does not change what its evaluations measure.
     """
 
     name = "torch"
 
     def __init__(self, rw: RealWorkload, cluster: Cluster, device_map: DeviceMap | None = None, *,
                  methodology: Methodology | None = None, timing: Timing | None = None,
-                 concurrent: bool | str = "auto", clock: str = "wall"):
+                 concurrent: bool | str = "auto", clock: str = "wall", threads: int | None = None):
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise PlacebenchError(f"threads {threads!r}: expected a whole number >= 1 (or None: torch's count now)")
         self.rw = rw
         self.workload = rw.graph
         self.cluster = cluster
         self.device_map, self.timing = backend_setup(cluster, device_map, methodology, timing)
         self.executor = TorchExecutor(rw, self.device_map, concurrent=concurrent)
         self.clock = clock
+        self.threads = torch.get_num_threads() if threads is None else threads
 
     def measure(self, placement: np.ndarray) -> Measurement:
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            return self._measure(placement)
+        finally:
+            torch.set_num_threads(before)
+
+    def _measure(self, placement: np.ndarray) -> Measurement:
         ex = self.executor
         names = [d.name for d in self.cluster.devices]
         try:

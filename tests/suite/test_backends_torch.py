@@ -845,10 +845,42 @@ def test_cpu_clock_times_only_one_thread_runs(three_cpus):
                 random_placement(rw.graph, 3, np.random.default_rng(0)))
         with pytest.raises(PlacebenchError, match="CUDA"):
             check_cpu_clock("cpu", [torch.device("cuda", 0)], False)
-        torch.set_num_threads(2)
         with pytest.raises(PlacebenchError, match="one intra-op thread"):
-            be.measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+            TorchBackend(rw, cluster, dmap, timing=FAST, clock="cpu", threads=2).measure(
+                np.zeros(rw.graph.num_ops, dtype=np.int64))
     finally:
         torch.set_num_threads(before)
     with pytest.raises(PlacebenchError, match="clock 'sundial'"):
         time_steps(lambda: None, FAST, [], clock="sundial")
+
+
+def test_steps_run_with_the_threads_the_backend_was_made_with(three_cpus):
+    """The learned placers search inside `torch_threads(1)`: their evaluations must not run with that one
+    thread while the other placers' and the final re-measurement run with the backend's."""
+    from rl.learned import torch_threads
+
+    cluster, dmap = three_cpus
+    rw = from_module(Tiny(), (torch.randn(2, 4),), name="tiny")
+    seen = []
+
+    def recording(be):
+        step = be.executor.step
+        be.executor.step = lambda: (seen.append(torch.get_num_threads()), step())[1]
+        return be
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        be = recording(TorchBackend(rw, cluster, dmap, timing=FAST))
+        with torch_threads(1):
+            assert be.measure(np.zeros(4, dtype=np.int64)).status == "ok"
+            assert torch.get_num_threads() == 1  # the caller's, restored
+        assert seen == [2] * 5  # the counting step, 1 warm-up and 3 measured steps
+        seen.clear()
+        be = recording(TorchBackend(rw, cluster, dmap, timing=FAST, threads=3))
+        assert be.measure(np.zeros(4, dtype=np.int64)).status == "ok" and seen == [3] * 5
+        assert torch.get_num_threads() == 2
+        with pytest.raises(PlacebenchError, match="threads 0"):
+            TorchBackend(rw, cluster, dmap, threads=0)
+    finally:
+        torch.set_num_threads(before)
