@@ -14,7 +14,9 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
   several devices: with its first call);
 * a tensor read on another (logical) device than the one that produced it is copied: `.to(device)`
   between torch devices, `.clone()` between logical devices mapped to one torch device. Each value is
-  copied at most once per step to each device; copies are counted (`bytes_transferred` per step).
+  copied at most once per step to each device; copies are counted (`bytes_transferred` per step). In a
+  training step only the forward pass's copies are: autograd copies their gradients back across the same
+  boundaries (about as many bytes again) uncounted, where the simulator charges both directions;
 * an in-place call (`y.mul_(2)`) is read by the nodes after it in y's place, as capture's graph has it:
   on another device than y it overwrites a copy there, which those readers get; on y's device it first
   waits for the earlier readers of y on other devices;
@@ -555,7 +557,8 @@ class TorchBackend:
     warm-up and measured steps, and returns the step time (the methodology's statistic, median or mean) with
     every sample, the peak memory of each cluster device (CUDA:
     allocator peak of its torch device; CPU: peak resident set of this process; logical devices sharing a
-    torch device report the same number) and the bytes copied across device boundaries per step.
+    torch device report the same number) and the bytes the forward pass copies across device boundaries per
+    step (training: the gradients copied back are not counted, see the module docstring).
 
     `threads`: torch's intra-op threads for the steps of every measurement (default: torch's count when the
     backend is made), set for each `measure` and restored after it, as the ONNX Runtime backend fixes its
