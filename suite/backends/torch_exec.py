@@ -11,7 +11,8 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
   device gets a copy of the shared weights, once per step per device (as the simulator charges the
   variable's edges) and calls its own replica of the module (same tensors, own attributes), so the
   thread of another device never sees those copies; buffers live with their module (a module called on
-  several devices: with its first call);
+  several devices: with its first call), and a call on another device gets copies of them, so what it
+  writes there (a shared BatchNorm's running statistics in a training step) does not reach the module;
 * a tensor read on another (logical) device than the one that produced it is copied: `.to(device)`
   between torch devices, `.clone()` between logical devices mapped to one torch device. Each value is
   copied at most once per step to each device; copies are counted (`bytes_transferred` per step). In a
