@@ -198,7 +198,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--out is empty: give a store directory, or leave --out out for runs/<spec name>")
     out = Path(args.out) if args.out is not None else Path("runs") / spec.name
     check_output_dir(out, "--out")
-    jobs = args.jobs if args.jobs is not None else usable_cpus()
+    from suite.backends import REAL_BACKENDS
+
+    jobs = args.jobs if args.jobs is not None else 1 if spec.evaluator in REAL_BACKENDS else usable_cpus()
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
     if args.reference and args.reference not in (labels := runner.placer_labels(spec)):
@@ -1046,7 +1048,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a suite spec (default: quick) and print the comparison table")
     r.add_argument("spec", nargs="?", default="quick", help="built-in spec name (placebench list specs) or spec file")
     r.add_argument("--out", help="results store directory (default: runs/<spec name>)")
-    r.add_argument("--jobs", "-j", type=whole_number(1), help="parallel worker processes (default: usable CPUs)")
+    r.add_argument("--jobs", "-j", type=whole_number(1),
+                   help="parallel worker processes (default: usable CPUs; 1, the only choice, for a real-execution evaluator)")
     r.add_argument("--force", action="store_true", help="rerun cells already in the store")
     r.add_argument("--retry-failed", action="store_true", help="rerun stored cells whose status is error or timeout")
     r.add_argument("--reference", help="placer that speedups are relative to (default: single_gpu)")

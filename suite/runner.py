@@ -1200,6 +1200,16 @@ def _made_with_other_kernels(record: Mapping[str, Any] | None, made: Mapping[str
     return bool(stored and now and stored != now)
 
 
+def check_jobs(spec: Spec, jobs: int) -> None:
+    """Refuse parallel workers for a built-in real-execution evaluator: each cell's steps would be timed while
+    the other workers run theirs on the same CPUs and GPUs (and with the CPUs' threads split between them)."""
+    from suite.backends import REAL_BACKENDS
+
+    if jobs > 1 and spec.evaluator in REAL_BACKENDS:
+        raise PlacebenchError(f"--jobs {jobs}: spec {spec.name!r} times real execution (evaluator "
+                              f"{spec.evaluator!r}); cells run in parallel would time each other: use --jobs 1")
+
+
 def run(
     spec: Spec | str,
     out: str | Path,
@@ -1217,9 +1227,11 @@ def run(
     vector extension or other math settings, `suite.numerics`: a host's own run is reused, another kind of
     host's is redone); all of them with `force`, and the failed ones too with `retry_failed`. `select` keeps
     only the cells of the spec's product it accepts (a paper's table names (workload, cluster) pairs).
-    `on_plan(total, reused, stale_code, stale_kernels)` is told before any cell runs."""
+    `on_plan(total, reused, stale_code, stale_kernels)` is told before any cell runs. A spec whose evaluator
+    times real execution ("torch", "onnxruntime") runs with `jobs` 1: parallel workers would time each other."""
     t0 = time.perf_counter()
     spec = load_spec(spec) if isinstance(spec, str) else spec
+    check_jobs(spec, jobs)
     plan = make_plan(spec)
     if select is not None:
         plan.cells = [c for c in plan.cells if select(c)]

@@ -880,3 +880,34 @@ def test_the_tox_gate_runs_into_an_emptied_store(tmp_path):
     assert commands[0][0] == "python"
     subprocess.run([sys.executable, *commands[0][1:]], cwd=tmp_path, check=True)
     assert not (tmp_path / "runs" / "gate").exists()
+
+
+def test_a_real_execution_spec_runs_one_cell_at_a_time(tmp_path, capsys, monkeypatch):
+    """`run` started usable-CPUs workers by default: with evaluator torch each cell's steps were timed while
+    the others ran theirs on the same cores (each worker on cores / jobs threads)."""
+    import suite.store
+    from suite import runner
+
+    spec = tmp_path / "real.toml"
+    spec.write_text('name = "real"\nworkloads = ["rnnlm-2x2048-b64"]\nclusters = ["haswell_4k80"]\n'
+                    'placers = ["single_cpu"]\nevaluator = "torch"\n')
+    code, out, err = _run(capsys, "run", str(spec), "--out", str(tmp_path / "store"), "--jobs", "2")
+    _assert_usage_error(code, out, err, "--jobs 2: spec 'real' times real execution (evaluator 'torch'); cells "
+                                        "run in parallel would time each other: use --jobs 1")
+    assert not (tmp_path / "store" / "manifest.json").exists()
+
+    class Ran(Exception):
+        pass
+
+    def fake_run(spec, out, *, jobs, **kw):
+        raise Ran(jobs)
+
+    monkeypatch.setattr(suite.store, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(runner, "run", fake_run)
+    with pytest.raises(Ran) as ran:
+        main(["run", str(spec), "--out", str(tmp_path / "store")])
+    assert ran.value.args == (1,)
+    spec.write_text(spec.read_text().replace('"torch"', '"simulator"'))
+    with pytest.raises(Ran) as ran:
+        main(["run", str(spec), "--out", str(tmp_path / "store")])
+    assert ran.value.args == (4,)
