@@ -214,7 +214,9 @@ class Evaluator:
     # -- scoring -----------------------------------------------------------------------------------
     def score(self, m: Measurement) -> float:
         """Seconds to minimise during search; failures get the methodology's penalty. The penalty's serial
-        bound counts compute only, so a transfer-bound placement that runs can score above an OOM one."""
+        bound counts compute only, so a transfer-bound placement that runs can score above an OOM one; and it
+        is the roofline simulator's even for a real backend, whose measured steps can be slower than the
+        penalty (README, "How a result is computed")."""
         if m.status == "ok":
             return float(m.step_time_s)
         if m.status == "oom":
