@@ -585,6 +585,7 @@ def test_unused_gpus_report_no_peak_from_earlier_placements(monkeypatch):
     backend.cluster = Cluster("2gpu", gpus, (Link(("gpu:0", "gpu:1"), 1e10, 1e-5),))
     backend.device_map, backend.clock = DeviceMap(("gpu:0", "gpu:1"), ("cuda:0", "cuda:1")), "wall"
     backend.timing, backend.executor = Timing(warmup_steps=1, measured_steps=2), FakeExecutor()
+    backend.threads = torch.get_num_threads()
     assert backend.measure(np.array([0, 1])).peak_memory_bytes == {"gpu:0": 5 * 2**30, "gpu:1": 5 * 2**30}
     assert backend.measure(np.array([0, 0])).peak_memory_bytes == {"gpu:0": 5 * 2**30, "gpu:1": 0}
 
