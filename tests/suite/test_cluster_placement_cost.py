@@ -562,6 +562,32 @@ def test_a_batch_is_all_valid_exactly_when_each_placement_validates(data):
     assert not all_valid(batch.astype(float), g, c)  # not integers: validate looks at each entry
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_random_placements_keep_the_rules_of_every_op_of_a_group(data):
+    """A colocation group goes to a device every one of its ops allows, not only its first op: on graphs
+    with device-kind rules and groups (e.g. a free first op and a cpu-only one in g1), every draw validates."""
+    from suite.placement import random_placements
+
+    c = load_cluster("haswell_4k80")
+    g = _draw_ruled_graph(data, 10)
+    for p in random_placements(g, c, np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))), 16):
+        validate(p, g, c)
+
+
+def test_a_group_that_only_a_later_op_rules_out_of_a_cluster_cannot_be_placed(uniform_cluster):
+    """A group of a free op and a cpu-only op has no device on a cluster of GPUs, though its first op has."""
+    from suite.placement import check_placeable, random_placements
+
+    g = OpGraph.build("g", [Op("a", "x", flops=1.0, group="g"), Op("b", "x", flops=1.0, group="g", allowed_kinds=("cpu",)),
+                            Op("c", "x", flops=1.0)], [])
+    c = load_cluster("haswell_4k80")
+    assert (random_placements(g, c, np.random.default_rng(0), 32)[:, :2] == 0).all()  # cpu:0 is device 0
+    with pytest.raises(PlacementError, match=r"'g' cannot be placed on 'uniform2': op 'a' \(or its colocation group\) "
+                                             r"allows none of its device kinds \(gpu\)"):
+        check_placeable(g, uniform_cluster(2))
+
+
 def test_clusters_built_in_python_are_checked_like_files():
     """The constructor checks what from_dict checks: a name, and `between` as a list of device names (a
     string "ab" would otherwise be read as the devices 'a' and 'b')."""
