@@ -176,6 +176,53 @@ def test_a_sink_output_is_freed_once_placed(make_problem, make_cluster):
     assert p.evaluator.measure(placement).status == "ok"
 
 
+def test_a_received_copy_is_freed_once_its_producers_last_consumer_is_placed(make_problem, make_cluster):
+    """a (CPU only, 0..0.1) sends its 1 MB to c (GPU only, 0.101..0.201), its one consumer: once c is placed,
+    the copy no longer counts on the 1.5 MB GPU, so e (1 MB output) fits there, in the idle gap before c
+    (0..0.01; the CPU would end it at 0.2)."""
+    ops = [Op("a", "x", flops=1e8, output_bytes=MB, allowed_kinds=("cpu",)),
+           Op("c", "x", flops=1e9, output_bytes=8, allowed_kinds=("gpu",)), Op("e", "x", flops=1e8, output_bytes=MB)]
+    g = OpGraph.build("freed", ops, [("a", "c")])
+    p = make_problem(g, make_cluster(1, gpu_memory_bytes=1_500_000))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [0, 1, 1]
+    assert info["memory_overflows"] == 0 and info["estimated_step_time_s"] == pytest.approx(0.201)
+    assert info["estimated_peak_bytes"] == [MB, MB + 8]
+    assert p.evaluator.measure(placement).status == "ok"
+
+
+def test_a_second_consumer_on_a_device_adds_nothing_to_a_whole_copy(make_problem, make_cluster):
+    """A variable (CPU only, P bytes on each of its edges) feeds c1 and c2 on the 1.5 P GPU: the simulator
+    sends its weights there once, P bytes, not P per consumer, and so does the estimate (2 P would not fit):
+    no overflow, and the estimate's peaks are the simulator's, byte for byte (the CPU holds the P parameter
+    bytes; the GPU the copy and one 1000-byte output at a time)."""
+    P = MB
+    ops = [Op("v", "variable", output_bytes=0, param_bytes=P, allowed_kinds=("cpu",)),
+           Op("c1", "x", flops=1e9, output_bytes=1000, allowed_kinds=("gpu",)),
+           Op("c2", "x", flops=1e9, output_bytes=1000, allowed_kinds=("gpu",))]
+    g = OpGraph.build("shared_weights", ops, [("v", "c1", P), ("v", "c2", P)])
+    p = make_problem(g, make_cluster(1, gpu_memory_bytes=1_500_000))
+    placement, info = m_etf_placement(p)
+    m = p.evaluator.measure(placement)
+    assert placement.tolist() == [0, 1, 1] and m.status == "ok"
+    assert info["memory_overflows"] == 0
+    assert info["estimated_peak_bytes"] == [P, P + 1000] == list(m.peak_memory_bytes.values())
+
+
+def test_an_op_forced_by_its_group_onto_a_device_it_overflows_is_counted(make_problem, make_cluster):
+    """a and b (GPU only) form a group; a fits the 1.5 MB GPU, but b, which follows it there, also reads y's
+    1.6 MB from the CPU: one memory overflow, and the simulator finds the placement OOM."""
+    ops = [Op("y", "x", flops=1e8, output_bytes=1_600_000, allowed_kinds=("cpu",)),
+           Op("a", "x", flops=1e9, output_bytes=1000, group="g", allowed_kinds=("gpu",)),
+           Op("b", "x", flops=1e9, output_bytes=1000, group="g", allowed_kinds=("gpu",))]
+    g = OpGraph.build("forced", ops, [("y", "b"), ("a", "b")])
+    p = make_problem(g, make_cluster(1, gpu_memory_bytes=1_500_000))
+    placement, info = m_etf_placement(p)
+    assert placement.tolist() == [0, 1, 1]
+    assert info["memory_overflows"] == 1
+    assert p.evaluator.measure(placement).status == "oom"
+
+
 def test_an_exact_fit_fits(make_problem, make_cluster):
     """An op whose 1 MB output exactly fills the 1 MB GPU goes there (the simulator's OOM is peak > capacity)."""
     g = OpGraph.build("exact", [Op("a", "x", flops=1e9, output_bytes=MB)], [])
@@ -393,3 +440,17 @@ def test_where_the_usual_rule_stays_oom_the_conservative_one_fits(random_graph, 
     assert r.info["reserved_groups"] and make_problem(g, c).evaluator.measure(r.placement).status == "ok"
     assert r.evaluations == problem.evaluator.evaluations_used > alone.evaluator.evaluations_used
     validate(r.placement, g, c)
+
+
+def test_a_conservative_schedule_that_is_oom_too_is_not_taken(make_problem, make_cluster):
+    """Point 6 takes the conservative schedule only where it is measured to fit. A group of two GPU-only ops
+    whose 2 MB outputs overflow the only (1 MB) GPU under either rule: m_etf keeps the usual schedule, and
+    says nothing of reserved groups."""
+    ops = [Op("a", "x", flops=1e9, output_bytes=2 * MB, group="g", allowed_kinds=("gpu",)),
+           Op("b", "x", flops=1e9, output_bytes=2 * MB, group="g", allowed_kinds=("gpu",))]
+    g = OpGraph.build("hopeless", ops, [("a", "b")])
+    c = make_cluster(1, gpu_memory_bytes=MB)
+    assert METF()._retry(make_problem(g, c), reserve_groups=True)[3] == "oom"
+    r = METF().place(make_problem(g, c), Budget(), 0)
+    assert r.placement.tolist() == [1, 1] and "reserved_groups" not in r.info
+    assert r.info["oom_retries"] == 32  # the usual rule's 16 retries, then the conservative rule's
