@@ -212,3 +212,48 @@ def test_parameters_are_checked_at_construction():
                 {"kick_moves": -1}, {"batch_size": "8"}):
         with pytest.raises(PlacebenchError, match=f"parameter {next(iter(bad))}="):
             LocalSearch(**bad)
+
+
+def test_a_small_space_explored_in_full_ends_the_search_before_the_budget(random_graph, make_problem, haswell_2k80):
+    """3 ops on 3 devices: 27 placements, each evaluated once (repeats cost nothing); then 100 climbs in a row
+    meet nothing new and the search stops, with 973 evaluations of its budget left."""
+    g = random_graph(3, 7)
+    p = make_problem(g, haswell_2k80, max_evaluations=1000)
+    r = LocalSearch().place(p, Budget(), 0)
+    assert r.info["stop"] == "exhausted_neighbourhood" and r.info["climbs"] >= 100
+    assert r.evaluations == r.info["distinct_placements"] == 27
+
+
+def test_climbs_that_meet_new_placements_go_on_past_100(random_graph, make_problem, haswell_2k80):
+    """10 ops on 3 devices (59049 placements): more than 100 climbs, each meeting placements not seen before,
+    run until the budget is spent; only 100 climbs in a row with nothing new stop the search early."""
+    g = random_graph(10, 7)
+    p = make_problem(g, haswell_2k80, max_evaluations=1500)
+    r = LocalSearch().place(p, Budget(), 0)
+    assert r.info["stop"] == "budget" and r.info["climbs"] > 100
+    assert r.evaluations == r.info["distinct_placements"] == 1500
+
+
+def test_a_climb_ends_at_a_local_optimum(random_graph, make_problem, haswell_2k80):
+    """Where a climb finishes (the budget not cut it short), no move of one node to another device scores
+    better: after each improvement the moves of the new placement are tried, not the rest of the old list."""
+    g = random_graph(8, 7)
+    p = make_problem(g, haswell_2k80, max_evaluations=300)
+    ends = []
+
+    class Spy(LocalSearch):
+        def _climb(self, current, current_score, allowed, scorer, rng):
+            out = super()._climb(current, current_score, allowed, scorer, rng)
+            ends.append(out)
+            return out
+
+    Spy().place(p, Budget(), 0)
+    judge = make_problem(g, haswell_2k80).evaluator
+    con = _common.contract(g)
+    assert len(ends) >= 3 and con.num_nodes == 8
+    for current, score in ends:
+        for node in range(8):
+            for dev in range(3):
+                c = current.copy()
+                c[node] = dev
+                assert judge.score(judge.measure(con.expand(c))) >= score
