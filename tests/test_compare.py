@@ -84,6 +84,11 @@ def test_memory_is_judged_beside_time():
     assert cmp.compare([row(memory=1000)], [row(memory=1100)], factor=1.2, memory_factor=1.05)[0].verdicts == (
         "more memory",)
     assert cmp.compare([row(memory=1)], [row(memory=10**9)], memory_factor=float("inf"))[0].verdicts == ("same",)
+    assert cmp.compare([row(memory=0)], [row(memory=10**9)], memory_factor=float("inf"))[0].verdicts == ("same",)
+    # less memory by its own factor too: 1000 is more than 1.05 but not 1.2 times below 1100
+    assert cmp.compare([row(memory=1100)], [row(memory=1000)], factor=1.2, memory_factor=1.05)[0].verdicts == (
+        "less memory",)
+    assert cmp.compare([row(memory=1100)], [row(memory=1000)], factor=1.05, memory_factor=1.2)[0].verdicts == ("same",)
 
 
 def test_interquartile_ranges_that_touch_overlap():
@@ -108,6 +113,10 @@ def test_status_changes():
     assert verdicts(row(status="error"), row(status="error")) == ("same",)
     assert verdicts(row(status="skipped"), row(status="skipped")) == ("same",)
     assert verdicts(row(), row(status="skipped")) == ("broke",)
+    (pair,) = cmp.compare([row(t=1.5, memory=1000)], [row(status="oom", memory=2000)])
+    assert (pair.time_ratio, pair.memory_ratio) == (None, 2.0)  # a status change still shows its peaks' ratio
+    # programs read a failed side as its status, an ok one as its step time (not the None of a failed row)
+    assert cmp.table([pair]).raw == [["c", "w", "p", 0, 1.5, "oom", None, 2.0, "broke: ok -> oom", True]]
 
 
 def test_zero_step_times():
