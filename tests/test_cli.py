@@ -760,7 +760,9 @@ def test_reports_are_not_written_into_their_store_and_are_replaced_together(caps
 
 @contextlib.contextmanager
 def _read_only(directory: Path):
-    """`directory` takes no new file: by its mode, or for root (whom modes do not stop) by the immutable flag."""
+    """`directory` takes no new file: by its mode, or for root (whom modes do not stop) by the immutable flag,
+    or where that is not available (a container) by refusing, as the kernel would, every `os.open` that
+    creates a file in it and every `os.mkdir` in it (this process only)."""
     if os.geteuid() != 0:
         directory.chmod(0o555)
         try:
@@ -768,12 +770,34 @@ def _read_only(directory: Path):
         finally:
             directory.chmod(0o755)
         return
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(directory)], capture_output=True).returncode:
-        pytest.skip("running as root, whom a directory's mode does not stop, and chattr +i is not available")
-    try:
+    if shutil.which("chattr") is not None and not subprocess.run(["chattr", "+i", str(directory)],
+                                                                 capture_output=True).returncode:
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(directory)], check=True)
+        return
+    real_open, real_mkdir, inside = os.open, os.mkdir, os.path.realpath(directory)
+    creates = os.O_CREAT | getattr(os, "O_TMPFILE", 0)
+
+    def refused(path, created: bool) -> bool:
+        path = os.path.realpath(os.fspath(path))
+        return created and (os.path.dirname(path) == inside or path == inside)
+
+    def guarded_open(path, flags, *args, **kwargs):
+        if refused(path, bool(flags & creates)):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    def guarded_mkdir(path, *args, **kwargs):
+        if refused(path, True):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "open", guarded_open)
+        mp.setattr(os, "mkdir", guarded_mkdir)
         yield
-    finally:
-        subprocess.run(["chattr", "-i", str(directory)], check=True)
 
 
 @pytest.mark.parametrize("where", ["cells", "."])
