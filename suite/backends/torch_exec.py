@@ -468,6 +468,8 @@ class TorchExecutor:
                 timer: Callable[[int, Callable[[], Any]], Any] | None = None) -> Any:
         """One forward pass; returns the graph's output. `timer(i, thunk)` wraps each node's execution."""
         env: list[Any] = [None] * len(self.eg.nodes)
+        for i, _ in self.eg.input_ops[len(self._staged):]:  # arguments left at their defaults
+            env[i] = self.eg.nodes[i].args[0] if self.eg.nodes[i].args else None
         for (i, _), x in zip(self.eg.input_ops, self._staged, strict=False):
             env[i] = x
         cache: dict = {}

@@ -58,7 +58,7 @@ class RealWorkload:
         if self._gm is None:
             from suite.capture.fx import _as_root, trace
 
-            self._gm = trace(_as_root(self.module, len(self.inputs)))
+            self._gm = trace(_as_root(self.module, len(self.inputs)), len(self.inputs))
         return self._gm
 
     @property

@@ -3,7 +3,8 @@
 How: `torch.fx` symbolic tracing with our tracer, then an interpreter run on the example inputs that
 records every node's result shape and dtype (pass meta tensors, and build the model under
 `torch.device("meta")`, to capture a large model without allocating or computing anything), then one walk
-over the fx graph that fills the IR of `suite.capture.ir`.
+over the fx graph that fills the IR of `suite.capture.ir`. Arguments of `forward` after the example inputs
+keep their defaults, traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes).
 
 What becomes an op:
 * leaf modules: modules with a `capture_cost` method (our LSTM cell, attention step), `nn.LSTM`/`GRU`/`RNN`
@@ -204,14 +205,30 @@ def _resolve(x: Any, info: Mapping[Node, Any]) -> Any:
     return x
 
 
-def trace(module: nn.Module) -> GraphModule:
-    """Symbolically trace `module` with the capture tracer (GraphError if torch.fx cannot)."""
+def trace(module: nn.Module, num_inputs: int | None = None) -> GraphModule:
+    """Symbolically trace `module` with the capture tracer (GraphError if torch.fx cannot). With `num_inputs`,
+    the arguments of `forward` after the first `num_inputs` that have defaults are traced with their default
+    values (`mask=None`: `if mask is not None` takes the branch the call takes)."""
     tracer = CaptureTracer()
     try:
-        graph = tracer.trace(module)
+        graph = tracer.trace(module, concrete_args=_defaults_after(module, num_inputs))
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; report one clear error
         raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {exc}") from exc
     return GraphModule(tracer.root, graph)
+
+
+def _defaults_after(module: nn.Module, num_inputs: int | None) -> dict[str, Any] | None:
+    """The default values of `module.forward`'s arguments after the first `num_inputs`, by name."""
+    if num_inputs is None:
+        return None
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params[:num_inputs + 1]):
+        return None
+    return {p.name: p.default for p in params[num_inputs:]
+            if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD} or None
 
 
 def _as_root(module: nn.Module, num_inputs: int) -> nn.Module:
@@ -237,7 +254,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     what = type(module).__name__
     module = _as_root(module, len(example_inputs))
-    gm = trace(module)
+    gm = trace(module, len(example_inputs))
     for node in gm.graph.nodes:
         if isinstance(node.kwargs.get("out"), tuple | list):
             raise GraphError(f"{what}: the call {node.name!r} ({_target_name(node)}) writes several tensors through "

@@ -885,3 +885,24 @@ def test_steps_run_with_the_threads_the_backend_was_made_with(three_cpus):
             TorchBackend(rw, cluster, dmap, threads=0)
     finally:
         torch.set_num_threads(before)
+
+
+def test_an_argument_left_at_its_default_runs_with_its_default(three_cpus):
+    """A scalar argument that the example inputs leave out takes its default on the backend (it ran as None:
+    TypeError), split over two devices too."""
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x, scale: float = 2.0):
+            return self.fc(x) * scale
+
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(Scaled(), (torch.randn(2, 4),), name="scaled")
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(_placement(rw.graph, x=0, fc=1, mul=0))
+    with torch.no_grad():
+        torch.testing.assert_close(ex.forward(), rw.eager(), rtol=0, atol=0)

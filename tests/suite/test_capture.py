@@ -1190,3 +1190,26 @@ def test_einsum_of_three_operands_in_a_captured_graph():
     g = capture(Three(), (torch.randn(2, 3), torch.randn(3, 4), torch.randn(4, 5)), name="three")
     (op,) = by_kind(g, "einsum")
     assert (op.flops, g.metadata["forward_macs"]) == (128, 64) and "fallback_cost_kinds" not in g.metadata
+
+
+class OptionalMask(nn.Module):
+    """An optional argument tested against None, and a scalar one, both left at their defaults."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, mask=None, scale: float = 2.0):
+        if mask is not None:
+            x = x.masked_fill(mask, 0.0)
+        return self.fc(x) * scale
+
+
+def test_arguments_left_at_their_defaults_are_traced_with_their_values():
+    """torch.fx made `mask` a placeholder, so `mask is not None` took the masking branch and running the
+    graph without a mask failed; the call capture describes leaves it at None."""
+    g = capture(OptionalMask(), (torch.randn(3, 4),), name="default")
+    assert [(op.name, op.kind, op.flops) for op in g.ops] == [
+        ("x", "input", 0.0), ("fc", "linear", 2 * 3 * 4 * 4 + 3 * 4), ("mul", "mul", 12.0)]
+    g = capture(OptionalMask(), (torch.randn(3, 4), torch.zeros(3, 4, dtype=torch.bool)), name="given")
+    assert [op.name for op in g.ops] == ["x", "mask", "masked_fill", "fc", "mul"]
