@@ -20,7 +20,8 @@ In training graphs no gradient flows back through `detach()`, through a folded v
 tensors (the indices of `max`), or through an op whose outputs are all integer or bool (comparisons, argmax).
 Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants, and so
 are new tensors made in the shape of another (`torch.zeros_like(x)`, `x.new_zeros(n)`): they read no data,
-and no gradient flows through them.
+and no gradient flows through them. torch.fx does not follow parameters read through `module.parameters()`:
+what is computed from them is a constant too, which training mode refuses (its gradient would be missing).
 An in-place call (`y.add_(1)`, `torch.relu_(y)`, `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`)
 overwrites its first argument, a call with `out=y` overwrites y: the ops that read that tensor afterwards
 read the in-place op. One that writes to memory another live value shares (`y[0].mul_(2)`, or `y.mul_(2)`
@@ -293,6 +294,12 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
                 vals[node] = b.param(canon.get(id(obj), str(node.target)), obj.numel() * obj.element_size(),
                                      obj.numel(), trainable=obj.requires_grad or not training)
             else:
+                if training and isinstance(obj, torch.Tensor) and obj.grad_fn is not None:
+                    raise GraphError(
+                        f"{what}: {node.target!r} is a tensor that tracing computed from parameters it did not "
+                        f"follow (those of module.parameters() or named_parameters(): a weight penalty, say); "
+                        f"it is a constant in the graph, so a training step would miss its gradient: read the "
+                        f"parameters as attributes (self.fc.weight) instead")
                 vals[node] = b.constant()
         elif node.op == "output":
             if training:

@@ -1213,3 +1213,31 @@ def test_arguments_left_at_their_defaults_are_traced_with_their_values():
         ("x", "input", 0.0), ("fc", "linear", 2 * 3 * 4 * 4 + 3 * 4), ("mul", "mul", 12.0)]
     g = capture(OptionalMask(), (torch.randn(3, 4), torch.zeros(3, 4, dtype=torch.bool)), name="given")
     assert [op.name for op in g.ops] == ["x", "mask", "masked_fill", "fc", "mul"]
+
+
+class WeightPenalty(nn.Module):
+    """A loss with a weight penalty over `self.parameters()` (or over the weights read as attributes)."""
+
+    def __init__(self, by_attribute: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+        self.by_attribute = by_attribute
+
+    def forward(self, x, y):
+        weights = [self.fc.weight, self.fc.bias] if self.by_attribute else self.parameters()
+        return (self.fc(x).squeeze(-1) - y).pow(2).mean() + sum(w.pow(2).sum() for w in weights)
+
+
+def test_a_value_computed_from_parameters_tracing_did_not_follow_is_refused_in_training():
+    """torch.fx does not see parameters read through `parameters()`: the penalty was computed once while
+    tracing and added as a constant, so the training graph silently had no gradient for it."""
+    inputs = (torch.randn(3, 4), torch.randn(3))
+    with pytest.raises(GraphError, match=r"'_tensor_constant0' is a tensor that tracing computed from parameters"):
+        capture(WeightPenalty(by_attribute=False), inputs, name="penalty", mode="training")
+    capture(WeightPenalty(by_attribute=False), inputs, name="penalty")  # inference: a constant is right
+    g = capture(WeightPenalty(by_attribute=True), inputs, name="penalty", mode="training")
+    assert [op.name for op in g.ops if op.phase == "forward" and op.kind == "pow"] == ["pow_1", "pow_2", "pow_3"]
+    # the weight (read by fc and pow_2) and the bias (by fc and pow_3): two variables, each with two gradients
+    assert sorted((op.name, op.param_bytes) for op in g.ops if op.kind in ("variable", "apply_momentum")) == [
+        ("fc/variable", 16), ("fc/variable/update", 16), ("fc/variable2", 4), ("fc/variable2/update", 4)]
+    assert {"fc/variable/acc0", "fc/variable/acc1", "fc/variable2/acc0", "fc/variable2/acc1"} <= set(g.index)
