@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -214,8 +216,19 @@ def trace(module: nn.Module, num_inputs: int | None = None) -> GraphModule:
     try:
         graph = tracer.trace(module, concrete_args=_defaults_after(module, num_inputs))
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; report one clear error
-        raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {exc}") from exc
+        raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {exc}{_where(exc)}") from exc
     return GraphModule(tracer.root, graph)
+
+
+def _where(exc: BaseException) -> str:
+    """" (at FILE:LINE: CODE)" for the innermost frame of the traceback outside torch.fx: the model's line
+    that tracing could not follow (`if x.sum() > 0:`, `range(x.shape[0])`); "" if there is none."""
+    fx_dir = os.path.dirname(torch.fx.__file__) + os.sep
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not frame.filename.startswith(fx_dir) and frame.filename != __file__:
+            code = f": {frame.line.strip()}" if frame.line else ""
+            return f" (at {frame.filename}:{frame.lineno}{code})"
+    return ""
 
 
 def _defaults_after(module: nn.Module, num_inputs: int | None) -> dict[str, Any] | None:

@@ -1241,3 +1241,23 @@ def test_a_value_computed_from_parameters_tracing_did_not_follow_is_refused_in_t
     assert sorted((op.name, op.param_bytes) for op in g.ops if op.kind in ("variable", "apply_momentum")) == [
         ("fc/variable", 16), ("fc/variable/update", 16), ("fc/variable2", 4), ("fc/variable2/update", 4)]
     assert {"fc/variable/acc0", "fc/variable/acc1", "fc/variable2/acc0", "fc/variable2/acc1"} <= set(g.index)
+
+
+def test_an_untraceable_module_is_an_error_naming_the_line_tracing_stopped_at():
+    """torch.fx's message alone ("'Proxy' object cannot be interpreted as an integer") does not say where."""
+
+    class ShapeLoop(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x):
+            for _ in range(x.shape[0]):
+                x = self.fc(x)
+            return x
+
+    with pytest.raises(GraphError) as err:
+        capture(ShapeLoop(), (torch.randn(3, 2),), name="loop")
+    assert str(err.value).startswith("torch.fx cannot trace ShapeLoop: 'Proxy' object cannot be interpreted as an "
+                                     f"integer (at {__file__}:")
+    assert str(err.value).endswith(": for _ in range(x.shape[0]):)")
