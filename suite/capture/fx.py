@@ -3,7 +3,8 @@
 How: `torch.fx` symbolic tracing with our tracer, then an interpreter run on the example inputs that
 records every node's result shape and dtype (pass meta tensors, and build the model under
 `torch.device("meta")`, to capture a large model without allocating or computing anything), then one walk
-over the fx graph that fills the IR of `suite.capture.ir`. Arguments of `forward` after the example inputs
+over the fx graph that fills the IR of `suite.capture.ir`. The run leaves the module's buffers as they were
+(BatchNorm's running statistics in training mode). Arguments of `forward` after the example inputs
 keep their defaults, traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes).
 
 What becomes an op:
@@ -275,11 +276,17 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
                              f"out=, which capture does not follow (it follows out= with one tensor): return them "
                              f"instead (v, i = torch.max(a, 1))")
     rec = _ShapeRecorder(gm)
+    buffers = [(m, k, t, t.clone()) for m in module.modules() for k, t in m._buffers.items() if t is not None]
     try:
         with torch.no_grad():
             rec.run(*example_inputs)
     except Exception as exc:  # noqa: BLE001
         raise GraphError(f"running {what} on the example inputs failed: {exc}") from exc
+    finally:  # the run leaves the module's buffers as they were (BatchNorm's running statistics)
+        with torch.no_grad():
+            for m, k, t, before in buffers:
+                t.copy_(before)
+                m._buffers[k] = t
     if rec.view_writes:
         call, other = rec.view_writes[0]
         raise GraphError(

@@ -1261,3 +1261,16 @@ def test_an_untraceable_module_is_an_error_naming_the_line_tracing_stopped_at():
     assert str(err.value).startswith("torch.fx cannot trace ShapeLoop: 'Proxy' object cannot be interpreted as an "
                                      f"integer (at {__file__}:")
     assert str(err.value).endswith(": for _ in range(x.shape[0]):)")
+
+
+def test_capture_leaves_the_modules_buffers_as_they_were():
+    """The shape-recording run updated BatchNorm's running statistics of a module in training mode."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).train()
+    model[1].running_mean.fill_(0.5)
+    before = {k: b.clone() for k, b in model.named_buffers()}
+    capture(model, (torch.randn(8, 3),), name="bn")
+    after = dict(model.named_buffers())
+    assert after.keys() == before.keys()
+    for k, b in before.items():
+        torch.testing.assert_close(after[k], b, rtol=0, atol=0)
+    assert int(model[1].num_batches_tracked) == 0
