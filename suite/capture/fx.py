@@ -43,6 +43,7 @@ module's path already has gets a suffix ("fc_2" for an input named "fc" of a mod
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import os
@@ -52,7 +53,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.fx import GraphModule, Interpreter, Node, Tracer
+from torch.fx import GraphModule, Interpreter, Node, Proxy, Tracer
 from torch.fx.node import map_aggregate
 
 from suite.capture import CAPTURE_VERSION
@@ -215,10 +216,40 @@ def trace(module: nn.Module, num_inputs: int | None = None) -> GraphModule:
     values (`mask=None`: `if mask is not None` takes the branch the call takes)."""
     tracer = CaptureTracer()
     try:
-        graph = tracer.trace(module, concrete_args=_defaults_after(module, num_inputs))
+        with _transformer_layers_traceable():
+            graph = tracer.trace(module, concrete_args=_defaults_after(module, num_inputs))
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; report one clear error
         raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {exc}{_where(exc)}") from exc
     return GraphModule(tracer.root, graph)
+
+
+@contextlib.contextmanager
+def _transformer_layers_traceable():
+    """While tracing, torch's `nn.TransformerEncoderLayer`, `TransformerDecoderLayer`, `TransformerEncoder` and
+    `TransformerDecoder` take their plain path: the attention fast path (a fused inference kernel, the same
+    results) is off, as its checks (`src.dim() != 3`) branch on the input; and the encoder's sequence length,
+    read only to detect a causal mask, is not taken from a traced input (`src.is_nested`). `nn.Transformer`
+    itself still checks its inputs' sizes in Python, which torch.fx cannot follow."""
+    from torch.nn.modules import transformer
+
+    mha = getattr(torch.backends, "mha", None)
+    fastpath = mha.get_fastpath_enabled() if mha is not None else None
+    seq_len = getattr(transformer, "_get_seq_len", None)
+
+    def traced_seq_len(src: Any, batch_first: bool) -> Any:
+        return None if isinstance(src, Proxy) else seq_len(src, batch_first)
+
+    if mha is not None:
+        mha.set_fastpath_enabled(False)
+    if seq_len is not None:
+        transformer._get_seq_len = traced_seq_len
+    try:
+        yield
+    finally:
+        if mha is not None:
+            mha.set_fastpath_enabled(fastpath)
+        if seq_len is not None:
+            transformer._get_seq_len = seq_len
 
 
 def _where(exc: BaseException) -> str:

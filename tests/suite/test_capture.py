@@ -1274,3 +1274,52 @@ def test_capture_leaves_the_modules_buffers_as_they_were():
     for k, b in before.items():
         torch.testing.assert_close(after[k], b, rtol=0, atol=0)
     assert int(model[1].num_batches_tracked) == 0
+
+
+class _SumLoss(nn.Module):
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, a, b=None):
+        return (self.inner(a) if b is None else self.inner(a, b)).sum()
+
+
+def test_torch_transformer_layers_are_captured_with_their_attention_and_feed_forward():
+    """nn.TransformerEncoderLayer / TransformerEncoder / TransformerDecoderLayer (d_model 16, 2 heads, feed-forward
+    32, batch 2, target 5 tokens, memory 4) trace on their plain path; MACs by hand. Per token: QKV 3*16*16 + out
+    16*16 + feed-forward 2*16*32 = 2048; self-attention scores and weighted sum 2 * B*heads*L*L*8."""
+    from suite.capture.fx import trace
+
+    torch.manual_seed(0)
+    src, mem = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
+
+    def layer():
+        return nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+
+    enc_layer = 2048 * 10 + 2 * (2 * 2 * 5 * 5 * 8)  # 22080
+    # decoder: self-attention block as the encoder's (less its feed-forward), then cross-attention: q and out
+    # projections per target token, k and v per memory token, scores and weighted sum over 5 x 4
+    dec_layer = 1024 * 10 + 1600 + 2 * 256 * 10 + 2 * 256 * 8 + 2 * (2 * 2 * 5 * 4 * 8) + 1024 * 10  # 32576
+    cases = [
+        (layer(), (src,), enc_layer),
+        (nn.TransformerEncoder(layer(), 2, enable_nested_tensor=False), (src,), 2 * enc_layer),
+        (nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0, batch_first=True), (src, mem), dec_layer),
+    ]
+    for module, inputs, macs in cases:
+        module.eval()
+        g = capture(module, inputs, name="t")
+        assert g.metadata["forward_macs"] == macs and "fallback_cost_kinds" not in g.metadata
+        assert torch.allclose(trace(module, len(inputs))(*inputs), module(*inputs), atol=1e-6)
+        t = capture(_SumLoss(module), inputs, name="t", mode="training")
+        assert t.metadata["forward_macs"] == macs
+        params = sum(p.numel() for p in module.parameters())
+        assert g.metadata["params"] == t.metadata["params"] == params
+        # one update op per op that holds weights: attention, the two linears and the layer norms of each layer
+        layers = 2 if isinstance(module, nn.TransformerEncoder) else 1
+        per_layer = 5 if not isinstance(module, nn.TransformerDecoderLayer) else 7
+        assert sum(op.phase == "update" for op in t.ops) == layers * per_layer
+    assert torch.backends.mha.get_fastpath_enabled()  # switched off only while tracing
+    # nn.Transformer checks its inputs' sizes in Python: one error naming that line
+    with pytest.raises(GraphError, match=r"cannot trace Transformer: .*\(at .*transformer\.py:\d+: .*src\.size"):
+        capture(nn.Transformer(16, 2, 1, 1, 32, dropout=0.0, batch_first=True), (src, mem), name="t")
