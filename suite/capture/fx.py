@@ -4,7 +4,7 @@ How: `torch.fx` symbolic tracing with our tracer, then an interpreter run on the
 records every node's result shape and dtype (pass meta tensors, and build the model under
 `torch.device("meta")`, to capture a large model without allocating or computing anything), then one walk
 over the fx graph that fills the IR of `suite.capture.ir`. The run leaves the module's buffers as they were
-(BatchNorm's running statistics in training mode). Arguments of `forward` after the example inputs
+(BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws). Arguments of `forward` after the example inputs
 keep their defaults, traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes).
 
 What becomes an op:
@@ -308,8 +308,10 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
                              f"instead (v, i = torch.max(a, 1))")
     rec = _ShapeRecorder(gm)
     buffers = [(m, k, t, t.clone()) for m in module.modules() for k, t in m._buffers.items() if t is not None]
+    cuda = sorted({t.device.index or 0 for t in [*example_inputs, *module.parameters()]
+                   if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.random.fork_rng(devices=cuda):  # dropout's draws leave the caller's RNG alone
             rec.run(*example_inputs)
     except Exception as exc:  # noqa: BLE001
         raise GraphError(f"running {what} on the example inputs failed: {exc}") from exc

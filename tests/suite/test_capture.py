@@ -1276,6 +1276,18 @@ def test_capture_leaves_the_modules_buffers_as_they_were():
     assert int(model[1].num_batches_tracked) == 0
 
 
+def test_capture_leaves_torchs_random_state_alone():
+    """A model with dropout in training mode drew from torch's generator when its shapes were recorded, so a
+    seeded run after a capture differed from one without it."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.5)).train()
+    x = torch.randn(8, 3)
+    torch.manual_seed(7)
+    expected = torch.rand(5)
+    torch.manual_seed(7)
+    capture(model, (x,), name="drop")
+    assert torch.equal(torch.rand(5), expected)
+
+
 class _SumLoss(nn.Module):
     def __init__(self, inner: nn.Module):
         super().__init__()
