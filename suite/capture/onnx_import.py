@@ -1,7 +1,8 @@
 """Capture an ONNX model into an `OpGraph`: `onnx.load`, `onnx.shape_inference`, then the shared IR.
 
-* Graph inputs that are not initializers become ops of kind "input". Every dimension must be known after
-  shape inference; pass `input_shapes={"input": [1, 3, 224, 224]}` to fix symbolic (dynamic) dimensions.
+* Graph inputs that are not initializers become ops of kind "input"; they must be tensors. Every dimension
+  must be known after shape inference; pass `input_shapes={"input": [1, 3, 224, 224]}` to fix symbolic
+  (dynamic) dimensions, or to give the shape of an input declared without one.
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); integer and scalar
   initializers, BatchNormalization's running statistics and Constant nodes are constants.
@@ -110,16 +111,29 @@ def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: st
     for inp in model.graph.input:
         if inp.name in inits:
             continue
-        dims = inp.type.tensor_type.shape.dim
+        kind = inp.type.WhichOneof("value")
+        if kind != "tensor_type" or not inp.type.tensor_type.elem_type:
+            what = f"a {kind.removesuffix('_type')}" if kind and kind != "tensor_type" else "an untyped"
+            raise GraphError(f"{where}: input {inp.name!r} is {what} value, not a tensor of known element type: "
+                             f"only tensor inputs are supported")
+        tensor = inp.type.tensor_type
         if inp.name in input_shapes:
             shape = list(input_shapes[inp.name])
             if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape):
                 raise GraphError(f"{where}: input_shapes[{inp.name!r}] = {shape} must be a list of positive integers")
-            if len(shape) != len(dims):
-                raise GraphError(f"{where}: input {inp.name!r} has rank {len(dims)}, input_shapes gives {shape}")
-            for d, v in zip(dims, shape, strict=True):
+            if not tensor.HasField("shape"):  # rank unknown: input_shapes gives it
+                tensor.shape.SetInParent()
+                for _ in shape:
+                    tensor.shape.dim.add()
+            if len(shape) != len(tensor.shape.dim):
+                raise GraphError(f"{where}: input {inp.name!r} has rank {len(tensor.shape.dim)}, input_shapes gives {shape}")
+            for d, v in zip(tensor.shape.dim, shape, strict=True):
                 d.Clear()
                 d.dim_value = int(v)
+        elif not tensor.HasField("shape"):
+            raise GraphError(f"{where}: input {inp.name!r} has no shape (its rank is unknown); "
+                             f"pass input_shapes={{{inp.name!r}: [...]}}")
+        dims = tensor.shape.dim
         bad = [d.dim_param or "?" for d in dims if not d.HasField("dim_value") or d.dim_value <= 0]
         if bad:
             raise GraphError(

@@ -75,6 +75,27 @@ def test_dynamic_dimension_needs_input_shapes(exported):
             import_onnx(proto, input_shapes={"x": shape})
 
 
+def test_inputs_without_a_shape_or_not_tensors():
+    """An input declared without a shape, or a sequence input, is an error naming it (both were a KeyError
+    traceback); input_shapes gives a shapeless input its shape (it was refused: 'has rank 0')."""
+    mm = helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    shapeless = _model([mm], [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)], out, [_f32((4, 3), "W")])
+    with pytest.raises(GraphError, match=r"input 'x' has no shape \(its rank is unknown\); pass input_shapes"):
+        import_onnx(shapeless)
+    g = import_onnx(shapeless, input_shapes={"x": [2, 4]})
+    f = {op.name: op for op in g.ops}
+    assert f["x"].output_bytes == 2 * 4 * 4 and f["mm"].flops == 2 * 2 * 4 * 3 and f["mm"].output_bytes == 2 * 3 * 4
+    seq = _model([helper.make_node("ConcatFromSequence", ["s"], ["c"], name="cat", axis=0),
+                  helper.make_node("MatMul", ["c", "W"], ["y"], name="mm")],
+                 [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2, 4])], out, [_f32((4, 3), "W")])
+    with pytest.raises(GraphError, match="input 's' is a sequence value, not a tensor"):
+        import_onnx(seq)
+    untyped = _model([mm], [onnx.ValueInfoProto(name="x")], out, [_f32((4, 3), "W")])
+    with pytest.raises(GraphError, match="input 'x' is an untyped value, not a tensor"):
+        import_onnx(untyped)
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(GraphError, match="no such ONNX file"):
         import_onnx(tmp_path / "missing.onnx")
