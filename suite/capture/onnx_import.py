@@ -8,6 +8,7 @@
   initializers, BatchNormalization's running statistics and Constant nodes are constants.
 * Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
   of a sequence, not all of it), as the torch.fx capture's folded indexing does.
+* Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node.
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Expand, and Dropout
   in inference) are folded into their producers; Shape/Size outputs and anything computed only from
   constants are constants.
@@ -141,6 +142,20 @@ def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: st
             )
 
 
+def _refuse_subgraphs(graph: Any, where: str) -> None:
+    """Control flow (If, Loop, Scan: nodes with a graph attribute) is refused: its body's ops, the parameters
+    it uses and the outer values it reads are not inputs of the node, so they would be lost."""
+    from onnx import AttributeProto
+
+    for i, node in enumerate(graph.node):
+        for a in node.attribute:
+            if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                raise GraphError(
+                    f"{where}: node {node.name or i!r} ({node.op_type}) has a subgraph (attribute {a.name!r}): control "
+                    f"flow is not supported; export the model with it unrolled or resolved (tracing with fixed inputs)"
+                )
+
+
 def _scope(node_name: str) -> str:
     parts = [p for p in node_name.split("/") if p]
     return parts[-2] if len(parts) >= 2 else ""
@@ -234,6 +249,7 @@ def import_onnx(
     where = str(model) if not isinstance(model, onnx.ModelProto) else f"ONNX model {model.graph.name!r}"
     proto = onnx.ModelProto()
     proto.CopyFrom(_load(model))
+    _refuse_subgraphs(proto.graph, where)
     _fix_inputs(proto, input_shapes or {}, where)
     try:
         proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)

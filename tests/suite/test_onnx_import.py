@@ -96,6 +96,34 @@ def test_inputs_without_a_shape_or_not_tensors():
         import_onnx(untyped)
 
 
+def test_control_flow_is_refused_naming_the_node():
+    """If / Loop / Scan were imported as one op costed 1 FLOP per output element: the MatMul in the branch
+    (and the edge from 'mm', whose output it reads from the outer scope) and the Loop body's weight W
+    (0 parameters) were silently lost."""
+    vi = helper.make_tensor_value_info
+    then_g = helper.make_graph([helper.make_node("MatMul", ["a", "W"], ["t"])], "then", [], [vi("t", TensorProto.FLOAT, [2, 4])])
+    else_g = helper.make_graph([helper.make_node("Relu", ["a"], ["e"])], "else", [], [vi("e", TensorProto.FLOAT, [2, 4])])
+    branch = _model([helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+                     helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+                     helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+                     helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
+                    [vi("x", TensorProto.FLOAT, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 4])],
+                    [_f32((4, 4), "W"), numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    with pytest.raises(GraphError, match=r"^ONNX model 'hand': node 'if' \(If\) has a subgraph \(attribute "
+                                         r"'(then|else)_branch'\): control flow is not supported"):
+        import_onnx(branch)
+    body = helper.make_graph([helper.make_node("MatMul", ["h", "W"], ["h2"]), helper.make_node("Identity", ["c"], ["c2"])],
+                             "body", [vi("i", TensorProto.INT64, []), vi("c", TensorProto.BOOL, []),
+                                      vi("h", TensorProto.FLOAT, [2, 4])],
+                             [vi("c2", TensorProto.BOOL, []), vi("h2", TensorProto.FLOAT, [2, 4])])
+    loop = _model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                   helper.make_node("Loop", ["n", "", "r"], ["y"], body=body)],
+                  [vi("x", TensorProto.FLOAT, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 4])],
+                  [_f32((4, 4), "W"), numpy_helper.from_array(np.array(3, np.int64), "n")])
+    with pytest.raises(GraphError, match=r"node 1 \(Loop\) has a subgraph \(attribute 'body'\)"):
+        import_onnx(loop, mode="training")
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(GraphError, match="no such ONNX file"):
         import_onnx(tmp_path / "missing.onnx")
