@@ -225,8 +225,9 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         return Cost("gather", 0.0)
     if op in ELEMENTWISE:
         return Cost(kind, float(out_numel))
-    if op == "Dropout":
-        return Cost(kind, float(out_numel), saved_bytes=out_numel)
+    if op == "Dropout":  # keeps its mask (1 B per element) for backward: an output already when it has a second
+        n = outs[0].numel
+        return Cost(kind, float(n), saved_bytes=0 if len(outs) > 1 else n)
     return None
 
 

@@ -286,6 +286,30 @@ def test_norms_reductions_dropout_and_scalar_initializers_by_hand():
     assert edge_bytes(train, "drop", "drop/grad") == 30
 
 
+def test_dropout_with_its_mask_as_an_output_costs_as_in_the_fx_capture():
+    """torch exports a training-mode Dropout with its mask as a second output: it was costed 1 FLOP per element
+    of both outputs (2 per element) and kept the mask twice (output and saved bytes): 7 B per element, not 5."""
+    model = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), nn.Linear(6, 2)).train()
+    x = torch.randn(3, 4)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, training=torch.onnx.TrainingMode.TRAINING)
+    proto = onnx.load_from_string(buf.getvalue())
+    (node,) = [n for n in proto.graph.node if n.op_type == "Dropout"]
+    assert len(node.output) == 2  # the mask
+    (drop,) = [op for op in import_onnx(proto, mode="training").ops if op.kind == "dropout"]
+    assert (drop.flops, drop.output_bytes) == (18, 18 * 4 + 18)  # [3, 6] float32 values and bool mask
+    wrapped = nn.Sequential(model, _Sum()).train()  # fx's training mode needs the scalar loss
+    (fx_drop,) = [op for op in capture(wrapped, (x,), name="m", mode="training").ops if op.kind == "dropout"]
+    assert (drop.flops, drop.output_bytes) == (fx_drop.flops, fx_drop.output_bytes)
+
+
+class _Sum(nn.Module):
+    def forward(self, x):
+        return x.sum()
+
+
 def test_split_and_multi_output_nodes_edges_carry_the_bytes_read_and_dtype_sizes():
     nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
              helper.make_node("Split", ["a"], ["s1", "s2"], name="split", axis=1),
