@@ -4,16 +4,19 @@
   must be known after shape inference; pass `input_shapes={"input": [1, 3, 224, 224]}` to fix symbolic
   (dynamic) dimensions, or to give the shape of an input declared without one.
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
-  reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); integer and scalar
-  initializers, BatchNormalization's running statistics and Constant nodes are constants.
+  reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
+  model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
+  read), frozen: resident, not trained. Other integer and scalar initializers, BatchNormalization's running
+  statistics and Constant nodes are constants.
 * Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
   of a sequence, not all of it), as the torch.fx capture's folded indexing does.
 * Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node.
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Expand, and Dropout
   in inference) are folded into their producers; Shape/Size outputs and anything computed only from
   constants are constants.
-* FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul / Einsum (2 per
-  multiply-add, +1 per output element for a bias), elementwise ops 1 per output element, pooling output
+* FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul / Einsum and
+  the quantized ConvInteger / QLinearConv / MatMulInteger / QLinearMatMul (2 per multiply-add, +1 per output
+  element for a bias), elementwise ops 1 per output element, pooling output
   elements x kernel, global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or
   4 (training) per element, LayerNormalization 5, Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
   of the fused torch layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
@@ -58,9 +61,12 @@ CONSTANT_OUTPUT = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Ra
 ELEMENTWISE = frozenset(
     """Add Sub Mul Div Pow Sqrt Exp Log Neg Abs Reciprocal Relu Sigmoid Tanh Erf Gelu LeakyRelu Elu Selu Softplus
     Softsign HardSigmoid HardSwish Clip Max Min Where Cast Not And Or Equal Less Greater LessOrEqual GreaterOrEqual
-    Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean""".split()
+    Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean QuantizeLinear DequantizeLinear""".split()
 )
 SLICING = frozenset({"Gather", "Slice"})  # ops whose data input (input 0) they read only in part: their output
+# inputs that hold a quantized model's integer weights (and QLinearConv's int32 bias), by op type
+QUANTIZED_WEIGHTS = {"DequantizeLinear": (0,), "QLinearConv": (3, 8), "QLinearMatMul": (0, 3), "ConvInteger": (1,),
+                     "MatMulInteger": (0, 1)}
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
                     "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin"})
@@ -175,10 +181,11 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
     op = node.op_type
     kind = op.lower()
     out_numel = sum(t.numel for t in outs)
-    if op == "Conv":
-        w = ins[1]
-        macs = outs[0].numel * math.prod(w.shape[1:])
-        return Cost(kind, 2.0 * macs + (outs[0].numel if len(ins) > 2 and ins[2] is not None else 0), float(macs))
+    if op in ("Conv", "ConvInteger", "QLinearConv"):  # quantized: weight and bias at other inputs
+        w_at, bias_at = {"Conv": (1, 2), "ConvInteger": (1, None), "QLinearConv": (3, 8)}[op]
+        macs = outs[0].numel * math.prod(ins[w_at].shape[1:])
+        bias = bias_at is not None and len(ins) > bias_at and ins[bias_at] is not None
+        return Cost(kind, 2.0 * macs + (outs[0].numel if bias else 0), float(macs))
     if op == "ConvTranspose":
         x, w = ins[0], ins[1]
         macs = x.numel * math.prod(w.shape[1:])
@@ -193,7 +200,7 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         macs = outs[0].numel * k
         bias = outs[0].numel if len(ins) > 2 and ins[2] is not None else 0
         return Cost(kind, 2.0 * macs + bias, float(macs))
-    if op == "MatMul":
+    if op in ("MatMul", "MatMulInteger", "QLinearMatMul"):
         macs = outs[0].numel * ins[0].shape[-1]
         return Cost(kind, 2.0 * macs, float(macs))
     if op in ("MaxPool", "AveragePool", "LpPool"):
@@ -269,11 +276,14 @@ def import_onnx(
     # BatchNormalization's running mean and variance (inputs 3 and 4) are buffers, not trained parameters:
     # constants, as the torch.fx capture treats them
     buffers = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization" for k in (3, 4) if len(n.input) > k}
+    quantized = {n.input[k] for n in graph.node for k in QUANTIZED_WEIGHTS.get(n.op_type, ()) if len(n.input) > k}
     for init in graph.initializer:
         info = TensorInfo(tuple(int(d) for d in init.dims), _itemsize(init.data_type), _is_float(init.data_type))
         infos[init.name] = info
         if _is_float(init.data_type) and info.numel > 1 and init.name not in buffers:
             vals[init.name] = b.param(init.name, info.nbytes, info.numel)
+        elif not info.floating and info.numel > 1 and init.name in quantized:
+            vals[init.name] = b.param(init.name, info.nbytes, info.numel, trainable=False)
         else:
             vals[init.name] = b.constant()
     for inp in graph.input:

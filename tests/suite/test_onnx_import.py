@@ -394,6 +394,42 @@ def test_an_exported_last_time_step_reads_as_in_the_fx_capture():
         op.bytes_read for op in g_fx.ops if op.kind in ("lstm", "linear")) + gather.bytes_read
 
 
+def test_quantized_weights_are_frozen_parameters_and_quantized_products_count_their_macs():
+    """A quantized model's int8 weights were constants: 0 parameters and 0 bytes resident, the DequantizeLinear
+    folded away, and MatMulInteger / QLinearConv costed 1 FLOP per output element with 0 MACs."""
+    def i8(shape, name):
+        return numpy_helper.from_array(np.ones(shape, dtype=np.int8), name)
+
+    def scalar(v, dtype, name):
+        return numpy_helper.from_array(np.array(v, dtype=dtype), name)
+
+    nodes = [helper.make_node("DequantizeLinear", ["Wq", "s", "z"], ["W"], name="dq"),
+             helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),  # [2, 4] x [4, 6]
+             helper.make_node("QuantizeLinear", ["a", "s", "z"], ["aq"], name="q"),
+             helper.make_node("MatMulInteger", ["aq", "W2q"], ["b"], name="mmi"),  # [2, 6] x [6, 3]
+             helper.make_node("Reshape", ["b", "shape"], ["b4"], name="rs"),
+             helper.make_node("Cast", ["b4"], ["b4f"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("QuantizeLinear", ["b4f", "s", "z"], ["cq"], name="q2"),  # [1, 2, 3, 1]
+             helper.make_node("QLinearConv", ["cq", "s", "z", "Wc", "s", "z", "s", "z", "Bc"], ["y"], name="qconv",
+                              kernel_shape=[3, 1], pads=[1, 0, 1, 0])]  # 5 filters of 2 x 3 x 1, int32 bias
+    inits = [i8((4, 6), "Wq"), i8((6, 3), "W2q"), i8((5, 2, 3, 1), "Wc"),
+             numpy_helper.from_array(np.zeros(5, dtype=np.int32), "Bc"), scalar(0.5, np.float32, "s"),
+             scalar(0, np.int8, "z"), numpy_helper.from_array(np.array([1, 2, 3, 1], dtype=np.int64), "shape")]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 5, 3, 1])], inits)
+    g = import_onnx(proto)
+    f = {op.name: op for op in g.ops}
+    assert g.metadata["params"] == 24 + 18 + 30 + 5 and g.metadata["param_bytes"] == 24 + 18 + 30 + 20
+    assert (f["dq"].param_bytes, f["dq"].flops, f["dq"].output_bytes) == (24, 24, 24 * 4)
+    assert edge_bytes(g, "dq", "mm") == 24 * 4
+    assert (f["mmi"].param_bytes, f["mmi"].flops) == (18, 2 * 2 * 3 * 6)
+    assert (f["qconv"].param_bytes, f["qconv"].flops) == (30 + 20, 2 * 15 * 6 + 15)  # out [1, 5, 3, 1]: 15 x 2*3*1
+    assert g.metadata["forward_macs"] == 2 * 6 * 4 + 2 * 3 * 6 + 15 * 6
+    assert "fallback_cost_kinds" not in g.metadata
+    with pytest.raises(GraphError, match="no trainable parameter"):  # the weights are frozen
+        import_onnx(proto, mode="training")
+
+
 def test_batch_norm_running_statistics_are_not_parameters():
     nodes = [helper.make_node("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["y"], name="bn")]
     inits = [numpy_helper.from_array(np.full(3, v, dtype=np.float32), n)
