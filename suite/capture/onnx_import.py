@@ -2,7 +2,9 @@
 
 * Graph inputs that are not initializers become ops of kind "input"; they must be tensors. Every dimension
   must be known after shape inference; pass `input_shapes={"input": [1, 3, 224, 224]}` to fix symbolic
-  (dynamic) dimensions, or to give the shape of an input declared without one.
+  (dynamic) dimensions, or to give the shape of an input declared without one. Shapes computed from them
+  (`x.view(x.size(0), -1)`: Shape -> Gather -> Unsqueeze -> Concat -> Reshape) are evaluated where ONNX's
+  inference stops (it does at opsets 13-16); a shape that depends on data (NonZero) is an error.
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
   model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
@@ -162,6 +164,88 @@ def _refuse_subgraphs(graph: Any, where: str) -> None:
                 )
 
 
+def _infer_shapes(proto: Any, where: str) -> Any:
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+    except Exception as exc:  # noqa: BLE001
+        raise GraphError(f"{where}: ONNX shape inference failed: {exc}") from None
+
+
+def _known_shapes(graph: Any) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        t = vi.type.tensor_type
+        if t.elem_type and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            shapes[vi.name] = tuple(int(d.dim_value) for d in t.shape.dim)
+    return shapes
+
+
+def _unknown_shapes(proto: Any) -> bool:
+    shapes = _known_shapes(proto.graph)
+    return any(o and o not in shapes for n in proto.graph.node for o in n.output)
+
+
+SHAPE_DATA_LIMIT = 1024  # elements: shape computations are small; weights are not evaluated
+SHAPE_DATA_OPS = frozenset(
+    """Constant ConstantOfShape Identity Cast Gather Unsqueeze Squeeze Concat Slice Reshape Add Sub Mul Div Mod Neg
+    Abs Floor Ceil Max Min Equal Less Greater Not Where ReduceProd ReduceSum""".split()
+)
+
+
+def _fold_shape_data(proto: Any) -> bool:
+    """Evaluate the integer tensors computed from shapes and constants alone into initializers (the nodes
+    removed: the import takes their outputs as constants anyway), so that a new shape inference reads them.
+    ONNX's own data propagation stops early in older opsets: `x.view(x.size(0), -1)` exported with a dynamic
+    batch at opset 13 (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) leaves the Reshape's output unknown
+    even once the batch is fixed. Returns whether it folded anything."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = proto.graph
+    shapes = _known_shapes(graph)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    outputs = {o.name for o in graph.output}
+    values: dict[str, Any] = {"": None}  # "" = an omitted optional input
+    values.update((i.name, numpy_helper.to_array(i)) for i in graph.initializer
+                  if math.prod(i.dims) <= SHAPE_DATA_LIMIT and i.data_location != TensorProto.EXTERNAL)
+    folded = []
+    for node in graph.node:
+        try:
+            if node.op_type in ("Shape", "Size") and node.input[0] in shapes:
+                shape = shapes[node.input[0]]
+                if node.op_type == "Size":
+                    results = [np.array(math.prod(shape), dtype=np.int64)]
+                else:
+                    results = [np.array(shape[_attr(node, "start", 0):_attr(node, "end", None)], dtype=np.int64)]
+            elif node.domain in ("", "ai.onnx") and node.op_type in SHAPE_DATA_OPS and all(x in values for x in node.input):
+                if node.op_type == "ConstantOfShape" and math.prod(values[node.input[0]].tolist()) > SHAPE_DATA_LIMIT:
+                    continue
+                feeds = {x: values[x] for x in node.input if x}
+                inputs = [helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+                          for x, v in feeds.items()]
+                out_infos = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+                model = helper.make_model(helper.make_graph([node], "fold", inputs, out_infos),
+                                          opset_imports=[helper.make_opsetid("", opset)])
+                results = ReferenceEvaluator(model).run(None, feeds)
+            else:
+                continue
+        except Exception:  # noqa: BLE001 - what the reference evaluator cannot run is left to shape inference
+            continue
+        names = [o for o in node.output if o]
+        for o, r in zip(names, results, strict=False):
+            if np.asarray(r).size <= SHAPE_DATA_LIMIT:
+                values[o] = np.asarray(r)
+        if all(o in values and values[o].dtype.kind in "iu" and o not in outputs for o in names):
+            folded.append(node)
+    for node in folded:
+        graph.node.remove(node)
+        graph.initializer.extend(numpy_helper.from_array(values[o], o) for o in node.output if o)
+    return bool(folded)
+
+
 def _scope(node_name: str) -> str:
     parts = [p for p in node_name.split("/") if p]
     return parts[-2] if len(parts) >= 2 else ""
@@ -259,10 +343,9 @@ def import_onnx(
     proto.CopyFrom(_load(model))
     _refuse_subgraphs(proto.graph, where)
     _fix_inputs(proto, input_shapes or {}, where)
-    try:
-        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
-    except Exception as exc:  # noqa: BLE001
-        raise GraphError(f"{where}: ONNX shape inference failed: {exc}") from None
+    proto = _infer_shapes(proto, where)
+    while _unknown_shapes(proto) and _fold_shape_data(proto):
+        proto = _infer_shapes(proto, where)
     training = mode == "training"
     graph = proto.graph
     infos: dict[str, TensorInfo] = {}

@@ -124,6 +124,36 @@ def test_control_flow_is_refused_naming_the_node():
         import_onnx(loop, mode="training")
 
 
+class _ViewNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.fc(y.view(y.size(0), -1))
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_a_dynamic_batch_reshape_from_the_input_size_imports_with_input_shapes(opset):
+    """x.view(x.size(0), -1) exported with a dynamic batch computes the Reshape's shape from Shape -> Gather ->
+    Unsqueeze -> Concat; at opsets 13-16 ONNX's data propagation does not reach the Reshape, so input_shapes
+    did not help: 'shape inference left the shape of /Reshape_output_0 unknown'."""
+    x = torch.randn(2, 3, 8, 8)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_ViewNet().eval(), (x,), buf, dynamo=False, opset_version=opset, input_names=["x"],
+                          dynamic_axes={"x": {0: "batch"}})
+    g = import_onnx(onnx.load_from_string(buf.getvalue()), input_shapes={"x": [2, 3, 8, 8]})
+    assert [op.kind for op in g.ops] == ["input", "conv", "gemm"]
+    f = {op.kind: op for op in g.ops}
+    assert f["conv"].flops == 2 * (2 * 4 * 6 * 6) * 27 + 2 * 4 * 6 * 6 and f["conv"].output_bytes == 288 * 4
+    assert f["gemm"].flops == 2 * 2 * 5 * 144 + 2 * 5 and edge_bytes(g, "/conv/Conv", "/fc/Gemm") == 288 * 4
+    g_fx = capture(_ViewNet(), (x,), name="view")
+    assert g.metadata["forward_flops"] == g_fx.metadata["forward_flops"] and g.metadata["params"] == g_fx.metadata["params"]
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(GraphError, match="no such ONNX file"):
         import_onnx(tmp_path / "missing.onnx")
