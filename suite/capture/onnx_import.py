@@ -9,7 +9,7 @@
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
   model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
   read), frozen: resident, not trained. Other integer and scalar initializers, BatchNormalization's running
-  statistics and Constant nodes are constants.
+  statistics, Resize's (and Upsample's) roi and scales, and Constant nodes are constants.
 * Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
   of a sequence, not all of it), as the torch.fx capture's folded indexing does.
 * Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node.
@@ -66,6 +66,8 @@ ELEMENTWISE = frozenset(
     Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean QuantizeLinear DequantizeLinear""".split()
 )
 SLICING = frozenset({"Gather", "Slice"})  # ops whose data input (input 0) they read only in part: their output
+# float inputs that are not parameters, by op type: running statistics, Resize's roi and scales
+NOT_PARAMETERS = {"BatchNormalization": (3, 4), "Resize": (1, 2), "Upsample": (1,)}
 # inputs that hold a quantized model's integer weights (and QLinearConv's int32 bias), by op type
 QUANTIZED_WEIGHTS = {"DequantizeLinear": (0,), "QLinearConv": (3, 8), "QLinearMatMul": (0, 3), "ConvInteger": (1,),
                      "MatMulInteger": (0, 1)}
@@ -356,9 +358,9 @@ def import_onnx(
                                         _is_float(t.elem_type))
     b = ForwardBuilder()
     vals: dict[str, Value] = {"": b.constant()}  # "" = an omitted optional input
-    # BatchNormalization's running mean and variance (inputs 3 and 4) are buffers, not trained parameters:
-    # constants, as the torch.fx capture treats them
-    buffers = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization" for k in (3, 4) if len(n.input) > k}
+    # BatchNormalization's running mean and variance are buffers, not trained parameters: constants, as the
+    # torch.fx capture treats them; so are Resize's and Upsample's float roi and scales (sizes, not weights)
+    buffers = {n.input[k] for n in graph.node for k in NOT_PARAMETERS.get(n.op_type, ()) if len(n.input) > k}
     quantized = {n.input[k] for n in graph.node for k in QUANTIZED_WEIGHTS.get(n.op_type, ()) if len(n.input) > k}
     for init in graph.initializer:
         info = TensorInfo(tuple(int(d) for d in init.dims), _itemsize(init.data_type), _is_float(init.data_type))

@@ -470,6 +470,26 @@ def test_batch_norm_running_statistics_are_not_parameters():
     assert g.metadata["params"] == 2 * 3  # scale and bias only, as nn.BatchNorm2d(3).parameters()
 
 
+@pytest.mark.parametrize("opset", [9, 17])
+def test_resize_scales_are_not_parameters(opset):
+    """A float scales initializer ([1, 1, 2, 2]) was a parameter: 4 more parameters, and in training a
+    gradient and a momentum update of the upsampling factors."""
+    op = "Upsample" if opset == 9 else "Resize"
+    inputs = ["c", "scales"] if opset == 9 else ["c", "", "scales"]
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"),
+             helper.make_node(op, inputs, ["y"], name="up", mode="nearest")]
+    proto = helper.make_model(helper.make_graph(
+        nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
+        initializer=[_f32((3, 2, 1, 1), "W"), numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]),
+        opset_imports=[helper.make_opsetid("", opset)])
+    g = import_onnx(proto)
+    f = {op.name: op for op in g.ops}
+    assert g.metadata["params"] == 6 and f["up"].param_bytes == 0 and f["up"].output_bytes == 3 * 64 * 4
+    train = import_onnx(proto, mode="training")
+    assert sorted(op.name for op in train.ops if op.phase == "update") == ["conv/update"]
+
+
 @pytest.mark.parametrize(
     "rnn",
     [nn.LSTM(3, 5, num_layers=2, bidirectional=True), nn.LSTM(3, 5, batch_first=True), nn.GRU(3, 5), nn.RNN(3, 5),
