@@ -26,7 +26,7 @@
   1 per output element and are listed in metadata "fallback_cost_kinds".
 * Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
   names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
-  PyTorch exporter writes them): the last path component before the op type ("layer1.0.conv1").
+  PyTorch exporter writes them): the module path they spell ("layer1.0.conv1"), as the torch.fx capture's.
 * `mode="training"` adds backward and update ops for the loss: the graph output named by `loss`, else every
   output (their sum, as a model with an auxiliary head, Inception-V3's, is trained). Forward ops that reach
   no loss output get no backward ops. Metadata "loss_outputs" names the outputs taken as the loss. An
@@ -249,8 +249,21 @@ def _fold_shape_data(proto: Any) -> bool:
 
 
 def _scope(node_name: str) -> str:
-    parts = [p for p in node_name.split("/") if p]
-    return parts[-2] if len(parts) >= 2 else ""
+    """The dotted module path of a node the PyTorch exporter named, "/layer1/layer1.0/conv1/Conv" ->
+    "layer1.0.conv1". Each component is a module's name from its last non-numeric part on ("conv1" for
+    layer1.0.conv1, "layer1.0" for layer1.0, "layers.1" for encoder.layers.1): a component that extends the
+    path's own such tail by numeric parts ("layer1" -> "layer1.0") replaces it, any other is appended."""
+    path = ""
+    for part in [p for p in node_name.split("/") if p][:-1]:
+        atoms = path.split(".")
+        k = max((i for i, a in enumerate(atoms) if not a.isdigit()), default=0)
+        tail = ".".join(atoms[k:])
+        rest = part[len(tail) + 1:].split(".") if path and part.startswith(tail + ".") else []
+        if rest and all(a.isdigit() for a in rest):
+            path = ".".join([*atoms[:k], part])
+        else:
+            path = f"{path}.{part}" if path else part
+    return path
 
 
 def _attr(node: Any, name: str, default: Any = None) -> Any:

@@ -52,6 +52,40 @@ def test_onnx_matches_fx_capture(exported):
     assert g_onnx.ops[1].scope == "features.0"
 
 
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(2, 2, 3, padding=1), nn.Conv2d(2, 2, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv2(self.conv1(x)) + x)
+
+
+class _Nested(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer1, self.layer2 = nn.Sequential(_Block(), _Block()), nn.Sequential(_Block())
+
+    def forward(self, x):
+        return self.layer2(self.layer1(x))
+
+
+def test_scopes_are_the_module_paths_as_in_the_fx_capture():
+    """'/layer1/layer1.1/conv1/Conv' is in scope 'layer1.1.conv1'; it was 'conv1', the scope of every block's
+    first convolution, so scope grouping put the three blocks' conv1 in one group."""
+    x = torch.randn(1, 2, 4, 4)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Nested().eval(), (x,), buf, dynamo=False)
+    g = import_onnx(onnx.load_from_string(buf.getvalue()))
+    assert [(op.kind, op.scope) for op in g.ops if op.kind in ("conv", "add")] == [
+        (kind, f"{block}{conv}") for block in ("layer1.0", "layer1.1", "layer2.0")
+        for kind, conv in (("conv", ".conv1"), ("conv", ".conv2"), ("add", ""))]
+    g_fx = capture(_Nested(), (x,), name="nested")
+    assert [op.scope for op in g.ops] == [op.scope for op in g_fx.ops]
+
+
 def test_onnx_from_file_and_training_mode(exported, tmp_path):
     _, proto = exported
     path = tmp_path / "net.onnx"
