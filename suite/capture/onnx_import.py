@@ -394,20 +394,21 @@ def import_onnx(
             ins = [vals[x] for x in node.input]
         except KeyError as exc:
             raise GraphError(f"{where}: node {node.name or i!r} reads {exc.args[0]!r}, which nothing produces") from None
-        missing = [o for o in node.output if o and o not in infos]
+        outputs = [o for o in node.output if o]  # "" is an omitted optional output: it stays the constant ""
+        missing = [o for o in outputs if o not in infos]
         if missing and node.op_type not in CONSTANT_OUTPUT:
             if not any(v.deps or v.params for v in ins):
-                for o in node.output:
+                for o in outputs:
                     vals[o] = b.constant()
                 continue
             raise GraphError(f"{where}: shape inference left the shape of {missing[0]!r} (node {node.name or i!r}) unknown")
-        outs = [infos[o] for o in node.output if o in infos]
+        outs = [infos[o] for o in outputs if o in infos]
         if node.op_type in CONSTANT_OUTPUT or not any(v.deps or v.params for v in ins):
-            for o in node.output:
+            for o in outputs:
                 vals[o] = b.constant()
             continue
         if node.op_type in SHAPE_ONLY or (node.op_type == "Dropout" and not training):
-            for o in node.output:  # an integer or bool result passes no gradient back
+            for o in outputs:  # an integer or bool result passes no gradient back
                 vals[o] = b.fold(ins, infos[o].nbytes if o in infos else None,
                                  grad=o not in infos or infos[o].floating)
             continue
@@ -428,7 +429,7 @@ def import_onnx(
             output_shape=outs[0].shape if outs else (), output_numel=sum(t.numel for t in outs),
             saved_bytes=cost.saved_bytes, differentiable=any(t.floating for t in outs),
         )
-        for o in node.output:  # an integer output (TopK's indices) passes no gradient back
+        for o in outputs:  # an integer output (TopK's indices) passes no gradient back
             vals[o] = Value(deps={op_name: infos[o].nbytes if o in infos else total},
                             no_grad=frozenset({op_name}) if o in infos and not infos[o].floating else frozenset())
     names = [o.name for o in graph.output]

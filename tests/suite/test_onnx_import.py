@@ -396,6 +396,23 @@ def test_split_and_multi_output_nodes_edges_carry_the_bytes_read_and_dtype_sizes
     assert f["topk"].output_bytes == 16 + 16 and edge_bytes(g, "topk", "tanh") == 16
 
 
+def test_an_omitted_optional_output_is_not_read_by_an_omitted_optional_input():
+    """LayerNormalization's omitted Mean and InvStdDev outputs ("") made "" its output: the Clip of another
+    branch, whose omitted min is "" too, got an edge from it (32 bytes that nothing sends)."""
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+             helper.make_node("LayerNormalization", ["a", "g"], ["ln", "", ""], name="ln", axis=-1),
+             helper.make_node("Relu", ["x2"], ["r"], name="relu"),
+             helper.make_node("Clip", ["r", "", "max"], ["c"], name="clip")]
+    proto = _model(nodes, [vi("x", TensorProto.FLOAT, [2, 4]), vi("x2", TensorProto.FLOAT, [2, 4])],
+                   [vi("ln", TensorProto.FLOAT, [2, 4]), vi("c", TensorProto.FLOAT, [2, 4])],
+                   [_f32((4, 4), "W"), _f32((4,), "g"), numpy_helper.from_array(np.array(6, np.float32), "max")])
+    g = import_onnx(proto)
+    assert sorted((g.ops[e.src].name, g.ops[e.dst].name, e.bytes) for e in g.edges) == [
+        ("mm", "ln", 32), ("relu", "clip", 32), ("x", "mm", 32), ("x2", "relu", 32)]
+    assert g.ops[g.index["clip"]].bytes_read == 32
+
+
 @pytest.mark.parametrize("dtype", [TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.FLOAT])
 def test_bfloat16_initializers_are_parameters(dtype):
     """A bfloat16 weight is a parameter and its MatMul's output carries a gradient, as float16 and float32:
