@@ -82,6 +82,16 @@ def _itemsize(elem_type: int) -> int:
     return int(helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
 
 
+def _stored_bytes(elem_type: int, numel: int) -> int:
+    """Bytes of a stored tensor: 4-bit and 2-bit types (int4 weights) pack 2 or 4 elements a byte, which
+    numpy's ml_dtypes types (1 byte each) do not."""
+    from onnx import TensorProto
+
+    bits = {getattr(TensorProto, t, None): b for t, b in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2),
+                                                           ("UINT2", 2))}.get(elem_type)
+    return -(-numel * bits // 8) if bits else numel * _itemsize(elem_type)
+
+
 def _is_float(elem_type: int) -> bool:
     """A floating-point (or complex) element type, as the fx front end's `is_floating_point() or is_complex()`:
     also bfloat16 and the float8 types, which numpy knows only as ml_dtypes' kind "V" types."""
@@ -378,10 +388,11 @@ def import_onnx(
     for init in graph.initializer:
         info = TensorInfo(tuple(int(d) for d in init.dims), _itemsize(init.data_type), _is_float(init.data_type))
         infos[init.name] = info
+        nbytes = _stored_bytes(init.data_type, info.numel)
         if _is_float(init.data_type) and info.numel > 1 and init.name not in buffers:
-            vals[init.name] = b.param(init.name, info.nbytes, info.numel)
+            vals[init.name] = b.param(init.name, nbytes, info.numel)
         elif not info.floating and info.numel > 1 and init.name in quantized:
-            vals[init.name] = b.param(init.name, info.nbytes, info.numel, trainable=False)
+            vals[init.name] = b.param(init.name, nbytes, info.numel, trainable=False)
         else:
             vals[init.name] = b.constant()
     for inp in graph.input:

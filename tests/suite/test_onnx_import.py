@@ -511,6 +511,19 @@ def test_quantized_weights_are_frozen_parameters_and_quantized_products_count_th
         import_onnx(proto, mode="training")
 
 
+def test_int4_weights_take_half_a_byte_each():
+    """int4 weights pack two to a byte (15 of them: 8 bytes); numpy's int4 type takes a byte each (15)."""
+    w = helper.make_tensor("Wq", TensorProto.INT4, [5, 3], np.ones(15, dtype=np.int8).tolist())
+    nodes = [helper.make_node("DequantizeLinear", ["Wq", "s"], ["W"], name="dq"),
+             helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")]
+    graph = helper.make_graph(nodes, "int4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                              initializer=[w, numpy_helper.from_array(np.array(0.5, np.float32), "s")])
+    g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    assert (g.metadata["params"], g.metadata["param_bytes"]) == (15, 8)
+    assert g.ops[g.index["dq"]].param_bytes == 8 and g.ops[g.index["dq"]].output_bytes == 15 * 4
+
+
 def test_batch_norm_running_statistics_are_not_parameters():
     nodes = [helper.make_node("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["y"], name="bn")]
     inits = [numpy_helper.from_array(np.full(3, v, dtype=np.float32), n)
