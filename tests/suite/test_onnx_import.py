@@ -511,6 +511,20 @@ def test_quantized_weights_are_frozen_parameters_and_quantized_products_count_th
         import_onnx(proto, mode="training")
 
 
+def test_per_channel_quantization_scales_are_frozen():
+    """A per-channel scale ([3] floats) of a quantized weight is resident but not trained: it got a gradient
+    and a momentum update, so training a model whose only float weights are scales found something to train."""
+    nodes = [helper.make_node("DequantizeLinear", ["Wq", "s"], ["W"], name="dq", axis=1),
+             helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                   [numpy_helper.from_array(np.ones((4, 3), np.int8), "Wq"), _f32((3,), "s")])
+    g = import_onnx(proto)
+    assert (g.metadata["params"], g.ops[g.index["dq"]].param_bytes) == (12 + 3, 12 + 3 * 4)
+    with pytest.raises(GraphError, match="no trainable parameter"):
+        import_onnx(proto, mode="training")
+
+
 def test_int4_weights_take_half_a_byte_each():
     """int4 weights pack two to a byte (15 of them: 8 bytes); numpy's int4 type takes a byte each (15)."""
     w = helper.make_tensor("Wq", TensorProto.INT4, [5, 3], np.ones(15, dtype=np.int8).tolist())
