@@ -8,7 +8,7 @@
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
   model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
-  read), frozen: resident, not trained, as are the per-channel scales these ops and QuantizeLinear read. Other integer and scalar initializers, BatchNormalization's running
+  read), frozen: resident, not trained, as are the scales and zero points these ops and QuantizeLinear read. Other integer and scalar initializers, BatchNormalization's running
   statistics, Resize's (and Upsample's) roi and scales, and Constant nodes are constants.
 * Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
   of a sequence, not all of it), as the torch.fx capture's folded indexing does.
@@ -71,7 +71,9 @@ NOT_PARAMETERS = {"BatchNormalization": (3, 4), "Resize": (1, 2), "Upsample": (1
 # inputs that hold a quantized model's integer weights (and QLinearConv's int32 bias), by op type
 QUANTIZED_WEIGHTS = {"DequantizeLinear": (0,), "QLinearConv": (3, 8), "QLinearMatMul": (0, 3), "ConvInteger": (1,),
                      "MatMulInteger": (0, 1)}
-QUANTIZATION_OPS = frozenset({*QUANTIZED_WEIGHTS, "QuantizeLinear", "DynamicQuantizeLinear"})
+# their scales and zero points
+QUANTIZATION_SCALES = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 4, 5, 6, 7),
+                       "QLinearMatMul": (1, 2, 4, 5, 6, 7), "ConvInteger": (2, 3), "MatMulInteger": (2, 3)}
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
                     "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin"})
@@ -386,13 +388,13 @@ def import_onnx(
     # torch.fx capture treats them; so are Resize's and Upsample's float roi and scales (sizes, not weights)
     buffers = {n.input[k] for n in graph.node for k in NOT_PARAMETERS.get(n.op_type, ()) if len(n.input) > k}
     quantized = {n.input[k] for n in graph.node for k in QUANTIZED_WEIGHTS.get(n.op_type, ()) if len(n.input) > k}
-    quantization = {x for n in graph.node if n.op_type in QUANTIZATION_OPS for x in n.input}  # and their scales
+    scales = {n.input[k] for n in graph.node for k in QUANTIZATION_SCALES.get(n.op_type, ()) if len(n.input) > k}
     for init in graph.initializer:
         info = TensorInfo(tuple(int(d) for d in init.dims), _itemsize(init.data_type), _is_float(init.data_type))
         infos[init.name] = info
         nbytes = _stored_bytes(init.data_type, info.numel)
         if _is_float(init.data_type) and info.numel > 1 and init.name not in buffers:
-            vals[init.name] = b.param(init.name, nbytes, info.numel, trainable=init.name not in quantization)
+            vals[init.name] = b.param(init.name, nbytes, info.numel, trainable=init.name not in scales)
         elif not info.floating and info.numel > 1 and init.name in quantized:
             vals[init.name] = b.param(init.name, nbytes, info.numel, trainable=False)
         else:
