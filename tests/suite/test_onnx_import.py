@@ -523,6 +523,12 @@ def test_per_channel_quantization_scales_are_frozen():
     assert (g.metadata["params"], g.ops[g.index["dq"]].param_bytes) == (12 + 3, 12 + 3 * 4)
     with pytest.raises(GraphError, match="no trainable parameter"):
         import_onnx(proto, mode="training")
+    # the float tensor a QuantizeLinear reads is its data, not a scale: only 's' is frozen (3, not 3 + 12)
+    q = _model([helper.make_node("QuantizeLinear", ["Wf", "s"], ["Wq"], name="q", axis=1), *nodes,
+                helper.make_node("Add", ["y", "b"], ["z"], name="add")],
+               proto.graph.input, [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])],
+               [_f32((4, 3), "Wf"), _f32((3,), "s"), _f32((3,), "b")])
+    assert import_onnx(q, mode="training").metadata["frozen_params"] == 3
 
 
 def test_int4_weights_take_half_a_byte_each():
