@@ -450,6 +450,9 @@ def import_onnx(
     names = [o.name for o in graph.output]
     if loss is not None and loss not in names:
         raise GraphError(f"{where}: loss={loss!r} is not an output of the model; its outputs: {', '.join(names)}")
+    for o in names:
+        if o not in vals:
+            raise GraphError(f"{where}: output {o!r} of the model is not produced by any node, input or initializer")
     fg = b.finish([vals[o] for o in names if loss is None or o == loss])
     gname = name or graph.name or "onnx_model"
     meta = {"capture": "onnx", "capture_version": CAPTURE_VERSION, **(metadata or {})}

@@ -207,6 +207,15 @@ def test_bad_files(tmp_path):
             import_onnx(not_a_model)
 
 
+def test_an_output_nothing_produces_is_an_error():
+    """A graph output no node writes was a KeyError traceback."""
+    proto = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4])], [])
+    with pytest.raises(GraphError, match="^ONNX model 'hand': output 'z' of the model is not produced by any node"):
+        import_onnx(proto)
+
+
 def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "hand", inputs, outputs, initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
