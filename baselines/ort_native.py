@@ -80,8 +80,10 @@ class OrtGPU(BasePlacer):
         gpu, cpu = cluster.fastest("gpu"), cluster.fastest("cpu")
         mode = self.params["assignment"]
         if mode == "auto":
+            from suite.backends.workload import has_model
+
             training = graph.metadata.get("mode") == "training"  # ONNX Runtime runs inference graphs only
-            mode = "measured" if _cuda_ort_available() and not training and _has_model(graph) else "static"
+            mode = "measured" if _cuda_ort_available() and not training and has_model(graph) else "static"
         placement = np.full(graph.num_ops, gpu, dtype=np.int64)
         if mode == "static":
             no_kernel = np.array([bool(op.allowed_kinds) and "gpu" not in op.allowed_kinds for op in graph.ops])
@@ -107,14 +109,6 @@ class OrtGPU(BasePlacer):
         on_cpu = int((placement == cpu).sum())
         return PlacementResult.from_search(placement, problem, started, assignment=mode, ops_on_cpu=on_cpu,
                                            gpu=cluster.devices[gpu].name, cpu=cluster.devices[cpu].name)
-
-
-def _has_model(graph: OpGraph) -> bool:
-    """Is there a model to run for `graph` (a zoo workload or a variant of one, as `for_graph` needs)?"""
-    from suite import zoo
-
-    names = zoo.names()
-    return graph.name in names or graph.metadata.get("variant_of") in names
 
 
 def _cuda_ort_available() -> bool:

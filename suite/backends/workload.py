@@ -253,23 +253,32 @@ def from_module(module: nn.Module, inputs: Sequence[torch.Tensor], *, name: str,
     return RealWorkload(name, mode, module, inputs, graph)
 
 
+def has_model(graph: OpGraph) -> bool:
+    """Is there a model to run for `graph`: a zoo workload, or a variant of one (`real_workload`)?"""
+    from suite import zoo
+
+    names = zoo.names()
+    variant_of = graph.metadata.get("variant_of")
+    return graph.name in names or (isinstance(variant_of, str) and variant_of in names)
+
+
 def for_graph(graph: OpGraph, *, seed: int = 0) -> RealWorkload:
     """The runnable workload whose graph is `graph`: a zoo workload or a variant made by `real_workload`."""
     from suite import zoo
 
     meta = graph.metadata
-    if graph.name in zoo.names():
-        rw = real_workload(graph.name, seed=seed)
-    elif isinstance(meta.get("variant_of"), str) and meta["variant_of"] in zoo.names():
-        base = zoo.spec(meta["variant_of"])
-        params = dict(meta.get("workload_params", {}))
-        overrides = {k: v for k, v in params.items() if base.params.get(k) != v}
-        rw = real_workload(base.name, seed=seed, mode=meta.get("mode"), **overrides)
-    else:
+    if not has_model(graph):
         raise PlacebenchError(
             f"workload {graph.name!r} has no model in the zoo to run for real (real backends run zoo workloads "
             "and their variants)"
         )
+    if graph.name in zoo.names():
+        rw = real_workload(graph.name, seed=seed)
+    else:
+        base = zoo.spec(meta["variant_of"])
+        params = dict(meta.get("workload_params", {}))
+        overrides = {k: v for k, v in params.items() if base.params.get(k) != v}
+        rw = real_workload(base.name, seed=seed, mode=meta.get("mode"), **overrides)
     if rw.graph.content_hash != graph.content_hash:
         raise GraphError(f"workload {graph.name!r}: the graph given ({graph.content_hash}) is not the graph of the "
                          f"model ({rw.graph.content_hash})")

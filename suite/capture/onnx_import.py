@@ -188,18 +188,20 @@ def _infer_shapes(proto: Any, where: str) -> Any:
         raise GraphError(f"{where}: ONNX shape inference failed: {exc}") from None
 
 
-def _known_shapes(graph: Any) -> dict[str, tuple[int, ...]]:
-    shapes = {}
+def _known_tensors(graph: Any) -> dict[str, TensorInfo]:
+    """The graph's inputs, values and outputs whose type and every dimension shape inference knows."""
+    infos = {}
     for vi in [*graph.input, *graph.value_info, *graph.output]:
         t = vi.type.tensor_type
         if t.elem_type and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-            shapes[vi.name] = tuple(int(d.dim_value) for d in t.shape.dim)
-    return shapes
+            infos[vi.name] = TensorInfo(tuple(int(d.dim_value) for d in t.shape.dim), _itemsize(t.elem_type),
+                                        _is_float(t.elem_type))
+    return infos
 
 
 def _unknown_shapes(proto: Any) -> bool:
-    shapes = _known_shapes(proto.graph)
-    return any(o and o not in shapes for n in proto.graph.node for o in n.output)
+    known = _known_tensors(proto.graph)
+    return any(o and o not in known for n in proto.graph.node for o in n.output)
 
 
 SHAPE_DATA_LIMIT = 1024  # elements: shape computations are small; weights are not evaluated
@@ -220,7 +222,7 @@ def _fold_shape_data(proto: Any) -> bool:
     from onnx.reference import ReferenceEvaluator
 
     graph = proto.graph
-    shapes = _known_shapes(graph)
+    shapes = {name: info.shape for name, info in _known_tensors(graph).items()}
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     outputs = {o.name for o in graph.output}
     values: dict[str, Any] = {"": None}  # "" = an omitted optional input
@@ -376,12 +378,7 @@ def import_onnx(
         proto = _infer_shapes(proto, where)
     training = mode == "training"
     graph = proto.graph
-    infos: dict[str, TensorInfo] = {}
-    for vi in [*graph.input, *graph.value_info, *graph.output]:
-        t = vi.type.tensor_type
-        if t.elem_type and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-            infos[vi.name] = TensorInfo(tuple(int(d.dim_value) for d in t.shape.dim), _itemsize(t.elem_type),
-                                        _is_float(t.elem_type))
+    infos = _known_tensors(graph)
     b = ForwardBuilder()
     vals: dict[str, Value] = {"": b.constant()}  # "" = an omitted optional input
     # BatchNormalization's running mean and variance are buffers, not trained parameters: constants, as the
