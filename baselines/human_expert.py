@@ -25,9 +25,13 @@ split of Inception-V3 / ResNet-50 across GPUs (GPipe, Huang et al. 2019); for wo
 balanced contiguous split along the topological order.
 
 Ops whose scope matches no rule follow the group before them in topological order (the first GPU if
-none). With no GPU, everything goes to the fastest CPU. Ops that forbid the chosen device kind are moved
-to the allowed device they exchange the most bytes with (`_common.enforce_kinds`). Memory is ignored:
-these are the experts' placements, OOM or not. Single shot: no evaluations.
+none). Where a model's rule finds none of its layers in the graph (no LSTM layer for rnnlm and nmt, no
+encoder layer for bert_base, no block for the pipeline variant: scopes named otherwise), the layer split
+it is named for did not happen, and `info["rule"]` says so: `no_layer_matched` (the ops matching the
+rule's other parts, such as the embeddings, still go where it puts them). With no GPU, everything goes
+to the fastest CPU. Ops that forbid the chosen device kind are moved to the allowed device they exchange
+the most bytes with (`_common.enforce_kinds`). Memory is ignored: these are the experts' placements, OOM
+or not. Single shot: no evaluations.
 """
 
 from __future__ import annotations
@@ -94,9 +98,11 @@ def _lstm_rule(scopes: list[str], gpus: list[int], families: Sequence[str]) -> l
     return out
 
 
+_BERT_LAYER = re.compile(r"^encoder\.layer\.(\d+)(?:\.|$)")
+
+
 def _bert_rule(scopes: list[str], gpus: list[int]) -> list[int]:
-    layer_re = re.compile(r"^encoder\.layer\.(\d+)(?:\.|$)")
-    layers = sorted({int(m.group(1)) for s in scopes if (m := layer_re.match(s))})
+    layers = sorted({int(m.group(1)) for s in scopes if (m := _BERT_LAYER.match(s))})
     stage = {}
     for k, chunk in enumerate(np.array_split(np.array(layers, dtype=np.int64), len(gpus))):
         for layer in chunk.tolist():
@@ -105,7 +111,7 @@ def _bert_rule(scopes: list[str], gpus: list[int]) -> list[int]:
     last = stage[layers[-1]] if layers else gpus[-1]
     out = []
     for s in scopes:
-        m = layer_re.match(s)
+        m = _BERT_LAYER.match(s)
         if m:
             out.append(stage[int(m.group(1))])
         elif in_scope(s, "embeddings"):
@@ -159,21 +165,26 @@ def expert_node_devices(problem: Problem, variant: str) -> tuple[np.ndarray, str
     node_cost = con.node_sum(problem.costs()[:, ref])
     model = str(graph.metadata.get("model", ""))
     blocks = list(graph.metadata.get("blocks", []) or [])
+    layered = True  # the rule found the layers (blocks) it splits
     if variant == "pipeline":
         if blocks:
             devs, rule = _pipeline_rule(scopes, node_cost, blocks, gpus), "block_pipeline"
+            layered = any(_block_of(s, blocks) >= 0 for s in scopes)
         else:
             devs, rule = [gpus[k] for k in balanced_contiguous(node_cost, len(gpus))], "balanced_topological"
-    elif model == "rnnlm":
-        devs, rule = _lstm_rule(scopes, gpus, [""]), "lstm_per_gpu"
-    elif model == "nmt":
-        devs, rule = _lstm_rule(scopes, gpus, ["encoder", "decoder"]), "lstm_per_gpu"
+    elif model in ("rnnlm", "nmt"):
+        families = [""] if model == "rnnlm" else ["encoder", "decoder"]
+        devs, rule = _lstm_rule(scopes, gpus, families), "lstm_per_gpu"
+        layered = any(_lstm_layer(s, families) is not None for s in scopes)
     elif model in ("inception_v3", "resnet50"):
         devs, rule = [single] * con.num_nodes, "single_gpu"
     elif model == "bert_base":
         devs, rule = _bert_rule(scopes, gpus), "layer_blocks"
+        layered = any(_BERT_LAYER.match(s) for s in scopes)
     else:
         devs, rule = [gpus[k] for k in balanced_contiguous(node_cost, len(gpus))], "balanced_topological"
+    if not layered:  # the rule's layers are not in the graph: do not name a split that did not happen
+        rule = "no_layer_matched"
     return _fill_unassigned(devs, gpus[0]), rule, con
 
 

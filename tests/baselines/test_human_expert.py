@@ -207,3 +207,27 @@ def test_bert_with_more_gpus_than_layers_keeps_pooler_and_head_with_the_last_blo
     g = layered_graph("bert_base", scopes)
     devs = forward_devices(HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0), g)
     assert [devs[s] for s in scopes] == [1, 1, 2, 2, 2]
+
+
+def test_a_rule_that_finds_none_of_its_layers_is_not_named(layered_graph, make_problem, haswell_4k80):
+    """Scopes named otherwise ("rnn.0" for an LSTM layer, "blocks.0" for a BERT layer, no listed block): the
+    rule's layer split does not happen, and the label says so instead of naming the split. What the rule's
+    other parts match still goes where they put it (rnnlm: embedding on G[0], softmax on G[-1])."""
+    g = layered_graph("rnnlm", ["embedding", "rnn.0", "rnn.1", "softmax"])
+    r = HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0)
+    assert r.info["rule"] == "no_layer_matched"
+    assert forward_devices(r, g) == {"embedding": 1, "rnn.0": 1, "rnn.1": 1, "softmax": 4}
+    g = layered_graph("nmt", ["encoder.rnn", "decoder.rnn"])
+    r = HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0)
+    assert r.info["rule"] == "no_layer_matched" and set(r.placement.tolist()) == {1}
+    g = layered_graph("bert_base", ["embeddings", "blocks.0", "blocks.1", "head"])
+    r = HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0)
+    assert r.info["rule"] == "no_layer_matched"
+    assert forward_devices(r, g) == {"embeddings": 1, "blocks.0": 1, "blocks.1": 1, "head": 4}
+    g = OpGraph.build("cnn", [Op("a", "conv", flops=1e9, scope="stem"), Op("b", "conv", flops=1e9, scope="fc")],
+                      [("a", "b")], {"model": "resnet50", "blocks": ["layer1", "layer2"]})
+    r = HumanExpertPipeline().place(make_problem(g, haswell_4k80), Budget(), 0)
+    assert r.info["rule"] == "no_layer_matched" and r.placement.tolist() == [1, 1]
+    # one layer found is enough for the rule's name
+    g = layered_graph("rnnlm", ["embedding", "lstm.0", "rnn.1", "softmax"])
+    assert HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0).info["rule"] == "lstm_per_gpu"
