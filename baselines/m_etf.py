@@ -45,7 +45,8 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
    allows on each overflowing device becomes 0.95 x the estimate's peak there x capacity / measured peak
    (so that the estimate's error, measured, is allowed for; if that is no smaller than the room it had, the
    room shrinks by 0.95 x capacity / measured peak instead) and the schedule is made again, at most
-   `oom_retries` times (default 16; 0 gives the single-shot m-ETF with no evaluations). A schedule equal to
+   `oom_retries` times (default 16; 0 gives the single-shot m-ETF with no evaluations; `info["oom_retries"]`
+   counts the schedules made again, at most the parameter). A schedule equal to
    the last one measured is not measured again. The evaluations are counted like any search's; a spent
    budget (evaluations or seconds, also one that runs out during the check) ends the retries with the last schedule.
    Received copies sized as the simulator sends them (point 4; they were sized by the producer's output
@@ -57,7 +58,8 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
 6. Conservative rule (ours): where the last schedule of point 5 is still measured OOM (the retries spent),
    the schedule is made again, with point 5's retries, with each group of several ops holding on its device
    its largest working set of one op (output plus inputs) from its first op's placement to its last's, and
-   a new group needing room for it; that schedule is taken if it is measured to fit. With groups and kind
+   a new group needing room for it; that schedule is taken if it is measured to fit (`info["reserved_groups"]`).
+   `info["reserved_groups_oom_retries"]`, present where this rule ran, counts its own retries. With groups and kind
    limits both present (random DAGs of 30-40 ops, groups of 2, 1/8 CPU-only and 1/8 GPU-only, GPUs of
    200-300 MB; 320 graphs) m_etf was OOM on 14 graphs where one of 12 simple placements (all on the CPU but
    the GPU-only groups) fitted, and on 1 with this rule. Taken always, the rule (reserving the working sets
@@ -364,12 +366,13 @@ class METF(BasePlacer):
             placement, info = m_etf_placement(problem)
             return PlacementResult.from_search(placement, problem, started, oom_retries=0, **info)
         placement, info, retries, status = self._retry(problem, reserve_groups=False)
+        info = {**info, "oom_retries": retries}
         if status == "oom":  # point 6: the conservative rule, only where the usual one found no fit
             p2, info2, retries2, status2 = self._retry(problem, reserve_groups=True)
-            retries += retries2
             if status2 not in ("oom", None):
-                placement, info = p2, {**info2, "reserved_groups": True}
-        return PlacementResult.from_search(placement, problem, started, oom_retries=retries, **info)
+                placement, info = p2, {**info2, "oom_retries": retries, "reserved_groups": True}
+            info["reserved_groups_oom_retries"] = retries2
+        return PlacementResult.from_search(placement, problem, started, **info)
 
     def _retry(self, problem: Problem, reserve_groups: bool) -> tuple[np.ndarray, dict, int, str | None]:
         """Point 5: the schedule, made again with less room on the devices it overflowed, up to `oom_retries`

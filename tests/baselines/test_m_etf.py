@@ -438,6 +438,7 @@ def test_where_the_usual_rule_stays_oom_the_conservative_one_fits(random_graph, 
     assert usual[3] == "oom" and usual[2] == 16  # every retry spent, the last schedule measured OOM
     r = METF().place(problem, Budget(), 0)
     assert r.info["reserved_groups"] and make_problem(g, c).evaluator.measure(r.placement).status == "ok"
+    assert r.info["oom_retries"] == 16 and 0 <= r.info["reserved_groups_oom_retries"] <= 16
     assert r.evaluations == problem.evaluator.evaluations_used > alone.evaluator.evaluations_used
     validate(r.placement, g, c)
 
@@ -453,4 +454,8 @@ def test_a_conservative_schedule_that_is_oom_too_is_not_taken(make_problem, make
     assert METF()._retry(make_problem(g, c), reserve_groups=True)[3] == "oom"
     r = METF().place(make_problem(g, c), Budget(), 0)
     assert r.placement.tolist() == [1, 1] and "reserved_groups" not in r.info
-    assert r.info["oom_retries"] == 32  # the usual rule's 16 retries, then the conservative rule's
+    # the usual rule's 16 retries, then the conservative rule's 16: each counted on its own, neither above the
+    # parameter (one count of 32 read as 32 retries of a rule allowed 16)
+    assert (r.info["oom_retries"], r.info["reserved_groups_oom_retries"]) == (16, 16)
+    r = METF(oom_retries=3).place(make_problem(g, c), Budget(), 0)
+    assert (r.info["oom_retries"], r.info["reserved_groups_oom_retries"]) == (3, 3)
