@@ -49,6 +49,7 @@ from suite.evaluator import SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Methodology, Timing
 from suite.placement import validate
+from suite.store import atomic_write_files, atomic_write_text
 from suite.textfile import first_non_finite, load_json
 
 _REPO_RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -553,8 +554,8 @@ def plot_png(result: FidelityResult) -> bytes:
 
 def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: bool = True) -> dict[str, Path]:
     """Write the report's `.md`, `.json` (and `.png`) and then `summary.md` to `out`. Every output is made
-    before any is written, so a report that cannot be made (a number JSON cannot hold) writes nothing; each
-    file is replaced whole (written beside it, then renamed)."""
+    before any is written, so a report that cannot be made (a number JSON cannot hold) writes nothing; the
+    files are replaced whole, all of them or none (`suite.store.atomic_write_files`), in UTF-8."""
     out = Path(out)
     clock = result.info.get("clock", "wall")
     stem = "__".join(_file_part(x) for x in (result.workload, result.cluster, result.backend))
@@ -573,13 +574,8 @@ def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: 
     contents = {"md": markdown(result).encode(), "json": json_text.encode()}
     if png:
         contents["png"] = plot_png(result)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for kind, data in contents.items():
-        paths[kind] = out / f"{stem}.{kind}"
-        tmp = paths[kind].with_name(paths[kind].name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(paths[kind])
+    paths = {kind: out / f"{stem}.{kind}" for kind in contents}
+    atomic_write_files({paths[kind]: data for kind, data in contents.items()})
     paths["summary"] = write_summary(out)
     return paths
 
@@ -598,7 +594,8 @@ def _mode(d: dict[str, Any]) -> str:
 
 
 def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
-    """`summary.md`: per fidelity JSON in `out`, the single-device rows and the placement-set statistics.
+    """`summary.md`: per fidelity JSON in `out`, the single-device rows and the placement-set statistics
+    (UTF-8 whatever the locale, replaced whole like the reports).
 
     A JSON file that cannot be read, or a fidelity report with missing or malformed fields, is listed in the
     summary as left out (and on stderr), with the reason; it is neither skipped silently nor fatal, since the
@@ -657,9 +654,7 @@ def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
         for m in left_out:
             print(f"warning: the fidelity summary leaves out {m}", file=sys.stderr)
     lines += ["", "## Reading these numbers", "", *NOTES]
-    path = out / "summary.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")
 
 
 def _current_hash(workload: str) -> str | None:

@@ -209,6 +209,28 @@ def test_summary_marks_reports_of_an_earlier_graph(tmp_path):
     assert "new.json" not in stale and "mine.json" not in stale
 
 
+def test_summary_is_utf8_whatever_the_locale(tmp_path):
+    """The summary's dagger mark (a report of an earlier graph) and a non-ASCII workload name are written in
+    UTF-8 under an ASCII locale too: the summary was written in the locale's encoding, so there `placebench
+    fidelity` failed with UnicodeEncodeError after measuring, with the report written and the summary not."""
+    import os
+    import subprocess
+    import sys
+
+    rows = [Row("single:cpu:0", "single", 1.0, 1.25, "ok")]
+    for name, workload in (("old", "resnet50-b1-infer"), ("mine", "modèle")):
+        data = FidelityResult(workload, "sha256:" + "0" * 64, "c", "torch", {}, rows).to_dict()
+        (tmp_path / f"{name}.json").write_bytes(json.dumps(data).encode())
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    code = f"from suite.fidelity import write_summary; write_summary({str(tmp_path)!r})"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])  # this checkout's suite
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "summary.md").read_bytes().decode("utf-8")
+    assert "| resnet50-b1-infer † | torch |" in text and "| modèle | torch |" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.json", "old.json", "summary.md"]  # no temporary left
+
+
 def test_statistics_ignore_failed_placements():
     rows = [Row("a", "single", 1.0, 1.0, "ok"), Row("b", "split", 2.0, 1.0, "ok"), Row("c", "random", 3.0, 4.0, "ok"),
             Row("d", "random", 1.0, None, "oom")]
