@@ -870,8 +870,13 @@ _WARM: set[tuple[str, str]] = set()
 
 def _warm_up(graph: OpGraph, cluster: Cluster, backend: Any, key: tuple[str, str]) -> None:
     """Compile (or load from numba's cache) the simulator for this workload and cluster before the timed
-    part of the cell, so that neither the cell timeout nor the placer's time budget pays for it."""
-    if key in _WARM:
+    part of the cell, so that neither the cell timeout nor the placer's time budget pays for it.
+
+    Only the simulator (`SimulatorBackend` and its subclasses) is warmed up. For a real-execution backend
+    the warm-up was two real measurements of the whole model on one device, outside the cell timeout and
+    unreported (a slow or stuck one ended as "setup took over 180 s"); each real measurement runs its own
+    untimed warm-up steps (the methodology's timing), so it needs none."""
+    if key in _WARM or not isinstance(backend, SimulatorBackend):
         return
     _WARM.add(key)
     from suite.placement import validate

@@ -786,6 +786,40 @@ def test_a_workload_changed_after_planning_is_an_error_row(tiny_files, write_spe
     assert "step_time_s" not in record and "placement" not in record
 
 
+def test_only_the_simulator_is_warmed_up_before_the_timed_part(tiny_files, write_spec, tmp_path, monkeypatch):
+    """The warm-up before the cell timeout compiles the simulator. A real-execution backend (any backend that
+    is not a SimulatorBackend) is not warmed up: that was two real measurements of the whole model on one
+    device (measure, then measure_batch) per workload and cluster, outside the cell timeout. Here the only
+    measurement is the final placement's re-measurement."""
+    from suite.evaluator import SimulatorBackend
+
+    calls = []
+
+    class Real:  # a real-execution backend, as far as the runner sees one
+        name = "count_real"
+
+        def __init__(self, workload, cluster):
+            self.sim = SimulatorBackend(workload, cluster)
+
+        def measure(self, placement):
+            calls.append(("measure", placement.tolist()))
+            return self.sim.measure(placement)
+
+        def measure_batch(self, placements):
+            calls.append(("measure_batch", placements.tolist()))
+            return self.sim.measure_batch(placements)
+
+    monkeypatch.setitem(runner._EVALUATORS, "count_real", lambda workload, cluster, methodology: Real(workload, cluster))
+    workload = tmp_path / "w.json"  # a workload and cluster this process has not warmed up
+    workload.write_bytes(tiny_files["diamond"].read_bytes())
+    spec = write_spec(workloads=[str(workload)], clusters=[str(tiny_files["cluster"])], placers=["single_cpu"],
+                      evaluator="count_real")
+    [cell] = runner.make_plan(runner.load_spec(str(spec))).cells
+    record = runner.run_cell(cell)
+    assert (record["status"], record["step_time_s"], record["evaluations"]) == ("ok", 4.0, 0)
+    assert calls == [("measure", [0, 0, 0, 0])]
+
+
 def test_evaluate_one(tiny_files):
     rec = runner.evaluate_one(str(tiny_files["big"]), str(tiny_files["cluster"]), "single_cpu")
     assert (rec["status"], rec["step_time_s"], rec["placement"]) == ("ok", 4.0, [0, 0, 0, 0])
