@@ -66,6 +66,28 @@ class Methodology:
     failure_multiple: float = 10.0
     cell_timeout_s: float = 900.0
 
+    def __post_init__(self) -> None:
+        # as Budget and Timing: Methodology(repetitions=0) made in code failed later, inside the re-measurement
+        # (an IndexError; 2.5 or NaN a TypeError), and was written as such into a store's manifest
+        n, f, t = self.repetitions, self.failure_multiple, self.cell_timeout_s
+        if not isinstance(self.version, str) or not self.version:
+            raise SpecError(f"Methodology.version must be a non-empty string, got {short_repr(self.version)}")
+        if not isinstance(self.budget, Budget) or not isinstance(self.timing, Timing):
+            raise SpecError("Methodology.budget and .timing must be a Budget and a Timing, got "
+                            f"{type(self.budget).__name__} and {type(self.timing).__name__}")
+        seeds = self.seeds
+        if not isinstance(seeds, tuple | list) or not all(_real(x) and isinstance(x, numbers.Integral) for x in seeds):
+            raise SpecError(f"Methodology.seeds must be a tuple of integer seeds, got {short_repr(seeds)}")
+        object.__setattr__(self, "seeds", tuple(check_seeds("Methodology.seeds", [int(x) for x in seeds])))
+        if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or not 1 <= n <= INT_MAX:
+            raise SpecError(f"Methodology.repetitions must be a whole number >= 1, got {short_repr(n)}")
+        object.__setattr__(self, "repetitions", int(n))
+        if not _real(f) or not 1.0 <= f <= MAX_FAILURE_MULTIPLE:
+            raise SpecError(f"Methodology.failure_multiple must be a number in [1, {MAX_FAILURE_MULTIPLE:g}], "
+                            f"got {short_repr(f)}")
+        if not _real(t) or not 0 < t < math.inf:
+            raise SpecError(f"Methodology.cell_timeout_s must be a finite number of seconds > 0, got {short_repr(t)}")
+
     def with_budget(self, **kw: Any) -> Methodology:
         return replace(self, budget=replace(self.budget, **kw))
 
@@ -96,6 +118,10 @@ INT_MAX = 2**63 - 1  # counts are stored as int64 (results tables) and used as n
 # a failure's score is this multiple of the serial bound: larger ones overflow to inf (1e308) or break the
 # learned placers' reward arithmetic with it
 MAX_FAILURE_MULTIPLE = 1e6
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
 
 
 def _num(where: str, value: Any, *, integer: bool = False, minimum: float = 0.0, maximum: float = math.inf) -> Any:

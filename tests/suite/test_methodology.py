@@ -133,3 +133,40 @@ def test_timing_made_in_code_is_checked_when_made(kw, message):
     with pytest.raises(SpecError, match=message):
         methodology.Timing(**kw)
     assert methodology.Timing(warmup_steps=0, measured_steps=1).measured_steps == 1
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"repetitions": 0}, r"Methodology.repetitions must be a whole number >= 1, got 0"),
+    ({"repetitions": -2}, r"Methodology.repetitions must be a whole number >= 1, got -2"),
+    ({"repetitions": 2.5}, r"Methodology.repetitions must be a whole number >= 1, got 2.5"),
+    ({"repetitions": float("nan")}, r"Methodology.repetitions must be a whole number >= 1, got nan"),
+    ({"repetitions": "3"}, r"Methodology.repetitions must be a whole number >= 1, got '3'"),
+    ({"repetitions": True}, r"Methodology.repetitions must be a whole number >= 1, got True"),
+    ({"seeds": ()}, r"Methodology.seeds must be a non-empty list of integers in \[0, 2\*\*32\), got \[\]"),
+    ({"seeds": (1, 1)}, r"Methodology.seeds: seed 1 is listed twice"),
+    ({"seeds": (0.5,)}, r"Methodology.seeds must be a tuple of integer seeds, got \(0.5,\)"),
+    ({"failure_multiple": 0.5}, r"Methodology.failure_multiple must be a number in \[1, 1e\+06\], got 0.5"),
+    ({"failure_multiple": float("inf")}, r"Methodology.failure_multiple must be a number in \[1, 1e\+06\], got inf"),
+    ({"cell_timeout_s": 0}, r"Methodology.cell_timeout_s must be a finite number of seconds > 0, got 0"),
+    ({"version": ""}, r"Methodology.version must be a non-empty string, got ''"),
+])
+def test_a_methodology_made_in_code_is_checked_when_made(kw, message):
+    """replace(methodology, repetitions=0) made in code failed only at the final re-measurement, with an
+    IndexError (2.5 or NaN: a TypeError) that named nothing; each field is checked when made, by name."""
+    with pytest.raises(SpecError, match=message):
+        dataclasses.replace(methodology.load(), **kw)
+    m = dataclasses.replace(methodology.load(), repetitions=np.int64(3), seeds=[np.int64(2), 5])
+    assert (m.repetitions, type(m.repetitions), m.seeds) == (3, int, (2, 5))
+    assert m.as_dict()["repetitions"] == 3 and m.as_dict()["seeds"] == [2, 5]
+
+
+def test_a_bad_repetitions_methodology_never_reaches_the_re_measurement(tiny_graph, tiny_cluster):
+    """The re-measurement of a final placement with repetitions=0 was an IndexError from inside
+    `Evaluator.measure`; the methodology is refused where it is made, and the re-measurement's own argument
+    is checked by name."""
+    from suite.evaluator import Evaluator
+
+    with pytest.raises(SpecError, match="Methodology.repetitions"):
+        Evaluator(tiny_graph, tiny_cluster, Budget(), methodology=dataclasses.replace(methodology.load(), repetitions=0))
+    with pytest.raises(ValueError, match=r"repetitions must be a positive integer, got nan"):
+        Evaluator(tiny_graph, tiny_cluster, Budget()).measure([0, 0, 0, 0], repetitions=float("nan"))
