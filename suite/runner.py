@@ -1136,7 +1136,8 @@ def execute(
                     w.kill()
                     what = f"did not finish within the cell timeout of {cell.timeout_s:g} s"
                     if w.started is None:
-                        what = f"setup (worker start, plugins, workload, placer) took over {BOOT_TIMEOUT_S:g} s"
+                        what = (f"setup (worker start, plugins, workload, placer, evaluator) took over "
+                                f"{BOOT_TIMEOUT_S + cell.timeout_s:g} s")  # the deadline `Worker.deadline` gives it
                     record = failure_record(cell, "timeout", what, time.perf_counter() - w.submitted)
                     replace = True
                 if record is None:

@@ -825,6 +825,15 @@ def test_evaluate_one(tiny_files):
     assert (rec["status"], rec["step_time_s"], rec["placement"]) == ("ok", 4.0, [0, 0, 0, 0])
 
 
+def test_a_setup_timeout_says_how_long_setup_was_given(tiny_files, monkeypatch):
+    """Setup (before the placer starts) may take the boot allowance plus the cell timeout; the row said "took
+    over {boot allowance} s", short by the whole cell timeout (180 s said where 1080 s had passed)."""
+    monkeypatch.setattr(runner, "BOOT_TIMEOUT_S", 0.0)  # a worker cannot even start in 0.25 s
+    rec = runner.evaluate_one(str(tiny_files["big"]), str(tiny_files["cluster"]), "single_cpu", cell_timeout_s=0.25)
+    assert (rec["status"], rec["message"]) == (
+        "timeout", "setup (worker start, plugins, workload, placer, evaluator) took over 0.25 s")
+
+
 def test_evaluate_one_says_how_a_worker_died_without_the_runs_retry_hint(tiny_files, harness_plugin):
     """evaluate stores nothing and has no --retry-failed: its row says how the worker ended, and only that."""
     rec = runner.evaluate_one(str(tiny_files["big"]), str(tiny_files["cluster"]), "harness_dies",
