@@ -23,7 +23,11 @@ only, the figure papers publish):
 * cross-entropy: log-softmax (5 per logit) + 1 per sample (pick and average; classes are dimension 1, so
   logits [N, C, H, W] have N x H x W samples); it saves the log-probabilities for its backward pass;
   negative log-likelihood: 1 per sample;
-* embedding lookups, concatenation, stacking: no FLOPs (only bytes).
+* embedding lookups, concatenation, stacking: no FLOPs (only bytes); an embedding bag (nn.EmbeddingBag,
+  F.embedding_bag): 1 per looked-up element (indices x embedding dim: the adds of sum and mean, the compares
+  of max), 1 more per looked-up element with per_sample_weights (the multiply), and for mode "mean" 1 per
+  output element (the divide). A lookup reads the rows it gathers, not its whole table (its parameter bytes
+  stay the whole table).
 
 A module can bring its own rule: give it a method `capture_cost(inputs, outputs, training) -> Cost`
 (`inputs`/`outputs`: lists of `TensorInfo`) and, optionally, a class attribute `capture_kind`; the fx
@@ -65,6 +69,7 @@ class Cost:
     flops: float
     macs: float = 0.0
     saved_bytes: int = 0  # activations internal to the op kept for its backward pass (training)
+    weight_bytes_read: int | None = None  # bytes of its weights it reads, where fewer than all (a lookup's rows)
 
 
 def collect(obj: Any, cls: type) -> list[Any]:
@@ -94,6 +99,11 @@ def tensors(obj: Any) -> list[TensorInfo]:
 
 def _numel(xs: Iterable[TensorInfo]) -> int:
     return sum(x.numel for x in xs)
+
+
+def _arg(args: tuple, kwargs: dict, i: int, key: str, default: Any = None) -> Any:
+    """A call's argument given at position `i` or by name `key`."""
+    return args[i] if len(args) > i else kwargs.get(key, default)
 
 
 def _pair(v: Any, n: int) -> tuple[int, ...]:
@@ -229,6 +239,15 @@ def cross_entropy_cost(logits: TensorInfo, kind: str = "cross_entropy") -> Cost:
     return Cost(kind, float(flops), 0.0, saved_bytes=logits.nbytes)
 
 
+def embedding_bag_cost(indices: TensorInfo, dim: int, itemsize: int, mode: str, weighted: bool,
+                       out: TensorInfo) -> Cost:
+    """An embedding bag looking up `indices` rows of `dim` elements (`itemsize` bytes each) and reducing
+    them per bag (see the module docstring); it reads those rows of its table, not all of it."""
+    looked_up = indices.numel * dim
+    flops = looked_up * (2 if weighted else 1) + (out.numel if mode == "mean" else 0)
+    return Cost("embedding_bag", float(flops), weight_bytes_read=looked_up * itemsize)
+
+
 def pool_cost(out: TensorInfo, kernel: tuple[int, ...], kind: str) -> Cost:
     return Cost(kind, float(out.numel * math.prod(kernel)))
 
@@ -287,6 +306,11 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return Cost("concat", 0.0)
     if name == "embedding":
         return Cost("embedding", 0.0)
+    if name == "embedding_bag":  # (input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
+        weight = _arg(args, kwargs, 1, "weight")  # per_sample_weights, ...)
+        return embedding_bag_cost(_arg(args, kwargs, 0, "input"), weight.shape[-1], weight.itemsize,
+                                  _arg(args, kwargs, 6, "mode", "mean"),
+                                  _arg(args, kwargs, 8, "per_sample_weights") is not None, out[0])
     if name in SOFTMAX:
         return elementwise(name, out, SOFTMAX_FLOPS_PER_ELEMENT)
     if name in ("cross_entropy",):
@@ -344,6 +368,10 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return elementwise("group_norm", out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
     if isinstance(module, nn.Embedding):
         return Cost("embedding", 0.0)
+    if isinstance(module, nn.EmbeddingBag):  # forward(input, offsets=None, per_sample_weights=None)
+        weighted = (len(args) > 2 and args[2] is not None) or kwargs.get("per_sample_weights") is not None
+        return embedding_bag_cost(ins[0], module.embedding_dim, module.weight.element_size(), module.mode, weighted,
+                                  out[0])
     if isinstance(module, nn.Softmax | nn.LogSoftmax):
         return elementwise("softmax" if isinstance(module, nn.Softmax) else "log_softmax", out, SOFTMAX_FLOPS_PER_ELEMENT)
     if isinstance(module, nn.CrossEntropyLoss):

@@ -513,6 +513,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         output_shape=out_shape,
         output_numel=sum(t.numel for t in outs),
         saved_bytes=cost.saved_bytes,
+        weight_bytes_read=cost.weight_bytes_read,
         params=params,
         frozen=frozen,
         differentiable=any(t.floating for t in outs),

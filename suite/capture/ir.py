@@ -64,6 +64,7 @@ class FwdOp:
     output_shape: tuple[int, ...] = ()
     output_numel: int = 0
     saved_bytes: int = 0  # activations kept for the backward pass beyond the output (training mode only)
+    weight_bytes_read: int | None = None  # bytes of its weights it reads, where fewer than all (a lookup's rows)
     param_uses: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (bytes, count)
     own_param_bytes: int = 0  # every parameter it holds, frozen ones included (all are resident)
     own_param_count: int = 0
@@ -143,13 +144,16 @@ def op_bytes_read(op: FwdOp, var_bytes: Mapping[str, int]) -> int:
 
     A variable op reads nothing: it holds resident weights, and each of its users reads them (as a
     TensorFlow variable hands out a reference). A lookup (embedding, gather) reads the rows it gathers,
-    at most its output's bytes, not its whole table.
+    at most its output's bytes, not its whole table; an op with `weight_bytes_read` (an embedding bag, whose
+    rows are more than its output) reads at most that many bytes of its weights.
     """
     if op.kind == "variable":
         return 0
     weights = op.own_param_bytes + sum(var_bytes[v] for v in op.variables)
     if op.kind in LOOKUP_KINDS:
         weights = min(weights, op.output_bytes)
+    if op.weight_bytes_read is not None:
+        weights = min(weights, op.weight_bytes_read)
     return sum(op.inputs.values()) + weights
 
 
@@ -234,12 +238,14 @@ class ForwardBuilder:
         output_shape: tuple[int, ...] = (),
         output_numel: int | None = None,
         saved_bytes: int = 0,
+        weight_bytes_read: int | None = None,
         params: Mapping[str, tuple[int, int]] | None = None,
         frozen: Iterable[str] = (),
         differentiable: bool = True,
     ) -> Value:
         """A real operation; `params` are parameters it uses besides those in `values` (a module's own), of
-        which `frozen` names the keys that training does not update; `differentiable=False` for one whose
+        which `frozen` names the keys that training does not update; `weight_bytes_read` for one that reads
+        fewer bytes of its weights than all of them (a lookup); `differentiable=False` for one whose
         outputs carry no gradient (comparisons, argmax, integer casts: autograd passes nothing back through
         them)."""
         if name in self._ops:
@@ -262,6 +268,7 @@ class ForwardBuilder:
             output_shape=tuple(int(d) for d in output_shape),
             output_numel=int(output_numel),
             saved_bytes=int(saved_bytes),
+            weight_bytes_read=None if weight_bytes_read is None else int(weight_bytes_read),
             param_uses=dict(uses),
             differentiable=bool(differentiable),
             no_grad_inputs=no_grad,

@@ -290,6 +290,41 @@ def test_an_embedding_reads_the_rows_it_gathers_not_its_table(mode):
     assert emb.bytes_read == 2 * 3 * 8 + 2 * 3 * 8 * 4  # the int64 ids and the 6 rows of 8 floats
 
 
+class Bags(nn.Module):
+    """Bags of rows of a 100 x 8 table: nn.EmbeddingBag (mean) over 6 ids in 2 bags, and F.embedding_bag
+    (sum, weighted per id) over the same ids in [2, 3] bags of the same table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bag = nn.EmbeddingBag(100, 8, mode="mean")
+        self.w = nn.Parameter(torch.randn(100, 8))
+
+    def forward(self, ids, offsets, weights):
+        summed = F.embedding_bag(ids.view(2, 3), self.w, mode="sum", per_sample_weights=weights.view(2, 3))
+        return (self.bag(ids, offsets) + summed).sum()
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_an_embedding_bag_reads_and_reduces_the_rows_it_looks_up(mode):
+    """An embedding bag costs 1 FLOP per looked-up element (6 ids x 8), 1 more with per-sample weights, and
+    a mean divides each output element (2 bags x 8); it reads its ids and the 6 rows it looks up, not its
+    table. It took the fallback: 1 FLOP per output element (16), reading all 100 rows."""
+    ids, offsets, weights = torch.tensor([1, 5, 7, 2, 2, 9]), torch.tensor([0, 2]), torch.rand(6)
+    g = capture(Bags(), (ids, offsets, weights), name="bags", mode=mode)
+    assert "fallback_cost_kinds" not in g.metadata
+    f = {op.name: op for op in g.ops}
+    rows = 6 * 8 * 4
+    assert (f["bag"].kind, f["bag"].flops) == ("embedding_bag", 6 * 8 + 2 * 8)
+    assert f["bag"].param_bytes == 100 * 8 * 4  # the whole table is resident
+    assert f["bag"].bytes_read == 6 * 8 + 2 * 8 + rows  # int64 ids and offsets, 6 rows of 8 floats
+    assert (f["embedding_bag"].kind, f["embedding_bag"].flops) == ("embedding_bag", 2 * 6 * 8)
+    assert f["embedding_bag"].bytes_read == 6 * 8 + 6 * 4 + rows  # ids, weights, rows
+    if mode == "training":  # the weight gradient scatters the looked-up elements
+        assert f["bag/grad_weight"].flops == 64 and f["bag/grad_weight"].output_bytes == 100 * 8 * 4
+        assert "embedding_bag/grad" not in f  # ids and weights are inputs: no gradient
+        assert f["embedding_bag/grad_weight"].flops == 96
+
+
 class _Fc(nn.Module):
     """One layer, fc, for the small models of the tests below."""
 
