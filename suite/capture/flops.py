@@ -16,7 +16,10 @@ only, the figure papers publish):
   element; reductions (sum, mean): 1 per input element;
 * softmax and log-softmax: 5 per element (max, subtract, exp, sum, divide);
 * batch norm: 2 per element in inference (scale and shift with running statistics), 4 in training (batch
-  statistics, then normalise); layer norm: 5 per element;
+  statistics, then normalise); layer norm: 5 per element; group norm and instance norm compute their
+  statistics from the input in inference too: 5 per element, as layer norm (instance norm with running
+  statistics in inference, `track_running_stats` / `use_input_stats=False`: 2, as batch norm); RMS norm:
+  3 per element (layer norm's less the mean and its subtraction). (torch's FlopCounterMode counts no norm.)
 * pooling: output elements x kernel elements; adaptive average pooling: 1 per input element;
 * recurrent layers (nn.LSTM / GRU / RNN) and cells (nn.LSTMCell / GRUCell / RNNCell): the cell formula of
   `rnn_cell_flops` per step, layer and direction;
@@ -44,7 +47,8 @@ from typing import Any
 
 FP32_BYTES = 4
 SOFTMAX_FLOPS_PER_ELEMENT = 5
-LAYER_NORM_FLOPS_PER_ELEMENT = 5
+LAYER_NORM_FLOPS_PER_ELEMENT = 5  # also group norm and instance norm with input statistics
+RMS_NORM_FLOPS_PER_ELEMENT = 3
 BATCH_NORM_FLOPS_PER_ELEMENT = {False: 2, True: 4}  # keyed by training
 
 
@@ -325,8 +329,15 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return Cost(name, float(ins[0].numel if ins else _numel(out)))
     if name == "layer_norm":
         return elementwise("layer_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
-    if name in ("batch_norm", "instance_norm", "group_norm"):
+    if name == "batch_norm":
         return elementwise(name, out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
+    if name == "group_norm":
+        return elementwise(name, out, LAYER_NORM_FLOPS_PER_ELEMENT)
+    if name == "instance_norm":  # (input, running_mean, running_var, weight, bias, use_input_stats, ...)
+        stats = training or _arg(args, kwargs, 5, "use_input_stats", True)
+        return elementwise(name, out, LAYER_NORM_FLOPS_PER_ELEMENT if stats else BATCH_NORM_FLOPS_PER_ELEMENT[False])
+    if name == "rms_norm":
+        return elementwise(name, out, RMS_NORM_FLOPS_PER_ELEMENT)
     if name in POOL:
         kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size")
         return pool_cost(out[0], _pair(kernel, POOL[name]), name)
@@ -365,7 +376,12 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if isinstance(module, nn.LayerNorm):
         return elementwise("layer_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
     if isinstance(module, nn.GroupNorm):
-        return elementwise("group_norm", out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
+        return elementwise("group_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
+    if isinstance(module, nn.InstanceNorm1d | nn.InstanceNorm2d | nn.InstanceNorm3d):
+        stats = training or not module.track_running_stats
+        return elementwise("instance_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT if stats else BATCH_NORM_FLOPS_PER_ELEMENT[False])
+    if isinstance(module, nn.RMSNorm):
+        return elementwise("rms_norm", out, RMS_NORM_FLOPS_PER_ELEMENT)
     if isinstance(module, nn.Embedding):
         return Cost("embedding", 0.0)
     if isinstance(module, nn.EmbeddingBag):  # forward(input, offsets=None, per_sample_weights=None)

@@ -20,7 +20,8 @@
   the quantized ConvInteger / QLinearConv / MatMulInteger / QLinearMatMul (2 per multiply-add, +1 per output
   element for a bias), elementwise ops 1 per output element, pooling output
   elements x kernel, global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or
-  4 (training) per element, LayerNormalization 5, Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
+  4 (training) per element, LayerNormalization, InstanceNormalization and GroupNormalization 5 (statistics
+  of the input), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
   of the fused torch layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
   as cross-entropy and NLL loss (the former saving its log-probabilities in training). Other op types count
   1 per output element and are listed in metadata "fallback_cost_kinds".
@@ -321,9 +322,9 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         return Cost(kind, float(outs[0].numel * math.prod(_attr(node, "kernel_shape", [1]))))
     if op in ("GlobalAveragePool", "GlobalMaxPool") or op in REDUCE:
         return Cost(kind, float(ins[0].numel))
-    if op in ("BatchNormalization", "InstanceNormalization", "GroupNormalization"):
+    if op == "BatchNormalization":
         return Cost(kind, float(BATCH_NORM_FLOPS_PER_ELEMENT[training] * outs[0].numel))
-    if op == "LayerNormalization":
+    if op in ("LayerNormalization", "InstanceNormalization", "GroupNormalization"):  # statistics of the input
         return Cost(kind, float(LAYER_NORM_FLOPS_PER_ELEMENT * outs[0].numel))
     if op in ("Softmax", "LogSoftmax"):
         return Cost(kind, float(SOFTMAX_FLOPS_PER_ELEMENT * out_numel))
