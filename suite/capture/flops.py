@@ -3,8 +3,12 @@
 Conventions (FLOPs, a multiply-add = 2 FLOPs; MACs = multiply-adds of matrix products and convolutions
 only, the figure papers publish):
 
-* linear / matmul / bmm: 2 x MACs, plus 1 per output element for a bias (the added input of addmm,
-  baddbmm, addbmm); einsum as torch computes it: 1 per input element for one operand; for more, operand
+* linear / matmul / bmm / mv / dot / inner / tensordot / linalg.vecdot: 2 x MACs (MACs = output elements x
+  the size of the contracted dimensions), plus 1 per output element for a bias (the added input of addmm,
+  addmv, addr, baddbmm, addbmm); outer: a product of contracted size 1 (n x m MACs, as the einsum "i,j->ij");
+  linalg.multi_dot / chain_matmul: their matrix products in the cheapest order, which torch chooses;
+  nn.Bilinear: one multiply-add per sample, output feature and pair of input features (+ its bias);
+  einsum as torch computes it: 1 per input element for one operand; for more, operand
   by operand from the left, each step a product with MACs = the product of its indices' sizes, after summing
   out (1 per element) an index no later operand or the output needs;
 * multi-head attention (nn.MultiheadAttention, scaled_dot_product_attention): its matrix products, softmax
@@ -110,6 +114,13 @@ def _arg(args: tuple, kwargs: dict, i: int, key: str, default: Any = None) -> An
     return args[i] if len(args) > i else kwargs.get(key, default)
 
 
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast shape of two shapes."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    return tuple(max(x, y) if min(x, y) != 0 else 0 for x, y in zip(a, b, strict=True))
+
+
 def _pair(v: Any, n: int) -> tuple[int, ...]:
     if isinstance(v, int):
         return (v,) * n
@@ -136,10 +147,45 @@ def conv_transpose_cost(x: TensorInfo, weight: tuple[int, ...], out: TensorInfo,
     return Cost(kind, 2.0 * macs + (out.numel if bias else 0), float(macs))
 
 
+def bilinear_cost(x1: TensorInfo, weight: tuple[int, ...], out: TensorInfo, bias: bool) -> Cost:
+    """nn.Bilinear / F.bilinear, y = x1^T W x2 + b (weight: out features, in1 features, in2 features): one
+    multiply-add per output element and pair of input features, plus 1 per output element for a bias."""
+    macs = out.numel * weight[1] * weight[2]
+    return Cost("bilinear", 2.0 * macs + (out.numel if bias else 0), float(macs))
+
+
 def matmul_cost(a: tuple[int, ...], out: tuple[int, ...]) -> Cost:
     k = a[-1] if a else 1
     macs = math.prod(out) * k
     return Cost("matmul", 2.0 * macs, macs)
+
+
+def tensordot_cost(a: TensorInfo, dims: Any, out: TensorInfo) -> Cost | None:
+    """torch.tensordot: MACs = output elements x the contracted sizes of `a` (`dims`: an int, the last dims
+    of a, or the pair of dimension lists); None for dims given as a tensor."""
+    if isinstance(dims, int):
+        contracted = a.shape[len(a.shape) - dims:] if dims else ()
+    elif isinstance(dims, list | tuple) and len(dims) == 2 and not tensors(dims):
+        contracted = tuple(a.shape[i] for i in dims[0])
+    else:
+        return None
+    macs = out.numel * math.prod(contracted)
+    return Cost("matmul", 2.0 * macs, float(macs))
+
+
+def multi_dot_cost(ins: list[TensorInfo]) -> Cost:
+    """linalg.multi_dot / chain_matmul: the matrix products in the order of fewest multiply-adds (torch's
+    choice); a 1-D first (last) operand is a row (column) vector."""
+    dims = [ins[0].shape[0] if len(ins[0].shape) == 2 else 1]
+    dims += [t.shape[-1] if len(t.shape) == 2 or i < len(ins) - 1 else 1 for i, t in enumerate(ins)]
+    n = len(ins)
+    best = [[0] * n for _ in range(n)]  # best[i][j]: MACs of the product of operands i..j
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            best[i][j] = min(best[i][k] + best[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1] for k in range(i, j))
+    macs = best[0][n - 1]
+    return Cost("matmul", 2.0 * macs, float(macs))
 
 
 def einsum_cost(equation: Any, ins: list[TensorInfo]) -> Cost | None:
@@ -270,7 +316,7 @@ SHAPE_ONLY = frozenset(
 )
 DROPOUT = frozenset({"dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"})
 CONCAT = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
-MATMUL = frozenset({"matmul", "bmm", "mm", "baddbmm", "addmm", "addbmm"})
+MATMUL = frozenset({"matmul", "bmm", "mm", "baddbmm", "addmm", "addbmm", "mv", "dot", "vdot", "inner"})
 REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "var", "std", "logsumexp"})
 SOFTMAX = frozenset({"softmax", "log_softmax"})
 POOL = {
@@ -289,7 +335,19 @@ FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "rand", "rand
 def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], training: bool) -> Cost | None:
     """Cost of a torch function / tensor method by its name; None: no specific rule (use the default)."""
     ins = tensors(args) + tensors(kwargs)
-    if name in ("addmm", "baddbmm", "addbmm") and len(ins) > 2:  # input + a @ b: the add counts as a bias
+    if name in ("outer", "ger", "addr"):  # (input +) a b^T, a product of contracted size 1
+        macs = ins[-2].numel * ins[-1].numel
+        return Cost("matmul", 2.0 * macs + (out[0].numel if name == "addr" else 0), float(macs))
+    if name == "tensordot":
+        return tensordot_cost(ins[0], _arg(args, kwargs, 2, "dims", 2), out[0])
+    if name in ("linalg_multi_dot", "multi_dot", "chain_matmul") and len(ins) > 1:
+        return multi_dot_cost(ins)
+    if name == "linalg_vecdot":  # sum(x * y, dim): one multiply-add per element of the broadcast operands
+        macs = math.prod(_broadcast(ins[0].shape, ins[1].shape))
+        return Cost("matmul", 2.0 * macs, float(macs))
+    if name == "bilinear":  # (input1, input2, weight, bias): weight [out, in1, in2]
+        return bilinear_cost(ins[0], ins[2].shape, out[0], len(ins) > 3)
+    if name in ("addmm", "addmv", "baddbmm", "addbmm") and len(ins) > 2:  # input + a @ b: the add counts as a bias
         a = ins[1]
         batches = a.shape[0] if name == "addbmm" else 1  # addbmm also sums the batch of products
         macs = batches * math.prod(out[0].shape) * a.shape[-1]
@@ -371,6 +429,8 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if isinstance(module, nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d):
         kind = type(module).__name__.lower()
         return conv_transpose_cost(ins[0], tuple(module.weight.shape), out[0], module.bias is not None, kind)
+    if isinstance(module, nn.Bilinear):
+        return bilinear_cost(ins[0], tuple(module.weight.shape), out[0], module.bias is not None)
     if isinstance(module, nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d):
         return elementwise("batch_norm", out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
     if isinstance(module, nn.LayerNorm):

@@ -79,3 +79,70 @@ def test_onnx_instance_and_group_normalization_count_their_statistics():
     g = import_onnx(model, name="norms")
     f = {op.name: op for op in g.ops}
     assert f["inorm"].flops == f["gnorm"].flops == 5 * 72
+
+
+# -- matrix-vector and tensor products -----------------------------------------------------------------------
+A, B, V, W = torch.randn(3, 4), torch.randn(4, 5), torch.randn(4), torch.randn(3)
+
+
+def flop_counter(fn, *inputs) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mode = FlopCounterMode(display=False)
+    with mode:
+        fn(None, *inputs)
+    return mode.get_total_flops()
+
+
+@pytest.mark.parametrize(("fn", "inputs", "macs", "extra"), [
+    (lambda s, a, v: torch.mv(a, v), (A, V), 3 * 4, 0),
+    (lambda s, a, b: torch.dot(a, b), (V, V), 4, 0),
+    (lambda s, a, b: torch.vdot(a, b), (V, V), 4, 0),
+    (lambda s, a, b: torch.linalg.vecdot(a, b), (A, A), 3 * 4, 0),
+    (lambda s, a, b: torch.linalg.vecdot(a, b, dim=0), (A, torch.randn(3, 1)), 3 * 4, 0),  # broadcast
+    (lambda s, a, b: torch.outer(a, b), (W, V), 3 * 4, 0),
+    (lambda s, a, b: torch.ger(a, b), (W, V), 3 * 4, 0),
+    (lambda s, c, a, v: torch.addmv(c, a, v), (W, A, V), 3 * 4, 3),  # + the added input
+    (lambda s, c, a, b: torch.addr(c, a, b), (A, W, V), 3 * 4, 3 * 4),
+    (lambda s, a, b: torch.inner(a, b), (A, torch.randn(5, 4)), 3 * 5 * 4, 0),
+    (lambda s, a, b: torch.tensordot(a, b, dims=([1], [0])), (A, B), 3 * 5 * 4, 0),
+    (lambda s, a, b: torch.tensordot(a, b), (torch.randn(2, 3, 4), torch.randn(3, 4, 5)), 2 * 5 * 3 * 4, 0),
+    (lambda s, a, b: torch.tensordot(a, b, 0), (W, V), 3 * 4, 0),
+    (lambda s, a, b, c: torch.linalg.multi_dot([a, b, c]), (A, B, torch.randn(5, 2)), 4 * 5 * 2 + 3 * 4 * 2, 0),
+    (lambda s, a, b, c: torch.linalg.multi_dot([a, b, c]), (W, A, B), 3 * 4 + 4 * 5, 0),  # row vector first
+    (lambda s, a, b, c: torch.linalg.multi_dot([a, b, c]), (A, B, torch.randn(5)), 4 * 5 + 3 * 4, 0),
+    (lambda s, a, b: torch.linalg.multi_dot([a, b]), (A, B), 3 * 4 * 5, 0),
+])
+def test_matrix_vector_and_tensor_products_count_their_multiply_adds(fn, inputs, macs, extra):
+    """2 FLOPs per multiply-add (+ 1 per output element of an added input); they took the fallback, 1 FLOP
+    per output element (mv: 3 for 12 multiply-adds). Where torch's FlopCounterMode counts them (those it
+    computes with mm), the same count, 2 x MACs."""
+    op, meta = only_op(Call(fn), *inputs)
+    assert (op.kind, op.flops, meta["forward_macs"]) == ("matmul", 2 * macs + extra, macs)
+    assert "fallback_cost_kinds" not in meta
+    counted = flop_counter(fn, *inputs)
+    assert counted in (0, 2 * macs)
+
+
+def test_flop_counter_counts_the_products_it_computes_with_mm():
+    assert flop_counter(lambda s, a, b: torch.inner(a, b), A, torch.randn(5, 4)) == 2 * 60
+    assert flop_counter(lambda s, a, b: torch.tensordot(a, b, 1), A, B) == 2 * 60
+    assert flop_counter(lambda s, a, b, c: torch.linalg.multi_dot([a, b, c]), A, B, torch.randn(5, 2)) == 2 * 64
+
+
+def test_bilinear_counts_the_bilinear_form():
+    """nn.Bilinear(4, 5, 3) on 2 samples: 2 x 3 outputs x 4 x 5 multiply-adds, + the bias (was the fallback:
+    6 FLOPs)."""
+    x1, x2 = torch.randn(2, 4), torch.randn(2, 5)
+    for model in (nn.Bilinear(4, 5, 3), Call(lambda s, a, b: F.bilinear(a, b, s.w, s.b),
+                                             w=nn.Parameter(torch.randn(3, 4, 5)), b=nn.Parameter(torch.randn(3)))):
+        op, meta = only_op(model, x1, x2)
+        assert (op.kind, op.flops, meta["forward_macs"]) == ("bilinear", 2 * 120 + 6, 120)
+
+
+def test_a_matrix_vector_product_with_a_weight_has_its_backward_ops():
+    model = Call(lambda s, x: torch.mv(s.w, x).sum(), w=nn.Parameter(torch.randn(3, 4)))
+    g = capture(model, (V,), name="m", mode="training")
+    f = {op.name: op for op in g.ops}
+    assert f["mv"].flops == f["mv/grad_weight"].flops == 24
+    assert f["mv/update"].param_bytes == 3 * 4 * 4
