@@ -33,7 +33,7 @@ In training mode a frozen parameter (requires_grad=False) is resident but gets n
 optimizer state (`suite.capture.training`); the graph's metadata "frozen_params" counts them.
 
 FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds
-are listed in the graph's metadata under "fallback_cost_kinds". Sizes come from the recorded dtypes (fp32
+are listed in the graph's metadata under "fallback_cost_kinds" and named in a warning (one per capture). Sizes come from the recorded dtypes (fp32
 for the zoo). An op's scope is its module path: the leaf module's qualified name, or the innermost module
 whose forward called the function. Op names: the module path of a module called once ("layer1.0.conv1"),
 "{path}/{i}" for the i-th call of a module called several times ("lstm.0/3": layer 0 at step 3), and
@@ -73,13 +73,14 @@ from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
 from suite.errors import GraphError
 from suite.graph import OpGraph
 
-# functions / methods whose cost is 1 FLOP per output element by design (not a fallback)
+# functions / methods whose cost is 1 FLOP per output element by design (not a fallback), and their
+# in-place forms (`clamp_`)
 ELEMENTWISE_NAMES = frozenset(
     """add sub mul div truediv floordiv neg pos relu relu_ gelu tanh sigmoid silu exp log sqrt rsqrt pow abs
     clamp clamp_min clamp_max maximum minimum where masked_fill masked_fill_ iadd isub imul itruediv erf
     hardtanh leaky_relu elu selu softplus sin cos reciprocal square sign add_ mul_ sub_ div_ tanh_ sigmoid_
     mish hardswish hardsigmoid lt gt le ge eq ne logical_not and_ or_ float half double to type_as clone
-    pad softsign rsub matmul_ addcmul addcdiv lerp""".split()
+    pad softsign rsub matmul_ addcmul addcdiv lerp copy fill zero""".split()
 )
 _SHAPE_ONLY_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten)
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
@@ -500,7 +501,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
             cost = function_cost(name, args, kwargs, outs, training)
             if cost is None:
                 cost = elementwise(name, outs)
-                if name not in ELEMENTWISE_NAMES:
+                if name not in ELEMENTWISE_NAMES and name.removesuffix("_") not in ELEMENTWISE_NAMES:  # clamp_
                     b.fallback_kinds.append(name)
     return b.op(
         op_name,

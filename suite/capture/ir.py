@@ -25,12 +25,14 @@ gradient-accumulation and update ops in training mode).
 
 `ForwardGraph.lower(name, mode, metadata)` turns the IR into an `OpGraph`: in inference mode the forward
 ops as they are; in training mode with backward, gradient-accumulation and update ops (see
-`suite.capture.training`).
+`suite.capture.training`). Kinds that no FLOP rule covered are listed in metadata "fallback_cost_kinds" and
+named in one warning.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,7 +132,10 @@ class ForwardGraph:
         if mode == "training" and self.frozen_param_count:  # only then: other graphs (and hashes) are as before
             meta["frozen_params"] = self.frozen_param_count
         if self.fallback_kinds:
-            meta["fallback_cost_kinds"] = sorted(set(self.fallback_kinds))
+            kinds = sorted(set(self.fallback_kinds))
+            meta["fallback_cost_kinds"] = kinds
+            warnings.warn(f"{name}: no FLOP rule for {', '.join(kinds)}: counted as 1 FLOP per output element "
+                          f"(listed in the graph's metadata 'fallback_cost_kinds')", stacklevel=3)
         meta.update(metadata or {})
         meta["mode"] = mode
         return OpGraph.build(name, ops, edges, meta)

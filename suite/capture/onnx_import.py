@@ -24,7 +24,7 @@
   of the input), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
   of the fused torch layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
   as cross-entropy and NLL loss (the former saving its log-probabilities in training). Other op types count
-  1 per output element and are listed in metadata "fallback_cost_kinds".
+  1 per output element, are listed in metadata "fallback_cost_kinds" and are named in a warning.
 * Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
   names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
   PyTorch exporter writes them): the module path they spell ("layer1.0.conv1"), as the torch.fx capture's.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn as nn
@@ -146,3 +148,20 @@ def test_a_matrix_vector_product_with_a_weight_has_its_backward_ops():
     f = {op.name: op for op in g.ops}
     assert f["mv"].flops == f["mv/grad_weight"].flops == 24
     assert f["mv/update"].param_bytes == 3 * 4 * 4
+
+
+# -- the fallback ------------------------------------------------------------------------------------------
+def test_ops_without_a_rule_are_named_in_one_warning_and_covered_ones_in_none():
+    """The fallback's kinds were only in metadata, which a user rarely reads."""
+    model = Call(lambda s, x: torch.cumsum(x, 0).flip(0).cumsum(1).roll(1, 0))
+    with pytest.warns(UserWarning) as record:
+        g = capture(model, (A,), name="m")
+    assert [str(w.message) for w in record] == [
+        "m: no FLOP rule for cumsum, flip, roll: counted as 1 FLOP per output element (listed in the graph's "
+        "metadata 'fallback_cost_kinds')"]
+    assert record[0].filename == __file__  # it points at the capture call
+    assert g.metadata["fallback_cost_kinds"] == ["cumsum", "flip", "roll"]
+    with warnings.catch_warnings():  # in-place forms of elementwise ops are covered too
+        warnings.simplefilter("error")
+        g = capture(Call(lambda s, x: s.fc(x).clamp_(0, 1).copy_(x[:, :2]), fc=nn.Linear(4, 2)), (A,), name="m")
+    assert [op.kind for op in g.ops] == ["input", "linear", "clamp_", "copy_"]
