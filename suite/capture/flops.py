@@ -329,7 +329,8 @@ ADAPTIVE_POOL = frozenset(
 CONV = {"conv1d": 1, "conv2d": 2, "conv3d": 3}
 CONV_TRANSPOSE = frozenset({"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"})
 FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "rand", "randn", "zeros_like", "ones_like",
-                       "empty_like", "full_like", "new_zeros", "new_ones", "new_empty", "new_full", "tensor"})
+                       "empty_like", "full_like", "rand_like", "randn_like", "randint_like", "new_zeros", "new_ones",
+                       "new_empty", "new_full", "tensor"})
 
 
 def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], training: bool) -> Cost | None:

@@ -341,11 +341,13 @@ class _FcFc(_Fc):
         self.fc2 = nn.Linear(4, 4)
 
 
-@pytest.mark.parametrize("make", [torch.zeros_like, lambda a: a.new_zeros(2, 4), lambda a: torch.full_like(a, 0.5)])
+@pytest.mark.parametrize("make", [torch.zeros_like, lambda a: a.new_zeros(2, 4), lambda a: torch.full_like(a, 0.5),
+                                  torch.randn_like, torch.rand_like, lambda a: torch.randint_like(a, 5)])
 def test_a_tensor_made_like_another_reads_nothing_and_passes_no_gradient(make):
     """zeros_like(a) reads a's shape, not its data: a constant, as torch.zeros(2, 4). It was an op reading
     a's 32 bytes, and in training the gradient of fc2's input flowed through it to fc: a backward op
-    fc2/grad of 72 FLOPs that autograd never runs, and a false dependency of fc/grad_weight on it."""
+    fc2/grad of 72 FLOPs that autograd never runs, and a false dependency of fc/grad_weight on it. So are
+    randn_like(a) (a VAE's noise), rand_like and randint_like, which had the same backward ops."""
 
     class Net(_FcFc):
         def forward(self, x):
