@@ -17,7 +17,7 @@ only, the figure papers publish):
   plus 1 per output element for a bias; a transposed convolution: MACs = input elements x (output channels /
   groups) x kernel elements;
 * elementwise ops (add, mul, relu, sigmoid, tanh, gelu, ...) and anything without a rule: 1 per output
-  element; reductions (sum, mean): 1 per input element;
+  element; reductions (sum, mean, max, argmax, any, var_mean, vector norms, ...): 1 per input element;
 * softmax and log-softmax: 5 per element (max, subtract, exp, sum, divide);
 * batch norm: 2 per element in inference (scale and shift with running statistics), 4 in training (batch
   statistics, then normalise); layer norm: 5 per element; group norm and instance norm compute their
@@ -29,7 +29,9 @@ only, the figure papers publish):
   `rnn_cell_flops` per step, layer and direction;
 * cross-entropy: log-softmax (5 per logit) + 1 per sample (pick and average; classes are dimension 1, so
   logits [N, C, H, W] have N x H x W samples); it saves the log-probabilities for its backward pass;
-  negative log-likelihood: 1 per sample;
+  negative log-likelihood: 1 per sample; mean squared error and the other elementwise losses (L1, smooth L1,
+  Huber, binary cross-entropy with or without logits, KL divergence): 3 per input element (the difference
+  or log term, its penalty, the reduction);
 * embedding lookups, concatenation, stacking: no FLOPs (only bytes); an embedding bag (nn.EmbeddingBag,
   F.embedding_bag): 1 per looked-up element (indices x embedding dim: the adds of sum and mean, the compares
   of max), 1 more per looked-up element with per_sample_weights (the multiply), and for mode "mean" 1 per
@@ -317,7 +319,11 @@ SHAPE_ONLY = frozenset(
 DROPOUT = frozenset({"dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"})
 CONCAT = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
 MATMUL = frozenset({"matmul", "bmm", "mm", "baddbmm", "addmm", "addbmm", "mv", "dot", "vdot", "inner"})
-REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "var", "std", "logsumexp"})
+REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "var", "std", "logsumexp",
+                        "argmax", "argmin", "aminmax", "all", "any", "count_nonzero", "nansum", "nanmean", "median",
+                        "var_mean", "std_mean", "linalg_vector_norm"})
+ELEMENTWISE_LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+                                "binary_cross_entropy_with_logits", "kl_div"})
 SOFTMAX = frozenset({"softmax", "log_softmax"})
 POOL = {
     "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3, "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3,
@@ -380,8 +386,8 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return cross_entropy_cost(ins[0])
     if name == "nll_loss":
         return Cost("nll_loss", float(loss_samples(ins[0])))
-    if name == "mse_loss":
-        return Cost("mse_loss", 3.0 * ins[0].numel)
+    if name in ELEMENTWISE_LOSSES:
+        return Cost(name, 3.0 * ins[0].numel)
     if name in ("max", "min") and len(ins) > 1:  # torch.max(a, b): elementwise, as torch.maximum(a, b)
         return elementwise(name, out)
     if name in REDUCTIONS:
@@ -455,8 +461,9 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return cross_entropy_cost(ins[0])
     if isinstance(module, nn.NLLLoss):
         return Cost("nll_loss", float(loss_samples(ins[0])))
-    if isinstance(module, nn.MSELoss):
-        return Cost("mse_loss", 3.0 * ins[0].numel)
+    if isinstance(module, nn.MSELoss | nn.L1Loss | nn.SmoothL1Loss | nn.HuberLoss | nn.BCELoss | nn.BCEWithLogitsLoss
+                  | nn.KLDivLoss):
+        return Cost(_LOSS_KINDS[type(module).__name__], 3.0 * ins[0].numel)
     if isinstance(module, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d | nn.AvgPool1d | nn.AvgPool2d | nn.AvgPool3d):
         # spatial dimensions by the class, not by the rank: an unbatched input has one dimension less
         n = (1 if isinstance(module, nn.MaxPool1d | nn.AvgPool1d)
@@ -539,6 +546,11 @@ def _mha_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
     saved = scores * q.itemsize if training else 0
     return Cost("multihead_attention", 2.0 * macs + bias + SOFTMAX_FLOPS_PER_ELEMENT * scores, float(macs),
                 saved_bytes=saved)
+
+
+_LOSS_KINDS = {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss",
+               "BCELoss": "binary_cross_entropy", "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
+               "KLDivLoss": "kl_div"}
 
 
 @functools.cache

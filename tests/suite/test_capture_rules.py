@@ -165,3 +165,31 @@ def test_ops_without_a_rule_are_named_in_one_warning_and_covered_ones_in_none():
         warnings.simplefilter("error")
         g = capture(Call(lambda s, x: s.fc(x).clamp_(0, 1).copy_(x[:, :2]), fc=nn.Linear(4, 2)), (A,), name="m")
     assert [op.kind for op in g.ops] == ["input", "linear", "clamp_", "copy_"]
+
+
+# -- reductions and losses ------------------------------------------------------------------------------------
+T = torch.rand(3, 4)  # a target in [0, 1]
+
+
+@pytest.mark.parametrize(("model", "inputs", "kind", "flops"), [
+    (Call(lambda s, x: x.argmax(-1)), (A,), "argmax", 12),
+    (Call(lambda s, x: torch.argmin(x)), (A,), "argmin", 12),
+    (Call(lambda s, x: x.any()), (A,), "any", 12),
+    (Call(lambda s, x: torch.var_mean(x, 1)[0]), (A,), "var_mean", 12),
+    (Call(lambda s, x: torch.linalg.vector_norm(x, dim=-1)), (A,), "linalg_vector_norm", 12),
+    (Call(lambda s, x, t: F.l1_loss(x, t)), (A, T), "l1_loss", 36),
+    (nn.L1Loss(), (A, T), "l1_loss", 36),
+    (nn.SmoothL1Loss(), (A, T), "smooth_l1_loss", 36),
+    (nn.HuberLoss(), (A, T), "huber_loss", 36),
+    (nn.BCELoss(), (T, T), "binary_cross_entropy", 36),
+    (nn.BCEWithLogitsLoss(), (A, T), "binary_cross_entropy_with_logits", 36),
+    (Call(lambda s, x, t: F.binary_cross_entropy_with_logits(x, t)), (A, T), "binary_cross_entropy_with_logits", 36),
+    (nn.KLDivLoss(reduction="batchmean"), (A, T), "kl_div", 36),
+    (nn.MSELoss(), (A, T), "mse_loss", 36),
+])
+def test_reductions_and_elementwise_losses_count_their_input_elements(model, inputs, kind, flops):
+    """A reduction 1 FLOP per input element, an elementwise loss 3 (as MSE); they took the fallback of 1 per
+    output element: 1 FLOP for a loss or argmax over 12 elements."""
+    op, meta = only_op(model, *inputs)
+    assert (op.kind, op.flops) == (kind, flops)
+    assert "fallback_cost_kinds" not in meta
