@@ -25,6 +25,11 @@ only, the figure papers publish):
   statistics in inference, `track_running_stats` / `use_input_stats=False`: 2, as batch norm); RMS norm:
   3 per element (layer norm's less the mean and its subtraction). (torch's FlopCounterMode counts no norm.)
 * pooling: output elements x kernel elements; adaptive average pooling: 1 per input element;
+* interpolation (F.interpolate, nn.Upsample): a weighted sum of n neighbours per output element, 2 n - 1
+  (nearest 1, linear 3, bilinear 7, trilinear 15, bicubic 31); mode "area" as adaptive average pooling;
+* local response norm: size + 5 per element (square, window sum, scale, shift, power, divide);
+* data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, ...): 1 per output element,
+  as elementwise ops;
 * recurrent layers (nn.LSTM / GRU / RNN) and cells (nn.LSTMCell / GRUCell / RNNCell): the cell formula of
   `rnn_cell_flops` per step, layer and direction;
 * cross-entropy: log-softmax (5 per logit) + 1 per sample (pick and average; classes are dimension 1, so
@@ -300,6 +305,19 @@ def embedding_bag_cost(indices: TensorInfo, dim: int, itemsize: int, mode: str, 
     return Cost("embedding_bag", float(flops), weight_bytes_read=looked_up * itemsize)
 
 
+INTERPOLATION_NEIGHBOURS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bilinear": 4, "bicubic": 16,
+                            "trilinear": 8}
+
+
+def interpolate_cost(x: TensorInfo, out: TensorInfo, mode: str) -> Cost | None:
+    """F.interpolate / nn.Upsample: 2 n - 1 FLOPs per output element for n neighbours weighed; "area" is an
+    adaptive average pooling (1 per input element); None for a mode without a rule."""
+    if mode == "area":
+        return Cost("interpolate", float(x.numel))
+    n = INTERPOLATION_NEIGHBOURS.get(mode)
+    return None if n is None else elementwise("interpolate", [out], 2 * n - 1)
+
+
 def pool_cost(out: TensorInfo, kernel: tuple[int, ...], kind: str) -> Cost:
     return Cost(kind, float(out.numel * math.prod(kernel)))
 
@@ -408,6 +426,8 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return pool_cost(out[0], _pair(kernel, POOL[name]), name)
     if name in ADAPTIVE_POOL:
         return Cost(name, float(ins[0].numel))
+    if name == "interpolate":  # (input, size, scale_factor, mode, ...)
+        return interpolate_cost(ins[0], out[0], _arg(args, kwargs, 3, "mode", "nearest"))
     if name == "einsum":
         return einsum_cost(args[0] if args else kwargs.get("equation"), ins)
     if name == "scaled_dot_product_attention":
@@ -455,8 +475,13 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
         weighted = (len(args) > 2 and args[2] is not None) or kwargs.get("per_sample_weights") is not None
         return embedding_bag_cost(ins[0], module.embedding_dim, module.weight.element_size(), module.mode, weighted,
                                   out[0])
-    if isinstance(module, nn.Softmax | nn.LogSoftmax):
-        return elementwise("softmax" if isinstance(module, nn.Softmax) else "log_softmax", out, SOFTMAX_FLOPS_PER_ELEMENT)
+    if isinstance(module, nn.Softmax | nn.Softmin | nn.Softmax2d | nn.LogSoftmax):
+        kind = "log_softmax" if isinstance(module, nn.LogSoftmax) else type(module).__name__.lower()
+        return elementwise(kind, out, SOFTMAX_FLOPS_PER_ELEMENT)
+    if isinstance(module, nn.Upsample):  # nn.UpsamplingNearest2d / UpsamplingBilinear2d too
+        return interpolate_cost(ins[0], out[0], module.mode)
+    if isinstance(module, nn.LocalResponseNorm):
+        return elementwise("local_response_norm", out, module.size + 5)
     if isinstance(module, nn.CrossEntropyLoss):
         return cross_entropy_cost(ins[0])
     if isinstance(module, nn.NLLLoss):
@@ -558,6 +583,9 @@ def _elementwise_modules() -> tuple[type, ...]:
     import torch.nn as nn
 
     names = ["ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "ELU", "SELU", "Hardtanh",
-             "Hardswish", "Hardsigmoid", "Mish", "Softplus", "PReLU", "Softsign", "Tanhshrink", "CELU"]
+             "Hardswish", "Hardsigmoid", "Mish", "Softplus", "PReLU", "Softsign", "Tanhshrink", "CELU", "LogSigmoid",
+             "Threshold", "Hardshrink", "Softshrink", "RReLU", "GLU", "PixelShuffle", "PixelUnshuffle",
+             "ChannelShuffle", *(f"{pad}Pad{n}d" for pad in ("Zero", "Constant", "Reflection", "Replication", "Circular")
+                                 for n in (1, 2, 3))]
     return tuple(getattr(nn, n) for n in names if hasattr(nn, n))
 

@@ -80,7 +80,8 @@ ELEMENTWISE_NAMES = frozenset(
     clamp clamp_min clamp_max maximum minimum where masked_fill masked_fill_ iadd isub imul itruediv erf
     hardtanh leaky_relu elu selu softplus sin cos reciprocal square sign add_ mul_ sub_ div_ tanh_ sigmoid_
     mish hardswish hardsigmoid lt gt le ge eq ne logical_not and_ or_ float half double to type_as clone
-    pad softsign rsub matmul_ addcmul addcdiv lerp copy fill zero""".split()
+    pad softsign rsub matmul_ addcmul addcdiv lerp copy fill zero flip roll repeat tile repeat_interleave tril triu
+    gather index_select scatter pixel_shuffle pixel_unshuffle channel_shuffle""".split()
 )
 _SHAPE_ONLY_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten)
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)

@@ -153,14 +153,14 @@ def test_a_matrix_vector_product_with_a_weight_has_its_backward_ops():
 # -- the fallback ------------------------------------------------------------------------------------------
 def test_ops_without_a_rule_are_named_in_one_warning_and_covered_ones_in_none():
     """The fallback's kinds were only in metadata, which a user rarely reads."""
-    model = Call(lambda s, x: torch.cumsum(x, 0).flip(0).cumsum(1).roll(1, 0))
+    model = Call(lambda s, x: torch.cumsum(x, 0).cumprod(1).cumsum(1).topk(2)[0])
     with pytest.warns(UserWarning) as record:
         g = capture(model, (A,), name="m")
     assert [str(w.message) for w in record] == [
-        "m: no FLOP rule for cumsum, flip, roll: counted as 1 FLOP per output element (listed in the graph's "
+        "m: no FLOP rule for cumprod, cumsum, topk: counted as 1 FLOP per output element (listed in the graph's "
         "metadata 'fallback_cost_kinds')"]
     assert record[0].filename == __file__  # it points at the capture call
-    assert g.metadata["fallback_cost_kinds"] == ["cumsum", "flip", "roll"]
+    assert g.metadata["fallback_cost_kinds"] == ["cumprod", "cumsum", "topk"]
     with warnings.catch_warnings():  # in-place forms of elementwise ops are covered too
         warnings.simplefilter("error")
         g = capture(Call(lambda s, x: s.fc(x).clamp_(0, 1).copy_(x[:, :2]), fc=nn.Linear(4, 2)), (A,), name="m")
@@ -193,3 +193,34 @@ def test_reductions_and_elementwise_losses_count_their_input_elements(model, inp
     op, meta = only_op(model, *inputs)
     assert (op.kind, op.flops) == (kind, flops)
     assert "fallback_cost_kinds" not in meta
+
+
+# -- interpolation, local response norm, softmin, data movement -------------------------------------------------
+@pytest.mark.parametrize(("model", "flops"), [
+    (Call(lambda s, x: F.interpolate(x, scale_factor=2)), 288),  # nearest: 1 per output element
+    (Call(lambda s, x: F.interpolate(x, scale_factor=2, mode="bilinear")), 7 * 288),
+    (Call(lambda s, x: F.interpolate(x, size=(6, 6), mode="bicubic")), 31 * 288),
+    (Call(lambda s, x: F.interpolate(x, size=(1, 1), mode="area")), 72),  # adaptive average pooling
+    (nn.Upsample(scale_factor=2, mode="bilinear"), 7 * 288),
+    (nn.UpsamplingNearest2d(scale_factor=2), 288),
+    (nn.UpsamplingBilinear2d(scale_factor=2), 7 * 288),
+])
+def test_interpolation_counts_the_neighbours_it_weighs(model, flops):
+    """2 n - 1 FLOPs per output element for n neighbours; it took the fallback of 1 (nn.Upsample bilinear,
+    x2 of a [2, 4, 3, 3]: 288 FLOPs for 288 weighted sums of 4)."""
+    op, meta = only_op(model, X)
+    assert (op.kind, op.flops) == ("interpolate", flops)
+    assert "fallback_cost_kinds" not in meta
+
+
+def test_local_response_norm_softmin_and_data_movement_modules_have_rules():
+    """LocalResponseNorm(size 3): 3 + 5 per element; Softmin and Softmax2d as softmax, 5; padding and pixel
+    shuffles 1 per output element as the elementwise ops (they took the fallback, 1 per output element)."""
+    assert only_op(nn.LocalResponseNorm(3), X)[0].flops == 8 * 72
+    assert only_op(nn.Softmin(1), X)[0].flops == only_op(nn.Softmax2d(), X)[0].flops == 5 * 72
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert only_op(nn.ReflectionPad2d(1), X)[0].flops == 2 * 4 * 5 * 5
+        assert only_op(nn.PixelShuffle(2), X)[0].flops == 72
+        assert only_op(nn.LogSigmoid(), X)[0].flops == 72
+        assert capture(Call(lambda s, x: x.flip(0).roll(1, 1)), (X,), name="m").metadata["forward_flops"] == 2 * 72
