@@ -18,7 +18,7 @@ only, the figure papers publish):
   groups) x kernel elements;
 * elementwise ops (add, mul, relu, sigmoid, tanh, gelu, ...) and anything without a rule: 1 per output
   element; reductions (sum, mean, max, argmax, any, var_mean, vector norms, ...): 1 per input element;
-* softmax and log-softmax: 5 per element (max, subtract, exp, sum, divide);
+* softmax, log-softmax, softmin and Gumbel softmax: 5 per element (max, subtract, exp, sum, divide);
 * batch norm: 2 per element in inference (scale and shift with running statistics), 4 in training (batch
   statistics, then normalise); layer norm: 5 per element; group norm and instance norm compute their
   statistics from the input in inference too: 5 per element, as layer norm (instance norm with running
@@ -342,7 +342,7 @@ REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "no
                         "var_mean", "std_mean", "linalg_vector_norm"})
 ELEMENTWISE_LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
                                 "binary_cross_entropy_with_logits", "kl_div"})
-SOFTMAX = frozenset({"softmax", "log_softmax"})
+SOFTMAX = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
 POOL = {
     "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3, "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3,
 }

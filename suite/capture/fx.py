@@ -81,7 +81,10 @@ ELEMENTWISE_NAMES = frozenset(
     hardtanh leaky_relu elu selu softplus sin cos reciprocal square sign add_ mul_ sub_ div_ tanh_ sigmoid_
     mish hardswish hardsigmoid lt gt le ge eq ne logical_not and_ or_ float half double to type_as clone
     pad softsign rsub matmul_ addcmul addcdiv lerp copy fill zero flip roll repeat tile repeat_interleave tril triu
-    gather index_select scatter pixel_shuffle pixel_unshuffle channel_shuffle""".split()
+    gather index_select scatter pixel_shuffle pixel_unshuffle channel_shuffle unfold one_hot relu6 celu glu
+    log_sigmoid hardshrink softshrink tanhshrink rrelu threshold prelu erfc erfinv log1p expm1 log2 log10 exp2 tan
+    asin acos atan sinh cosh asinh acosh atanh atan2 logit floor ceil round trunc frac fmod remainder nan_to_num
+    clip sgn hypot xlogy fmax fmin logical_and logical_or logical_xor isnan isinf isfinite bucketize""".split()
 )
 _SHAPE_ONLY_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten)
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)

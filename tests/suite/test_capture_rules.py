@@ -224,3 +224,18 @@ def test_local_response_norm_softmin_and_data_movement_modules_have_rules():
         assert only_op(nn.PixelShuffle(2), X)[0].flops == 72
         assert only_op(nn.LogSigmoid(), X)[0].flops == 72
         assert capture(Call(lambda s, x: x.flip(0).roll(1, 1)), (X,), name="m").metadata["forward_flops"] == 2 * 72
+
+
+def test_elementwise_math_functions_are_not_reported_as_the_fallback():
+    """1 FLOP per output element is their rule, not a fallback: no warning (they were all reported); softmin
+    as softmax, 5 per element (it was 1)."""
+    def fn(s, x):
+        y = F.relu6(x) + F.logsigmoid(x) + F.hardshrink(x) + torch.log1p(x.abs()) + x.floor() + torch.atan2(x, x)
+        return F.softmin(torch.fmod(y, 2) + x.tan() + torch.nan_to_num(x).clip(-1, 1), 1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = capture(Call(fn), (X,), name="m")
+    f = {op.kind: op for op in g.ops}
+    assert f["softmin"].flops == 5 * 72 and f["log_sigmoid"].flops == 72
+    assert g.metadata["forward_flops"] == 5 * 72 + 72 * (len(g.ops) - 2)  # the other ops (not the input): 1 each
