@@ -27,7 +27,10 @@ only, the figure papers publish):
 * pooling: output elements x kernel elements; adaptive average pooling: 1 per input element;
 * interpolation (F.interpolate, nn.Upsample): a weighted sum of n neighbours per output element, 2 n - 1
   (nearest 1, linear 3, bilinear 7, trilinear 15, bicubic 31); mode "area" as adaptive average pooling;
-* local response norm: size + 5 per element (square, window sum, scale, shift, power, divide);
+  F.grid_sample likewise (bilinear: 4 neighbours in 2-D, 8 in 3-D);
+* local response norm: size + 5 per element (square, window sum, scale, shift, power, divide); F.normalize:
+  3 per element (power, sum, divide); F.pairwise_distance: 3 per element of the broadcast inputs (subtract,
+  power, sum); F.cosine_similarity: 6 (the sums of x1 x2, x1 x1 and x2 x2);
 * data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, ...): 1 per output element,
   as elementwise ops;
 * recurrent layers (nn.LSTM / GRU / RNN) and cells (nn.LSTMCell / GRUCell / RNNCell): the cell formula of
@@ -309,13 +312,13 @@ INTERPOLATION_NEIGHBOURS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bili
                             "trilinear": 8}
 
 
-def interpolate_cost(x: TensorInfo, out: TensorInfo, mode: str) -> Cost | None:
-    """F.interpolate / nn.Upsample: 2 n - 1 FLOPs per output element for n neighbours weighed; "area" is an
-    adaptive average pooling (1 per input element); None for a mode without a rule."""
+def interpolate_cost(x: TensorInfo, out: TensorInfo, mode: str, kind: str = "interpolate") -> Cost | None:
+    """F.interpolate / nn.Upsample / F.grid_sample: 2 n - 1 FLOPs per output element for n neighbours weighed;
+    "area" is an adaptive average pooling (1 per input element); None for a mode without a rule."""
     if mode == "area":
-        return Cost("interpolate", float(x.numel))
+        return Cost(kind, float(x.numel))
     n = INTERPOLATION_NEIGHBOURS.get(mode)
-    return None if n is None else elementwise("interpolate", [out], 2 * n - 1)
+    return None if n is None else elementwise(kind, [out], 2 * n - 1)
 
 
 def pool_cost(out: TensorInfo, kernel: tuple[int, ...], kind: str) -> Cost:
@@ -428,6 +431,15 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return Cost(name, float(ins[0].numel))
     if name == "interpolate":  # (input, size, scale_factor, mode, ...)
         return interpolate_cost(ins[0], out[0], _arg(args, kwargs, 3, "mode", "nearest"))
+    if name == "grid_sample":  # (input, grid, mode, ...): "bilinear" of a 5-D input is trilinear
+        mode = _arg(args, kwargs, 2, "mode", "bilinear")
+        trilinear = mode == "bilinear" and len(ins[0].shape) == 5
+        return interpolate_cost(ins[0], out[0], "trilinear" if trilinear else mode, "grid_sample")
+    if name == "normalize":
+        return elementwise(name, out, 3)
+    if name in ("pairwise_distance", "cosine_similarity"):
+        per_element = 3 if name == "pairwise_distance" else 6
+        return Cost(name, float(per_element * math.prod(_broadcast(ins[0].shape, ins[1].shape))))
     if name == "einsum":
         return einsum_cost(args[0] if args else kwargs.get("equation"), ins)
     if name == "scaled_dot_product_attention":

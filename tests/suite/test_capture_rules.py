@@ -239,3 +239,22 @@ def test_elementwise_math_functions_are_not_reported_as_the_fallback():
     f = {op.kind: op for op in g.ops}
     assert f["softmin"].flops == 5 * 72 and f["log_sigmoid"].flops == 72
     assert g.metadata["forward_flops"] == 5 * 72 + 72 * (len(g.ops) - 2)  # the other ops (not the input): 1 each
+
+
+@pytest.mark.parametrize(("fn", "inputs", "kind", "flops"), [
+    (lambda s, x: F.normalize(x), (X,), "normalize", 3 * 72),
+    (lambda s, a, b: F.cosine_similarity(a, b), (A, A), "cosine_similarity", 6 * 12),
+    (lambda s, a, b: F.cosine_similarity(a, b, dim=-1), (A, V), "cosine_similarity", 6 * 12),  # broadcast
+    (lambda s, a, b: F.pairwise_distance(a, b), (A, A), "pairwise_distance", 3 * 12),
+    (lambda s, x, g: F.grid_sample(x, g, align_corners=False), (X, torch.zeros(2, 5, 5, 2)), "grid_sample",
+     7 * 2 * 4 * 5 * 5),  # bilinear: 4 neighbours per output element
+    (lambda s, x, g: F.grid_sample(x, g, mode="nearest", align_corners=False), (X, torch.zeros(2, 5, 5, 2)),
+     "grid_sample", 2 * 4 * 5 * 5),
+    (lambda s, x, g: F.grid_sample(x, g, align_corners=False), (torch.randn(1, 2, 3, 3, 3), torch.zeros(1, 2, 2, 2, 3)),
+     "grid_sample", 15 * 2 * 8),  # bilinear of a volume: trilinear, 8 neighbours
+])
+def test_normalize_similarities_and_grid_sample_count_their_inputs(fn, inputs, kind, flops):
+    """They took the fallback of 1 FLOP per output element (cosine similarity of [3, 4] rows: 3 FLOPs)."""
+    op, meta = only_op(Call(fn), *inputs)
+    assert (op.kind, op.flops) == (kind, flops)
+    assert "fallback_cost_kinds" not in meta
