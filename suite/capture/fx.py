@@ -32,13 +32,14 @@ graph, and the torch backend that runs it, compute as if the add made a copy (ea
 In training mode a frozen parameter (requires_grad=False) is resident but gets no gradient, no update and no
 optimizer state (`suite.capture.training`); the graph's metadata "frozen_params" counts them.
 
-FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds
-are listed in the graph's metadata under "fallback_cost_kinds" and named in a warning (one per capture). Sizes come from the recorded dtypes (fp32
-for the zoo). An op's scope is its module path: the leaf module's qualified name, or the innermost module
-whose forward called the function. Op names: the module path of a module called once ("layer1.0.conv1"),
-"{path}/{i}" for the i-th call of a module called several times ("lstm.0/3": layer 0 at step 3), and
-"{scope}/{fx node name}" for functions ("layer1.0/add"); inputs keep their argument names. A name that a
-module's path already has gets a suffix ("fc_2" for an input named "fc" of a model with a module "fc").
+FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds are
+listed in the graph's metadata under "fallback_cost_kinds" and named in a warning (one per capture). Sizes
+come from the recorded dtypes (fp32 for the zoo). An op's scope is its module path: the leaf module's
+qualified name, or the innermost module whose forward called the function. Op names: the module path of a
+module called once ("layer1.0.conv1"), "{path}/{i}" for the i-th call of a module called several times
+("lstm.0/3": layer 0 at step 3), and "{scope}/{fx node name}" for functions ("layer1.0/add"); inputs keep
+their argument names. A name that a module's path already has gets a suffix ("fc_2" for an input named "fc" of
+a model with a module "fc").
 """
 
 from __future__ import annotations
