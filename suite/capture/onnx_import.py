@@ -3,8 +3,10 @@
 * Graph inputs that are not initializers become ops of kind "input"; they must be tensors. Every dimension
   must be known after shape inference; pass `input_shapes={"input": [1, 3, 224, 224]}` to fix symbolic
   (dynamic) dimensions, or to give the shape of an input declared without one. Shapes computed from them
-  (`x.view(x.size(0), -1)`: Shape -> Gather -> Unsqueeze -> Concat -> Reshape) are evaluated where ONNX's
-  inference stops (it does at opsets 13-16); a shape that depends on data (NonZero) is an error.
+  (`x.view(x.size(0), -1)`: Shape -> Gather -> Unsqueeze -> Concat -> Reshape; split sizes as the TorchScript
+  exporter's aten::chunk computes them: Shape -> Gather -> Div -> Expand -> Concat -> Split) are evaluated
+  where ONNX's inference stops (it does at opsets 13-16, and for the Split at every opset); a shape that
+  depends on data (NonZero) is an error.
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
   model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
@@ -208,8 +210,21 @@ def _unknown_shapes(proto: Any) -> bool:
 SHAPE_DATA_LIMIT = 1024  # elements: shape computations are small; weights are not evaluated
 SHAPE_DATA_OPS = frozenset(
     """Constant ConstantOfShape Identity Cast Gather Unsqueeze Squeeze Concat Slice Reshape Add Sub Mul Div Mod Neg
-    Abs Floor Ceil Max Min Equal Less Greater Not Where ReduceProd ReduceSum""".split()
+    Abs Floor Ceil Max Min Equal Less Greater Not Where ReduceProd ReduceSum Expand Tile""".split()
 )
+
+
+def _result_numel(node: Any, values: Mapping[str, Any]) -> int:
+    """Elements of the result of the shape-data ops that can make a large tensor from small inputs (0 for others)."""
+    import numpy as np
+
+    if node.op_type == "ConstantOfShape":
+        return math.prod(values[node.input[0]].tolist())
+    if node.op_type == "Expand":
+        return math.prod(np.broadcast_shapes(values[node.input[0]].shape, tuple(values[node.input[1]].tolist())))
+    if node.op_type == "Tile":
+        return values[node.input[0]].size * math.prod(values[node.input[1]].tolist())
+    return 0
 
 
 def _fold_shape_data(proto: Any) -> bool:
@@ -239,7 +254,7 @@ def _fold_shape_data(proto: Any) -> bool:
                 else:
                     results = [np.array(shape[_attr(node, "start", 0):_attr(node, "end", None)], dtype=np.int64)]
             elif node.domain in ("", "ai.onnx") and node.op_type in SHAPE_DATA_OPS and all(x in values for x in node.input):
-                if node.op_type == "ConstantOfShape" and math.prod(values[node.input[0]].tolist()) > SHAPE_DATA_LIMIT:
+                if _result_numel(node, values) > SHAPE_DATA_LIMIT:
                     continue
                 feeds = {x: values[x] for x in node.input if x}
                 inputs = [helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(v.dtype), None)

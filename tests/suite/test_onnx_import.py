@@ -188,6 +188,32 @@ def test_a_dynamic_batch_reshape_from_the_input_size_imports_with_input_shapes(o
     assert g.metadata["forward_flops"] == g_fx.metadata["forward_flops"] and g.metadata["params"] == g_fx.metadata["params"]
 
 
+def test_split_sizes_computed_from_the_shape_are_evaluated():
+    """The TorchScript exporter's aten::chunk computes a Split's sizes from the input's shape: Shape -> Gather ->
+    Add -> Div -> Expand -> Concat (x.chunk(3, 1) of a [4, 7] tensor: [3, 3, 1]). ONNX's inference does not
+    propagate through Expand, and the evaluation of shape data did not run it: 'shape inference left the shape
+    of 'a' unknown', even with every input dimension known."""
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.int64)))
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Shape", ["r"], ["shape"]),
+             const("dim", [1]), const("chunks_1", [2]), const("chunks", [3]),
+             helper.make_node("Gather", ["shape", "dim"], ["size"], axis=0),
+             helper.make_node("Add", ["size", "chunks_1"], ["t"]), helper.make_node("Div", ["t", "chunks"], ["chunk"]),
+             helper.make_node("Expand", ["chunk", "chunks_1"], ["first"]),
+             helper.make_node("Mul", ["chunk", "chunks_1"], ["m"]), helper.make_node("Sub", ["size", "m"], ["last"]),
+             helper.make_node("Concat", ["first", "last"], ["sizes"], axis=0),
+             helper.make_node("Split", ["r", "sizes"], ["a", "b", "c"], axis=1),
+             helper.make_node("Neg", ["a"], ["na"], name="neg_a"), helper.make_node("Neg", ["c"], ["nc"], name="neg_c")]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 7])],
+                   [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("na", "nc")], [])
+    g = import_onnx(proto, input_shapes={"x": [4, 7]})
+    f = {op.name: op for op in g.ops}
+    assert [op.kind for op in g.ops] == ["input", "relu", "neg", "neg"]
+    assert (f["neg_a"].flops, f["neg_a"].output_bytes, edge_bytes(g, "relu", "neg_a")) == (12, 48, 48)  # 4 x 3
+    assert (f["neg_c"].flops, f["neg_c"].output_bytes, edge_bytes(g, "relu", "neg_c")) == (4, 16, 16)  # 4 x 1
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(GraphError, match="no such ONNX file"):
         import_onnx(tmp_path / "missing.onnx")
