@@ -10,8 +10,14 @@
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
   model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
-  read), frozen: resident, not trained, as are the scales and zero points these ops and QuantizeLinear read. Other integer and scalar initializers, BatchNormalization's running
-  statistics, Resize's (and Upsample's) roi and scales, and Constant nodes are constants.
+  read), frozen: resident, not trained, as are the scales and zero points these ops and QuantizeLinear read.
+  Other integer and scalar initializers, BatchNormalization's running statistics and Resize's (and
+  Upsample's) roi and scales are constants. Constant nodes are constants too, except those holding weights
+  (some exporters write them so): a float tensor of more than one element that a weight input reads (Conv's
+  and ConvTranspose's weight and bias, any input of Gemm, MatMul and Einsum, an RNN's W, R and B, a norm's
+  scale and bias, Gather's data, PRelu's slope, a quantization scale), directly or through shape-only nodes
+  and casts, or a quantized weight, is a frozen parameter: resident, not trained (a recurrent layer's zero
+  initial state and an attention mask stay constants).
 * Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
   of a sequence, not all of it), as the torch.fx capture's folded indexing does.
 * Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node.
@@ -77,6 +83,11 @@ QUANTIZED_WEIGHTS = {"DequantizeLinear": (0,), "QLinearConv": (3, 8), "QLinearMa
 # their scales and zero points
 QUANTIZATION_SCALES = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 4, 5, 6, 7),
                        "QLinearMatMul": (1, 2, 4, 5, 6, 7), "ConvInteger": (2, 3), "MatMulInteger": (2, 3)}
+# inputs that hold weights, by op type: a float Constant node read there is a (frozen) parameter
+WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (0, 1, 2), "MatMul": (0, 1), "Einsum": range(8),
+                 "LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3), "BatchNormalization": (1, 2),
+                 "LayerNormalization": (1, 2), "InstanceNormalization": (1, 2), "GroupNormalization": (1, 2),
+                 "Gather": (0,), "PRelu": (1,)}
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
                     "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin"})
@@ -279,6 +290,22 @@ def _fold_shape_data(proto: Any) -> bool:
     return bool(folded)
 
 
+def _constant_tensor(node: Any) -> Any:
+    """The tensor a Constant node holds (`value`, or `value_floats` as float32), else None (a scalar, integer
+    list, string or sparse tensor: a constant as it is)."""
+    import numpy as np
+    from onnx import AttributeProto, numpy_helper
+
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+        return None
+    a = node.attribute[0]
+    if a.name == "value" and a.type == AttributeProto.TENSOR:
+        return a.t
+    if a.name == "value_floats" and a.type == AttributeProto.FLOATS:
+        return numpy_helper.from_array(np.array(a.floats, dtype=np.float32))
+    return None
+
+
 def _scope(node_name: str) -> str:
     """The dotted module path of a node the PyTorch exporter named, "/layer1/layer1.0/conv1/Conv" ->
     "layer1.0.conv1". Each component is a module's name from its last non-numeric part on ("conv1" for
@@ -402,16 +429,27 @@ def import_onnx(
     buffers = {n.input[k] for n in graph.node for k in NOT_PARAMETERS.get(n.op_type, ()) if len(n.input) > k}
     quantized = {n.input[k] for n in graph.node for k in QUANTIZED_WEIGHTS.get(n.op_type, ()) if len(n.input) > k}
     scales = {n.input[k] for n in graph.node for k in QUANTIZATION_SCALES.get(n.op_type, ()) if len(n.input) > k}
+    weights = {n.input[k] for n in graph.node for k in WEIGHT_INPUTS.get(n.op_type, ()) if len(n.input) > k}
+    for n in reversed(graph.node):  # and what a weight is made from by shape-only nodes and casts (W -> Transpose)
+        if (n.op_type in SHAPE_ONLY or n.op_type == "Cast") and n.input and weights.intersection(n.output):
+            weights.add(n.input[0])
+
+    def stored(name: str, tensor: Any, constant_node: bool = False) -> Value:  # an initializer or a Constant's tensor
+        info = TensorInfo(tuple(int(d) for d in tensor.dims), _itemsize(tensor.data_type), _is_float(tensor.data_type))
+        infos[name] = info
+        nbytes = _stored_bytes(tensor.data_type, info.numel)
+        if info.numel <= 1:
+            return b.constant()
+        if info.floating and not constant_node and name not in buffers:
+            return b.param(name, nbytes, info.numel, trainable=name not in scales)
+        if info.floating and constant_node and name in weights | scales and name not in buffers:
+            return b.param(name, nbytes, info.numel, trainable=False)
+        if not info.floating and name in quantized:
+            return b.param(name, nbytes, info.numel, trainable=False)
+        return b.constant()
+
     for init in graph.initializer:
-        info = TensorInfo(tuple(int(d) for d in init.dims), _itemsize(init.data_type), _is_float(init.data_type))
-        infos[init.name] = info
-        nbytes = _stored_bytes(init.data_type, info.numel)
-        if _is_float(init.data_type) and info.numel > 1 and init.name not in buffers:
-            vals[init.name] = b.param(init.name, nbytes, info.numel, trainable=init.name not in scales)
-        elif not info.floating and info.numel > 1 and init.name in quantized:
-            vals[init.name] = b.param(init.name, nbytes, info.numel, trainable=False)
-        else:
-            vals[init.name] = b.constant()
+        vals[init.name] = stored(init.name, init)
     for inp in graph.input:
         if inp.name not in vals:
             info = infos[inp.name]
@@ -423,6 +461,10 @@ def import_onnx(
         except KeyError as exc:
             raise GraphError(f"{where}: node {node.name or i!r} reads {exc.args[0]!r}, which nothing produces") from None
         outputs = [o for o in node.output if o]  # "" is an omitted optional output: it stays the constant ""
+        tensor = _constant_tensor(node)
+        if tensor is not None and outputs:  # weights some exporters write as Constant nodes
+            vals[outputs[0]] = stored(outputs[0], tensor, constant_node=True)
+            continue
         missing = [o for o in outputs if o not in infos]
         if missing and node.op_type not in CONSTANT_OUTPUT:
             if not any(v.deps or v.params for v in ins):

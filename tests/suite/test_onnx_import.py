@@ -96,6 +96,32 @@ def test_onnx_from_file_and_training_mode(exported, tmp_path):
     assert all(op.group for op in g.ops if op.phase != "forward")
 
 
+def test_weights_written_as_constant_nodes_are_frozen_parameters(exported):
+    """Some exporters write weights as Constant nodes, not initializers: they were constants, so the model had
+    no parameters and no weight bytes on any device. They are frozen parameters (a Constant is not trained)."""
+    _, proto = exported
+    nodes = [helper.make_node("Constant", [], [t.name], value=t) for t in proto.graph.initializer
+             if t.name != "classifier.3.bias"]
+    nodes.append(helper.make_node("Constant", [], ["classifier.3.bias"], value_floats=[0.5, 0.5, 0.5, 0.5]))
+    graph = helper.make_graph([*nodes, *proto.graph.node], "consts", proto.graph.input, proto.graph.output)
+    as_constants = helper.make_model(graph, opset_imports=proto.opset_import)
+    g = import_onnx(as_constants, input_shapes={"x": [2, 3, 8, 8]})
+    ref = import_onnx(proto, input_shapes={"x": [2, 3, 8, 8]})
+    conv, fc1, fc2 = (8 * 3 * 3 * 3 + 8) * 4, (128 * 16 + 16) * 4, (16 * 4 + 4) * 4
+    assert [op.param_bytes for op in g.ops] == [op.param_bytes for op in ref.ops] == [0, conv, 0, 0, fc1, 0, fc2]
+    assert (g.metadata["params"], g.metadata["param_bytes"]) == (2356, 2356 * 4)
+    with pytest.raises(GraphError, match="no trainable parameter"):
+        import_onnx(as_constants, input_shapes={"x": [2, 3, 8, 8]}, mode="training")
+    # through a Transpose (W written as W^T); an initial state or a mask read by an Add is no weight
+    nodes = [helper.make_node("Constant", [], ["Wt"], value=_f32((3, 4), "Wt")),
+             helper.make_node("Transpose", ["Wt"], ["W"]), helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+             helper.make_node("Constant", [], ["mask"], value=_f32((2, 3), "mask")),
+             helper.make_node("Add", ["a", "mask"], ["y"], name="add")]
+    g = import_onnx(_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], []))
+    assert [(op.name, op.param_bytes) for op in g.ops] == [("x", 0), ("mm", 12 * 4), ("add", 0)]
+
+
 def test_dynamic_dimension_needs_input_shapes(exported):
     _, proto = exported
     with pytest.raises(GraphError, match="input 'x' has unknown dimension"):
