@@ -18,6 +18,8 @@
   scale and bias, Gather's data, PRelu's slope, a quantization scale), directly or through shape-only nodes
   and casts, or a quantized weight, is a frozen parameter: resident, not trained (a recurrent layer's zero
   initial state and an attention mask stay constants).
+* Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
+  The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
   of a sequence, not all of it), as the torch.fx capture's folded indexing does.
 * Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node.
@@ -127,8 +129,8 @@ def _load(model: Any) -> Any:
         path = Path(model)
         if not path.exists():
             raise GraphError(f"{path}: no such ONNX file")
-        try:
-            proto, where = onnx.load(str(path)), str(path)
+        try:  # weights in external data files are not read (their sizes are in the model); see _read_small_data
+            proto, where = onnx.load(str(path), load_external_data=False), str(path)
         except OSError as exc:  # a directory, no permission: the reason, not "[Errno 21] ... 'path'"
             raise GraphError(f"{path}: cannot read the ONNX file: {exc.strerror or exc}") from None
         except Exception as exc:  # noqa: BLE001 - protobuf decode errors have many types
@@ -137,7 +139,37 @@ def _load(model: Any) -> Any:
         raise GraphError(f"import_onnx needs a path or an onnx.ModelProto, got {type(model).__name__}")
     if not proto.HasField("graph") or not proto.graph.node:
         raise GraphError(f"{where}: not an ONNX model with a graph (no nodes; an empty or truncated file?)")
+    if isinstance(model, str | Path):
+        _read_small_data(proto, Path(model).parent, where)
     return proto
+
+
+def _read_small_data(proto: Any, folder: Path, where: str) -> None:
+    """Read the external data of the small initializers (shapes a Reshape takes, scales), from the model's
+    folder, as `onnx.load` would; the weights' data is never read, so a model of any size imports."""
+    from onnx import TensorProto, external_data_helper
+
+    for init in proto.graph.initializer:
+        if init.data_location == TensorProto.EXTERNAL and math.prod(init.dims) <= SHAPE_DATA_LIMIT:
+            location = next((e.value for e in init.external_data if e.key == "location"), "?")
+            try:
+                external_data_helper.load_external_data_for_tensor(init, str(folder))
+            except Exception as exc:  # noqa: BLE001 - a missing file, a path outside the folder, a short file
+                raise GraphError(f"{where}: cannot read the data of initializer {init.name!r} from {location!r} "
+                                 f"(external data, in the model's folder {folder}): {exc}") from None
+
+
+def _drop_weight_data(graph: Any) -> None:
+    """Clear the data of the initializers too large to be shape computations: the import needs only their
+    type and shape, and ONNX's shape inference serializes the model, which fails beyond 2 GB of data."""
+    from onnx import TensorProto
+
+    for init in graph.initializer:
+        if math.prod(init.dims) > SHAPE_DATA_LIMIT:
+            for f in ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data",
+                      "uint64_data", "external_data"):
+                init.ClearField(f)
+            init.data_location = TensorProto.DEFAULT
 
 
 def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: str) -> None:
@@ -414,6 +446,7 @@ def import_onnx(
     where = str(model) if not isinstance(model, onnx.ModelProto) else f"ONNX model {model.graph.name!r}"
     proto = onnx.ModelProto()
     proto.CopyFrom(_load(model))
+    _drop_weight_data(proto.graph)
     _refuse_subgraphs(proto.graph, where)
     _fix_inputs(proto, input_shapes or {}, where)
     proto = _infer_shapes(proto, where)

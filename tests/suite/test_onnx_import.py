@@ -259,6 +259,32 @@ def test_bad_files(tmp_path):
             import_onnx(not_a_model)
 
 
+def test_external_data_weights_are_not_read(tmp_path, monkeypatch):
+    """A model saved with external data (every model over 2 GB is) had all its weights read into memory, then
+    shape inference serialized the model: beyond 2 GB that fails ('Failed to serialize proto'). Weights' sizes
+    are in the model, so their data is not read; a small tensor a shape is computed from is, from the model's
+    folder, and a missing one is an error that names it."""
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm"),
+             helper.make_node("Reshape", ["y", "shape"], ["z"], name="reshape"),
+             helper.make_node("Relu", ["z"], ["r"], name="relu")]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 40])],
+                   [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
+                   [_f32((40, 30), "W"), numpy_helper.from_array(np.array([6, 10], np.int64), "shape")])
+    folder = tmp_path / "model"
+    folder.mkdir()
+    onnx.save_model(proto, str(folder / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=False,
+                    size_threshold=0)
+    assert sorted(p.name for p in folder.iterdir()) == ["W", "m.onnx", "shape"]
+    (folder / "W").unlink()  # the weights' data is not needed
+    monkeypatch.chdir(tmp_path)  # the data is looked for next to the model, not in the working directory
+    g = import_onnx(folder / "m.onnx")
+    assert (g.metadata["params"], g.ops[g.index["mm"]].param_bytes) == (1200, 1200 * 4)
+    assert g.ops[g.index["relu"]].output_shape == (6, 10)
+    (folder / "shape").unlink()
+    with pytest.raises(GraphError, match=r"m.onnx: cannot read the data of initializer 'shape' from 'shape'"):
+        import_onnx(folder / "m.onnx")
+
+
 def test_an_output_nothing_produces_is_an_error():
     """A graph output no node writes was a KeyError traceback."""
     proto = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
