@@ -356,6 +356,26 @@ def _scope(node_name: str) -> str:
     return path
 
 
+def _unknown_shape(where: str, graph: Any, node: Any, i: int, name: str) -> GraphError:
+    """The error for a value whose shape inference left unknown, with the reason where it is one we know."""
+    label = f"node {node.name or i!r}"
+    if node.domain not in ("", "ai.onnx") and not node.domain.startswith("ai.onnx."):
+        return GraphError(
+            f"{where}: {label} is {node.op_type} of domain {node.domain!r}, whose shapes ONNX's shape inference does "
+            f"not know (a custom op, or a contrib op of onnxruntime's graph optimizations: Attention, FusedMatMul, "
+            f"SkipLayerNormalization): only standard ONNX ops are supported; import the model as exported"
+        )
+    kinds = {vi.name: vi.type.WhichOneof("value") for vi in graph.value_info}
+    kind = kinds.get(name)
+    if kind and kind != "tensor_type":
+        return GraphError(
+            f"{where}: {label} ({node.op_type}) makes {name!r}, a {kind.removesuffix('_type')} value, not a tensor: "
+            f"ONNX sequences (SplitToSequence, SequenceAt: torch.tensor_split, a scripted list of tensors), maps "
+            f"and optionals are not supported"
+        )
+    return GraphError(f"{where}: shape inference left the shape of {name!r} ({label}) unknown")
+
+
 def _attr(node: Any, name: str, default: Any = None) -> Any:
     from onnx import helper
 
@@ -504,7 +524,7 @@ def import_onnx(
                 for o in outputs:
                     vals[o] = b.constant()
                 continue
-            raise GraphError(f"{where}: shape inference left the shape of {missing[0]!r} (node {node.name or i!r}) unknown")
+            raise _unknown_shape(where, graph, node, i, missing[0])
         outs = [infos[o] for o in outputs if o in infos]
         if node.op_type in CONSTANT_OUTPUT or not any(v.deps or v.params for v in ins):
             for o in outputs:

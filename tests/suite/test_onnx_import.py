@@ -299,6 +299,30 @@ def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def test_contrib_ops_and_sequences_are_refused_with_the_reason():
+    """An onnxruntime contrib op (an optimized model's FusedMatMul) and a sequence (torch.tensor_split exports
+    SplitToSequence -> SequenceAt) failed with 'shape inference left the shape of ... unknown', no reason."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("FusedMatMul", ["r", "W"], ["y"], name="fmm", domain="com.microsoft")]
+    graph = helper.make_graph(nodes, "ort", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [_f32((4, 4), "W")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(GraphError, match="node 'fmm' is FusedMatMul of domain 'com.microsoft', whose shapes ONNX's"):
+        import_onnx(proto)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_TensorSplit().eval(), (torch.randn(2, 7),), buf, dynamo=False, opset_version=17)
+    with pytest.raises(GraphError, match=r"node '/SplitToSequence' \(SplitToSequence\) makes "
+                                         r"'/SplitToSequence_output_0', a sequence value, not a tensor"):
+        import_onnx(onnx.load_from_string(buf.getvalue()))
+
+
+class _TensorSplit(nn.Module):
+    def forward(self, x):
+        return [t.relu() for t in x.tensor_split(3, dim=1)]
+
+
 def test_hand_made_graph_flops_and_shared_initializer():
     w = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "W")
     shape = numpy_helper.from_array(np.array([2, 8], dtype=np.int64), "shape")
