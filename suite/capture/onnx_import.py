@@ -14,10 +14,10 @@
   Other integer and scalar initializers, BatchNormalization's running statistics and Resize's (and
   Upsample's) roi and scales are constants. Constant nodes are constants too, except those holding weights
   (some exporters write them so): a float tensor of more than one element that a weight input reads (Conv's
-  and ConvTranspose's weight and bias, any input of Gemm, MatMul and Einsum, an RNN's W, R and B, a norm's
-  scale and bias, Gather's data, PRelu's slope, a quantization scale), directly or through shape-only nodes
-  and casts, or a quantized weight, is a frozen parameter: resident, not trained (a recurrent layer's zero
-  initial state and an attention mask stay constants).
+  and ConvTranspose's weight and bias, Gemm's B and C, the right operand of MatMul and Einsum, an RNN's W, R
+  and B, a norm's scale and bias, Gather's data, PRelu's slope, a quantization scale), directly or through
+  shape-only nodes and casts, or a quantized weight, is a frozen parameter: resident, not trained (a
+  recurrent cell's zero initial state, Gemm's A, and an attention mask stay constants).
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
@@ -85,8 +85,9 @@ QUANTIZED_WEIGHTS = {"DequantizeLinear": (0,), "QLinearConv": (3, 8), "QLinearMa
 # their scales and zero points
 QUANTIZATION_SCALES = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 4, 5, 6, 7),
                        "QLinearMatMul": (1, 2, 4, 5, 6, 7), "ConvInteger": (2, 3), "MatMulInteger": (2, 3)}
-# inputs that hold weights, by op type: a float Constant node read there is a (frozen) parameter
-WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (0, 1, 2), "MatMul": (0, 1), "Einsum": range(8),
+# inputs that hold weights, by op type: a float Constant node read there is a (frozen) parameter. Not the
+# left operand of a product: a recurrent cell's zero initial state is read there (Gemm(h0, W_hh))
+WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (1, 2), "MatMul": (1,), "Einsum": range(1, 8),
                  "LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3), "BatchNormalization": (1, 2),
                  "LayerNormalization": (1, 2), "InstanceNormalization": (1, 2), "GroupNormalization": (1, 2),
                  "Gather": (0,), "PRelu": (1,)}

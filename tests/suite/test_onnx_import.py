@@ -112,14 +112,20 @@ def test_weights_written_as_constant_nodes_are_frozen_parameters(exported):
     assert (g.metadata["params"], g.metadata["param_bytes"]) == (2356, 2356 * 4)
     with pytest.raises(GraphError, match="no trainable parameter"):
         import_onnx(as_constants, input_shapes={"x": [2, 3, 8, 8]}, mode="training")
-    # through a Transpose (W written as W^T); an initial state or a mask read by an Add is no weight
+    # through a Transpose (W written as W^T); a mask read by an Add and a recurrent cell's zero initial state,
+    # Gemm's A (h0 @ V^T, as a custom LSTM cell exports), are no weights
     nodes = [helper.make_node("Constant", [], ["Wt"], value=_f32((3, 4), "Wt")),
              helper.make_node("Transpose", ["Wt"], ["W"]), helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
              helper.make_node("Constant", [], ["mask"], value=_f32((2, 3), "mask")),
-             helper.make_node("Add", ["a", "mask"], ["y"], name="add")]
+             helper.make_node("Add", ["a", "mask"], ["b"], name="add"),
+             helper.make_node("Constant", [], ["h0"], value=_f32((2, 5), "h0")),
+             helper.make_node("Constant", [], ["V"], value=_f32((3, 5), "V")),
+             helper.make_node("Gemm", ["h0", "V"], ["h"], name="gemm", transB=1),
+             helper.make_node("Add", ["b", "h"], ["y"], name="add2")]
     g = import_onnx(_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], []))
-    assert [(op.name, op.param_bytes) for op in g.ops] == [("x", 0), ("mm", 12 * 4), ("add", 0)]
+    assert [(op.name, op.param_bytes) for op in g.ops] == [("x", 0), ("mm", 12 * 4), ("add", 0), ("gemm", 15 * 4),
+                                                           ("add2", 0)]
 
 
 def test_dynamic_dimension_needs_input_shapes(exported):
