@@ -28,7 +28,8 @@
   constants are constants.
 * FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul / Einsum and
   the quantized ConvInteger / QLinearConv / MatMulInteger / QLinearMatMul (2 per multiply-add, +1 per output
-  element for a bias), elementwise ops 1 per output element, pooling output
+  element for a bias), Attention (opset 23) as scaled_dot_product_attention (its two products and softmax;
+  past keys count), elementwise ops 1 per output element, pooling output
   elements x kernel, global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or
   4 (training) per element, LayerNormalization, InstanceNormalization and GroupNormalization 5 (statistics
   of the input), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
@@ -413,6 +414,18 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
     if op in ("MatMul", "MatMulInteger", "QLinearMatMul"):
         macs = outs[0].numel * ins[0].shape[-1]
         return Cost(kind, 2.0 * macs, float(macs))
+    if op == "Attention" and node.domain in ("", "ai.onnx"):  # opset 23 (com.microsoft's has other inputs)
+        q, k, v = ins[0], ins[1], ins[2]  # Q [B, heads, Sq, D] or [B, Sq, heads x D]; past keys (input 4) add to K's
+        heads, kv_heads = _attr(node, "q_num_heads"), _attr(node, "kv_num_heads")
+        if len(q.shape) == 4:
+            rows, d_qk, d_v, keys = math.prod(q.shape[:-1]), q.shape[-1], v.shape[-1], k.shape[-2]
+        elif heads and kv_heads:
+            rows, d_qk, d_v, keys = q.shape[0] * q.shape[1] * heads, q.shape[-1] // heads, v.shape[-1] // kv_heads, k.shape[1]
+        else:
+            return None
+        keys += ins[4].shape[-2] if len(ins) > 4 and ins[4] is not None else 0
+        macs = rows * keys * (d_qk + d_v)  # q k^T, then probabilities v, as scaled_dot_product_attention
+        return Cost(kind, 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * rows * keys, float(macs))
     if op in ("MaxPool", "AveragePool", "LpPool"):
         return Cost(kind, float(outs[0].numel * math.prod(_attr(node, "kernel_shape", [1]))))
     if op in ("GlobalAveragePool", "GlobalMaxPool") or op in REDUCE:

@@ -414,6 +414,30 @@ def test_gemm_trans_a_and_conv_transpose_rules_by_hand():
     assert f["deconv"].output_bytes == 1 * 4 * 5 * 5 * 4 and f["deconv"].param_bytes == 2 * 4 * 9 * 4
 
 
+@pytest.mark.parametrize("layout", ["4d", "3d", "past"])
+def test_attention_op_costs_as_scaled_dot_product_attention(layout):
+    """ONNX's Attention (opset 23) had no rule: 1 FLOP per output element (240), not its products and softmax.
+    4 query heads of 5 rows, 2 key-value heads (grouped) of 7 keys, 8 query-key and 6 value features:
+    MACs 2 x 4 x 5 x 7 x (8 + 6) = 3920; FLOPs 2 x 3920 + 5 per score (2 x 4 x 5 x 7 = 280) = 9240."""
+    f32 = TensorProto.FLOAT
+    if layout == "3d":
+        shapes, attrs = {"q": [2, 5, 32], "k": [2, 7, 16], "v": [2, 7, 12]}, {"q_num_heads": 4, "kv_num_heads": 2}
+    else:
+        shapes, attrs = {"q": [2, 4, 5, 8], "k": [2, 2, 7, 8], "v": [2, 2, 7, 6]}, {}
+    inputs = ["q", "k", "v"]
+    if layout == "past":  # 3 cached keys and 4 new ones: 7 keys
+        shapes.update(k=[2, 2, 4, 8], v=[2, 2, 4, 6], pk=[2, 2, 3, 8], pv=[2, 2, 3, 6])
+        inputs += ["", "pk", "pv"]
+    nodes = [helper.make_node("Relu", [n], [f"{n}r"], name=f"relu_{n}") for n in shapes]
+    nodes.append(helper.make_node("Attention", [f"{n}r" if n else "" for n in inputs], ["y"], name="attn", **attrs))
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info(n, f32, s) for n, s in shapes.items()],
+                              [helper.make_tensor_value_info("y", f32, None)])
+    g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
+    attn = g.ops[g.index["attn"]]
+    assert (attn.kind, attn.flops, g.metadata["forward_macs"]) == ("attention", 9240, 3920)
+    assert attn.output_bytes == 2 * 5 * 4 * 6 * 4 and "fallback_cost_kinds" not in g.metadata
+
+
 def test_training_loss_is_the_named_output_or_every_output():
     """`loss` names the output a training step differentiates: the branch to the other output gets no
     backward or update ops. Without it, every output is part of the loss (as before)."""
