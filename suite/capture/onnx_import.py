@@ -22,7 +22,9 @@
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
   of a sequence, not all of it), as the torch.fx capture's folded indexing does.
-* Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node.
+* Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node; so are sequences, except
+  a SplitToSequence read only by SequenceAt at known positions (torch.tensor_split), which is a Split; so is
+  an op of another domain that shape inference cannot type (onnxruntime's contrib ops).
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Expand, and Dropout
   in inference) are folded into their producers; Shape/Size outputs and anything computed only from
   constants are constants.
@@ -324,6 +326,54 @@ def _fold_shape_data(proto: Any) -> bool:
     return bool(folded)
 
 
+def _split_sequences(proto: Any) -> bool:
+    """A SplitToSequence read only by SequenceAt at known positions (torch.tensor_split; torch.split with sizes
+    computed from a shape) is a Split whose outputs the SequenceAt take: rewritten so (SequenceAt as Identity)
+    once its split sizes are known, a list or one size (`_fold_shape_data` evaluates them). Returns whether it
+    rewrote one."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = proto.graph
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    shapes = {name: info.shape for name, info in _known_tensors(graph).items()}
+    known = {i.name: numpy_helper.to_array(i) for i in graph.initializer
+             if math.prod(i.dims) <= SHAPE_DATA_LIMIT and i.data_location != TensorProto.EXTERNAL}
+    readers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for x in n.input:
+            readers.setdefault(x, []).append(n)
+    outputs = {o.name for o in graph.output}
+    changed = False
+    for k, node in enumerate(graph.node):
+        seq = node.output[0] if node.op_type == "SplitToSequence" and node.domain in ("", "ai.onnx") else None
+        reads = readers.get(seq, [])
+        if seq is None or seq in outputs or not reads or len(node.input) < 2 or node.input[1] not in known or any(
+                r.op_type != "SequenceAt" or r.input[0] != seq or r.input[1] not in known for r in reads):
+            continue
+        split, axis = known[node.input[1]], _attr(node, "axis", 0)
+        if split.ndim == 0:  # one size: pieces of it, the last one shorter
+            if node.input[0] not in shapes or int(split) <= 0:
+                continue
+            dim = shapes[node.input[0]][axis]
+            split = np.array([int(split)] * (dim // int(split)) + ([dim % int(split)] if dim % int(split) else []))
+        pieces = [f"{seq}_{j}" for j in range(len(split))]
+        sizes = [int(v) for v in split]
+        if any(not -len(pieces) <= int(known[r.input[1]]) < len(pieces) for r in reads):
+            continue  # a position past the end: an invalid model, left to fail as a sequence
+        if opset >= 13:
+            graph.initializer.append(numpy_helper.from_array(np.array(sizes, np.int64), f"{seq}_sizes"))
+            new = helper.make_node("Split", [node.input[0], f"{seq}_sizes"], pieces, name=node.name, axis=axis)
+        else:
+            new = helper.make_node("Split", [node.input[0]], pieces, name=node.name, axis=axis, split=sizes)
+        graph.node[k].CopyFrom(new)
+        for r in reads:
+            r.CopyFrom(helper.make_node("Identity", [pieces[int(known[r.input[1]]) % len(pieces)]], list(r.output),
+                                        name=r.name))
+        changed = True
+    return changed
+
+
 def _constant_tensor(node: Any) -> Any:
     """The tensor a Constant node holds (`value`, or `value_floats` as float32), else None (a scalar, integer
     list, string or sparse tensor: a constant as it is)."""
@@ -484,7 +534,7 @@ def import_onnx(
     _refuse_subgraphs(proto.graph, where)
     _fix_inputs(proto, input_shapes or {}, where)
     proto = _infer_shapes(proto, where)
-    while _unknown_shapes(proto) and _fold_shape_data(proto):
+    while _unknown_shapes(proto) and (_fold_shape_data(proto) or _split_sequences(proto)):
         proto = _infer_shapes(proto, where)
     training = mode == "training"
     graph = proto.graph

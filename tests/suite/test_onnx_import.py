@@ -306,8 +306,8 @@ def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
 
 
 def test_contrib_ops_and_sequences_are_refused_with_the_reason():
-    """An onnxruntime contrib op (an optimized model's FusedMatMul) and a sequence (torch.tensor_split exports
-    SplitToSequence -> SequenceAt) failed with 'shape inference left the shape of ... unknown', no reason."""
+    """An onnxruntime contrib op (an optimized model's FusedMatMul) and a sequence failed with 'shape inference
+    left the shape of ... unknown', no reason."""
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("FusedMatMul", ["r", "W"], ["y"], name="fmm", domain="com.microsoft")]
     graph = helper.make_graph(nodes, "ort", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
@@ -315,18 +315,49 @@ def test_contrib_ops_and_sequences_are_refused_with_the_reason():
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     with pytest.raises(GraphError, match="node 'fmm' is FusedMatMul of domain 'com.microsoft', whose shapes ONNX's"):
         import_onnx(proto)
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(_TensorSplit().eval(), (torch.randn(2, 7),), buf, dynamo=False, opset_version=17)
-    with pytest.raises(GraphError, match=r"node '/SplitToSequence' \(SplitToSequence\) makes "
-                                         r"'/SplitToSequence_output_0', a sequence value, not a tensor"):
-        import_onnx(onnx.load_from_string(buf.getvalue()))
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),  # a sequence of the rows, concatenated back
+             helper.make_node("SplitToSequence", ["r"], ["seq"], name="rows", keepdims=0),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], name="cat", axis=0)]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [])
+    with pytest.raises(GraphError, match=r"node 'rows' \(SplitToSequence\) makes 'seq', a sequence value, not a tensor"):
+        import_onnx(proto)
 
 
 class _TensorSplit(nn.Module):
     def forward(self, x):
         return [t.relu() for t in x.tensor_split(3, dim=1)]
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_a_split_to_sequence_read_at_known_positions_is_a_split(opset):
+    """x.tensor_split(3, dim=1) exports as SplitToSequence (sizes computed from x's shape) -> SequenceAt: a
+    sequence, which the import refused. Read only at known positions, it is a Split: 7 columns as 3, 2, 2."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_TensorSplit().eval(), (torch.randn(2, 7),), buf, dynamo=False, opset_version=opset,
+                          input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+    proto = onnx.load_from_string(buf.getvalue())
+    assert {"SplitToSequence", "SequenceAt"} <= {n.op_type for n in proto.graph.node}
+    g = import_onnx(proto, input_shapes={"x": [4, 7]})
+    assert [(op.kind, op.output_bytes) for op in g.ops] == [("input", 4 * 7 * 4), ("relu", 4 * 3 * 4),
+                                                            ("relu", 4 * 2 * 4), ("relu", 4 * 2 * 4)]
+    assert [e.bytes for e in g.edges] == [4 * 3 * 4, 4 * 2 * 4, 4 * 2 * 4]
+
+
+def test_a_split_to_sequence_of_one_size_at_opset_11():
+    """One size (3) splits 7 columns as 3, 3, 1; at opset 11 a Split takes its sizes as an attribute; position -1
+    is the last piece."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("SplitToSequence", ["r", "three"], ["seq"], name="split", axis=1),
+             helper.make_node("SequenceAt", ["seq", "last"], ["p"]), helper.make_node("Neg", ["p"], ["y"], name="neg")]
+    graph = helper.make_graph(nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(3, np.int64), "three"),
+                               numpy_helper.from_array(np.array(-1, np.int64), "last")])
+    g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]))
+    assert g.ops[g.index["neg"]].output_bytes == edge_bytes(g, "relu", "neg") == 2 * 1 * 4
 
 
 def test_hand_made_graph_flops_and_shared_initializer():
