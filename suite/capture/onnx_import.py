@@ -2,11 +2,12 @@
 
 * Graph inputs that are not initializers become ops of kind "input"; they must be tensors. Every dimension
   must be known after shape inference; pass `input_shapes={"input": [1, 3, 224, 224]}` to fix symbolic
-  (dynamic) dimensions, or to give the shape of an input declared without one. Shapes computed from them
-  (`x.view(x.size(0), -1)`: Shape -> Gather -> Unsqueeze -> Concat -> Reshape; split sizes as the TorchScript
-  exporter's aten::chunk computes them: Shape -> Gather -> Div -> Expand -> Concat -> Split) are evaluated
-  where ONNX's inference stops (it does at opsets 13-16, and for the Split at every opset); a shape that
-  depends on data (NonZero) is an error.
+  (dynamic) dimensions, or to give the shape of an input declared without one (a dimension the model fixes
+  takes another size only where its recorded shapes agree; the error names the ones changed). Shapes
+  computed from them (`x.view(x.size(0), -1)`: Shape -> Gather -> Unsqueeze -> Concat -> Reshape; split
+  sizes as the TorchScript exporter's aten::chunk computes them: Shape -> Gather -> Div -> Expand -> Concat
+  -> Split) are evaluated where ONNX's inference stops (it does at opsets 13-16, and for the Split at every
+  opset); a shape that depends on data (NonZero) is an error.
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
   model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
@@ -176,7 +177,10 @@ def _drop_weight_data(graph: Any) -> None:
             init.data_location = TensorProto.DEFAULT
 
 
-def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: str) -> None:
+def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: str) -> list[str]:
+    """Set the shapes input_shapes gives and check that every input's is known; returns the dimensions given
+    that the model fixes to another size ("dimension 0 of 'x' (6 in the model, 7 given)")."""
+    changed = []
     inits = {i.name for i in model.graph.initializer}
     known = [i.name for i in model.graph.input if i.name not in inits]
     for name in input_shapes:
@@ -201,7 +205,9 @@ def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: st
                     tensor.shape.dim.add()
             if len(shape) != len(tensor.shape.dim):
                 raise GraphError(f"{where}: input {inp.name!r} has rank {len(tensor.shape.dim)}, input_shapes gives {shape}")
-            for d, v in zip(tensor.shape.dim, shape, strict=True):
+            for k, (d, v) in enumerate(zip(tensor.shape.dim, shape, strict=True)):
+                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != v:
+                    changed.append(f"dimension {k} of {inp.name!r} ({d.dim_value} in the model, {v} given)")
                 d.Clear()
                 d.dim_value = int(v)
         elif not tensor.HasField("shape"):
@@ -213,6 +219,7 @@ def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: st
             raise GraphError(
                 f"{where}: input {inp.name!r} has unknown dimension(s) {bad}; pass input_shapes={{{inp.name!r}: [...]}}"
             )
+    return changed
 
 
 def _refuse_subgraphs(graph: Any, where: str) -> None:
@@ -229,13 +236,15 @@ def _refuse_subgraphs(graph: Any, where: str) -> None:
                 )
 
 
-def _infer_shapes(proto: Any, where: str) -> Any:
+def _infer_shapes(proto: Any, where: str, changed: Sequence[str] = ()) -> Any:
     import onnx
 
     try:
         return onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
     except Exception as exc:  # noqa: BLE001
-        raise GraphError(f"{where}: ONNX shape inference failed: {exc}") from None
+        hint = (f"; input_shapes changed {', '.join(changed)}: the model's own shapes may be built on the size it "
+                f"was exported with; export it with that dimension dynamic" if changed else "")
+        raise GraphError(f"{where}: ONNX shape inference failed: {str(exc).strip()}{hint}") from None
 
 
 def _known_tensors(graph: Any) -> dict[str, TensorInfo]:
@@ -532,10 +541,10 @@ def import_onnx(
     proto.CopyFrom(_load(model))
     _drop_weight_data(proto.graph)
     _refuse_subgraphs(proto.graph, where)
-    _fix_inputs(proto, input_shapes or {}, where)
-    proto = _infer_shapes(proto, where)
+    changed = _fix_inputs(proto, input_shapes or {}, where)
+    proto = _infer_shapes(proto, where, changed)
     while _unknown_shapes(proto) and (_fold_shape_data(proto) or _split_sequences(proto)):
-        proto = _infer_shapes(proto, where)
+        proto = _infer_shapes(proto, where, changed)
     training = mode == "training"
     graph = proto.graph
     infos = _known_tensors(graph)

@@ -141,6 +141,20 @@ def test_dynamic_dimension_needs_input_shapes(exported):
             import_onnx(proto, input_shapes={"x": shape})
 
 
+def test_input_shapes_changing_a_fixed_dimension_says_so_when_inference_fails(exported):
+    """A model exported with a static batch (2) given another (4): its recorded output shape [2, 4] conflicts,
+    and the error was ONNX's alone ('Inferred shape and existing shape differ'), naming no input."""
+    model, _ = exported
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 3, 8, 8),), buf, dynamo=False, input_names=["x"])
+    with pytest.raises(GraphError, match=r"differ.*; input_shapes changed dimension 0 of 'x' \(2 in the model, 4 "
+                                         r"given\): the model's own shapes may be built on the size it was exported"):
+        import_onnx(onnx.load_from_string(buf.getvalue()), input_shapes={"x": [4, 3, 8, 8]})
+    assert import_onnx(onnx.load_from_string(buf.getvalue()), input_shapes={"x": [2, 3, 8, 8]}).ops[0].output_bytes == 1536
+
+
 def test_inputs_without_a_shape_or_not_tensors():
     """An input declared without a shape, or a sequence input, is an error naming it (both were a KeyError
     traceback); input_shapes gives a shapeless input its shape (it was refused: 'has rank 0')."""
