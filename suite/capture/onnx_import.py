@@ -12,8 +12,8 @@
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
   model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
   read), frozen: resident, not trained, as are the scales and zero points these ops and QuantizeLinear read.
-  Other integer and scalar initializers, BatchNormalization's running statistics and Resize's (and
-  Upsample's) roi and scales are constants. Constant nodes are constants too, except those holding weights
+  Other integer and scalar initializers, BatchNormalization's running statistics, Resize's (and
+  Upsample's) roi and scales and LSTM / GRU / RNN initial states are constants. Constant nodes are constants too, except those holding weights
   (some exporters write them so): a float tensor of more than one element that a weight input reads (Conv's
   and ConvTranspose's weight and bias, Gemm's B and C, the right operand of MatMul and Einsum, an RNN's W, R
   and B, a norm's scale and bias, Gather's data, PRelu's slope, a quantization scale), directly or through
@@ -81,8 +81,10 @@ ELEMENTWISE = frozenset(
     Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean QuantizeLinear DequantizeLinear""".split()
 )
 SLICING = frozenset({"Gather", "Slice"})  # ops whose data input (input 0) they read only in part: their output
-# float inputs that are not parameters, by op type: running statistics, Resize's roi and scales
-NOT_PARAMETERS = {"BatchNormalization": (3, 4), "Resize": (1, 2), "Upsample": (1,)}
+# float inputs that are not parameters, by op type: running statistics, Resize's roi and scales, the initial
+# states of recurrent layers (zeros the dynamo exporter writes as an initializer)
+NOT_PARAMETERS = {"BatchNormalization": (3, 4), "Resize": (1, 2), "Upsample": (1,), "LSTM": (5, 6), "GRU": (5,),
+                  "RNN": (5,)}
 # inputs that hold a quantized model's integer weights (and QLinearConv's int32 bias), by op type
 QUANTIZED_WEIGHTS = {"DequantizeLinear": (0,), "QLinearConv": (3, 8), "QLinearMatMul": (0, 3), "ConvInteger": (1,),
                      "MatMulInteger": (0, 1)}
@@ -552,6 +554,7 @@ def import_onnx(
     vals: dict[str, Value] = {"": b.constant()}  # "" = an omitted optional input
     # BatchNormalization's running mean and variance are buffers, not trained parameters: constants, as the
     # torch.fx capture treats them; so are Resize's and Upsample's float roi and scales (sizes, not weights)
+    # and the initial states of recurrent layers (nn.LSTM's zeros when no state is passed)
     buffers = {n.input[k] for n in graph.node for k in NOT_PARAMETERS.get(n.op_type, ()) if len(n.input) > k}
     quantized = {n.input[k] for n in graph.node for k in QUANTIZED_WEIGHTS.get(n.op_type, ()) if len(n.input) > k}
     scales = {n.input[k] for n in graph.node for k in QUANTIZATION_SCALES.get(n.op_type, ()) if len(n.input) > k}

@@ -760,6 +760,21 @@ def test_resize_scales_are_not_parameters(opset):
     assert sorted(op.name for op in train.ops if op.phase == "update") == ["conv/update"]
 
 
+def test_recurrent_initial_states_are_not_parameters():
+    """The dynamo exporter writes nn.LSTM's zero initial state as an initializer read by LSTM's initial_h and
+    initial_c: it was a trainable parameter (20 more here, with a gradient and an update in training)."""
+    nodes = [helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["y"], name="lstm", hidden_size=5)]
+    inits = [_f32((1, 20, 3), "W"), _f32((1, 20, 5), "R"), _f32((1, 40), "B"), _f32((1, 2, 5), "h0"),
+             _f32((1, 2, 5), "c0")]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2, 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 1, 2, 5])], inits)
+    g = import_onnx(proto)
+    assert (g.metadata["params"], g.ops[g.index["lstm"]].param_bytes) == (60 + 100 + 40, 200 * 4)
+    gru = _model([helper.make_node("GRU", ["x", "W", "R", "", "", "h0"], ["y"], name="gru", hidden_size=5)],
+                 proto.graph.input, proto.graph.output, [_f32((1, 15, 3), "W"), _f32((1, 15, 5), "R"), inits[3]])
+    assert import_onnx(gru).metadata["params"] == 45 + 75
+
+
 @pytest.mark.parametrize(
     "rnn",
     [nn.LSTM(3, 5, num_layers=2, bidirectional=True), nn.LSTM(3, 5, batch_first=True), nn.GRU(3, 5), nn.RNN(3, 5),
