@@ -18,7 +18,9 @@ What is folded into its producers (never losing a dependency, see `ForwardBuilde
 permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
 `nn.Identity`/`nn.Flatten`, and dropout in inference mode (in training mode dropout is an elementwise op).
 In training graphs no gradient flows back through `detach()`, through a folded value without floating-point
-tensors (the indices of `max`), or through an op whose outputs are all integer or bool (comparisons, argmax).
+tensors (the indices of `max`), through an op whose outputs are all integer or bool (comparisons, argmax),
+or through what forward computes with gradients off (`with torch.no_grad():`, `torch.inference_mode()`: a
+frozen backbone's ops get no backward and its weights no update, as in eager training).
 Values computed from no model input and no parameter (shapes, `torch.arange`, buffers) are constants, and so
 are new tensors made in the shape of another (`torch.zeros_like(x)`, `x.new_zeros(n)`): they read no data,
 and no gradient flows through them. torch.fx does not follow parameters read through `module.parameters()`:
@@ -93,7 +95,14 @@ _FUSED_LEAVES = (nn.LSTM, nn.GRU, nn.RNN, nn.MultiheadAttention)
 
 
 class CaptureTracer(Tracer):
-    """Keeps the modules that become one op as leaves; traces through everything else."""
+    """Keeps the modules that become one op as leaves; traces through everything else. Each node records
+    in `meta["grad_enabled"]` whether gradients were on where forward made it (off under `torch.no_grad()`,
+    `torch.inference_mode()` or `set_grad_enabled(False)` inside forward; `trace` starts with them on)."""
+
+    def create_node(self, *args: Any, **kwargs: Any) -> Node:
+        node = super().create_node(*args, **kwargs)
+        node.meta["grad_enabled"] = torch.is_grad_enabled()
+        return node
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if callable(getattr(m, "capture_cost", None)) or isinstance(m, _FUSED_LEAVES):
@@ -222,7 +231,7 @@ def trace(module: nn.Module, num_inputs: int | None = None) -> GraphModule:
     values (`mask=None`: `if mask is not None` takes the branch the call takes)."""
     tracer = CaptureTracer()
     try:
-        with _transformer_layers_traceable():
+        with _transformer_layers_traceable(), torch.enable_grad():
             graph = tracer.trace(module, concrete_args=_defaults_after(module, num_inputs))
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; report one clear error
         raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {exc}{_where(exc)}") from exc
@@ -470,10 +479,11 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
     kwargs = _resolve(dict(node.kwargs), all_info)
     params: dict[str, tuple[int, int]] = {}
     frozen: set[str] = set()  # keys of its parameters that do not require grad
+    grad = node.meta.get("grad_enabled", True) and any(t.floating for t in outs)  # can its result carry one
     if node.op == "call_module":
         m = gm.get_submodule(str(node.target))
         if isinstance(m, _SHAPE_ONLY_MODULES) or (isinstance(m, _DROPOUT_MODULES) and not training):
-            return b.fold(ins, out_bytes, grad=any(t.floating for t in outs))
+            return b.fold(ins, out_bytes, grad=grad)
         if isinstance(m, _DROPOUT_MODULES):
             cost: Cost | None = Cost("dropout", float(sum(t.numel for t in outs)), saved_bytes=sum(t.numel for t in outs))
         else:
@@ -491,7 +501,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         name = _target_name(node)
         if name in SHAPE_ONLY or (name in DROPOUT and not training):
             # detach(), or the integer part of a result (the indices of max), passes no gradient back
-            return b.fold(ins, out_bytes, grad=name != "detach" and any(t.floating for t in outs))
+            return b.fold(ins, out_bytes, grad=grad and name != "detach")
         if name in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
             template = node.args[0] if name.endswith("_like") or name.startswith("new_") else None
             ins = [v for n, v in zip(_arg_nodes(node), ins, strict=True) if n is not template]
@@ -522,7 +532,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         weight_bytes_read=cost.weight_bytes_read,
         params=params,
         frozen=frozen,
-        differentiable=any(t.floating for t in outs),
+        differentiable=grad,
     )
 
 

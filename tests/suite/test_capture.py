@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 
 import pytest
@@ -857,6 +858,30 @@ def test_no_gradient_flows_through_comparisons_detach_or_integer_results():
     assert [g.ops[e.src].name for e in g.edges if e.dst == g.index["fc/grad_weight"]] == ["x", "fc", "fc2/grad"]
     # adds 1 + 1, sums 8 + 8, mul 8, embedding scatter 8, fc2 72 + 72, fc 72
     assert sum(op.flops for op in g.ops if op.phase == "backward") == 1 + 1 + 8 + 8 + 8 + 8 + 72 + 72 + 72
+
+
+class _FrozenBackbone(nn.Module):
+    """A backbone run under torch.no_grad() inside forward (linear probing): only the head trains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        with torch.no_grad():
+            y = self.backbone(x).relu().view(2, 4)
+        return self.head(y).sum()
+
+
+@pytest.mark.parametrize("outer_no_grad", [False, True])
+def test_no_gradient_flows_through_what_forward_computes_under_no_grad(outer_no_grad):
+    """Eager autograd gives backbone no gradient (its weights no update); the graph had relu/grad (8 FLOPs),
+    backbone/grad_weight (72) and backbone/update (80). Capturing inside torch.no_grad() changes nothing."""
+    with torch.no_grad() if outer_no_grad else contextlib.nullcontext():
+        g = capture(_FrozenBackbone(), (torch.randn(2, 4),), name="probe", mode="training")
+    assert [op.name for op in g.ops if op.phase != "forward"] == ["sum_1/grad", "head/grad_weight", "head/update"]
+    assert sum(op.flops for op in g.ops if op.phase == "backward") == 2 + 2 * 2 * 4 * 1 + 2  # sum, head: weight, bias
+    assert g.metadata["params"] == 4 * 4 + 4 + 4 + 1
 
 
 def test_ops_that_do_not_reach_the_loss_get_no_backward():
