@@ -1,6 +1,6 @@
 """Capture of models into `OpGraph` workloads: PyTorch modules (torch.fx) and ONNX files.
 
-* `capture_module(module, example_inputs, name=..., mode=...)`: see `suite.capture.fx`;
+* `capture_module(module, example_inputs, example_kwargs=..., name=..., mode=...)`: see `suite.capture.fx`;
 * `capture_onnx(path_or_model, name=..., mode=...)`: see `suite.capture.onnx_import`;
 * FLOP rules in `suite.capture.flops`, the shared IR in `suite.capture.ir`, training graphs in
   `suite.capture.training`.
@@ -17,7 +17,7 @@ from typing import Any
 CAPTURE_VERSION = 2
 
 
-def capture_module(module: Any, example_inputs: Any, **kwargs: Any) -> Any:
+def capture_module(module: Any, example_inputs: Any = (), **kwargs: Any) -> Any:
     """`suite.capture.fx.capture` (imports torch on first use)."""
     from suite.capture.fx import capture
 

@@ -4,8 +4,10 @@ How: `torch.fx` symbolic tracing with our tracer, then an interpreter run on the
 records every node's result shape and dtype (pass meta tensors, and build the model under
 `torch.device("meta")`, to capture a large model without allocating or computing anything), then one walk
 over the fx graph that fills the IR of `suite.capture.ir`. The run leaves the module's buffers as they were
-(BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws). Arguments of `forward` after the example inputs
-keep their defaults, traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes).
+(BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws). Example
+inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
+keyword values without tensors, and the arguments of `forward` that neither gives, which keep their defaults,
+are traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes).
 
 What becomes an op:
 * leaf modules: modules with a `capture_cost` method (our LSTM cell, attention step), `nn.LSTM`/`GRU`/`RNN`
@@ -51,7 +53,7 @@ import inspect
 import math
 import os
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -225,14 +227,17 @@ def _resolve(x: Any, info: Mapping[Node, Any]) -> Any:
     return x
 
 
-def trace(module: nn.Module, num_inputs: int | None = None) -> GraphModule:
+def trace(module: nn.Module, num_inputs: int | None = None, keywords: Collection[str] = (),
+          constants: Mapping[str, Any] | None = None) -> GraphModule:
     """Symbolically trace `module` with the capture tracer (GraphError if torch.fx cannot). With `num_inputs`,
-    the arguments of `forward` after the first `num_inputs` that have defaults are traced with their default
-    values (`mask=None`: `if mask is not None` takes the branch the call takes)."""
+    the arguments of `forward` after the first `num_inputs` that have defaults, except those named in
+    `keywords` (tensor inputs given by keyword), are traced with their default values (`mask=None`:
+    `if mask is not None` takes the branch the call takes), and those in `constants` with the values given."""
     tracer = CaptureTracer()
+    concrete = {**(_defaults_after(module, num_inputs, keywords) or {}), **(constants or {})} or None
     try:
         with _transformer_layers_traceable(), torch.enable_grad():
-            graph = tracer.trace(module, concrete_args=_defaults_after(module, num_inputs))
+            graph = tracer.trace(module, concrete_args=concrete)
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; report one clear error
         raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {exc}{_where(exc)}") from exc
     return GraphModule(tracer.root, graph)
@@ -278,8 +283,9 @@ def _where(exc: BaseException) -> str:
     return ""
 
 
-def _defaults_after(module: nn.Module, num_inputs: int | None) -> dict[str, Any] | None:
-    """The default values of `module.forward`'s arguments after the first `num_inputs`, by name."""
+def _defaults_after(module: nn.Module, num_inputs: int | None, keywords: Collection[str] = ()) -> dict[str, Any] | None:
+    """The default values of `module.forward`'s arguments after the first `num_inputs`, by name, except those
+    named in `keywords`."""
     if num_inputs is None:
         return None
     try:
@@ -288,13 +294,15 @@ def _defaults_after(module: nn.Module, num_inputs: int | None) -> dict[str, Any]
         return None
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params[:num_inputs + 1]):
         return None
-    return {p.name: p.default for p in params[num_inputs:]
-            if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD} or None
+    return {p.name: p.default for p in params[num_inputs:] if p.default is not inspect.Parameter.empty
+            and p.kind is not inspect.Parameter.VAR_KEYWORD and p.name not in keywords} or None
 
 
-def _as_root(module: nn.Module, num_inputs: int) -> nn.Module:
+def _as_root(module: nn.Module, num_inputs: int, keywords: Sequence[str] = (),
+             constants: Mapping[str, Any] | None = None) -> nn.Module:
     """A module that is itself a leaf (nn.Linear, an LSTM cell) is wrapped, as submodule "module", so that it
-    stays one op instead of being traced through."""
+    stays one op instead of being traced through; the wrapper takes `num_inputs` positional arguments, then
+    those named in `keywords`, and passes those on by keyword, with the values in `constants`."""
     if not CaptureTracer().is_leaf_module(module, ""):
         return module
     try:
@@ -303,19 +311,66 @@ def _as_root(module: nn.Module, num_inputs: int) -> nn.Module:
         arg_names = []
     graph = torch.fx.Graph()
     args = tuple(graph.placeholder(arg_names[i] if i < len(arg_names) else f"input_{i}") for i in range(num_inputs))
-    graph.output(graph.call_module("module", args))
+    kwargs = {**(constants or {}), **{k: graph.placeholder(k) for k in keywords}}
+    graph.output(graph.call_module("module", args, kwargs))
     root = nn.Module()
     root.module = module
     return GraphModule(root, graph)
 
 
-def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training: bool = False) -> ForwardGraph:
-    """Trace, record shapes on `example_inputs`, and build the forward IR."""
+def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
+                  example_kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], list[str]]:
+    """The values of `forward`'s arguments in order (the positional example inputs, then for each later
+    argument its keyword example input or its default) and the names given by keyword, in forward's order;
+    GraphError naming an argument that is missing, unknown or given twice."""
+    n = len(example_inputs)
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        params = None
+    if params is None or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params[:n + 1]):
+        if example_kwargs:
+            raise GraphError(f"{what}: keyword example inputs need forward's arguments by name, and its forward "
+                             f"takes *args; give them positionally")
+        return tuple(example_inputs), []
+    named = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    names = [p.name for p in named]
+    for k in example_kwargs:
+        if k not in names:
+            raise GraphError(f"{what}.forward has no argument {k!r} (keyword example inputs name its arguments: "
+                             f"{', '.join(names) or 'none'})")
+        if k in names[:n]:
+            raise GraphError(f"{what}: argument {k!r} is given twice, as example input {names.index(k)} and by "
+                             f"keyword")
+    args = list(example_inputs)
+    for p in named[n:]:
+        if p.name in example_kwargs:
+            args.append(example_kwargs[p.name])
+        elif p.default is not inspect.Parameter.empty:
+            args.append(p.default)
+        else:
+            hint = ("; a dict among the example inputs is one argument: give keyword inputs as example_kwargs"
+                    if any(isinstance(x, Mapping) for x in example_inputs) else "")
+            raise GraphError(f"{what}.forward needs argument {p.name!r}, which the example inputs do not give "
+                             f"({n} positional, keywords: {', '.join(example_kwargs) or 'none'}){hint}")
+    return tuple(args), [k for k in names if k in example_kwargs]
+
+
+def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_kwargs: Mapping[str, Any] | None = None,
+                  training: bool = False) -> ForwardGraph:
+    """Trace, record shapes on `example_inputs` (and `example_kwargs`, by name), and build the forward IR."""
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     what = type(module).__name__
-    module = _as_root(module, len(example_inputs))
-    gm = trace(module, len(example_inputs))
+    example_kwargs = example_kwargs or {}
+    args, given = _example_args(what, module, example_inputs, example_kwargs)
+    keywords = [k for k in given if collect(example_kwargs[k], torch.Tensor)]  # inputs; the rest are constants
+    constants = {k: example_kwargs[k] for k in given if k not in keywords}
+    root = _as_root(module, len(example_inputs), keywords, constants)
+    if root is not module:  # the wrapper takes the positional inputs, then the keyword ones
+        args = (*example_inputs, *(example_kwargs[k] for k in keywords))
+    module = root
+    gm = trace(module, len(example_inputs), keywords, constants)
     for node in gm.graph.nodes:
         if isinstance(node.kwargs.get("out"), tuple | list):
             raise GraphError(f"{what}: the call {node.name!r} ({_target_name(node)}) writes several tensors through "
@@ -323,11 +378,11 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
                              f"instead (v, i = torch.max(a, 1))")
     rec = _ShapeRecorder(gm)
     buffers = [(m, k, t, t.clone()) for m in module.modules() for k, t in m._buffers.items() if t is not None]
-    cuda = sorted({t.device.index or 0 for t in [*example_inputs, *module.parameters()]
-                   if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
+    cuda = sorted({t.device.index or 0 for t in [*collect(args, torch.Tensor), *module.parameters()]
+                   if t.device.type == "cuda"})
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=cuda):  # dropout's draws leave the caller's RNG alone
-            rec.run(*example_inputs)
+            rec.run(*args)
     except Exception as exc:  # noqa: BLE001
         raise GraphError(f"running {what} on the example inputs failed: {exc}") from exc
     finally:  # the run leaves the module's buffers as they were (BatchNorm's running statistics)
@@ -545,13 +600,16 @@ def _fetch_attr(gm: GraphModule, target: str) -> Any:
 
 def capture(
     module: nn.Module,
-    example_inputs: Sequence[Any],
+    example_inputs: Sequence[Any] = (),
     *,
+    example_kwargs: Mapping[str, Any] | None = None,
     name: str,
     mode: str = "inference",
     metadata: Mapping[str, Any] | None = None,
 ) -> OpGraph:
-    """Capture `module` called on `example_inputs` as the `OpGraph` named `name`.
+    """Capture `module(*example_inputs, **example_kwargs)` as the `OpGraph` named `name`. A single example
+    input that is not a list or tuple is the one positional input (a dict too: use `example_kwargs` for
+    `model(input_ids=..., attention_mask=...)`); arguments that neither gives keep their defaults.
 
     `mode` is "inference" (forward ops only) or "training" (forward, backward and update ops; the module's
     output must then be the loss). Metadata gets the mode, parameter count, forward MACs and FLOPs.
@@ -560,6 +618,6 @@ def capture(
         raise GraphError(f"capture mode {mode!r} is not one of {', '.join(MODES)}")
     if not isinstance(example_inputs, list | tuple):
         example_inputs = (example_inputs,)
-    fg = forward_graph(module, example_inputs, training=mode == "training")
+    fg = forward_graph(module, example_inputs, example_kwargs=example_kwargs, training=mode == "training")
     meta = {"capture": "torch.fx", "capture_version": CAPTURE_VERSION, **(metadata or {})}
     return fg.lower(name, mode, meta)

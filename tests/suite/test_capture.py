@@ -1278,6 +1278,49 @@ def test_arguments_left_at_their_defaults_are_traced_with_their_values():
     assert [op.name for op in g.ops] == ["x", "mask", "masked_fill", "fc", "mul"]
 
 
+def test_keyword_example_inputs_are_traced_like_positional_ones():
+    """`model(x=..., mask=...)`: example_kwargs give inputs by name; a keyword input without tensors (scale)
+    is traced as that constant, and an argument neither gives keeps its default (mask=None: no masking)."""
+    x, mask = torch.randn(3, 4), torch.zeros(3, 4, dtype=torch.bool)
+    g = capture(OptionalMask(), example_kwargs={"mask": mask, "x": x}, name="kw")
+    assert [(op.name, op.kind, op.flops) for op in g.ops] == [
+        ("x", "input", 0.0), ("mask", "input", 0.0), ("masked_fill", "masked_fill", 12.0),
+        ("fc", "linear", 2 * 3 * 4 * 4 + 3 * 4), ("mul", "mul", 12.0)]
+    assert (edge_bytes(g, "x", "masked_fill"), edge_bytes(g, "mask", "masked_fill")) == (3 * 4 * 4, 3 * 4)
+    assert g.content_hash == capture(OptionalMask(), (x, mask), name="kw").content_hash
+    g = capture(OptionalMask(), (x,), example_kwargs={"scale": 3.0}, name="scale")
+    assert [(op.name, op.kind) for op in g.ops] == [("x", "input"), ("fc", "linear"), ("mul", "mul")]
+    assert len(g.edges) == 2 and g.metadata["forward_macs"] == 3 * 4 * 4
+    g = capture(nn.Linear(4, 3), example_kwargs={"input": torch.randn(2, 4)}, name="leaf")  # one op, not traced
+    assert [(op.kind, op.flops) for op in g.ops] == [("input", 0.0), ("linear", 2 * 2 * 4 * 3 + 2 * 3)]
+
+
+@pytest.mark.parametrize(("inputs", "kwargs", "error"), [
+    ((), {"mask": None}, r"OptionalMask.forward needs argument 'x', which the example inputs do not give "
+                         r"\(0 positional, keywords: mask\)$"),
+    ((torch.randn(3, 4),), {"masks": None}, r"OptionalMask.forward has no argument 'masks' \(keyword example "
+                                            r"inputs name its arguments: x, mask, scale\)"),
+    ((torch.randn(3, 4),), {"x": None}, r"argument 'x' is given twice, as example input 0 and by keyword"),
+])
+def test_example_inputs_that_do_not_fit_forward_name_the_argument(inputs, kwargs, error):
+    """A missing, unknown or doubly given argument is named; it was torch.fx's 'Expected positional argument
+    for parameter' (or a TypeError about a keyword) from deep inside the run."""
+    with pytest.raises(GraphError, match=error):
+        capture(OptionalMask(), inputs, example_kwargs=kwargs, name="bad")
+
+
+def test_a_dict_of_inputs_is_one_argument_and_the_error_says_how_to_give_keywords():
+    class Two(nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    inputs = {"x": torch.randn(2), "y": torch.randn(2)}
+    with pytest.raises(GraphError, match="needs argument 'y'.*a dict among the example inputs is one argument: "
+                                         "give keyword inputs as example_kwargs"):
+        capture(Two(), inputs, name="dict")
+    assert [op.name for op in capture(Two(), example_kwargs=inputs, name="kw").ops] == ["x", "y", "add"]
+
+
 class WeightPenalty(nn.Module):
     """A loss with a weight penalty over `self.parameters()` (or over the weights read as attributes)."""
 
