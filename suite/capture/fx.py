@@ -7,7 +7,9 @@ over the fx graph that fills the IR of `suite.capture.ir`. The run leaves the mo
 (BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws). Example
 inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
 keyword values without tensors, and the arguments of `forward` that neither gives, which keep their defaults,
-are traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes).
+are traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes). The module is
+traced and run in the mode's state, `module.train(mode == "training")` (an inference graph has no
+`if self.training:` branch, whether or not the caller called `eval()`); each module's flag is restored after.
 
 What becomes an op:
 * leaf modules: modules with a `capture_cost` method (our LSTM cell, attention step), `nn.LSTM`/`GRU`/`RNN`
@@ -358,9 +360,21 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
 
 def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_kwargs: Mapping[str, Any] | None = None,
                   training: bool = False) -> ForwardGraph:
-    """Trace, record shapes on `example_inputs` (and `example_kwargs`, by name), and build the forward IR."""
+    """Trace, record shapes on `example_inputs` (and `example_kwargs`, by name), and build the forward IR, with
+    the module in the mode's state (`module.train(training)`; each module's own flag is restored afterwards)."""
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
+    flags = [(m, m.training) for m in module.modules()]
+    module.train(training)
+    try:
+        return _forward_graph(module, example_inputs, example_kwargs, training)
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any] | None,
+                   training: bool) -> ForwardGraph:
     what = type(module).__name__
     example_kwargs = example_kwargs or {}
     args, given = _example_args(what, module, example_inputs, example_kwargs)

@@ -1321,6 +1321,36 @@ def test_a_dict_of_inputs_is_one_argument_and_the_error_says_how_to_give_keyword
     assert [op.name for op in capture(Two(), example_kwargs=inputs, name="kw").ops] == ["x", "y", "add"]
 
 
+class NoiseInTraining(nn.Module):
+    """Python control flow on `self.training` (noise added only while training), and a dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.drop = nn.Linear(4, 4), nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = self.fc(x)
+        if self.training:
+            x = x + 1.0
+        return self.drop(x).sum()
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_capture_traces_the_module_in_the_modes_state_and_restores_its_flags(mode):
+    """A fresh module is in training mode: its inference graph had the training-only add (8 FLOPs); an
+    eval() module's training graph lacked it. Each module's own flag is as it was afterwards."""
+    model = NoiseInTraining()
+    model.train(mode == "inference")  # the other state
+    model.fc.train(mode == "training")
+    g = capture(model, (torch.randn(2, 4),), name="flags", mode=mode)
+    forward = [(op.name, op.kind) for op in g.ops if op.phase == "forward"]
+    if mode == "inference":
+        assert forward == [("x", "input"), ("fc", "linear"), ("sum_1", "sum")]
+    else:
+        assert forward == [("x", "input"), ("fc", "linear"), ("add", "add"), ("drop", "dropout"), ("sum_1", "sum")]
+    assert (model.training, model.drop.training, model.fc.training) == (mode == "inference",) * 2 + (mode == "training",)
+
+
 class WeightPenalty(nn.Module):
     """A loss with a weight penalty over `self.parameters()` (or over the weights read as attributes)."""
 
