@@ -20,7 +20,8 @@ What becomes an op:
 
 What is folded into its producers (never losing a dependency, see `ForwardBuilder.fold`): view, reshape,
 permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
-`nn.Identity`/`nn.Flatten`, and dropout in inference mode (in training mode dropout is an elementwise op).
+`nn.Identity`/`nn.Flatten`, dropout in inference mode (in training mode dropout is an elementwise op), and
+building a dataclass output object (`ModelOutput(loss=..., logits=...)`: its tensors are the outputs).
 In training graphs no gradient flows back through `detach()`, through a folded value without floating-point
 tensors (the indices of `max`), through an op whose outputs are all integer or bool (comparisons, argmax),
 or through what forward computes with gradients off (`with torch.no_grad():`, `torch.inference_mode()`: a
@@ -51,6 +52,7 @@ a model with a module "fc").
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import math
 import os
@@ -190,9 +192,12 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _to_info(x: Any) -> Any:
+    """A tensor's `TensorInfo`; a dataclass instance (a model's output object) as the dict of its fields."""
     if isinstance(x, torch.Tensor):
         return TensorInfo(tuple(int(d) for d in x.shape), int(x.element_size()),
                           x.is_floating_point() or x.is_complex())
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: map_aggregate(getattr(x, f.name), _to_info) for f in dataclasses.fields(x)}
     return x
 
 
@@ -568,6 +573,8 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
                 frozen.add(key)
     else:
         name = _target_name(node)
+        if dataclasses.is_dataclass(node.target):  # Output(loss=..., logits=...): an object holding its tensors
+            return b.fold(ins, None, grad=grad)
         if name in SHAPE_ONLY or (name in DROPOUT and not training):
             # detach(), or the integer part of a result (the indices of max), passes no gradient back
             return b.fold(ins, out_bytes, grad=grad and name != "detach")

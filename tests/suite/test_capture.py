@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import deque
 
 import pytest
@@ -1349,6 +1350,43 @@ def test_capture_traces_the_module_in_the_modes_state_and_restores_its_flags(mod
     else:
         assert forward == [("x", "input"), ("fc", "linear"), ("add", "add"), ("drop", "dropout"), ("sum_1", "sum")]
     assert (model.training, model.drop.training, model.fc.training) == (mode == "inference",) * 2 + (mode == "training",)
+
+
+@dataclasses.dataclass
+class _Output:
+    """A model output object (as transformers' ModelOutput): the loss and optional logits."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor | None = None
+
+
+class _ReturnsOutput(nn.Module):
+    def __init__(self, logits: bool) -> None:
+        super().__init__()
+        self.fc, self.logits = nn.Linear(4, 2), logits
+
+    def forward(self, x):
+        h = self.fc(x)
+        return _Output(h.sum(), h) if self.logits else _Output(h.sum())
+
+
+def test_a_dataclass_output_is_followed_to_its_tensors():
+    """The output object's tensors were not seen: a training step of a model returning its loss in one was
+    refused with 'it returns no tensor'. Now it is the graph of returning the loss itself."""
+    x = torch.randn(3, 4)
+    g = capture(_ReturnsOutput(logits=False), (x,), name="out", mode="training")
+
+    class Plain(_ReturnsOutput):
+        def forward(self, x):
+            return self.fc(x).sum()
+
+    assert g.content_hash == capture(Plain(logits=False), (x,), name="out", mode="training").content_hash
+    assert [op.name for op in g.ops if op.phase == "backward"] == ["sum_1/grad", "fc/grad_weight"]
+    with pytest.raises(GraphError, match=r"needs _ReturnsOutput to return its loss, one scalar tensor; it returns "
+                                         r"\(\), \(3, 2\)"):
+        capture(_ReturnsOutput(logits=True), (x,), name="out", mode="training")
+    g = capture(_ReturnsOutput(logits=True), (x,), name="out")
+    assert [(op.name, op.kind) for op in g.ops] == [("x", "input"), ("fc", "linear"), ("sum_1", "sum")]
 
 
 class WeightPenalty(nn.Module):
