@@ -15,6 +15,8 @@ What becomes an op:
 * leaf modules: modules with a `capture_cost` method (our LSTM cell, attention step), `nn.LSTM`/`GRU`/`RNN`
   and `nn.MultiheadAttention` (one fused op each), and every other `torch.nn` module without children
   (Linear, Conv2d, BatchNorm2d, ReLU, ...). Other modules (containers, user modules) are traced through.
+  A `torch.compile`d module is captured as the module it compiles (a submodule's path is then torch's own,
+  "fc._orig_mod").
 * every call_function / call_method node that is not shape-only;
 * every placeholder that carries a tensor (kind "input").
 
@@ -56,6 +58,7 @@ import dataclasses
 import inspect
 import math
 import os
+import sys
 import traceback
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -105,6 +108,12 @@ class CaptureTracer(Tracer):
     in `meta["grad_enabled"]` whether gradients were on where forward made it (off under `torch.no_grad()`,
     `torch.inference_mode()` or `set_grad_enabled(False)` inside forward; `trace` starts with them on)."""
 
+    def call_module(self, m: nn.Module, forward: Any, args: Any, kwargs: Any) -> Any:
+        original = _uncompiled(m)
+        if original is not m:  # a torch.compile'd submodule: traced as the module it compiles
+            return self.call_module(original, original.forward, args, kwargs)
+        return super().call_module(m, forward, args, kwargs)
+
     def create_node(self, *args: Any, **kwargs: Any) -> Node:
         node = super().create_node(*args, **kwargs)
         node.meta["grad_enabled"] = torch.is_grad_enabled()
@@ -116,6 +125,13 @@ class CaptureTracer(Tracer):
         if isinstance(m, nn.Sequential | nn.ModuleList | nn.ModuleDict):
             return False
         return type(m).__module__.startswith("torch.nn") and not any(True for _ in m.children())
+
+
+def _uncompiled(m: nn.Module) -> nn.Module:
+    """The module that `torch.compile` compiled into `m` (its `_orig_mod`, same parameters), else m."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # loaded once anything is compiled
+    compiled = getattr(eval_frame, "OptimizedModule", None)
+    return m._orig_mod if compiled is not None and isinstance(m, compiled) else m
 
 
 class _ShapeRecorder(Interpreter):
@@ -369,6 +385,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_k
     the module in the mode's state (`module.train(training)`; each module's own flag is restored afterwards)."""
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
+    module = _uncompiled(module)
     flags = [(m, m.training) for m in module.modules()]
     module.train(training)
     try:

@@ -1389,6 +1389,26 @@ def test_a_dataclass_output_is_followed_to_its_tensors():
     assert [(op.name, op.kind) for op in g.ops] == [("x", "input"), ("fc", "linear"), ("sum_1", "sum")]
 
 
+class _Compiled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.compile(nn.Linear(4, 3))
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+def test_torch_compiled_modules_are_captured_as_the_modules_they_compile():
+    """torch.fx cannot trace dynamo's compiled forward: a compiled submodule failed with 'FX to symbolically
+    trace a dynamo-optimized function', a compiled model with 'missing the required forward function'."""
+    g = capture(_Compiled(), (torch.randn(2, 4),), name="compiled")
+    assert [(op.name, op.kind, op.flops) for op in g.ops] == [
+        ("x", "input", 0.0), ("fc._orig_mod", "linear", 2 * 2 * 4 * 3 + 2 * 3), ("relu", "relu", 6.0)]
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
+    x = torch.randn(2, 4)
+    assert capture(torch.compile(model), (x,), name="c").content_hash == capture(model, (x,), name="c").content_hash
+
+
 class WeightPenalty(nn.Module):
     """A loss with a weight penalty over `self.parameters()` (or over the weights read as attributes)."""
 
