@@ -147,6 +147,7 @@ class _ShapeRecorder(Interpreter):
         self.info: dict[Node, Any] = {}
         self.view_writes: list[tuple[Node, Node]] = []
         self._names: dict[Node, list[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
+        self.failed: tuple[Node, str] | None = None  # the node that raised and its error, as raised
 
     def run_node(self, n: Node) -> Any:
         mutated = _mutated_arg(n)
@@ -154,7 +155,11 @@ class _ShapeRecorder(Interpreter):
             other = self._sharing(self.env[mutated], self._names.get(mutated, [mutated]))
             if other is not None:
                 self.view_writes.append((n, other))
-        result = super().run_node(n)
+        try:
+            result = super().run_node(n)
+        except Exception as exc:  # Interpreter.run appends fx's node dump and stack notes to the message
+            self.failed = (n, str(exc))
+            raise
         self.info[n] = map_aggregate(result, _to_info)
         if mutated is not None:
             _overwritten(self._names, mutated, n)
@@ -420,7 +425,14 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
         with torch.no_grad(), torch.random.fork_rng(devices=cuda):  # dropout's draws leave the caller's RNG alone
             rec.run(*args)
     except Exception as exc:  # noqa: BLE001
-        raise GraphError(f"running {what} on the example inputs failed: {exc}") from exc
+        at, why = "", str(exc)
+        if rec.failed is not None:
+            node, why = rec.failed
+            kind = type(gm.get_submodule(str(node.target))).__name__ if node.op == "call_module" else _target_name(node)
+            at = f" at {str(node.target) if node.op == 'call_module' else node.name!r} ({kind})"
+        hint = ("; a dict among the example inputs is one argument: give keyword inputs as example_kwargs"
+                if any(isinstance(x, Mapping) for x in example_inputs) else "")
+        raise GraphError(f"running {what} on the example inputs failed{at}: {why}{hint}") from exc
     finally:  # the run leaves the module's buffers as they were (BatchNorm's running statistics)
         with torch.no_grad():
             for m, k, t, before in buffers:

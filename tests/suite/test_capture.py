@@ -1409,6 +1409,23 @@ def test_torch_compiled_modules_are_captured_as_the_modules_they_compile():
     assert capture(torch.compile(model), (x,), name="c").content_hash == capture(model, (x,), name="c").content_hash
 
 
+def test_a_failing_run_names_the_op_without_fx_internals():
+    """Example inputs of the wrong dtype, device or shape: the error names the op that failed and keeps torch's
+    message; it also carried fx's node dump, 'Original traceback: None' and a pointer to tlparse."""
+    model = nn.Sequential(nn.Linear(4, 3))
+    cases = [(torch.zeros(2, 4, dtype=torch.float64), "mat1 and mat2 must have the same dtype"),
+             (torch.zeros(2, 5), "mat1 and mat2 shapes cannot be multiplied"),
+             (torch.zeros(2, 4, device="meta"), "expected device")]
+    for x, why in cases:
+        with pytest.raises(GraphError) as err:
+            capture(model, (x,), name="bad")
+        assert str(err.value).startswith("running Sequential on the example inputs failed at '0' (Linear): ")
+        assert why in str(err.value) and "While executing" not in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(GraphError, match=r"failed at 'fc' \(Linear\): .*; a dict among the example inputs is one "
+                                         r"argument: give keyword inputs as example_kwargs$"):
+        capture(OptionalMask(), {"x": torch.randn(3, 4)}, name="dict")
+
+
 class WeightPenalty(nn.Module):
     """A loss with a weight penalty over `self.parameters()` (or over the weights read as attributes)."""
 
