@@ -277,20 +277,33 @@ def _transformer_layers_traceable():
     `TransformerDecoder` take their plain path: the attention fast path (a fused inference kernel, the same
     results) is off, as its checks (`src.dim() != 3`) branch on the input; and the encoder's sequence length,
     read only to detect a causal mask, is not taken from a traced input (`src.is_nested`). `nn.Transformer`
-    itself still checks its inputs' sizes in Python, which torch.fx cannot follow."""
+    checks its inputs' sizes with `torch._assert` (`_traceable_transformer_forward`), where this torch's
+    forward has the signature that function copies; else it is refused (its Python `if`s on sizes)."""
     from torch.nn.modules import transformer
 
     mha = getattr(torch.backends, "mha", None)
     fastpath = mha.get_fastpath_enabled() if mha is not None else None
     seq_len = getattr(transformer, "_get_seq_len", None)
+    is_causal_mask = getattr(transformer, "_detect_is_causal_mask", None)
+    forward = transformer.Transformer.forward
+    same = _signature(forward) == _signature(_traceable_transformer_forward)
 
     def traced_seq_len(src: Any, batch_first: bool) -> Any:
         return None if isinstance(src, Proxy) else seq_len(src, batch_first)
+
+    def traced_is_causal(mask: Any, is_causal: Any = None, size: Any = None) -> Any:
+        if isinstance(mask, Proxy) and is_causal is None:
+            return False  # the mask is applied as given (torch would drop a causal one for the same is_causal)
+        return is_causal_mask(mask, is_causal, size)
 
     if mha is not None:
         mha.set_fastpath_enabled(False)
     if seq_len is not None:
         transformer._get_seq_len = traced_seq_len
+    if is_causal_mask is not None:
+        transformer._detect_is_causal_mask = traced_is_causal
+    if same:
+        transformer.Transformer.forward = _traceable_transformer_forward
     try:
         yield
     finally:
@@ -298,6 +311,31 @@ def _transformer_layers_traceable():
             mha.set_fastpath_enabled(fastpath)
         if seq_len is not None:
             transformer._get_seq_len = seq_len
+        if is_causal_mask is not None:
+            transformer._detect_is_causal_mask = is_causal_mask
+        transformer.Transformer.forward = forward
+
+
+def _signature(f: Any) -> list[tuple[str, Any]]:
+    return [(p.name, p.default) for p in inspect.signature(f).parameters.values()]
+
+
+def _traceable_transformer_forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,  # noqa: ANN001
+                                   src_key_padding_mask=None, tgt_key_padding_mask=None,
+                                   memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                                   memory_is_causal=False):
+    """`nn.Transformer.forward` with its checks of the inputs' sizes as `torch._assert` calls, which torch.fx
+    records and the run on the example inputs evaluates (torch's `if`s on traced sizes cannot be traced)."""
+    batch = 0 if self.batch_first else 1
+    torch._assert((src.dim() != 3) | (src.size(batch) == tgt.size(batch)),
+                  "the batch number of src and tgt must be equal")
+    torch._assert((src.size(-1) == self.d_model) & (tgt.size(-1) == self.d_model),
+                  "the feature number of src and tgt must be equal to d_model")
+    memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+    return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                        tgt_key_padding_mask=tgt_key_padding_mask,
+                        memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+                        memory_is_causal=memory_is_causal)
 
 
 def _where(exc: BaseException) -> str:

@@ -1543,6 +1543,33 @@ def test_torch_transformer_layers_are_captured_with_their_attention_and_feed_for
         per_layer = 5 if not isinstance(module, nn.TransformerDecoderLayer) else 7
         assert sum(op.phase == "update" for op in t.ops) == layers * per_layer
     assert torch.backends.mha.get_fastpath_enabled()  # switched off only while tracing
-    # nn.Transformer checks its inputs' sizes in Python: one error naming that line
-    with pytest.raises(GraphError, match=r"cannot trace Transformer: .*\(at .*transformer\.py:\d+: .*src\.size"):
-        capture(nn.Transformer(16, 2, 1, 1, 32, dropout=0.0, batch_first=True), (src, mem), name="t")
+
+
+def test_torch_transformer_is_captured_with_its_size_checks_run_on_the_example_inputs():
+    """nn.Transformer (d_model 16, 2 heads, feed-forward 32, one encoder and one decoder layer, batch 2, source 5
+    tokens, target 4) was refused: its forward checks its inputs' sizes in Python. MACs by hand: the encoder
+    layer as above (22080); the decoder layer: self-attention projections 1024 per target token (8 tokens),
+    scores and weighted sum 2 * 2*2*4*4*8, cross-attention q and out 512 per target token, k and v 512 per
+    source token (10), scores and weighted sum 2 * 2*2*4*5*8, feed-forward 1024 per target token (27904)."""
+    from suite.capture.fx import trace
+
+    torch.manual_seed(0)
+    src, tgt = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
+    module = nn.Transformer(16, 2, 1, 1, 32, dropout=0.0, batch_first=True).eval()
+    macs = 22080 + 1024 * 8 + 2 * (2 * 2 * 4 * 4 * 8) + 512 * 8 + 512 * 10 + 2 * (2 * 2 * 4 * 5 * 8) + 1024 * 8
+    mask = nn.Transformer.generate_square_subsequent_mask(4)
+    for kwargs in [{}, {"tgt_mask": mask}]:  # a mask given as an input is applied as given
+        g = capture(module, (src, tgt), example_kwargs=kwargs, name="t")
+        assert g.metadata["forward_macs"] == macs == 49984 and "fallback_cost_kinds" not in g.metadata
+        assert [op.name for op in g.ops if op.kind == "input"] == ["src", "tgt", *kwargs]
+        expected = module(src, tgt, **kwargs)
+        assert torch.allclose(trace(module, 2, list(kwargs))(src, tgt, **kwargs), expected, atol=1e-6)
+    t = capture(_SumLoss(module), (src, tgt), name="t", mode="training")
+    assert t.metadata["forward_macs"] == macs
+    assert sum(op.phase == "update" for op in t.ops) == 5 + 7 + 2  # encoder and decoder layers, their final norms
+    assert nn.Transformer.forward.__module__ == "torch.nn.modules.transformer"  # patched only while tracing
+    # the checks torch makes in Python run on the example inputs
+    with pytest.raises(GraphError, match="failed at '_assert.*: the batch number of src and tgt must be equal"):
+        capture(module, (src, torch.randn(3, 4, 16)), name="t")
+    with pytest.raises(GraphError, match="the feature number of src and tgt must be equal to d_model"):
+        capture(module, (src, torch.randn(2, 4, 8)), name="t")
