@@ -388,7 +388,7 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
                   example_kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], list[str]]:
     """The values of `forward`'s arguments in order (the positional example inputs, then for each later
     argument its keyword example input or its default) and the names given by keyword, in forward's order;
-    GraphError naming an argument that is missing, unknown or given twice."""
+    GraphError naming an argument that is missing, unknown or given twice, or too many positional inputs."""
     n = len(example_inputs)
     try:
         params = list(inspect.signature(module.forward).parameters.values())
@@ -401,6 +401,10 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
         return tuple(example_inputs), []
     named = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
     names = [p.name for p in named]
+    positional = [p.name for p in named if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    if n > len(positional):
+        raise GraphError(f"{what}.forward takes {len(positional)} positional argument(s) "
+                         f"({', '.join(positional) or 'none'}); {n} example inputs were given")
     for k in example_kwargs:
         if k not in names:
             raise GraphError(f"{what}.forward has no argument {k!r} (keyword example inputs name its arguments: "

@@ -1302,10 +1302,13 @@ def test_keyword_example_inputs_are_traced_like_positional_ones():
     ((torch.randn(3, 4),), {"masks": None}, r"OptionalMask.forward has no argument 'masks' \(keyword example "
                                             r"inputs name its arguments: x, mask, scale\)"),
     ((torch.randn(3, 4),), {"x": None}, r"argument 'x' is given twice, as example input 0 and by keyword"),
+    ((torch.randn(3, 4),) * 4, {}, r"OptionalMask.forward takes 3 positional argument\(s\) \(x, mask, scale\); 4 "
+                                   r"example inputs were given"),
 ])
 def test_example_inputs_that_do_not_fit_forward_name_the_argument(inputs, kwargs, error):
     """A missing, unknown or doubly given argument is named; it was torch.fx's 'Expected positional argument
-    for parameter' (or a TypeError about a keyword) from deep inside the run."""
+    for parameter' (or a TypeError about a keyword) from deep inside the run. Example inputs beyond forward's
+    arguments were ignored without a word (eager PyTorch raises a TypeError)."""
     with pytest.raises(GraphError, match=error):
         capture(OptionalMask(), inputs, example_kwargs=kwargs, name="bad")
 
