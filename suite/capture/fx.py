@@ -6,8 +6,8 @@ records every node's result shape and dtype (pass meta tensors, and build the mo
 over the fx graph that fills the IR of `suite.capture.ir`. The run leaves the module's buffers as they were
 (BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws). Example
 inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
-keyword values without tensors, and the arguments of `forward` that neither gives, which keep their defaults,
-are traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes). The module is
+values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which keep
+their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes). The module is
 traced and run in the mode's state, `module.train(mode == "training")` (an inference graph has no
 `if self.training:` branch, whether or not the caller called `eval()`); each module's flag is restored after.
 
@@ -385,9 +385,10 @@ def _as_root(module: nn.Module, num_inputs: int, keywords: Sequence[str] = (),
 
 
 def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
-                  example_kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], list[str]]:
+                  example_kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], list[str], list[str]]:
     """The values of `forward`'s arguments in order (the positional example inputs, then for each later
-    argument its keyword example input or its default) and the names given by keyword, in forward's order;
+    argument its keyword example input or its default), the names of the positional ones (none where forward
+    takes *args) and the names given by keyword, in forward's order;
     GraphError naming an argument that is missing, unknown or given twice, or too many positional inputs."""
     n = len(example_inputs)
     try:
@@ -398,7 +399,7 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
         if example_kwargs:
             raise GraphError(f"{what}: keyword example inputs need forward's arguments by name, and its forward "
                              f"takes *args; give them positionally")
-        return tuple(example_inputs), []
+        return tuple(example_inputs), [], []
     named = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
     names = [p.name for p in named]
     positional = [p.name for p in named if p.kind is not inspect.Parameter.KEYWORD_ONLY]
@@ -423,7 +424,7 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
                     if any(isinstance(x, Mapping) for x in example_inputs) else "")
             raise GraphError(f"{what}.forward needs argument {p.name!r}, which the example inputs do not give "
                              f"({n} positional, keywords: {', '.join(example_kwargs) or 'none'}){hint}")
-    return tuple(args), [k for k in names if k in example_kwargs]
+    return tuple(args), names[:n], [k for k in names if k in example_kwargs]
 
 
 def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_kwargs: Mapping[str, Any] | None = None,
@@ -446,12 +447,15 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
                    training: bool) -> ForwardGraph:
     what = type(module).__name__
     example_kwargs = example_kwargs or {}
-    args, given = _example_args(what, module, example_inputs, example_kwargs)
+    args, positional, given = _example_args(what, module, example_inputs, example_kwargs)
     keywords = [k for k in given if collect(example_kwargs[k], torch.Tensor)]  # inputs; the rest are constants
     constants = {k: example_kwargs[k] for k in given if k not in keywords}
     root = _as_root(module, len(example_inputs), keywords, constants)
     if root is not module:  # the wrapper takes the positional inputs, then the keyword ones
         args = (*example_inputs, *(example_kwargs[k] for k in keywords))
+    else:  # positional values without tensors (None, a flag) are constants too
+        constants.update((k, x) for k, x in zip(positional, example_inputs, strict=True)
+                         if not collect(x, torch.Tensor))
     module = root
     gm = trace(module, len(example_inputs), keywords, constants)
     for node in gm.graph.nodes:

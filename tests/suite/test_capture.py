@@ -1296,6 +1296,31 @@ def test_keyword_example_inputs_are_traced_like_positional_ones():
     assert [(op.kind, op.flops) for op in g.ops] == [("input", 0.0), ("linear", 2 * 2 * 4 * 3 + 2 * 3)]
 
 
+class _Steps(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, steps, relu):
+        for _ in range(steps):
+            x = self.fc(x)
+            if relu:
+                x = x.relu()
+        return x
+
+
+def test_positional_example_inputs_without_tensors_are_traced_as_constants():
+    """`model(x, None)` took the `mask is not None` branch (a placeholder is not None) and the run failed;
+    `model(x, 3, True)` was refused (`range(steps)`, `if relu:` on placeholders). Now as given by keyword."""
+    x = torch.randn(3, 4)
+    expected = capture(OptionalMask(), (x,), name="none").content_hash
+    assert capture(OptionalMask(), (x, None), name="none").content_hash == expected
+    g = capture(_Steps(), (x, 3, True), name="steps")
+    assert [(op.kind, op.flops) for op in g.ops if op.kind != "variable"] == [
+        ("input", 0.0), *[("linear", 2 * 3 * 4 * 4 + 3 * 4), ("relu", 12.0)] * 3]
+    assert g.content_hash == capture(_Steps(), (x,), example_kwargs={"relu": True, "steps": 3}, name="steps").content_hash
+
+
 @pytest.mark.parametrize(("inputs", "kwargs", "error"), [
     ((), {"mask": None}, r"OptionalMask.forward needs argument 'x', which the example inputs do not give "
                          r"\(0 positional, keywords: mask\)$"),
