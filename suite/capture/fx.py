@@ -520,7 +520,7 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
                 vals[node] = b.constant()
         elif node.op == "output":
             if training:
-                _check_loss(what, outs)
+                _check_loss(what, outs, info)
             outputs = ins
         elif not any(v.deps or v.params for v in ins) and node.op != "call_module":
             vals[node] = b.constant()  # computed from no input and no parameter: static
@@ -582,12 +582,19 @@ def _inplace_by_position(node: Node) -> bool:
         return False
 
 
-def _check_loss(what: str, outs: Sequence[Any]) -> None:
-    """A training step differentiates one scalar: the loss the module returns."""
+def _check_loss(what: str, outs: Sequence[Any], result: Any = None) -> None:
+    """A training step differentiates one scalar: the loss the module returns (`result`: what it returns, as
+    recorded, to name the shapes of a dict's or output object's entries)."""
     if len(outs) != 1 or math.prod(outs[0].shape) != 1:
         got = ", ".join(str(tuple(t.shape)) for t in outs) or "no tensor"
+        fix = "wrap the model in a module that computes the loss"
+        if isinstance(result, Mapping) and outs:  # a dict or an output object: name its entries
+            got = "{" + ", ".join(f"{k!r}: " + (", ".join(str(t.shape) for t in tensors(v)) or "no tensor")
+                                  for k, v in result.items()) + "}"
+            if "loss" in result:
+                fix = "wrap the model in a module that returns its 'loss' entry alone"
         raise GraphError(f"training mode needs {what} to return its loss, one scalar tensor; it returns {got} "
-                         f"(wrap the model in a module that computes the loss, or capture it in inference mode)")
+                         f"({fix}, or capture it in inference mode)")
 
 
 def _op_names(gm: GraphModule) -> dict[Node, str]:

@@ -422,6 +422,15 @@ def test_training_mode_needs_a_scalar_loss():
     with pytest.raises(GraphError, match=r"it returns \(\), \(\)"):
         capture(TwoOutputs(), (torch.randn(3, 4),), name="x", mode="training")
 
+    class DictOutputs(TwoOutputs):  # a dict's entries are named
+        def forward(self, x):
+            y = self.fc(x)
+            return {"sum": y.sum(), "none": None, "both": (y, y.mean())}
+
+    with pytest.raises(GraphError, match=r"it returns \{'sum': \(\), 'none': no tensor, 'both': \(3, 2\), \(\)\} "
+                                         r"\(wrap the model in a module that computes the loss"):
+        capture(DictOutputs(), (torch.randn(3, 4),), name="x", mode="training")
+
     class Loss(nn.Module):
         def __init__(self):
             super().__init__()
@@ -1411,7 +1420,8 @@ def test_a_dataclass_output_is_followed_to_its_tensors():
     assert g.content_hash == capture(Plain(logits=False), (x,), name="out", mode="training").content_hash
     assert [op.name for op in g.ops if op.phase == "backward"] == ["sum_1/grad", "fc/grad_weight"]
     with pytest.raises(GraphError, match=r"needs _ReturnsOutput to return its loss, one scalar tensor; it returns "
-                                         r"\(\), \(3, 2\)"):
+                                         r"\{'loss': \(\), 'logits': \(3, 2\)\} \(wrap the model in a module "
+                                         r"that returns its 'loss' entry alone, or capture it in inference mode\)$"):
         capture(_ReturnsOutput(logits=True), (x,), name="out", mode="training")
     g = capture(_ReturnsOutput(logits=True), (x,), name="out")
     assert [(op.name, op.kind) for op in g.ops] == [("x", "input"), ("fc", "linear"), ("sum_1", "sum")]
