@@ -453,7 +453,7 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
     root = _as_root(module, len(example_inputs), keywords, constants)
     if root is not module:  # the wrapper takes the positional inputs, then the keyword ones
         args = (*example_inputs, *(example_kwargs[k] for k in keywords))
-    else:  # positional values without tensors (None, a flag) are constants too
+    elif positional:  # positional values without tensors (None, a flag) are constants too (not with *args)
         constants.update((k, x) for k, x in zip(positional, example_inputs, strict=True)
                          if not collect(x, torch.Tensor))
     module = root

@@ -1330,6 +1330,28 @@ def test_positional_example_inputs_without_tensors_are_traced_as_constants():
     assert g.content_hash == capture(_Steps(), (x,), example_kwargs={"relu": True, "steps": 3}, name="steps").content_hash
 
 
+def test_example_inputs_of_a_forward_with_star_args():
+    """forward(x, *extra): the inputs after x are one input op (torch.fx's `*extra` placeholder); naming the
+    positional constants failed there ('zip() argument 2 is longer than argument 1')."""
+
+    class Extra(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x, *extra):
+            return self.fc(x) + extra[0] + extra[1]
+
+    g = capture(Extra(), (torch.randn(2, 4),) * 3, name="extra")
+    assert [(op.name, op.kind, op.flops) for op in g.ops] == [
+        ("x", "input", 0.0), ("_extra", "input", 0.0), ("fc", "linear", 72.0), ("add", "add", 8.0),
+        ("add_1", "add", 8.0)]
+    assert edge_bytes(g, "_extra", "add") == 2 * 4 * 4
+    with pytest.raises(GraphError, match="keyword example inputs need forward's arguments by name, and its forward "
+                                         "takes \\*args"):
+        capture(Extra(), (torch.randn(2, 4),), example_kwargs={"y": 1}, name="extra")
+
+
 @pytest.mark.parametrize(("inputs", "kwargs", "error"), [
     ((), {"mask": None}, r"OptionalMask.forward needs argument 'x', which the example inputs do not give "
                          r"\(0 positional, keywords: mask\)$"),
