@@ -391,6 +391,11 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
     takes *args) and the names given by keyword, in forward's order;
     GraphError naming an argument that is missing, unknown or given twice, or too many positional inputs."""
     n = len(example_inputs)
+    np = sys.modules.get("numpy")
+    for where, x in [*((f"example input {i}", x) for i, x in enumerate(example_inputs)),
+                     *((f"keyword example input {k!r}", x) for k, x in example_kwargs.items())]:
+        if np is not None and collect(x, np.ndarray):
+            raise GraphError(f"{what}: {where} is or holds a numpy array; pass torch tensors (torch.from_numpy)")
     try:
         params = list(inspect.signature(module.forward).parameters.values())
     except (TypeError, ValueError):

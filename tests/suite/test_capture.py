@@ -1360,11 +1360,15 @@ def test_example_inputs_of_a_forward_with_star_args():
     ((torch.randn(3, 4),), {"x": None}, r"argument 'x' is given twice, as example input 0 and by keyword"),
     ((torch.randn(3, 4),) * 4, {}, r"OptionalMask.forward takes 3 positional argument\(s\) \(x, mask, scale\); 4 "
                                    r"example inputs were given"),
+    ((torch.zeros(3, 4).numpy(),), {}, r"OptionalMask: example input 0 is or holds a numpy array; pass torch "
+                                        r"tensors \(torch.from_numpy\)"),
+    ((torch.randn(3, 4),), {"mask": [torch.zeros(3, 4).numpy()]}, r"keyword example input 'mask' is or holds a numpy"),
 ])
 def test_example_inputs_that_do_not_fit_forward_name_the_argument(inputs, kwargs, error):
     """A missing, unknown or doubly given argument is named; it was torch.fx's 'Expected positional argument
     for parameter' (or a TypeError about a keyword) from deep inside the run. Example inputs beyond forward's
-    arguments were ignored without a word (eager PyTorch raises a TypeError)."""
+    arguments were ignored without a word (eager PyTorch raises a TypeError). A numpy array is named too (it was
+    torch.fx's 'argument of type: <class 'numpy.ndarray'>' once values without tensors became constants)."""
     with pytest.raises(GraphError, match=error):
         capture(OptionalMask(), inputs, example_kwargs=kwargs, name="bad")
 
