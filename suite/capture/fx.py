@@ -6,10 +6,11 @@ records every node's result shape and dtype (pass meta tensors, and build the mo
 over the fx graph that fills the IR of `suite.capture.ir`. The run leaves the module's buffers as they were
 (BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws). Example
 inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
-values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which keep
-their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call takes). The module is
-traced and run in the mode's state, `module.train(mode == "training")` (an inference graph has no
-`if self.training:` branch, whether or not the caller called `eval()`); each module's flag is restored after.
+values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which
+keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
+takes). The module is traced and run in the mode's state, `module.train(mode == "training")` (an inference
+graph has no `if self.training:` branch, whether or not the caller called `eval()`); each module's flag is
+restored after.
 
 What becomes an op:
 * leaf modules: modules with a `capture_cost` method (our LSTM cell, attention step), `nn.LSTM`/`GRU`/`RNN`
