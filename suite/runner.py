@@ -65,6 +65,7 @@ import numpy as np
 import suite
 from suite import methodology as _methodology
 from suite import registry, simulator
+from suite.backends import check_available
 from suite.cluster import Cluster
 from suite.costmodel import Profile, load_profile
 from suite.errors import BudgetExhausted, ClusterError, PlacebenchError, SpecError, UnknownNameError
@@ -590,6 +591,7 @@ def make_plan(spec: Spec) -> Plan:
     load_plugins(spec.plugins)
     if spec.evaluator not in evaluator_names():
         raise UnknownNameError(f"unknown evaluator {spec.evaluator!r}; available: {', '.join(evaluator_names())}")
+    check_available(spec.evaluator, f"{spec.source}: evaluator {spec.evaluator!r}")  # not an error row per cell
     meth = _methodology.load(spec.methodology)
     if spec.budget:
         meth = meth.with_budget(**spec.budget)

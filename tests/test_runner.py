@@ -879,6 +879,36 @@ def test_a_workload_no_device_of_a_cluster_can_run_is_refused_when_planned(write
                                                                   placers=["single_gpu"])))).cells) == 1
 
 
+def _without_onnxruntime(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+
+
+def test_an_onnxruntime_spec_without_it_installed_is_refused_when_planned(tiny_files, write_spec, tmp_path,
+                                                                          monkeypatch, capsys):
+    """ONNX Runtime is an optional extra: a spec that times on it is refused before any cell runs, naming the
+    extra to install; it was an error row per cell ("No module named 'onnxruntime'"), stored, so that a run
+    after installing it reused them."""
+    from suite.backends import make_real_backend
+    from suite.cli import main
+    from suite.errors import PlacebenchError
+
+    _without_onnxruntime(monkeypatch)
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"], evaluator="onnxruntime")
+    with pytest.raises(PlacebenchError, match=r"evaluator 'onnxruntime' needs ONNX Runtime, which is not installed: "
+                                              r'pip install -e "\.\[cpu\]" \(or "\.\[gpu\]" with CUDA'):
+        runner.make_plan(runner.load_spec(str(spec)))
+    assert main(["run", str(spec), "--out", str(tmp_path / "store"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("placebench: error: ") and "needs ONNX Runtime" in err and "Traceback" not in err
+    assert not (tmp_path / "store").exists()
+    with pytest.raises(PlacebenchError, match=r"the onnxruntime backend needs ONNX Runtime"):
+        make_real_backend("onnxruntime", None, None)
+
+
 def test_stored_measurement_fields_by_hand():
     """The row's spread, peak and traffic columns come from the measurement: five samples 1..5 s have
     quartiles 2 and 4 s (numpy's linear rule); the largest device peak is 9 bytes."""

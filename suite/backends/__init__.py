@@ -7,6 +7,18 @@ from __future__ import annotations
 from typing import Any
 
 REAL_BACKENDS = ("torch", "onnxruntime")
+ORT_INSTALL = 'pip install -e ".[cpu]" (or ".[gpu]" with CUDA; never both in one environment)'
+
+
+def check_available(name: str, what: str) -> None:
+    """Raise a clear error, naming the extra to install, when backend `name` needs a package not installed
+    here (ONNX Runtime is an optional dependency). `what` names the option or setting that asked for it."""
+    import importlib.util
+
+    from suite.errors import PlacebenchError
+
+    if name == "onnxruntime" and importlib.util.find_spec("onnxruntime") is None:
+        raise PlacebenchError(f"{what} needs ONNX Runtime, which is not installed: {ORT_INSTALL}")
 
 
 def make_real_backend(name: str, graph: Any, cluster: Any, *, methodology: Any = None,
@@ -18,6 +30,7 @@ def make_real_backend(name: str, graph: Any, cluster: Any, *, methodology: Any =
 
     if name not in REAL_BACKENDS:
         raise PlacebenchError(f"real backend {name!r} is not one of {', '.join(REAL_BACKENDS)}")
+    check_available(name, f"the {name} backend")
     rw = for_graph(graph)
     if name == "torch":
         from suite.backends.torch_exec import TorchBackend

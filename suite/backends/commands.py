@@ -169,13 +169,11 @@ def _profile_differences(prof: Any, graph: Any, device: str, threads: int, clock
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
-    import importlib.util
-
     import torch
 
-    if args.backend == "onnxruntime" and importlib.util.find_spec("onnxruntime") is None:
-        raise PlacebenchError("--backend onnxruntime needs ONNX Runtime: pip install -e \".[cpu]\" (or \".[gpu]\" "
-                              "with CUDA; never both in one environment)")
+    from suite.backends import check_available
+
+    check_available(args.backend, f"--backend {args.backend}")
     before = torch.get_num_threads()
     try:
         return _fidelity(args)

@@ -509,7 +509,7 @@ def test_fidelity_on_onnxruntime_without_it_installed_is_a_clear_error(capsys, m
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
     code = main(["fidelity", "rnnlm-2x2048-b64", "--backend", "onnxruntime", "--out", str(tmp_path / "f")])
     err = capsys.readouterr().err
-    assert code == 2 and "--backend onnxruntime needs ONNX Runtime: pip install" in err and "Traceback" not in err
+    assert code == 2 and "--backend onnxruntime needs ONNX Runtime, which is not installed: pip install" in err and "Traceback" not in err
     assert not (tmp_path / "f").exists()
 
 
