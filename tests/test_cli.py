@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -492,6 +493,21 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_the_second():
     assert ci.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in ci
     assert 'python -m pip install -e ".[test]"' in ci and "python -m pytest" in ci and "-eq 5" in ci
     assert os.access(root / ".ci" / "run", os.X_OK)
+
+
+def test_the_readme_names_the_torch_range_that_pyproject_admits():
+    """GPU users install a CUDA torch before the README's first command; one outside the dependency's range is
+    replaced (by torch 2.13, and by the CPU wheel on a machine that offers one), so the README names the range."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    [torch_dep] = [d for d in deps if re.match(r"torch\b", d)]
+    low = re.search(r">=\s*(\d+\.\d+)", torch_dep).group(1)
+    major, minor = re.search(r"<\s*(\d+)\.(\d+)\b", torch_dep).groups()
+    top = f"{major}.{int(minor) - 1}"
+    install = " ".join((root / "README.md").read_text().split("# placebench", 1)[0].split())
+    assert f"a CUDA build of torch {low} to {top}, the range `pyproject.toml` admits" in install
 
 
 def test_a_plugin_cannot_take_an_installed_placers_name(capsys, tiny_files, tmp_path):
