@@ -922,6 +922,22 @@ def test_the_tox_gate_runs_into_an_emptied_store(tmp_path):
     assert not (tmp_path / "runs" / "gate").exists()
 
 
+def test_tox_installs_the_checkout_for_every_env_that_runs_placebench():
+    """tox installs a package built from the checkout unless told otherwise; that copy's zoo reads and traces
+    graphs in ~/.cache/placebench, not the committed results/graphs (zoo.DEFAULT_CACHE_DIR in tox's env was
+    /root/.cache/placebench/graphs), so `tox -e results` and `tox -e gate` ran on graphs traced anew by the
+    env's torch. Every env that installs placebench installs the checkout itself (editable)."""
+    import configparser
+
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(Path(__file__).parent.parent / "tox.ini")
+    envs = [s for s in tox.sections() if s.startswith("testenv:")]
+    installed = [s for s in envs if tox[s].get("skip_install", "false").strip() != "true"]
+    assert {s.split(":")[1] for s in installed} == {"bench", "results", "gate"}
+    for section in ["testenv", *installed]:
+        assert tox[section].get("package", tox["testenv"].get("package")) == "editable", section
+
+
 def test_a_real_execution_spec_runs_one_cell_at_a_time(tmp_path, capsys, monkeypatch):
     """`run` started usable-CPUs workers by default: with evaluator torch each cell's steps were timed while
     the others ran theirs on the same cores (each worker on cores / jobs threads)."""
