@@ -616,14 +616,18 @@ CODE_FOLDERS = ("suite", "baselines", "rl")  # an untracked file there (a new pl
 
 def git_state(where: Path | None = None) -> dict[str, Any]:
     """The commit of the checkout that holds the code (None outside git) and whether it has local changes:
-    changed tracked files anywhere, or untracked files in the code folders."""
-    where = where or Path(__file__).resolve().parent.parent
+    changed tracked files anywhere, or untracked files in the code folders. `where` (by default the folder
+    above the `suite` package) must be the checkout's top: an installed copy in a virtual environment that
+    lies inside some other git repository is outside git, not at that repository's commit."""
+    where = Path(where).resolve() if where else Path(__file__).resolve().parent.parent
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10,
                               check=True).stdout.strip()
 
     try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != where:
+            return {"commit": None, "dirty": None}
         commit = git("rev-parse", "HEAD")
         dirty = git("status", "--porcelain", "--untracked-files=no") or git(
             "ls-files", "--others", "--exclude-standard", "--", *CODE_FOLDERS)

@@ -297,6 +297,22 @@ def test_git_state_counts_new_files_in_the_code_folders_as_changes(tmp_path):
     assert st.git_state(tmp_path)["dirty"] is True
 
 
+def test_an_installed_copy_inside_another_git_repository_is_outside_git(tmp_path):
+    """A wheel installed into a virtual environment kept inside a user's own repository: the folder above
+    its `suite` package is site-packages, and git there answers with the user's repository, whose commit and
+    changes are not placebench's code."""
+    import subprocess
+
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "app.py").write_text("x = 1\n")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "one"],
+                   cwd=tmp_path, check=True)
+    site = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages"
+    (site / "suite").mkdir(parents=True)
+    assert st.git_state(site) == {"commit": None, "dirty": None}
+    assert len(st.git_state(tmp_path)["commit"]) == 40  # the repository's own top is a checkout
+
+
 # -- bad stores: clear errors naming the file and field, nothing written ---------------------------------------
 def test_a_non_empty_directory_that_is_not_a_store_is_refused_before_anything_is_written(tmp_path):
     user = tmp_path / "user"
