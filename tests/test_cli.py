@@ -510,6 +510,17 @@ def test_the_readme_names_the_torch_range_that_pyproject_admits():
     assert f"a CUDA build of torch {low} to {top}, the range `pyproject.toml` admits" in install
 
 
+def test_the_license_is_an_spdx_expression_with_the_setuptools_that_reads_it():
+    """setuptools deprecates `project.license` as a table ({ text = ... }) and stops building such projects
+    after 2027-02-18; the README's commands build with the newest setuptools. A plain SPDX string needs
+    setuptools 77 or newer."""
+    import tomllib
+
+    data = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert data["project"]["license"] == "Apache-2.0"
+    assert data["build-system"]["requires"] == ["setuptools>=77"]
+
+
 def test_a_plugin_cannot_take_an_installed_placers_name(capsys, tiny_files, tmp_path):
     plugin = tmp_path / "shadow.py"
     plugin.write_text("from suite.placer import BasePlacer, register_placer\n\n"
