@@ -1,6 +1,8 @@
-"""Capture of models into `OpGraph` workloads: PyTorch modules (torch.fx) and ONNX files.
+"""Capture of models into `OpGraph` workloads: PyTorch modules (torch.fx or torch.export) and ONNX files.
 
 * `capture_module(module, example_inputs, example_kwargs=..., name=..., mode=...)`: see `suite.capture.fx`;
+* `capture_export(module, example_inputs, name=..., mode=...)`: the same through torch.export, for models
+  that torch.fx cannot trace (Python branches on input sizes): see `suite.capture.export`;
 * `capture_onnx(path_or_model, name=..., mode=...)`: see `suite.capture.onnx_import`;
 * FLOP rules in `suite.capture.flops`, the shared IR in `suite.capture.ir`, training graphs in
   `suite.capture.training`.
@@ -24,6 +26,13 @@ def capture_module(module: Any, example_inputs: Any = (), **kwargs: Any) -> Any:
     return capture(module, example_inputs, **kwargs)
 
 
+def capture_export(module: Any, example_inputs: Any, **kwargs: Any) -> Any:
+    """`suite.capture.export.capture` (imports torch on first use)."""
+    from suite.capture.export import capture
+
+    return capture(module, example_inputs, **kwargs)
+
+
 def capture_onnx(model: Any, **kwargs: Any) -> Any:
     """`suite.capture.onnx_import.import_onnx`."""
     from suite.capture.onnx_import import import_onnx
@@ -31,4 +40,4 @@ def capture_onnx(model: Any, **kwargs: Any) -> Any:
     return import_onnx(model, **kwargs)
 
 
-__all__ = ["CAPTURE_VERSION", "capture_module", "capture_onnx"]
+__all__ = ["CAPTURE_VERSION", "capture_export", "capture_module", "capture_onnx"]

@@ -1,0 +1,403 @@
+"""Capture a PyTorch `nn.Module` (plus example inputs) into an `OpGraph` with torch.export.
+
+Use it where torch.fx cannot trace a model: torch.export runs `forward` on fake tensors of the example
+inputs' shapes, so Python code that branches on sizes (`if x.size(0) > 1:`, `nn.Transformer`'s check of
+its inputs' sizes) takes the branch these inputs take. Control flow on tensor values (`if x.sum() > 0:`)
+is refused by both front ends.
+
+How: `torch.export.export(module, example_inputs, strict=False)` in the module's current train / eval
+state, then one walk over the exported graph (torch's "training IR", not decomposed further) that fills
+the IR of `suite.capture.ir`, so training lowering, serialization and validation are those of the
+torch.fx capture. Shapes and dtypes come from the fake tensors the export records (`node.meta["val"]`):
+nothing is computed and the module's buffers are left as they were (meta tensors work too: build the model
+under `torch.device("meta")` to capture a large one without allocating it). Parameters and buffers are the
+exported program's (its graph signature); a parameter's key is its name in `module.named_parameters()`
+(tied weights: the first name, as the fx capture).
+
+What an op is: one ATen call of the exported graph. torch functions map to one call each (`F.linear`
+and `nn.Linear` are `aten.linear`, `nn.Conv2d` is `aten.conv2d`, `nn.LayerNorm` is `aten.layer_norm`,
+scaled dot product attention is one call), but a module the fx capture keeps as one op is traced through:
+`nn.MultiheadAttention` is its input projection(s), the attention and the output projection (the same
+MACs; its in-projection weights, read by two projections in cross-attention, become a variable op),
+while `nn.LSTM` / `GRU` / `RNN` are one fused call each (one op, as in the fx capture). A module with its
+own `capture_cost` rule (the zoo's LSTM cell and attention step) is traced through too: torch.export keeps
+no module whole (the zoo's workloads have the fx capture's forward MACs, FLOPs and parameters, in more
+ops; their training steps differ by the backward ops of that granularity). Views (view, reshape,
+permute, transpose, select, slice, getitem, flatten, squeeze / unsqueeze, expand, split, contiguous,
+detach, tensor indexing `x[idx]`) are folded into their producers, and so is dropout in inference mode, as
+in the fx capture; values computed from no model input and no parameter (shapes, buffers,
+`zeros_like(x)`) are constants. An in-place call (`y.add_(1)`,
+`nn.ReLU(inplace=True)`) is an op that its later readers read; one that writes to memory another value
+still to be read shares (`y[0].mul_(2)` before y is read) is refused, as in the fx capture. A region that
+torch.export wraps in a higher-order op, `with torch.no_grad():` or `with torch.autocast(...):`, is inlined
+(its ops are named "{scope}/{region}/{node name}"); in training graphs no gradient flows back out of a
+no_grad region. Other higher-order ops (`torch.cond`, loops) are refused.
+
+FLOPs follow `suite.capture.flops` by the ATen op's name (`aten.addmm` is `addmm`, `aten._softmax` is
+`softmax`), with the same MACs as the fx capture for matrix products, convolutions and attention. Ops no
+rule covers count 1 FLOP per output element, are listed in the graph's metadata "fallback_cost_kinds"
+and named in a warning. Op names are "{scope}/{node name}" ("layer1.0.conv1/conv2d"), the scope being
+the innermost module whose forward made the call; inputs keep their argument names.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import traceback
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch._ops import HigherOrderOperator
+from torch.fx import Node
+from torch.fx.node import map_aggregate
+
+from suite.capture import CAPTURE_VERSION
+from suite.capture.flops import (
+    DROPOUT,
+    FACTORIES,
+    SHAPE_ONLY,
+    Cost,
+    _rnn_cost,
+    collect,
+    conv_cost,
+    conv_transpose_cost,
+    elementwise,
+    embedding_bag_cost,
+    function_cost,
+    interpolate_cost,
+    tensors,
+)
+from suite.capture.fx import ELEMENTWISE_NAMES, _check_loss, _to_info
+from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
+from suite.errors import GraphError
+from suite.graph import OpGraph
+
+# ATen names of the views that torch functions become, beside those of `flops.SHAPE_ONLY`
+EXPORT_SHAPE_ONLY = SHAPE_ONLY | {"slice", "alias", "unsafe_view", "as_strided", "split_with_sizes", "movedim",
+                                  "swapaxes", "swapdims", "index", "lift_fresh", "broadcast_tensors",
+                                  "broadcast_to"}
+EXPORT_DROPOUT = DROPOUT | {"feature_dropout", "native_dropout"}
+# ATen names of ops whose cost is 1 FLOP per output element by design, beside `fx.ELEMENTWISE_NAMES`
+EXPORT_ELEMENTWISE = frozenset(
+    """to_copy lift_fresh_copy bitwise_and bitwise_or bitwise_xor bitwise_not true_divide floor_divide index_put
+    index_add index_copy select_scatter slice_scatter masked_scatter scatter_add scatter_reduce constant_pad_nd
+    reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d replication_pad3d""".split()
+)
+# ATen names that are another name's rule in `flops.function_cost`
+ATEN_RULES = {"native_layer_norm": "layer_norm", "native_batch_norm": "batch_norm", "native_group_norm": "group_norm",
+              "cross_entropy_loss": "cross_entropy", "nll_loss_forward": "nll_loss", "nll_loss2d": "nll_loss",
+              "nll_loss_nd": "nll_loss", "max_pool1d_with_indices": "max_pool1d",
+              "max_pool2d_with_indices": "max_pool2d", "max_pool3d_with_indices": "max_pool3d"}
+UPSAMPLE_MODES = {"upsample_nearest1d": "nearest", "upsample_nearest2d": "nearest", "upsample_nearest3d": "nearest",
+                  "upsample_nearest_exact1d": "nearest-exact", "upsample_nearest_exact2d": "nearest-exact",
+                  "upsample_nearest_exact3d": "nearest-exact", "upsample_linear1d": "linear",
+                  "upsample_bilinear2d": "bilinear", "upsample_bicubic2d": "bicubic",
+                  "upsample_trilinear3d": "trilinear"}
+EMBEDDING_BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
+RNN_MODES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "RNN_RELU"}
+
+
+def export(module: nn.Module, example_inputs: Sequence[Any]) -> torch.export.ExportedProgram:
+    """`torch.export.export(module, example_inputs, strict=False)`; GraphError (naming the model, the
+    reason and the model's line it stopped at) if torch cannot export it."""
+    if not isinstance(module, nn.Module):
+        raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
+    try:
+        return torch.export.export(module, tuple(example_inputs), strict=False)
+    except Exception as exc:  # noqa: BLE001 - export raises many kinds; report one clear error
+        reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise GraphError(f"torch.export cannot export {type(module).__name__}: {reason}{_where(exc)}") from exc
+
+
+def _where(exc: BaseException) -> str:
+    """" (at FILE:LINE: CODE)" for the innermost frame of the traceback outside torch and this file: the
+    model's line that export could not follow; "" if there is none."""
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not frame.filename.startswith(torch_dir) and frame.filename != __file__:
+            code = f": {frame.line.strip()}" if frame.line else ""
+            return f" (at {frame.filename}:{frame.lineno}{code})"
+    return ""
+
+
+def _aten_name(node: Node) -> str:
+    """The op's name without overload and leading underscores ("aten._softmax.default" -> "softmax")."""
+    schema = getattr(node.target, "_schema", None)
+    name = schema.name.split("::")[-1] if schema is not None else getattr(node.target, "__name__", str(node.target))
+    return name.lstrip("_")
+
+
+def _scope(node: Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    return str(list(stack.values())[-1][0]) if stack else ""
+
+
+def _is_view(node: Node) -> bool:
+    """Whether the node's result may share its first input's memory (a view, `contiguous`, an item of split)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return isinstance(node.args[0], Node) and _is_view(node.args[0])
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+
+
+def _mutated_arg(node: Node) -> Node | None:
+    """The tensor an in-place call (`add_`, `relu_`, an `out=` argument) writes to, by its ATen schema."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is None:
+        return None
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = node.args[i] if i < len(node.args) and not arg.kwarg_only else node.kwargs.get(arg.name)
+            return value if isinstance(value, Node) else None
+    return None
+
+
+def _view_write(graph: torch.fx.Graph) -> tuple[Node, Node] | None:
+    """The first in-place call that writes to memory a value made before it shares, where that value is read
+    after the call (its readers would miss the write), and that value; else None. Values that may share
+    memory: a tensor, its views, the views of those, and the in-place calls on any of them (a later reader of
+    the tensor reads the last in-place call on it, so the calls themselves are not such values)."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    root: dict[Node, Node] = {}
+
+    def find(n: Node) -> Node:
+        while root.get(n, n) is not n:
+            n = root[n]
+        return n
+
+    for n in graph.nodes:
+        first = n.args[0] if n.args and isinstance(n.args[0], Node) else None
+        base = first if _is_view(n) else _mutated_arg(n)
+        if base is not None:
+            root[find(n)] = find(base)
+    for n in graph.nodes:
+        if _mutated_arg(n) is None:
+            continue
+        group = find(n)
+        for other in graph.nodes:
+            if order[other] < order[n] and find(other) is group and any(order[u] > order[n] for u in other.users):
+                return n, other
+    return None
+
+
+def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training: bool = False) -> ForwardGraph:
+    """Export `module` on `example_inputs` and build the forward IR."""
+    what = type(module).__name__
+    ep = export(module, example_inputs)
+    sig = ep.graph_signature
+    param_targets = dict(sig.inputs_to_parameters)
+    user_inputs = set(sig.user_inputs)
+    user_outputs = set(sig.user_outputs)
+    canon = {id(p): name for name, p in module.named_parameters()}
+    walk = _Walk(what, ep.graph_module, training)
+    walk.check_view_writes(ep.graph)
+    b = walk.b
+    outputs: list[Value] = []
+    for node in ep.graph.nodes:
+        outs = tensors(map_aggregate(node.meta.get("val"), _to_info))
+        if node.op == "placeholder":
+            if node.name in param_targets:
+                p = module.get_parameter(param_targets[node.name])
+                walk.vals[node] = b.param(canon.get(id(p), param_targets[node.name]), p.numel() * p.element_size(),
+                                          p.numel(), trainable=p.requires_grad or not training)
+            elif node.name in user_inputs and outs:
+                walk.vals[node] = b.input(node.name, sum(t.nbytes for t in outs), outs[0].shape)
+            else:  # buffers, lifted constants, non-tensor inputs
+                walk.vals[node] = b.constant()
+        elif node.op == "output":
+            produced = [n for n in collect(node.args, Node) if n.name in user_outputs]
+            if training:
+                _check_loss(what, [t for n in produced for t in tensors(map_aggregate(n.meta.get("val"), _to_info))])
+            outputs = [walk.vals[n] for n in produced]
+        else:
+            walk.node(node, ep.graph_module, "")
+    return b.finish(outputs)
+
+
+class _Walk:
+    """Fills a `ForwardBuilder` from the exported graph's nodes, inlining the regions that torch.export wraps
+    in a higher-order op (`with torch.no_grad():`, `with torch.autocast(...):`)."""
+
+    def __init__(self, what: str, root: torch.fx.GraphModule, training: bool) -> None:
+        self.what, self.root, self.training = what, root, training
+        self.b = ForwardBuilder()
+        self.vals: dict[Node, Any] = {}  # a Value per node; a list of them for a region's outputs
+
+    def node(self, node: Node, owner: torch.fx.GraphModule, prefix: str) -> None:
+        b, vals = self.b, self.vals
+        if node.op != "call_function":  # get_attr: a region's graph, a constant
+            vals[node] = b.constant()
+            return
+        if node.target is operator.getitem and isinstance(vals.get(node.args[0]), list):
+            vals[node] = vals[node.args[0]][node.args[1]]  # an output of an inlined region
+            return
+        if isinstance(node.target, HigherOrderOperator):
+            vals[node] = self.region(node, owner, prefix)
+            return
+        info = map_aggregate(node.meta.get("val"), _to_info)
+        outs = tensors(info)
+        args = collect((node.args, node.kwargs), Node)
+        ins = [vals[n] for n in args]
+        if not any(v.deps or v.params for v in ins):
+            vals[node] = b.constant()  # computed from no input and no parameter: static
+        elif "val" not in node.meta:
+            raise GraphError(f"{self.what}: torch.export recorded no result for {node.name!r} ({_aten_name(node)})")
+        elif not outs:
+            vals[node] = b.constant()  # a shape, an assertion, a Python number
+        else:
+            vals[node] = _call(b, node, prefix, args, ins, outs, self.training)
+
+    def region(self, node: Node, owner: torch.fx.GraphModule, prefix: str) -> list[Value]:
+        """The ops of a wrapped region, named "{scope}/{region}/{node}"; its outputs pass no gradient back when
+        it runs under no_grad. Other higher-order ops (torch.cond, loops) are refused."""
+        name = node.target.name()
+        if name == "wrap_with_set_grad_enabled":  # (enabled, graph, *operands)
+            grad, sub, operands = bool(node.args[0]), node.args[1], node.args[2:]
+        elif name == "wrap_with_autocast":  # (device, dtype, enabled, cache_enabled, graph, *operands)
+            grad, sub, operands = True, node.args[4], node.args[5:]
+        else:
+            raise GraphError(f"{self.what}: the exported graph calls {name} ({node.name!r}), which capture does not "
+                             f"follow (it follows torch.no_grad and torch.autocast regions)")
+        gm = getattr(owner, str(sub.target))
+        self.check_view_writes(gm.graph)
+        inner = f"{prefix}{sub.target}/"
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for p, a in zip(placeholders, operands, strict=True):
+            self.vals[p] = self.vals[a] if isinstance(a, Node) else self.b.constant()
+        results: list[Value] = []
+        for n in gm.graph.nodes:
+            if n.op == "output":
+                results = [self.vals[x] if isinstance(x, Node) else self.b.constant() for x in n.args[0]]
+            elif n.op != "placeholder":
+                self.node(n, gm, inner)
+        return results if grad else [self.b.fold([v], None, grad=False) for v in results]
+
+    def check_view_writes(self, graph: torch.fx.Graph) -> None:
+        clash = _view_write(graph)
+        if clash is not None:
+            call, other = clash
+            raise GraphError(
+                f"{self.what}: the in-place call {call.name!r} ({_aten_name(call)}) writes to memory that "
+                f"{other.name!r} shares (a view of it, or a tensor it views), read after it: the graph would miss "
+                f"that dependency and split placements would compute wrongly; write it out of place (e.g. "
+                f"torch.where, index_put or torch.cat instead)")
+
+
+def _resolve(x: Any) -> Any:
+    """Replace nodes in args by their recorded results (TensorInfo or plain values)."""
+    if isinstance(x, Node):
+        return map_aggregate(x.meta.get("val"), _to_info)
+    if isinstance(x, list | tuple):
+        return type(x)(_resolve(y) for y in x)
+    if isinstance(x, dict):
+        return {k: _resolve(v) for k, v in x.items()}
+    return x
+
+
+def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins: list[Value], outs: list[Any],
+          training: bool) -> Value:
+    name = _aten_name(node)
+    out_bytes, out_shape = sum(t.nbytes for t in outs), outs[0].shape
+    base = name.removesuffix("_") if name.endswith("_") and not name.endswith("__") else name  # relu_ -> relu
+    if base in EXPORT_SHAPE_ONLY or (base in EXPORT_DROPOUT and not training):
+        return b.fold(ins, out_bytes, grad=base != "detach" and any(t.floating for t in outs))
+    if base in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
+        template = node.args[0] if base.endswith("_like") or base.startswith("new_") else None
+        ins = [v for n, v in zip(arg_nodes, ins, strict=True) if n is not template]
+        if not any(v.deps or v.params for v in ins):
+            return b.constant()
+    overload = getattr(node.target, "_overloadname", "")
+    cost = _cost(base, overload, _resolve(node.args), _resolve(dict(node.kwargs)), outs, training)
+    if cost is None:
+        cost = elementwise(base, outs)
+        if name not in ELEMENTWISE_NAMES and base not in ELEMENTWISE_NAMES and base not in EXPORT_ELEMENTWISE:
+            b.fallback_kinds.append(base)
+    if base in EXPORT_DROPOUT:  # the result only, as the fx capture; its mask is saved for the backward pass
+        out_bytes, out_shape = outs[0].nbytes, outs[0].shape
+    return b.op(
+        f"{_scope(node)}/{prefix}{node.name}" if _scope(node) else f"{prefix}{node.name}",
+        cost.kind,
+        _scope(node),
+        ins,
+        flops=cost.flops,
+        macs=cost.macs,
+        output_bytes=out_bytes,
+        output_shape=out_shape,
+        output_numel=sum(t.numel for t in outs),
+        saved_bytes=cost.saved_bytes,
+        weight_bytes_read=cost.weight_bytes_read,
+        differentiable=any(t.floating for t in outs),
+    )
+
+
+def _cost(name: str, overload: str, args: tuple, kwargs: dict, outs: list[Any], training: bool) -> Cost | None:
+    """The cost of an ATen op by its name (see the module docstring); None: no rule."""
+    ins = tensors(args) + tensors(kwargs)
+    if name in EXPORT_DROPOUT:
+        n = outs[0].numel
+        return Cost("dropout", float(n), saved_bytes=n)
+    if name in FACTORIES:
+        return Cost(name, 0.0)
+    if name in ("convolution", "convolution_overrideable"):  # (input, weight, bias, stride, padding, dilation,
+        weight, bias = args[1], args[2] is not None  # transposed, output_padding, groups)
+        if args[6]:
+            return conv_transpose_cost(ins[0], weight.shape, outs[0], bias, "conv_transpose")
+        return conv_cost(outs[0].shape, weight.shape[1], tuple(weight.shape[2:]), bias, "convolution")
+    if name == "tensordot":  # (self, other, dims_self, dims_other)
+        macs = outs[0].numel * math.prod(ins[0].shape[i] for i in args[2])
+        return Cost("matmul", 2.0 * macs, float(macs))
+    if name in ("embedding_bag", "embedding_bag_forward_only"):  # (weight, indices, offsets, scale_grad_by_freq,
+        weight = ins[0]  # mode, sparse, per_sample_weights, ...)
+        mode = EMBEDDING_BAG_MODES.get(args[4] if len(args) > 4 else kwargs.get("mode", 0), "sum")
+        weighted = (args[6] if len(args) > 6 else kwargs.get("per_sample_weights")) is not None
+        return embedding_bag_cost(ins[1], weight.shape[-1], weight.itemsize, mode, weighted, outs[0])
+    if name.startswith("scaled_dot_product") and name.endswith("attention"):  # the fused kernels' names too
+        name = "scaled_dot_product_attention"
+    if name in RNN_MODES:  # lstm.input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+        if overload != "input":  # batch_first); lstm.data (a packed sequence): no rule
+            return None
+        return _rnn_cost(_rnn_layer(name, args), ins, training)
+    if name in UPSAMPLE_MODES:
+        return interpolate_cost(ins[0], outs[0], UPSAMPLE_MODES[name])
+    return function_cost(ATEN_RULES.get(name, name), args, kwargs, outs, training)
+
+
+def _rnn_layer(name: str, args: tuple) -> SimpleNamespace:
+    """The attributes of the nn.LSTM / GRU / RNN that makes the call `aten.{name}(input, hx, params, ...)`,
+    for `flops._rnn_cost`: sizes from its state and weights (per layer and direction: w_ih, w_hh, then b_ih,
+    b_hh with biases, then w_hr with projections)."""
+    hx, params, bias, layers, bidirectional, batch_first = tensors(args[1]), args[2], *args[3:5], *args[7:9]
+    hidden = hx[-1].shape[-1]  # an LSTM's state is (h, c): c has hidden_size features, h proj_size or those
+    proj = hx[0].shape[-1] if hx[0].shape[-1] != hidden else 0
+    return SimpleNamespace(mode=RNN_MODES[name], input_size=params[0].shape[1], hidden_size=hidden, proj_size=proj,
+                           num_layers=layers, bias=bias, bidirectional=bidirectional, batch_first=batch_first)
+
+
+def capture(
+    module: nn.Module,
+    example_inputs: Sequence[Any],
+    *,
+    name: str,
+    mode: str = "inference",
+    metadata: Mapping[str, Any] | None = None,
+) -> OpGraph:
+    """Capture `module` called on `example_inputs` as the `OpGraph` named `name`, through torch.export.
+
+    As `suite.capture.fx.capture`: `mode` is "inference" or "training" (forward, backward and update ops;
+    the module's output must then be the loss); metadata gets the mode, parameter count, forward MACs and
+    FLOPs, and "capture": "torch.export".
+    """
+    if mode not in MODES:
+        raise GraphError(f"capture mode {mode!r} is not one of {', '.join(MODES)}")
+    if not isinstance(example_inputs, list | tuple):
+        example_inputs = (example_inputs,)
+    fg = forward_graph(module, example_inputs, training=mode == "training")
+    meta = {"capture": "torch.export", "capture_version": CAPTURE_VERSION, **(metadata or {})}
+    return fg.lower(name, mode, meta)

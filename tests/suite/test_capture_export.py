@@ -1,0 +1,324 @@
+"""Capture through torch.export: the same IR, MACs and parameters as the fx capture, models fx cannot trace
+(nn.Transformer, Python branches on sizes), in-place calls, and one clear error where export fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from suite import graph_io
+from suite.capture import capture_export
+from suite.capture import fx as fx_capture
+from suite.capture.export import capture
+from suite.errors import GraphError
+from suite.graph import OpGraph
+
+
+def by_kind(g: OpGraph, kind: str) -> list:
+    return [op for op in g.ops if op.kind == kind]
+
+
+def edges_into(g: OpGraph, dst: str) -> dict[str, int]:
+    d = g.index[dst]
+    return {g.ops[e.src].name: e.bytes for e in g.edges if e.dst == d}
+
+
+class Loss(nn.Module):
+    """A training step's loss: the mean square of the model's output."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return self.model(*xs).square().mean()
+
+
+class Loss1(Loss):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # fx cannot trace *xs
+        return self.model(x).square().mean()
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def cnn() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 8, 3, groups=2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.1),
+                         nn.Linear(8, 2))
+
+
+def encoder_layer() -> nn.Module:
+    return nn.TransformerEncoderLayer(16, 2, 32)
+
+
+SMALL = [(mlp, (3, 8)), (cnn, (2, 3, 8, 8)), (encoder_layer, (5, 2, 16))]
+
+
+@pytest.mark.parametrize(("make", "shape"), SMALL, ids=["mlp", "cnn", "encoder_layer"])
+@pytest.mark.parametrize("evaluation", [False, True], ids=["train_state", "eval_state"])
+def test_small_models_have_the_fx_captures_macs_flops_and_parameters(make, shape, evaluation):
+    torch.manual_seed(0)
+    model = make().train(not evaluation)
+    x = (torch.randn(*shape),)
+    a = fx_capture.capture(model, x, name="m")
+    b = capture(model, x, name="m")
+    for key in ("forward_macs", "forward_flops", "params", "param_bytes"):
+        assert b.metadata[key] == a.metadata[key], key
+    assert b.metadata["capture"] == "torch.export"
+    assert "fallback_cost_kinds" not in b.metadata
+
+
+def test_mlp_by_hand_one_op_per_linear():
+    g = capture(mlp(), (torch.randn(3, 8),), name="mlp")
+    assert [op.kind for op in g.ops] == ["input", "linear", "relu", "linear"]
+    first, second = by_kind(g, "linear")
+    assert first.name == "0/linear" and first.scope == "0"
+    assert first.flops == 2 * 3 * 8 * 16 + 3 * 16
+    assert first.param_bytes == (8 * 16 + 16) * 4
+    assert g.metadata["forward_macs"] == 3 * 8 * 16 + 3 * 16 * 4
+    assert edges_into(g, second.name) == {"1/relu": 3 * 16 * 4}
+
+
+def test_encoder_layer_attention_is_its_projections_and_one_attention_op():
+    g = capture(encoder_layer(), (torch.randn(5, 2, 16),), name="enc")
+    (attn,) = by_kind(g, "attention")
+    assert attn.scope == "self_attn"
+    s, b, e, heads = 5, 2, 16, 2
+    assert attn.flops == 2 * (2 * b * s * s * e) + 5 * b * heads * s * s  # q k^T and probs v; softmax
+    in_proj = g.ops[g.index["self_attn/linear"]]
+    assert in_proj.param_bytes == (3 * e * e + 3 * e) * 4
+
+
+def test_training_step_has_the_fx_captures_parameters_and_forward():
+    torch.manual_seed(0)
+    model = cnn()
+    model[0].weight.requires_grad_(False)
+    x = (torch.randn(2, 3, 8, 8),)
+    a = fx_capture.capture(Loss1(model), x, name="m", mode="training")
+    b = capture(Loss1(model), x, name="m", mode="training")
+    for key in ("forward_macs", "forward_flops", "params", "param_bytes", "frozen_params"):
+        assert b.metadata[key] == a.metadata[key], key
+    assert b.metadata["frozen_params"] == 8 * 3 * 3 * 3
+    assert sum(op.flops for op in b.ops) == sum(op.flops for op in a.ops)
+
+
+def test_training_attention_differs_from_fx_only_by_its_granularity():
+    """fx keeps nn.MultiheadAttention as one op: reading the model input, it gets only a grad-weight op (1x
+    its forward FLOPs). Export traces through it: the input projection likewise, the attention (no weights) a
+    grad-input op, the output projection both: the out projection's forward FLOPs more."""
+    torch.manual_seed(0)
+    model = encoder_layer()
+    x = (torch.randn(5, 2, 16),)
+    a = fx_capture.capture(Loss1(model), x, name="m", mode="training")
+    b = capture(Loss1(model), x, name="m", mode="training")
+    assert b.metadata["forward_flops"] == a.metadata["forward_flops"]
+    out_proj = 2 * 10 * 16 * 16 + 10 * 16
+    assert sum(op.flops for op in b.ops) == sum(op.flops for op in a.ops) + out_proj
+
+
+def transformer() -> nn.Transformer:
+    torch.manual_seed(0)
+    return nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
+
+
+def transformer_macs(s: int, t: int, b: int, e: int, ff: int) -> int:
+    """Multiply-adds of a 1 + 1 layer nn.Transformer, source length s, target length t, batch b."""
+    attention = 2 * b * e  # per query and key: q k^T and probs v
+    encoder = s * b * 3 * e * e + attention * s * s + s * b * e * e + 2 * s * b * e * ff
+    decoder_self = t * b * 3 * e * e + attention * t * t + t * b * e * e
+    decoder_cross = t * b * e * e + s * b * 2 * e * e + attention * t * s + t * b * e * e
+    return encoder + decoder_self + decoder_cross + 2 * t * b * e * ff
+
+
+def test_transformer_export_captures_with_hand_counted_macs_as_fx(tmp_path):
+    model = transformer()
+    src, tgt = torch.randn(5, 2, 16), torch.randn(4, 2, 16)
+    g = capture_export(model, (src, tgt), name="transformer")
+    assert g.metadata["forward_macs"] == transformer_macs(5, 4, 2, 16, 32) == 49984
+    # the torch.fx capture (its size checks run on the example inputs) counts the same
+    assert fx_capture.capture(model, (src, tgt), name="t").metadata["forward_macs"] == 49984
+    assert g.metadata["params"] == sum(p.numel() for p in model.parameters())
+    assert len(by_kind(g, "attention")) == 3
+    # cross-attention's packed in-projection is read by its q and its k, v projections: one variable op
+    (var,) = by_kind(g, "variable")
+    assert var.name == "decoder.layers.0.multihead_attn/variable"
+    assert var.param_bytes == (3 * 16 * 16 + 3 * 16) * 4
+    path = tmp_path / "t.json"
+    graph_io.save(g, path)
+    assert graph_io.load(path).content_hash == g.content_hash
+
+
+def test_transformer_training_step():
+    model = transformer()
+    g = capture(Loss(model), (torch.randn(5, 2, 16), torch.randn(4, 2, 16)), name="t", mode="training")
+    assert g.metadata["params"] == sum(p.numel() for p in model.parameters()) == 5632
+    assert {op.phase for op in g.ops} == {"forward", "backward", "update"}
+    updated = sum(op.param_bytes for op in g.ops if op.phase == "update")  # one momentum buffer per parameter
+    assert updated == 5632 * 4
+    assert g.metadata["forward_macs"] == transformer_macs(5, 4, 2, 16, 32)
+
+
+class SizeBranch(nn.Module):
+    """Branches in Python on its input's size: torch.fx cannot trace it, torch.export follows the branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.size(0) > 1:
+            return self.fc(x).relu()
+        return self.fc(x)
+
+
+def test_a_size_branch_fx_refuses_export_follows():
+    with pytest.raises(GraphError, match=r"torch.fx cannot trace SizeBranch: symbolically traced variables cannot be "
+                                         r"used as inputs to control flow \(at .*: if x.size\(0\) > 1:\)"):
+        fx_capture.capture(SizeBranch(), (torch.randn(3, 4),), name="b")
+    assert [op.kind for op in capture(SizeBranch(), (torch.randn(3, 4),), name="b").ops] == ["input", "linear", "relu"]
+    assert [op.kind for op in capture(SizeBranch(), (torch.randn(1, 4),), name="b").ops] == ["input", "linear"]
+
+
+class ValueBranch(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+
+def test_export_failure_is_one_short_graph_error_naming_model_reason_and_line():
+    with pytest.raises(GraphError) as info:
+        capture(ValueBranch(), (torch.randn(3),), name="v")
+    msg = str(info.value)
+    assert msg.startswith("torch.export cannot export ValueBranch: Could not guard on data-dependent expression")
+    assert msg.endswith(": if x.sum() > 0:)") and "test_capture_export.py" in msg
+    assert "\n" not in msg and len(msg) < 400
+    with pytest.raises(GraphError, match="capture needs a torch.nn.Module, got function"):
+        capture(lambda x: x, (torch.randn(3),), name="f")
+    with pytest.raises(GraphError, match="capture mode 'eval' is not one of inference, training"):
+        capture(mlp(), (torch.randn(3, 8),), name="m", mode="eval")
+
+
+class WriteThroughView(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        y[0].mul_(2)  # changes y, read below
+        return y + 1
+
+
+class InPlace(WriteThroughView):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        y.add_(1)
+        v = y.flatten()
+        v.relu_()  # y is not read again
+        return v * 2
+
+
+def test_in_place_calls_are_read_by_later_readers_writes_through_views_refused():
+    with pytest.raises(GraphError, match=r"WriteThroughView: the in-place call 'mul_' \(mul_\) writes to memory that "
+                                         r"'linear' shares"):
+        capture(WriteThroughView(), (torch.randn(3, 4),), name="w")
+    g = capture(InPlace(), (torch.randn(3, 4),), name="i")
+    assert [op.name for op in g.ops] == ["x", "fc/linear", "add_", "relu_", "mul"]
+    assert edges_into(g, "relu_") == {"add_": 3 * 4 * 4}
+    assert edges_into(g, "mul") == {"relu_": 3 * 4 * 4}
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.out = nn.Linear(4, 10, bias=False)
+        self.out.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(self.emb(ids))
+
+
+def test_tied_weights_are_one_variable_with_the_fx_captures_key():
+    ids = (torch.tensor([[1, 2, 3]]),)
+    a = fx_capture.capture(Tied(), ids, name="t")
+    b = capture(Tied(), ids, name="t")
+    assert [op.name for op in by_kind(b, "variable")] == [op.name for op in by_kind(a, "variable")] == ["emb/variable"]
+    assert b.metadata["params"] == a.metadata["params"] == 40
+
+
+@pytest.mark.parametrize("kwargs", [{"num_layers": 2}, {"proj_size": 4, "bidirectional": True, "batch_first": True}])
+def test_recurrent_layers_are_one_op_with_the_fx_captures_cost(kwargs):
+    lstm = nn.LSTM(8, 16, **kwargs)
+    x = (torch.randn(5, 3, 8),)
+    a = fx_capture.capture(lstm, x, name="l")
+    b = capture(lstm, x, name="l")
+    (op,) = by_kind(b, "lstm")
+    assert op.flops == by_kind(a, "lstm")[0].flops
+    assert b.metadata["forward_macs"] == a.metadata["forward_macs"]
+    gru = nn.GRU(8, 16, bias=False)
+    assert capture(gru, x, name="g").metadata["forward_flops"] == fx_capture.capture(gru, x, name="g").metadata[
+        "forward_flops"]
+
+
+def test_dropout_folded_in_inference_an_op_in_training():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    x = (torch.randn(3, 4),)
+    assert [op.kind for op in capture(model, x, name="d").ops] == ["input", "linear"]
+    g = capture(Loss1(model), x, name="d", mode="training")
+    (drop,) = [op for op in g.ops if op.kind == "dropout" and op.phase == "forward"]
+    assert drop.flops == 12
+
+
+class Cumsum(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.cumsum(0)
+
+
+def test_an_op_without_a_rule_takes_the_fallback_and_is_named():
+    with pytest.warns(UserWarning, match="no FLOP rule for cumsum"):
+        g = capture(Cumsum(), (torch.randn(3, 4),), name="c")
+    assert g.metadata["fallback_cost_kinds"] == ["cumsum"]
+    assert by_kind(g, "cumsum")[0].flops == 12
+
+
+def test_meta_tensors_capture_without_computing():
+    with torch.device("meta"):
+        model = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
+        src, tgt = torch.randn(5, 2, 16), torch.randn(4, 2, 16)
+    g = capture(model, (src, tgt), name="meta")
+    assert g.metadata["forward_macs"] == transformer_macs(5, 4, 2, 16, 32)
+    assert g.metadata["params"] == 5632
+
+
+class Regions(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            t = self.a(x).relu()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            u = self.b(x)
+        return (u + t).square().mean()
+
+
+def test_no_grad_and_autocast_regions_are_inlined():
+    """torch.export wraps them in higher-order ops: their ops are counted (they were one fallback op of 12
+    FLOPs each), and no gradient flows back out of the no_grad region."""
+    g = capture(Regions(), (torch.randn(3, 4),), name="r")
+    assert g.metadata["forward_macs"] == 2 * 3 * 4 * 4
+    assert "fallback_cost_kinds" not in g.metadata
+    (a,) = [op for op in g.ops if op.scope == "a"]
+    (b,) = [op for op in g.ops if op.scope == "b"]
+    assert a.name.startswith("a/submod_") and a.name.endswith("/linear")
+    assert b.output_bytes == 3 * 4 * 2  # bfloat16 under autocast
+    t = capture(Regions(), (torch.randn(3, 4),), name="r", mode="training")
+    assert [op.name for op in t.ops if op.phase != "forward" and op.scope == "a"] == []
+    assert {op.phase for op in t.ops if op.scope == "b"} == {"forward", "backward", "update"}
