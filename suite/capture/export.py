@@ -18,7 +18,9 @@ What an op is: one ATen call of the exported graph. torch functions map to one c
 and `nn.Linear` are `aten.linear`, `nn.Conv2d` is `aten.conv2d`, `nn.LayerNorm` is `aten.layer_norm`,
 scaled dot product attention is one call), but a module the fx capture keeps as one op is traced through:
 `nn.MultiheadAttention` is its input projection(s), the attention and the output projection (the same
-MACs; its in-projection weights, read by two projections in cross-attention, become a variable op),
+MACs; its in-projection weights, read by two projections in cross-attention, become a variable op; called
+with need_weights=True, its default, it also scales its queries and averages the attention weights over
+heads, elementwise ops that the fx capture's rule for the module does not count),
 while `nn.LSTM` / `GRU` / `RNN` are one fused call each (one op, as in the fx capture). A module with its
 own `capture_cost` rule (the zoo's LSTM cell and attention step) is traced through too: torch.export keeps
 no module whole (the zoo's workloads have the fx capture's forward MACs, FLOPs and parameters, in more

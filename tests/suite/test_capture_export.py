@@ -322,3 +322,24 @@ def test_no_grad_and_autocast_regions_are_inlined():
     t = capture(Regions(), (torch.randn(3, 4),), name="r", mode="training")
     assert [op.name for op in t.ops if op.phase != "forward" and op.scope == "a"] == []
     assert {op.phase for op in t.ops if op.scope == "b"} == {"forward", "backward", "update"}
+
+
+class SelfAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 2)
+
+    def forward(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return self.attn(q, kv, kv)[0]  # need_weights=True: the weights averaged over heads are computed too
+
+
+def test_multihead_attention_returning_weights_counts_its_query_scaling_and_head_average():
+    x = (torch.randn(5, 2, 16), torch.randn(6, 2, 16))
+    a = fx_capture.capture(SelfAttention(), x, name="a")
+    b = capture(SelfAttention(), x, name="a")
+    assert b.metadata["forward_macs"] == a.metadata["forward_macs"]
+    batch, heads, lq, lk, head_dim = 2, 2, 5, 6, 8
+    scaling = batch * heads * lq * head_dim  # q * head_dim ** -0.5
+    average = batch * heads * lq * lk  # mean of the weights over heads: 1 per input element
+    assert b.metadata["forward_flops"] == a.metadata["forward_flops"] + scaling + average
+    assert [op.kind for op in b.ops if op.kind in ("mul", "mean")] == ["mul", "mean"]
