@@ -21,14 +21,16 @@
   recurrent cell's zero initial state, Gemm's A, and an attention mask stay constants).
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
-* Gather and Slice read from their data input the part they take (at most their output's bytes: one time step
-  of a sequence, not all of it), as the torch.fx capture's folded indexing does.
+* Gather reads from its data input the part it takes (at most its output's bytes: one time step of a
+  sequence, not all of it), as the torch.fx capture's folded indexing does.
 * Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node; so are sequences, except
   a SplitToSequence read only by SequenceAt at known positions (torch.tensor_split), which is a Split; so is
   an op of another domain that shape inference cannot type (onnxruntime's contrib ops).
-* Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Expand, and Dropout
-  in inference) are folded into their producers; Shape/Size outputs and anything computed only from
-  constants are constants.
+* Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Slice, Expand, and
+  Dropout in inference) are folded into their producers, their readers reading the part they take (a Slice
+  or a Split's piece: its bytes), as the torch.fx capture folds x[:, 1:4], chunk and split: the TorchScript
+  exporter writes x.chunk(4, 1) as four Slices from opset 11 on, a Split before. Shape/Size outputs and
+  anything computed only from constants are constants.
 * FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul / Einsum and
   the quantized ConvInteger / QLinearConv / MatMulInteger / QLinearMatMul (2 per multiply-add, +1 per output
   element for a bias), Attention (opset 23) as scaled_dot_product_attention (its two products and softmax;
@@ -72,7 +74,8 @@ from suite.capture.ir import MODES, ForwardBuilder, Value
 from suite.errors import GraphError
 from suite.graph import OpGraph
 
-SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Split", "Expand"})
+SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Split", "Slice",
+                        "Expand"})
 CONSTANT_OUTPUT = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", "EyeLike", "RandomNormal",
                              "RandomUniform"})
 ELEMENTWISE = frozenset(
@@ -80,7 +83,7 @@ ELEMENTWISE = frozenset(
     Softsign HardSigmoid HardSwish Clip Max Min Where Cast Not And Or Equal Less Greater LessOrEqual GreaterOrEqual
     Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean QuantizeLinear DequantizeLinear""".split()
 )
-SLICING = frozenset({"Gather", "Slice"})  # ops whose data input (input 0) they read only in part: their output
+SLICING = frozenset({"Gather"})  # ops whose data input (input 0) they read only in part: their output
 # float inputs that are not parameters, by op type: running statistics, Resize's roi and scales, the initial
 # states of recurrent layers (zeros the dynamo exporter writes as an initializer)
 NOT_PARAMETERS = {"BatchNormalization": (3, 4), "Resize": (1, 2), "Upsample": (1,), "LSTM": (5, 6), "GRU": (5,),

@@ -619,7 +619,8 @@ def test_bfloat16_initializers_are_parameters(dtype):
 
 def test_gather_and_slice_read_the_part_they_take():
     """Taking one time step of a [2, 5, 8] activation (Gather on axis 1, or Slice) reads that step's 64 bytes,
-    as the torch.fx capture's folded x[:, -1]; the whole 320-byte tensor was read (and sent, when placed apart)."""
+    as the torch.fx capture's folded x[:, -1]; the whole 320-byte tensor was read (and sent, when placed apart).
+    A Slice is folded (as a Split): its reader reads the part."""
     nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
              helper.make_node("Gather", ["a", "t"], ["g"], name="gather", axis=1),
              helper.make_node("Slice", ["a", "starts", "ends", "axes"], ["s"], name="slice"),
@@ -633,8 +634,42 @@ def test_gather_and_slice_read_the_part_they_take():
                     helper.make_tensor_value_info("q", TensorProto.FLOAT, [2, 1, 8])], inits)
     g = import_onnx(proto)
     f = {op.name: op for op in g.ops}
-    assert edge_bytes(g, "mm", "gather") == edge_bytes(g, "mm", "slice") == 2 * 8 * 4
-    assert f["gather"].bytes_read == f["slice"].bytes_read == 64 and f["mm"].output_bytes == 320
+    assert edge_bytes(g, "mm", "gather") == edge_bytes(g, "mm", "relu2") == 2 * 8 * 4
+    assert f["gather"].bytes_read == f["relu2"].bytes_read == 64 and f["mm"].output_bytes == 320
+    assert "slice" not in f
+
+
+class _Gates(nn.Module):
+    """An LSTM-style cell: one Linear, its output chunked into four gates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 32)
+
+    def forward(self, x):
+        i, f, g, o = self.fc(x).chunk(4, 1)
+        return torch.sigmoid(o) * torch.tanh(torch.sigmoid(f) * torch.tanh(g)) + i
+
+
+@pytest.mark.parametrize("opset", [9, 17])
+def test_chunk_exported_as_slices_or_a_split_imports_as_the_fx_capture(opset):
+    """The TorchScript exporter writes x.chunk(4, 1) as four Slices from opset 11 on (a Split before). The
+    Split was folded, the Slices were four ops of 24 FLOPs each on the fallback: the same model had four ops
+    more one way. Both are folded now, as the fx capture folds chunk; each gate reads its [3, 8] quarter."""
+    model, x = _Gates().eval(), torch.randn(3, 8)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=opset)
+    proto = onnx.load_from_string(buf.getvalue())
+    assert ("Slice" if opset >= 11 else "Split") in {n.op_type for n in proto.graph.node}
+    g, g_fx = import_onnx(proto), capture(model, (x,), name="m")
+    kinds = sorted(op.kind for op in g.ops)
+    assert kinds == ["add", "gemm", "input", "mul", "mul", "sigmoid", "sigmoid", "tanh", "tanh"]
+    assert len(g.ops) == len(g_fx.ops) and g.metadata["forward_flops"] == g_fx.metadata["forward_flops"]
+    assert "fallback_cost_kinds" not in g.metadata
+    gemm = g.ops[g.index[next(op.name for op in g.ops if op.kind == "gemm")]]
+    assert sorted(e.bytes for e in g.edges if e.src == g.index[gemm.name]) == [3 * 8 * 4] * 4
 
 
 def test_an_exported_last_time_step_reads_as_in_the_fx_capture():
