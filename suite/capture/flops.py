@@ -31,8 +31,14 @@ only, the figure papers publish):
 * local response norm: size + 5 per element (square, window sum, scale, shift, power, divide); F.normalize:
   3 per element (power, sum, divide); F.pairwise_distance: 3 per element of the broadcast inputs (subtract,
   power, sum); F.cosine_similarity: 6 (the sums of x1 x2, x1 x1 and x2 x2);
-* data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, ...): 1 per output element,
-  as elementwise ops;
+* data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, scatter, index_copy,
+  masked_scatter, index_put without accumulate, ...): 1 per output element, as elementwise ops;
+* scatter-adds (scatter_add, scatter_reduce, index_add, index_put with accumulate): 1 per source element
+  added in (scatter_reduce "mean" also divides: + 1 per output element; index_add with an alpha other than 1
+  multiplies: + 1 per source element; index_put counts its values as given, not broadcast);
+* sorting (sort, argsort, msort): n log2 n compares per sorted row of n elements; the top k of n (topk, k < n):
+  one pass over the row (n) and, when they come sorted, k log2 k more (top n of n: a sort); kthvalue: a
+  selection, n per row;
 * recurrent layers (nn.LSTM / GRU / RNN) and cells (nn.LSTMCell / GRUCell / RNNCell): the cell formula of
   `rnn_cell_flops` per step, layer and direction;
 * cross-entropy: log-softmax (5 per logit) + 1 per sample (pick and average; classes are dimension 1, so
@@ -321,6 +327,18 @@ def interpolate_cost(x: TensorInfo, out: TensorInfo, mode: str, kind: str = "int
     return None if n is None else elementwise(kind, [out], 2 * n - 1)
 
 
+def sort_cost(kind: str, x: TensorInfo, dim: int, k: int | None = None, sort_k: bool = True) -> Cost:
+    """Sorting the rows of `x` along `dim` (n elements each): n log2 n per row; with `k` < n, the top k of
+    each row: n, plus k log2 k when they come sorted (`sort_k`)."""
+    n = x.shape[dim] if x.shape else 1
+    rows = x.numel // n if n else 0
+    if k is None or (k >= n and sort_k):
+        per_row = n * math.log2(n) if n > 1 else 0.0
+    else:
+        per_row = n + (k * math.log2(k) if sort_k and k > 1 else 0.0)
+    return Cost(kind, float(rows * per_row))
+
+
 def pool_cost(out: TensorInfo, kernel: tuple[int, ...], kind: str) -> Cost:
     return Cost(kind, float(out.numel * math.prod(kernel)))
 
@@ -349,6 +367,7 @@ SOFTMAX = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
 POOL = {
     "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3, "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3,
 }
+DATA_MOVEMENT = frozenset({"index_copy", "index_fill", "masked_scatter", "masked_select", "take", "take_along_dim"})
 ADAPTIVE_POOL = frozenset(
     {"adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
      "adaptive_max_pool2d", "adaptive_max_pool3d"}
@@ -413,6 +432,27 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return elementwise(name, out)
     if name in REDUCTIONS:
         return Cost(name, float(ins[0].numel if ins else _numel(out)))
+    base = name.removesuffix("_")  # in-place forms (x.scatter_add_, x.index_add_) as the others
+    if base in ("sort", "argsort", "msort"):  # sort(input, dim=-1, ...); msort sorts along dimension 0
+        return sort_cost(name, ins[0], 0 if base == "msort" else _arg(args, kwargs, 1, "dim", -1))
+    if base == "topk":  # (input, k, dim=-1, largest=True, sorted=True)
+        return sort_cost(name, ins[0], _arg(args, kwargs, 2, "dim", -1), _arg(args, kwargs, 1, "k"),
+                         bool(_arg(args, kwargs, 4, "sorted", True)))
+    if base == "kthvalue":  # (input, k, dim=-1): a selection
+        return sort_cost(name, ins[0], _arg(args, kwargs, 2, "dim", -1), 1, False)
+    if base in ("scatter_add", "scatter_reduce"):  # (input, dim, index, src, reduce): one per index element
+        n = _arg(args, kwargs, 2, "index").numel
+        mean = base == "scatter_reduce" and _arg(args, kwargs, 4, "reduce") == "mean"
+        return Cost(name, float(n + (out[0].numel if mean else 0)))
+    if base == "index_add":  # (input, dim, index, source, *, alpha=1)
+        n = _arg(args, kwargs, 3, "source").numel
+        return Cost(name, float(n * (1 if kwargs.get("alpha", 1) == 1 else 2)))
+    if base == "index_put":  # (input, indices, values, accumulate=False)
+        if _arg(args, kwargs, 3, "accumulate", False):
+            return Cost(name, float(_arg(args, kwargs, 2, "values").numel))
+        return elementwise(name, out)
+    if base in DATA_MOVEMENT:
+        return elementwise(name, out)
     if name == "layer_norm":
         return elementwise("layer_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
     if name == "batch_norm":

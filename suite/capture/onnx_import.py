@@ -39,8 +39,11 @@
   4 (training) per element, LayerNormalization, InstanceNormalization and GroupNormalization 5 (statistics
   of the input), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
   of the fused torch layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
-  as cross-entropy and NLL loss (the former saving its log-probabilities in training). Other op types count
-  1 per output element, are listed in metadata "fallback_cost_kinds" and are named in a warning.
+  as cross-entropy and NLL loss (the former saving its log-probabilities in training), TopK as topk (k = n:
+  a sort, as torch.sort exports), ScatterElements / ScatterND with a reduction 1 per update (as
+  scatter_add), without one and GatherElements / GatherND 1 per output element (data movement, as scatter
+  and gather). Other op types count 1 per output element, are listed in metadata "fallback_cost_kinds" and
+  are named in a warning.
 * Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
   names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
   PyTorch exporter writes them): the module path they spell ("layer1.0.conv1"), as the torch.fx capture's.
@@ -69,6 +72,7 @@ from suite.capture.flops import (
     einsum_cost,
     loss_samples,
     rnn_cell_flops,
+    sort_cost,
 )
 from suite.capture.ir import MODES, ForwardBuilder, Value
 from suite.errors import GraphError
@@ -513,6 +517,15 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         return cross_entropy_cost(ins[0], kind)
     if op == "NegativeLogLikelihoodLoss":
         return Cost(kind, float(loss_samples(ins[0])))
+    if op == "TopK":  # the top k along `axis` (k: the output's size there); torch.sort exports as TopK of all n
+        axis = _attr(node, "axis", -1)
+        return sort_cost(kind, ins[0], axis, outs[0].shape[axis], bool(_attr(node, "sorted", 1)))
+    if op in ("ScatterElements", "ScatterND", "Scatter"):  # (data, indices, updates): a reduction adds each update in
+        reduction = _attr(node, "reduction", b"none")
+        reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+        return Cost(kind, float(ins[2].numel if reduction != "none" else out_numel))
+    if op in ("GatherElements", "GatherND"):  # data movement, as torch.gather
+        return Cost(kind, float(out_numel))
     if op == "Concat":
         return Cost("concat", 0.0)
     if op == "Gather":

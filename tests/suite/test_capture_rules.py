@@ -154,14 +154,14 @@ def test_a_matrix_vector_product_with_a_weight_has_its_backward_ops():
 # -- the fallback ------------------------------------------------------------------------------------------
 def test_ops_without_a_rule_are_named_in_one_warning_and_covered_ones_in_none():
     """The fallback's kinds were only in metadata, which a user rarely reads."""
-    model = Call(lambda s, x: torch.cumsum(x, 0).cumprod(1).cumsum(1).topk(2)[0])
+    model = Call(lambda s, x: torch.kron(torch.linalg.pinv(torch.linalg.pinv(x)), x))
     with pytest.warns(UserWarning) as record:
         g = capture(model, (A,), name="m")
     assert [str(w.message) for w in record] == [
-        "m: no FLOP rule for cumprod, cumsum, topk: counted as 1 FLOP per output element (listed in the graph's "
+        "m: no FLOP rule for kron, linalg_pinv: counted as 1 FLOP per output element (listed in the graph's "
         "metadata 'fallback_cost_kinds')"]
     assert record[0].filename == __file__  # it points at the capture call
-    assert g.metadata["fallback_cost_kinds"] == ["cumprod", "cumsum", "topk"]
+    assert g.metadata["fallback_cost_kinds"] == ["kron", "linalg_pinv"]
     with warnings.catch_warnings():  # in-place forms of elementwise ops are covered too
         warnings.simplefilter("error")
         g = capture(Call(lambda s, x: s.fc(x).clamp_(0, 1).copy_(x[:, :2]), fc=nn.Linear(4, 2)), (A,), name="m")
@@ -259,3 +259,59 @@ def test_normalize_similarities_and_grid_sample_count_their_inputs(fn, inputs, k
     op, meta = only_op(Call(fn), *inputs)
     assert (op.kind, op.flops) == (kind, flops)
     assert "fallback_cost_kinds" not in meta
+
+
+# -- sorting, scatter-adds --------------------------------------------------------------------------------
+R = torch.randn(2, 8)  # rows of n = 8: n log2 n = 24 per row
+IDX = torch.tensor([[0, 1, 1], [7, 0, 7]])  # 6 index elements
+
+
+@pytest.mark.parametrize(("fn", "kind", "flops"), [
+    (lambda s, x: x.sort()[0], "sort", 2 * 8 * 3),
+    (lambda s, x: torch.sort(x, dim=0, descending=True)[0], "sort", 8 * 2 * 1),  # 8 rows of 2
+    (lambda s, x: x.argsort(dim=1), "argsort", 2 * 8 * 3),
+    (lambda s, x: torch.msort(x), "msort", 8 * 2 * 1),  # along dimension 0
+    (lambda s, x: x.topk(4).values, "topk", 2 * (8 + 4 * 2)),  # a pass, then the 4 sorted
+    (lambda s, x: x.topk(4, sorted=False).values, "topk", 2 * 8),
+    (lambda s, x: x.topk(8).values, "topk", 2 * 8 * 3),  # all of them: a sort
+    (lambda s, x: torch.topk(x, 1, dim=0).values, "topk", 8 * 2),
+    (lambda s, x: x.kthvalue(3, 1)[0], "kthvalue", 2 * 8),
+    (lambda s, x: x.scatter_add(1, IDX, x), "scatter_add", 6),  # one add per index element
+    (lambda s, x: x.scatter_reduce(1, IDX, x, "amax"), "scatter_reduce", 6),
+    (lambda s, x: x.scatter_reduce(1, IDX, x, "mean"), "scatter_reduce", 6 + 16),  # and a divide per output
+    (lambda s, x: x.index_add(1, IDX[0], x[:, :3]), "index_add", 6),
+    (lambda s, x: x.index_add(1, IDX[0], x[:, :3], alpha=2), "index_add", 2 * 6),  # and the multiply
+    (lambda s, x: x.index_put((IDX[0],), x[0, :8], accumulate=True), "index_put", 8),
+    (lambda s, x: x.index_put((IDX[0],), x[0, :8]), "index_put", 16),  # data movement
+    (lambda s, x: x.index_copy(1, IDX[0, :2] + 2, x[:, :2]), "index_copy", 16),
+    (lambda s, x: x.masked_scatter(IDX[0, :1] > 0, x), "masked_scatter", 16),
+])
+def test_sorts_and_scatters_count_their_compares_and_adds(fn, kind, flops):
+    """Sorts n log2 n per row, top k n + k log2 k, scatter-adds 1 per source element, the
+    data movement ones 1 per output element (all took the fallback of 1 per output element and were reported:
+    a sort of 2 rows of 8, 32 with its indices; a scatter_add of 6 elements, 16)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        op, meta = only_op(Call(fn), R.clone())
+    assert (op.kind, op.flops) == (kind, flops)
+    assert "fallback_cost_kinds" not in meta
+
+
+def test_in_place_scatters_have_the_rule():
+    g = capture(Call(lambda s, x: x.clone().index_add_(1, IDX[0], x[:, :3]).scatter_add_(1, IDX, x)), (R,), name="m")
+    f = {op.kind: op.flops for op in g.ops}
+    assert (f["index_add_"], f["scatter_add_"]) == (6, 6) and "fallback_cost_kinds" not in g.metadata
+
+
+def test_sort_indices_pass_no_gradient_and_topk_values_do():
+    """In training, topk's values carry a gradient (a backward op with its forward FLOPs); argsort's indices
+    carry none: no backward op, the linear before it gets only its weight gradient from the other branch."""
+    def fn(s, x):
+        y = s.fc(x)
+        return y.topk(4).values.sum() + y[0, y.argsort(dim=1)[0, 0]]
+
+    g = capture(Call(fn, fc=nn.Linear(8, 8)), (R,), name="m", mode="training")
+    names = {op.name for op in g.ops}
+    topk, argsort = (next(op.name for op in g.ops if op.kind == k) for k in ("topk", "argsort"))
+    assert g.ops[g.index[topk + "/grad"]].flops == 2 * (8 + 4 * 2)
+    assert argsort + "/grad" not in names

@@ -906,3 +906,67 @@ def test_einsum_costs_as_in_the_fx_capture():
     assert "fallback_cost_kinds" not in g_onnx.metadata
     assert g_onnx.metadata["forward_macs"] == g_fx.metadata["forward_macs"] == 2 * 120
     assert g_onnx.metadata["forward_flops"] == g_fx.metadata["forward_flops"]
+
+
+def _one_node(node, inputs, out_shapes, inits=()):
+    """The op of kind `node`'s op type of a one-node model on float [2, 8] inputs, and the graph's metadata."""
+    vi = helper.make_tensor_value_info
+    outs = [vi(o, TensorProto.INT64 if o == "idx" else TensorProto.FLOAT, s) for o, s in zip(node.output, out_shapes, strict=True)]
+    g = import_onnx(_model([node], [vi(x, TensorProto.FLOAT, s) for x, s in inputs], outs, list(inits)))
+    (op,) = [op for op in g.ops if op.kind != "input"]
+    return op, g.metadata
+
+
+def _i64(values, name: str):
+    return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
+
+
+@pytest.mark.parametrize(("node", "inputs", "out_shapes", "inits", "flops"), [
+    (helper.make_node("TopK", ["x", "k"], ["v", "idx"], axis=1), [("x", [2, 8])], [[2, 4], [2, 4]],
+     [_i64([4], "k")], 2 * (8 + 4 * 2)),  # a pass over each row of 8, then the 4 sorted
+    (helper.make_node("TopK", ["x", "k"], ["v", "idx"], axis=1, sorted=0), [("x", [2, 8])], [[2, 4], [2, 4]],
+     [_i64([4], "k")], 2 * 8),
+    (helper.make_node("TopK", ["x", "k"], ["v", "idx"], axis=0), [("x", [8, 2])], [[8, 2], [8, 2]],
+     [_i64([8], "k")], 2 * 8 * 3),  # all of them: torch.sort, n log2 n per row
+    (helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1, reduction="add"), [("x", [2, 8]), ("u", [2, 3])],
+     [[2, 8]], [_i64([[0, 1, 1], [7, 0, 7]], "i")], 6),  # one add per update, as scatter_add
+    (helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1), [("x", [2, 8]), ("u", [2, 3])],
+     [[2, 8]], [_i64([[0, 1, 1], [7, 0, 7]], "i")], 16),  # no reduction: data movement, as scatter
+    (helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction="add"), [("x", [2, 8]), ("u", [1, 8])],
+     [[2, 8]], [_i64([[1]], "i")], 8),
+    (helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1), [("x", [2, 8])], [[2, 3]],
+     [_i64([[0, 1, 1], [7, 0, 7]], "i")], 6),
+    (helper.make_node("GatherND", ["x", "i"], ["y"]), [("x", [2, 8])], [[1, 8]], [_i64([[1]], "i")], 8),
+])
+def test_topk_scatter_and_gather_elements_have_rules(node, inputs, out_shapes, inits, flops):
+    """They took the fallback of 1 FLOP per output element and were reported (TopK of 4 of 8: 16 with its
+    indices; a scatter-add of 6 updates: 16). Now as the fx capture's topk / sort, scatter_add, scatter and
+    gather."""
+    op, meta = _one_node(node, inputs, out_shapes, inits)
+    assert (op.kind, op.flops) == (node.op_type.lower(), flops)
+    assert "fallback_cost_kinds" not in meta
+
+
+class _Ranked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        idx = torch.tensor([[0, 1, 1], [7, 0, 7]])
+        return y.sort(dim=1)[0] + y.topk(4).values.sum() + y.scatter_add(1, idx, y[:, :3])
+
+
+def test_exported_sort_topk_and_scatter_add_cost_as_in_the_fx_capture():
+    model, x = _Ranked().eval(), torch.randn(2, 8)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g, g_fx = import_onnx(onnx.load_from_string(buf.getvalue())), capture(model, (x,), name="m")
+    flops = sorted(op.flops for op in g.ops if op.kind in ("topk", "scatterelements"))
+    assert flops == sorted(op.flops for op in g_fx.ops if op.kind in ("sort", "topk", "scatter_add"))
+    assert flops == [6, 2 * (8 + 4 * 2), 2 * 8 * 3]
