@@ -6,8 +6,9 @@
   takes another size only where its recorded shapes agree; the error names the ones changed). Shapes
   computed from them (`x.view(x.size(0), -1)`: Shape -> Gather -> Unsqueeze -> Concat -> Reshape; split
   sizes as the TorchScript exporter's aten::chunk computes them: Shape -> Gather -> Div -> Expand -> Concat
-  -> Split) are evaluated where ONNX's inference stops (it does at opsets 13-16, and for the Split at every
-  opset); a shape that depends on data (NonZero) is an error.
+  -> Split; F.pad's pads: ConstantOfShape -> Concat -> Reshape -> Slice -> Transpose -> Reshape -> Cast ->
+  Pad) are evaluated where ONNX's inference stops (it does at opsets 13-16, and for the Split and the Pad at
+  every opset); a shape that depends on data (NonZero) is an error.
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
   model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
@@ -275,7 +276,7 @@ def _unknown_shapes(proto: Any) -> bool:
 SHAPE_DATA_LIMIT = 1024  # elements: shape computations are small; weights are not evaluated
 SHAPE_DATA_OPS = frozenset(
     """Constant ConstantOfShape Identity Cast Gather Unsqueeze Squeeze Concat Slice Reshape Add Sub Mul Div Mod Neg
-    Abs Floor Ceil Max Min Equal Less Greater Not Where ReduceProd ReduceSum Expand Tile""".split()
+    Abs Floor Ceil Max Min Equal Less Greater Not Where ReduceProd ReduceSum Expand Tile Transpose""".split()
 )
 
 

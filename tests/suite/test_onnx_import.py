@@ -970,3 +970,30 @@ def test_exported_sort_topk_and_scatter_add_cost_as_in_the_fx_capture():
     flops = sorted(op.flops for op in g.ops if op.kind in ("topk", "scatterelements"))
     assert flops == sorted(op.flops for op in g_fx.ops if op.kind in ("sort", "topk", "scatter_add"))
     assert flops == [6, 2 * (8 + 4 * 2), 2 * 8 * 3]
+
+
+class _Padded(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        return F.pad(self.conv(x), (1, 1, 2, 0)).relu()
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_f_pad_exported_by_torchscript_imports(opset):
+    """The TorchScript exporter computes F.pad's pads from constants through a Transpose (ConstantOfShape ->
+    Concat -> Reshape -> Slice -> Transpose -> Reshape -> Cast -> Pad), which ONNX's inference does not
+    evaluate and the import's folding did not either: every model with F.pad failed ("shape inference left
+    the shape of '27' (node '/Pad') unknown")."""
+    model, x = _Padded().eval(), torch.randn(1, 4, 6, 6)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=opset)
+    g = import_onnx(onnx.load_from_string(buf.getvalue()))
+    (pad,) = [op for op in g.ops if op.kind == "pad"]
+    assert pad.output_shape == (1, 4, 8, 8) and pad.flops == 4 * 8 * 8
+    g_fx = capture(model, (x,), name="m")
+    assert g.metadata["forward_flops"] == g_fx.metadata["forward_flops"]
