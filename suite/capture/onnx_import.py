@@ -35,11 +35,12 @@
 * FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul / Einsum and
   the quantized ConvInteger / QLinearConv / MatMulInteger / QLinearMatMul (2 per multiply-add, +1 per output
   element for a bias), Attention (opset 23) as scaled_dot_product_attention (its two products and softmax;
-  past keys count), elementwise ops 1 per output element, pooling output
-  elements x kernel, global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or
-  4 (training) per element, LayerNormalization, InstanceNormalization and GroupNormalization 5 (statistics
-  of the input), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas
-  of the fused torch layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
+  past keys count), elementwise ops and data movement (Pad, Tile, Trilu, DepthToSpace, OneHot, as the fx
+  capture's pad, tile, tril, pixel_shuffle, one_hot) 1 per output element, pooling output elements x kernel,
+  global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or 4 (training) per
+  element, LayerNormalization, InstanceNormalization and GroupNormalization 5 (statistics of the input),
+  Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas of the fused torch layers (per step and
+  direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
   as cross-entropy and NLL loss (the former saving its log-probabilities in training), TopK as topk (k = n:
   a sort, as torch.sort exports), ScatterElements / ScatterND with a reduction 1 per update (as
   scatter_add), without one and GatherElements / GatherND 1 per output element (data movement, as scatter
@@ -86,8 +87,10 @@ CONSTANT_OUTPUT = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Ra
 ELEMENTWISE = frozenset(
     """Add Sub Mul Div Pow Sqrt Exp Log Neg Abs Reciprocal Relu Sigmoid Tanh Erf Gelu LeakyRelu Elu Selu Softplus
     Softsign HardSigmoid HardSwish Clip Max Min Where Cast Not And Or Equal Less Greater LessOrEqual GreaterOrEqual
-    Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean QuantizeLinear DequantizeLinear""".split()
-)
+    Sin Cos Floor Ceil Round Sign Mish PRelu Mod Sum Mean QuantizeLinear DequantizeLinear Tan Asin Acos Atan Sinh
+    Cosh Asinh Acosh Atanh IsNaN IsInf Xor CastLike Celu ThresholdedRelu Shrink
+    Pad Tile Trilu DepthToSpace SpaceToDepth OneHot""".split()
+)  # the last: data movement, 1 per output element by design as in the fx capture (pad, tile, tril, pixel_shuffle)
 SLICING = frozenset({"Gather"})  # ops whose data input (input 0) they read only in part: their output
 # float inputs that are not parameters, by op type: running statistics, Resize's roi and scales, the initial
 # states of recurrent layers (zeros the dynamo exporter writes as an initializer)
@@ -107,7 +110,7 @@ WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (1, 2), "MatMu
                  "Gather": (0,), "PRelu": (1,)}
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
-                    "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin"})
+                    "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin"})
 
 
 def _itemsize(elem_type: int) -> int:

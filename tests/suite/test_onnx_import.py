@@ -997,3 +997,27 @@ def test_f_pad_exported_by_torchscript_imports(opset):
     assert pad.output_shape == (1, 4, 8, 8) and pad.flops == 4 * 8 * 8
     g_fx = capture(model, (x,), name="m")
     assert g.metadata["forward_flops"] == g_fx.metadata["forward_flops"]
+
+
+def test_exported_data_movement_and_math_functions_are_not_reported_as_the_fallback():
+    """F.pad, repeat, triu, pixel_shuffle, tan, asin, celu, nan_to_num (IsNaN, IsInf) export as Pad, Tile, Trilu,
+    DepthToSpace, Tan, Asin, Celu, IsNaN and IsInf: 1 FLOP per output element, as the fx capture counts them
+    by design; they were reported as the fallback (a warning on most exported CNNs, for their Pad)."""
+    class Ops(nn.Module):
+        def forward(self, x):
+            y = F.pad(x, (1, 1, 1, 1)).repeat(1, 2, 1, 1).triu()
+            return F.pixel_shuffle(y, 2).tan() + 1, F.celu(x.asin()), torch.nan_to_num(x)
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Ops(), (torch.randn(1, 4, 2, 2),), buf, dynamo=False, opset_version=17)
+    proto = onnx.load_from_string(buf.getvalue())
+    assert {"Pad", "Tile", "Trilu", "DepthToSpace", "Tan", "Asin", "Celu", "IsNaN", "IsInf"} <= {
+        n.op_type for n in proto.graph.node}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = import_onnx(proto)
+    f = {op.kind: op.flops for op in g.ops}
+    assert (f["pad"], f["tile"], f["trilu"], f["depthtospace"], f["tan"]) == (64, 128, 128, 128, 128)
+    assert (f["asin"], f["celu"], f["isnan"], f["isinf"]) == (16, 16, 16, 16)
