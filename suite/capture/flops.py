@@ -24,11 +24,12 @@ only, the figure papers publish):
   statistics from the input in inference too: 5 per element, as layer norm (instance norm with running
   statistics in inference, `track_running_stats` / `use_input_stats=False`: 2, as batch norm); RMS norm:
   3 per element (layer norm's less the mean and its subtraction). (torch's FlopCounterMode counts no norm.)
-* pooling: output elements x kernel elements; adaptive average pooling: 1 per input element;
+* pooling (max, average, power-average): output elements x kernel elements; adaptive average pooling: 1 per
+  input element;
 * interpolation (F.interpolate, nn.Upsample): a weighted sum of n neighbours per output element, 2 n - 1
   (nearest 1, linear 3, bilinear 7, trilinear 15, bicubic 31); mode "area" as adaptive average pooling;
   F.grid_sample likewise (bilinear: 4 neighbours in 2-D, 8 in 3-D);
-* local response norm: size + 5 per element (square, window sum, scale, shift, power, divide); F.normalize:
+* local response norm (module or function): size + 5 per element (square, window sum, scale, shift, power, divide); F.normalize:
   3 per element (power, sum, divide); F.pairwise_distance: 3 per element of the broadcast inputs (subtract,
   power, sum); F.cosine_similarity: 6 (the sums of x1 x2, x1 x1 and x2 x2);
 * data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, scatter, index_copy,
@@ -467,6 +468,10 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if name in POOL:
         kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size")
         return pool_cost(out[0], _pair(kernel, POOL[name]), name)
+    if name in ("lp_pool1d", "lp_pool2d", "lp_pool3d"):  # (input, norm_type, kernel_size, ...)
+        return pool_cost(out[0], _pair(_arg(args, kwargs, 2, "kernel_size"), int(name[-2])), name)
+    if name == "local_response_norm":  # (input, size, ...)
+        return elementwise(name, out, _arg(args, kwargs, 1, "size") + 5)
     if name in ADAPTIVE_POOL:
         return Cost(name, float(ins[0].numel))
     if name == "interpolate":  # (input, size, scale_factor, mode, ...)
@@ -547,6 +552,9 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
              else 2 if isinstance(module, nn.MaxPool2d | nn.AvgPool2d) else 3)
         name = ("max_pool" if isinstance(module, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d) else "avg_pool") + f"{n}d"
         return pool_cost(out[0], _pair(module.kernel_size, n), name)
+    if isinstance(module, nn.LPPool1d | nn.LPPool2d | nn.LPPool3d):
+        n = 1 if isinstance(module, nn.LPPool1d) else 2 if isinstance(module, nn.LPPool2d) else 3
+        return pool_cost(out[0], _pair(module.kernel_size, n), f"lp_pool{n}d")
     if isinstance(module, nn.AdaptiveAvgPool1d | nn.AdaptiveAvgPool2d | nn.AdaptiveAvgPool3d
                   | nn.AdaptiveMaxPool1d | nn.AdaptiveMaxPool2d | nn.AdaptiveMaxPool3d):
         name = type(module).__name__

@@ -37,11 +37,13 @@
   element for a bias), Attention (opset 23) as scaled_dot_product_attention (its two products and softmax;
   past keys count), elementwise ops and data movement (Pad, Tile, Trilu, DepthToSpace, OneHot, as the fx
   capture's pad, tile, tril, pixel_shuffle, one_hot) 1 per output element, pooling output elements x kernel,
-  global pooling and reductions 1 per input element, BatchNormalization 2 (inference) or 4 (training) per
-  element, LayerNormalization, InstanceNormalization and GroupNormalization 5 (statistics of the input),
-  Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas of the fused torch layers (per step and
-  direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
-  as cross-entropy and NLL loss (the former saving its log-probabilities in training), TopK as topk (k = n:
+  global pooling and reductions 1 per input element, Resize / Upsample / GridSample as F.interpolate and
+  F.grid_sample (2 n - 1 per output element for n neighbours: linear 2 and cubic 4 per spatial dimension,
+  the dimensions after N and C or those `axes` names), LRN size + 5 per element, BatchNormalization 2
+  (inference) or 4 (training) per element, LayerNormalization, InstanceNormalization and GroupNormalization
+  5 (statistics of the input), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas of the fused torch
+  layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss as cross-entropy
+  and NLL loss (the former saving its log-probabilities in training), TopK as topk (k = n:
   a sort, as torch.sort exports), ScatterElements / ScatterND with a reduction 1 per update (as
   scatter_add), without one and GatherElements / GatherND 1 per output element (data movement, as scatter
   and gather). Other op types count 1 per output element, are listed in metadata "fallback_cost_kinds" and
@@ -500,6 +502,15 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         return Cost(kind, 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * rows * keys, float(macs))
     if op in ("MaxPool", "AveragePool", "LpPool"):
         return Cost(kind, float(outs[0].numel * math.prod(_attr(node, "kernel_shape", [1]))))
+    if op in ("Resize", "Upsample", "GridSample"):  # as F.interpolate / F.grid_sample: a weighted sum of n neighbours
+        mode = _attr(node, "mode", b"bilinear" if op == "GridSample" else b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        per_dim = {"nearest": 1, "linear": 2, "bilinear": 2, "cubic": 4, "bicubic": 4}.get(mode)
+        rank = len(ins[0].shape)
+        dims = len(_attr(node, "axes", None) or ()) or (rank - 2 if rank > 2 else rank)  # the spatial ones
+        return Cost(kind, float((2 * per_dim ** dims - 1) * outs[0].numel)) if per_dim else None
+    if op == "LRN":
+        return Cost(kind, float((_attr(node, "size") + 5) * outs[0].numel))
     if op in ("GlobalAveragePool", "GlobalMaxPool") or op in REDUCE:
         return Cost(kind, float(ins[0].numel))
     if op == "BatchNormalization":

@@ -227,6 +227,20 @@ def test_local_response_norm_softmin_and_data_movement_modules_have_rules():
         assert capture(Call(lambda s, x: x.flip(0).roll(1, 1)), (X,), name="m").metadata["forward_flops"] == 2 * 72
 
 
+@pytest.mark.parametrize(("model", "kind", "flops"), [
+    (Call(lambda s, x: F.local_response_norm(x, 3)), "local_response_norm", 8 * 72),  # as the module
+    (Call(lambda s, x: F.lp_pool2d(x, 2, 2)), "lp_pool2d", 2 * 4 * 1 * 1 * 4),  # output x kernel, as avg_pool2d
+    (Call(lambda s, x: F.lp_pool1d(x.flatten(2), 2, 3)), "lp_pool1d", 2 * 4 * 3 * 3),
+    (nn.LPPool2d(2, (3, 1)), "lp_pool2d", 2 * 4 * 1 * 3 * 3),
+])
+def test_functional_local_response_norm_and_power_average_pooling_have_rules(model, kind, flops):
+    """F.local_response_norm counted 1 per element (the module size + 5); F.lp_pool and nn.LPPool (whose
+    ONNX LpPool already counted output elements x kernel) took the fallback, 1 per output element."""
+    op, meta = only_op(model, X)
+    assert (op.kind, op.flops) == (kind, flops)
+    assert "fallback_cost_kinds" not in meta
+
+
 def test_elementwise_math_functions_are_not_reported_as_the_fallback():
     """1 FLOP per output element is their rule, not a fallback: no warning (they were all reported); softmin
     as softmax, 5 per element (it was 1)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import warnings
 
 import numpy as np
@@ -1021,3 +1022,58 @@ def test_exported_data_movement_and_math_functions_are_not_reported_as_the_fallb
     f = {op.kind: op.flops for op in g.ops}
     assert (f["pad"], f["tile"], f["trilu"], f["depthtospace"], f["tan"]) == (64, 128, 128, 128, 128)
     assert (f["asin"], f["celu"], f["isnan"], f["isinf"]) == (16, 16, 16, 16)
+
+
+@pytest.mark.parametrize(("attrs", "x_shape", "per_element"), [
+    ({}, [2, 4, 3, 3], 1),  # nearest
+    ({"mode": "linear"}, [2, 4, 3, 3], 7),  # bilinear: 4 neighbours
+    ({"mode": "cubic"}, [2, 4, 3, 3], 31),  # bicubic: 16
+    ({"mode": "linear"}, [2, 4, 3], 3),  # linear of a sequence: 2
+    ({"mode": "linear"}, [1, 2, 2, 3, 3], 15),  # trilinear: 8
+    ({"mode": "linear", "axes": [2]}, [2, 4, 3, 3], 3),  # one axis resized
+])
+def test_resize_counts_the_neighbours_it_weighs_as_interpolate(attrs, x_shape, per_element):
+    """Resize took the fallback, 1 FLOP per output element: an exported F.interpolate(mode="bilinear")
+    counted 1 per weighted sum of 4, the fx capture 7."""
+    vi = helper.make_tensor_value_info
+    rank = len(x_shape)
+    axes = attrs.get("axes", range(2, rank))
+    out_shape = [d * 2 if k in axes else d for k, d in enumerate(x_shape)]
+    scales = numpy_helper.from_array(np.array([2.0 if k in axes else 1.0 for k in range(rank)] if "axes" not in attrs
+                                              else [2.0], np.float32), "scales")
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", **attrs)
+    model = helper.make_model(helper.make_graph([node], "r", [vi("x", TensorProto.FLOAT, x_shape)],
+                                                [vi("y", TensorProto.FLOAT, out_shape)], [scales]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    g = import_onnx(model)
+    assert g.ops[g.index["resize"]].flops == per_element * math.prod(out_shape)
+    assert "fallback_cost_kinds" not in g.metadata
+
+
+class _Sampled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x, grid):
+        y = self.conv(x)
+        up = F.interpolate(y, scale_factor=2, mode="bilinear") + F.interpolate(y, scale_factor=2, mode="bicubic")
+        return up, F.grid_sample(y, grid, align_corners=False), F.interpolate(y, scale_factor=2)
+
+
+def test_exported_interpolation_and_grid_sample_cost_as_in_the_fx_capture():
+    model, inputs = _Sampled().eval(), (torch.randn(1, 4, 3, 3), torch.zeros(1, 5, 5, 2))
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, inputs, buf, dynamo=False, opset_version=17)
+    g, g_fx = import_onnx(onnx.load_from_string(buf.getvalue())), capture(model, inputs, name="m")
+    flops = sorted(op.flops for op in g.ops if op.kind in ("resize", "gridsample"))
+    assert flops == sorted(op.flops for op in g_fx.ops if op.kind in ("interpolate", "grid_sample"))
+    assert flops == [144, 7 * 100, 7 * 144, 31 * 144]  # nearest, bilinear grid sample, bilinear, bicubic
+    assert "fallback_cost_kinds" not in g.metadata
+
+
+def test_lrn_counts_size_plus_5_per_element_as_local_response_norm():
+    op, meta = _one_node(helper.make_node("LRN", ["x"], ["y"], size=3), [("x", [2, 4, 3, 3])], [[2, 4, 3, 3]])
+    assert (op.kind, op.flops) == ("lrn", 8 * 72) and "fallback_cost_kinds" not in meta
