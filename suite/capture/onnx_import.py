@@ -8,7 +8,8 @@
   sizes as the TorchScript exporter's aten::chunk computes them: Shape -> Gather -> Div -> Expand -> Concat
   -> Split; F.pad's pads: ConstantOfShape -> Concat -> Reshape -> Slice -> Transpose -> Reshape -> Cast ->
   Pad) are evaluated where ONNX's inference stops (it does at opsets 13-16, and for the Split and the Pad at
-  every opset); a shape that depends on data (NonZero) is an error.
+  every opset); a shape that depends on data (NonZero, Compress, Unique, NonMaxSuppression: x[mask],
+  masked_select, torch.unique) is an error saying so.
 * Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
   reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
   model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
@@ -432,6 +433,9 @@ def _scope(node_name: str) -> str:
     return path
 
 
+DATA_DEPENDENT_SHAPES = frozenset({"NonZero", "Compress", "Unique", "NonMaxSuppression"})  # their output sizes
+
+
 def _unknown_shape(where: str, graph: Any, node: Any, i: int, name: str) -> GraphError:
     """The error for a value whose shape inference left unknown, with the reason where it is one we know."""
     label = f"node {node.name or i!r}"
@@ -440,6 +444,13 @@ def _unknown_shape(where: str, graph: Any, node: Any, i: int, name: str) -> Grap
             f"{where}: {label} is {node.op_type} of domain {node.domain!r}, whose shapes ONNX's shape inference does "
             f"not know (a custom op, or a contrib op of onnxruntime's graph optimizations: Attention, FusedMatMul, "
             f"SkipLayerNormalization): only standard ONNX ops are supported; import the model as exported"
+        )
+    if node.op_type in DATA_DEPENDENT_SHAPES:
+        return GraphError(
+            f"{where}: {label} ({node.op_type}) makes {name!r}, whose size depends on the data (x[mask], "
+            f"torch.nonzero, masked_select, masked_scatter and torch.unique export so): the import needs every shape "
+            f"known; capture the PyTorch module with the torch.fx front end (sizes of the example inputs' run), or "
+            f"export it without (a mask multiply, torch.where of three arguments)"
         )
     kinds = {vi.name: vi.type.WhichOneof("value") for vi in graph.value_info}
     kind = kinds.get(name)

@@ -1077,3 +1077,30 @@ def test_exported_interpolation_and_grid_sample_cost_as_in_the_fx_capture():
 def test_lrn_counts_size_plus_5_per_element_as_local_response_norm():
     op, meta = _one_node(helper.make_node("LRN", ["x"], ["y"], size=3), [("x", [2, 4, 3, 3])], [[2, 4, 3, 3]])
     assert (op.kind, op.flops) == ("lrn", 8 * 72) and "fallback_cost_kinds" not in meta
+
+
+def test_a_size_that_depends_on_the_data_is_refused_saying_so():
+    """y[y > 0] exports as NonZero -> GatherND, torch.unique as Unique: the error said only that shape
+    inference left the size unknown."""
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y[y > 0].sum()
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Masked(), (torch.randn(2, 4),), buf, dynamo=False, opset_version=17)
+    with pytest.raises(GraphError, match=r"node '/NonZero' \(NonZero\) makes '/NonZero_output_0', whose size "
+                                         r"depends on the data \(x\[mask\], .*torch.fx front end"):
+        import_onnx(onnx.load_from_string(buf.getvalue()))
+    vi = helper.make_tensor_value_info
+    proto = _model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                    helper.make_node("Unique", ["r"], ["u"], name="unique")],
+                   [vi("x", TensorProto.FLOAT, [6])], [vi("u", TensorProto.FLOAT, None)], [])
+    with pytest.raises(GraphError, match=r"node 'unique' \(Unique\) makes 'u', whose size depends on the data"):
+        import_onnx(proto)
