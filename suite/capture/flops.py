@@ -353,11 +353,14 @@ SHAPE_ONLY = frozenset(
     {
         "getitem", "getattr", "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t",
         "contiguous", "size", "dim", "flatten", "unflatten", "squeeze", "unsqueeze", "expand", "expand_as",
-        "chunk", "split", "unbind", "narrow", "select", "detach", "numel",
+        "chunk", "split", "unbind", "narrow", "select", "detach", "numel", "movedim", "moveaxis", "swapaxes",
+        "swapdims", "adjoint", "diagonal", "as_strided", "broadcast_to", "ravel", "atleast_1d", "atleast_2d",
+        "atleast_3d", "tensor_split", "split_with_sizes", "hsplit", "vsplit", "dsplit", "view_as_real",
+        "view_as_complex",
     }
 )
 DROPOUT = frozenset({"dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"})
-CONCAT = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
+CONCAT = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "row_stack", "column_stack"})
 MATMUL = frozenset({"matmul", "bmm", "mm", "baddbmm", "addmm", "addbmm", "mv", "dot", "vdot", "inner"})
 REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "var", "std", "logsumexp",
                         "argmax", "argmin", "aminmax", "all", "any", "count_nonzero", "nansum", "nanmean", "median",

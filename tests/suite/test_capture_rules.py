@@ -329,3 +329,40 @@ def test_sort_indices_pass_no_gradient_and_topk_values_do():
     topk, argsort = (next(op.name for op in g.ops if op.kind == k) for k in ("topk", "argsort"))
     assert g.ops[g.index[topk + "/grad"]].flops == 2 * (8 + 4 * 2)
     assert argsort + "/grad" not in names
+
+
+# -- views and stacking --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("fn", "read"), [
+    (lambda x: x.movedim(0, 1), 36),
+    (lambda x: torch.moveaxis(x, 0, 1), 36),
+    (lambda x: x.swapaxes(0, 1), 36),
+    (lambda x: torch.swapdims(x, 1, 2), 36),
+    (lambda x: x.adjoint(), 36),
+    (lambda x: x.diagonal(dim1=1, dim2=2), 6),  # 2 x 3 of the 36 elements
+    (lambda x: x.as_strided((2, 2), (1, 1)), 4),
+    (lambda x: x[:, :1].broadcast_to((2, 3, 6)), 12),  # one row read
+    (lambda x: x.ravel(), 36),
+    (lambda x: torch.atleast_3d(x), 36),
+    (lambda x: x.tensor_split(3, dim=2)[0], 12),
+    (lambda x: torch.dsplit(x, 2)[1], 18),
+    (lambda x: x.split_with_sizes([1, 2], 1)[1], 24),
+])
+def test_views_and_splits_are_folded(fn, read):
+    """Views and splits are shape-only, folded as transpose and chunk are: the op after them reads the part it
+    takes. They were ops of 1 FLOP per output element on the fallback (movedim: a copy of 36 elements)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = capture(Call(lambda s, x: fn(s.fc(x)).relu(), fc=nn.Linear(4, 6)), (torch.randn(2, 3, 4),), name="m")
+    assert [op.kind for op in g.ops] == ["input", "linear", "relu"]
+    (edge,) = [e for e in g.edges if g.ops[e.dst].kind == "relu"]
+    assert g.ops[edge.src].kind == "linear" and edge.bytes == 4 * read
+
+
+def test_stacking_functions_are_concatenations():
+    """dstack, row_stack and column_stack cost 0 FLOPs as cat, stack, hstack and vstack; they took the fallback."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = capture(Call(lambda s, a: torch.dstack((a, a)) + torch.row_stack((a, a)).sum() + torch.column_stack((a, a))
+                         .sum()), (A,), name="m")
+    assert [op.flops for op in g.ops if op.kind == "concat"] == [0, 0, 0]
+    assert g.metadata["forward_flops"] == 4 * 24  # two sums of 24 elements, two adds of [3, 4, 2]
