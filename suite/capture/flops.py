@@ -29,9 +29,11 @@ only, the figure papers publish):
 * interpolation (F.interpolate, nn.Upsample): a weighted sum of n neighbours per output element, 2 n - 1
   (nearest 1, linear 3, bilinear 7, trilinear 15, bicubic 31); mode "area" as adaptive average pooling;
   F.grid_sample likewise (bilinear: 4 neighbours in 2-D, 8 in 3-D);
-* local response norm (module or function): size + 5 per element (square, window sum, scale, shift, power, divide); F.normalize:
-  3 per element (power, sum, divide); F.pairwise_distance: 3 per element of the broadcast inputs (subtract,
-  power, sum); F.cosine_similarity: 6 (the sums of x1 x2, x1 x1 and x2 x2);
+* local response norm (module or function): size + 5 per element (square, window sum, scale, shift, power,
+  divide); F.normalize: 3 per element (power, sum, divide); F.pairwise_distance: 3 per element of the
+  broadcast inputs (subtract, power, sum), as torch.dist, and torch.cdist for each pair of rows;
+  F.cosine_similarity: 6 (the sums of x1 x2, x1 x1 and x2 x2); trace: 1 per diagonal element; linalg.norm
+  and linalg.matrix_norm (vector 2-norm, Frobenius) as the reductions;
 * data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, scatter, index_copy,
   masked_scatter, index_put without accumulate, ...): 1 per output element, as elementwise ops;
 * scatter-adds (scatter_add, scatter_reduce, index_add, index_put with accumulate): 1 per source element
@@ -371,6 +373,14 @@ SOFTMAX = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
 POOL = {
     "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3, "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3,
 }
+# torch's other names of elementwise functions, casts and data movement (the fx front end lists the usual
+# names): 1 FLOP per output element by design
+ELEMENTWISE_ALIASES = frozenset(
+    """multiply subtract negative positive absolute divide true_divide greater greater_equal less less_equal
+    not_equal invert xor bitwise_not bitwise_and bitwise_or bitwise_xor long int bool short byte char bfloat16
+    signbit copysign float_power heaviside sinc deg2rad rad2deg lgamma digamma i0 fix arccos arcsin arctan
+    arctan2 fliplr flipud rot90 diff kron""".split()
+)
 DATA_MOVEMENT = frozenset({"index_copy", "index_fill", "masked_scatter", "masked_select", "take", "take_along_dim"})
 ADAPTIVE_POOL = frozenset(
     {"adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
@@ -455,8 +465,18 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         if _arg(args, kwargs, 3, "accumulate", False):
             return Cost(name, float(_arg(args, kwargs, 2, "values").numel))
         return elementwise(name, out)
-    if base in DATA_MOVEMENT:
+    if base in DATA_MOVEMENT or base in ELEMENTWISE_ALIASES:
         return elementwise(name, out)
+    if name == "dist":  # the p-norm of a - b: 3 per element of the broadcast inputs, as pairwise_distance
+        return Cost(name, float(3 * math.prod(_broadcast(ins[0].shape, ins[1].shape))))
+    if name == "cdist":  # x1 [..., P, M], x2 [..., R, M]: a distance of M features per pair of rows
+        a, b = ins[0], ins[1]
+        batch = math.prod(_broadcast(a.shape[:-2], b.shape[:-2]))
+        return Cost(name, float(3 * batch * a.shape[-2] * b.shape[-2] * a.shape[-1]))
+    if name == "trace":  # the sum of the diagonal
+        return Cost(name, float(min(ins[0].shape)))
+    if name in ("linalg_norm", "linalg_matrix_norm") and _arg(args, kwargs, 1, "ord") in (None, "fro"):
+        return Cost(name, float(ins[0].numel))  # a vector 2-norm or the Frobenius norm: a reduction
     if name == "layer_norm":
         return elementwise("layer_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
     if name == "batch_norm":

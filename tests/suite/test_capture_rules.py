@@ -154,14 +154,14 @@ def test_a_matrix_vector_product_with_a_weight_has_its_backward_ops():
 # -- the fallback ------------------------------------------------------------------------------------------
 def test_ops_without_a_rule_are_named_in_one_warning_and_covered_ones_in_none():
     """The fallback's kinds were only in metadata, which a user rarely reads."""
-    model = Call(lambda s, x: torch.kron(torch.linalg.pinv(torch.linalg.pinv(x)), x))
+    model = Call(lambda s, x: torch.logaddexp(torch.linalg.pinv(torch.linalg.pinv(x)), x))
     with pytest.warns(UserWarning) as record:
         g = capture(model, (A,), name="m")
     assert [str(w.message) for w in record] == [
-        "m: no FLOP rule for kron, linalg_pinv: counted as 1 FLOP per output element (listed in the graph's "
+        "m: no FLOP rule for linalg_pinv, logaddexp: counted as 1 FLOP per output element (listed in the graph's "
         "metadata 'fallback_cost_kinds')"]
     assert record[0].filename == __file__  # it points at the capture call
-    assert g.metadata["fallback_cost_kinds"] == ["kron", "linalg_pinv"]
+    assert g.metadata["fallback_cost_kinds"] == ["linalg_pinv", "logaddexp"]
     with warnings.catch_warnings():  # in-place forms of elementwise ops are covered too
         warnings.simplefilter("error")
         g = capture(Call(lambda s, x: s.fc(x).clamp_(0, 1).copy_(x[:, :2]), fc=nn.Linear(4, 2)), (A,), name="m")
@@ -366,3 +366,35 @@ def test_stacking_functions_are_concatenations():
                          .sum()), (A,), name="m")
     assert [op.flops for op in g.ops if op.kind == "concat"] == [0, 0, 0]
     assert g.metadata["forward_flops"] == 4 * 24  # two sums of 24 elements, two adds of [3, 4, 2]
+
+
+@pytest.mark.parametrize(("fn", "inputs", "kind", "flops"), [
+    (lambda s, a, b: torch.dist(a, b), (A, V), "dist", 3 * 12),  # [3, 4] - [4], broadcast
+    (lambda s, a, b: torch.cdist(a, b), (A, torch.randn(5, 4)), "cdist", 3 * 3 * 5 * 4),  # 15 pairs of 4 features
+    (lambda s, a, b: torch.cdist(a, b), (torch.randn(2, 3, 4), torch.randn(2, 5, 4)), "cdist", 3 * 2 * 3 * 5 * 4),
+    (lambda s, a: a.trace(), (A,), "trace", 3),
+    (lambda s, a: torch.linalg.norm(a), (A,), "linalg_norm", 12),
+    (lambda s, a: torch.linalg.matrix_norm(a), (A,), "linalg_matrix_norm", 12),
+])
+def test_distances_trace_and_norms_count_their_inputs(fn, inputs, kind, flops):
+    """They took the fallback of 1 FLOP per output element: torch.dist of two [3, 4] 1 FLOP, cdist 3 x 5 pairs
+    of 4 features 15, a Frobenius norm 1."""
+    op, meta = only_op(Call(fn), *inputs)
+    assert (op.kind, op.flops) == (kind, flops)
+    assert "fallback_cost_kinds" not in meta
+
+
+def test_aliases_of_elementwise_functions_and_casts_are_not_reported_as_the_fallback():
+    """torch.multiply, subtract, greater, ~mask, x.long() / .bool() (a mask, positions), fliplr, diff, kron are
+    1 FLOP per output element by design, as mul, sub, gt, flip; they were reported as the fallback."""
+    def fn(s, x):
+        m = ~torch.greater(x, 0) ^ x.not_equal(1)
+        y = torch.multiply(x, m.long()).subtract(x.bool().int()).fliplr().diff(dim=1)
+        return torch.kron(y, torch.negative(y)).sum()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = capture(Call(fn), (A,), name="m")
+    f = {op.kind: op.flops for op in g.ops}
+    assert (f["greater"], f["invert"], f["xor"], f["long"], f["multiply"], f["fliplr"]) == (12, 12, 12, 12, 12, 12)
+    assert (f["diff"], f["negative"], f["kron"], f["sum"]) == (9, 9, 81, 81)  # [3, 3] after diff; kron [9, 9]
