@@ -31,8 +31,9 @@
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Slice, Expand, and
   Dropout in inference) are folded into their producers, their readers reading the part they take (a Slice
   or a Split's piece: its bytes), as the torch.fx capture folds x[:, 1:4], chunk and split: the TorchScript
-  exporter writes x.chunk(4, 1) as four Slices from opset 11 on, a Split before. Shape/Size outputs and
-  anything computed only from constants are constants.
+  exporter writes x.chunk(4, 1) as four Slices from opset 11 on, a Split before. Shape/Size outputs,
+  anything computed only from constants and random tensors in the shape of another (RandomNormalLike:
+  torch.randn_like, a constant in the fx capture too) are constants.
 * FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul / Einsum and
   the quantized ConvInteger / QLinearConv / MatMulInteger / QLinearMatMul (2 per multiply-add, +1 per output
   element for a bias), Attention (opset 23) as scaled_dot_product_attention (its two products and softmax;
@@ -86,7 +87,7 @@ from suite.graph import OpGraph
 SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Split", "Slice",
                         "Expand"})
 CONSTANT_OUTPUT = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", "EyeLike", "RandomNormal",
-                             "RandomUniform"})
+                             "RandomUniform", "RandomNormalLike", "RandomUniformLike"})  # read no data (*Like: a shape)
 ELEMENTWISE = frozenset(
     """Add Sub Mul Div Pow Sqrt Exp Log Neg Abs Reciprocal Relu Sigmoid Tanh Erf Gelu LeakyRelu Elu Selu Softplus
     Softsign HardSigmoid HardSwish Clip Max Min Where Cast Not And Or Equal Less Greater LessOrEqual GreaterOrEqual

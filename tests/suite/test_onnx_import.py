@@ -1104,3 +1104,36 @@ def test_a_size_that_depends_on_the_data_is_refused_saying_so():
                    [vi("x", TensorProto.FLOAT, [6])], [vi("u", TensorProto.FLOAT, None)], [])
     with pytest.raises(GraphError, match=r"node 'unique' \(Unique\) makes 'u', whose size depends on the data"):
         import_onnx(proto)
+
+
+class _Reparametrized(nn.Module):
+    """A VAE's sampling step: z = mu + eps * std, eps = randn_like(std)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.dec = nn.Linear(8, 8), nn.Linear(4, 8)
+
+    def forward(self, x):
+        mu, logvar = self.enc(x).chunk(2, 1)
+        std = (0.5 * logvar).exp()
+        return self.dec(mu + torch.randn_like(std) * std + torch.rand_like(mu)).sum()
+
+
+def test_random_like_tensors_are_constants_as_in_the_fx_capture():
+    """torch.randn_like / rand_like export as RandomNormalLike / RandomUniformLike, which read only their input's
+    shape. They were ops reading it (on the fallback), and in training the gradient flowed through them: a
+    backward op randomnormallike_grad that autograd never runs (24 FLOPs and 4 ops more than the fx capture)."""
+    model, x = _Reparametrized(), torch.randn(3, 8)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17)
+    proto = onnx.load_from_string(buf.getvalue())
+    assert {"RandomNormalLike", "RandomUniformLike"} <= {n.op_type for n in proto.graph.node}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = import_onnx(proto, mode="training")
+    g_fx = capture(model, (x,), name="m", mode="training")
+    assert not [op for op in g.ops if op.kind.startswith("random")]
+    assert len(g.ops) == len(g_fx.ops) == 20
+    assert g.stats.total_flops == g_fx.stats.total_flops
