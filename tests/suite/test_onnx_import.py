@@ -910,7 +910,8 @@ def test_einsum_costs_as_in_the_fx_capture():
 
 
 def _one_node(node, inputs, out_shapes, inits=()):
-    """The op of kind `node`'s op type of a one-node model on float [2, 8] inputs, and the graph's metadata."""
+    """The op of a model of `node` alone (float inputs and outputs of the shapes given; an output named "idx"
+    int64), and the graph's metadata."""
     vi = helper.make_tensor_value_info
     outs = [vi(o, TensorProto.INT64 if o == "idx" else TensorProto.FLOAT, s) for o, s in zip(node.output, out_shapes, strict=True)]
     g = import_onnx(_model([node], [vi(x, TensorProto.FLOAT, s) for x, s in inputs], outs, list(inits)))
