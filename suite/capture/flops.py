@@ -36,6 +36,8 @@ only, the figure papers publish):
   and linalg.matrix_norm (vector 2-norm, Frobenius) as the reductions;
 * data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, scatter, index_copy,
   masked_scatter, index_put without accumulate, ...): 1 per output element, as elementwise ops;
+* scans (cumsum, cumprod, cummax, cummin, logcumsumexp): 1 per input element (one add, multiply or compare
+  each, as the reductions; logcumsumexp as logsumexp);
 * scatter-adds (scatter_add, scatter_reduce, index_add, index_put with accumulate): 1 per source element
   added in (scatter_reduce "mean" also divides: + 1 per output element; index_add with an alpha other than 1
   multiplies: + 1 per source element; index_put counts its values as given, not broadcast);
@@ -381,6 +383,7 @@ ELEMENTWISE_ALIASES = frozenset(
     signbit copysign float_power heaviside sinc deg2rad rad2deg lgamma digamma i0 fix arccos arcsin arctan
     arctan2 fliplr flipud rot90 diff kron""".split()
 )
+SCANS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"})
 DATA_MOVEMENT = frozenset({"index_copy", "index_fill", "masked_scatter", "masked_select", "take", "take_along_dim"})
 ADAPTIVE_POOL = frozenset(
     {"adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
@@ -446,7 +449,9 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return elementwise(name, out)
     if name in REDUCTIONS:
         return Cost(name, float(ins[0].numel if ins else _numel(out)))
-    base = name.removesuffix("_")  # in-place forms (x.scatter_add_, x.index_add_) as the others
+    base = name.removesuffix("_")  # in-place forms (x.cumsum_, x.scatter_add_) as the others
+    if base in SCANS:
+        return Cost(name, float(ins[0].numel))
     if base in ("sort", "argsort", "msort"):  # sort(input, dim=-1, ...); msort sorts along dimension 0
         return sort_cost(name, ins[0], 0 if base == "msort" else _arg(args, kwargs, 1, "dim", -1))
     if base == "topk":  # (input, k, dim=-1, largest=True, sorted=True)

@@ -46,7 +46,7 @@
   5 (statistics of the input), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas of the fused torch
   layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss as cross-entropy
   and NLL loss (the former saving its log-probabilities in training), TopK as topk (k = n:
-  a sort, as torch.sort exports), ScatterElements / ScatterND with a reduction 1 per update (as
+  a sort, as torch.sort exports), CumSum 1 per element, ScatterElements / ScatterND with a reduction 1 per update (as
   scatter_add), without one and GatherElements / GatherND 1 per output element (data movement, as scatter
   and gather). Other op types count 1 per output element, are listed in metadata "fallback_cost_kinds" and
   are named in a warning.
@@ -547,6 +547,8 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
     if op == "TopK":  # the top k along `axis` (k: the output's size there); torch.sort exports as TopK of all n
         axis = _attr(node, "axis", -1)
         return sort_cost(kind, ins[0], axis, outs[0].shape[axis], bool(_attr(node, "sorted", 1)))
+    if op == "CumSum":
+        return Cost(kind, float(ins[0].numel))
     if op in ("ScatterElements", "ScatterND", "Scatter"):  # (data, indices, updates): a reduction adds each update in
         reduction = _attr(node, "reduction", b"none")
         reduction = reduction.decode() if isinstance(reduction, bytes) else reduction

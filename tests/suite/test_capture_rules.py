@@ -275,12 +275,15 @@ def test_normalize_similarities_and_grid_sample_count_their_inputs(fn, inputs, k
     assert "fallback_cost_kinds" not in meta
 
 
-# -- sorting, scatter-adds --------------------------------------------------------------------------------
+# -- scans, sorting, scatter-adds --------------------------------------------------------------------------
 R = torch.randn(2, 8)  # rows of n = 8: n log2 n = 24 per row
 IDX = torch.tensor([[0, 1, 1], [7, 0, 7]])  # 6 index elements
 
 
 @pytest.mark.parametrize(("fn", "kind", "flops"), [
+    (lambda s, x: x.cumsum(1), "cumsum", 16),
+    (lambda s, x: torch.cummax(x, 0)[0], "cummax", 16),  # values and indices: 32 output elements
+    (lambda s, x: torch.logcumsumexp(x, 1), "logcumsumexp", 16),
     (lambda s, x: x.sort()[0], "sort", 2 * 8 * 3),
     (lambda s, x: torch.sort(x, dim=0, descending=True)[0], "sort", 8 * 2 * 1),  # 8 rows of 2
     (lambda s, x: x.argsort(dim=1), "argsort", 2 * 8 * 3),
@@ -300,8 +303,8 @@ IDX = torch.tensor([[0, 1, 1], [7, 0, 7]])  # 6 index elements
     (lambda s, x: x.index_copy(1, IDX[0, :2] + 2, x[:, :2]), "index_copy", 16),
     (lambda s, x: x.masked_scatter(IDX[0, :1] > 0, x), "masked_scatter", 16),
 ])
-def test_sorts_and_scatters_count_their_compares_and_adds(fn, kind, flops):
-    """Sorts n log2 n per row, top k n + k log2 k, scatter-adds 1 per source element, the
+def test_scans_sorts_and_scatters_count_their_compares_and_adds(fn, kind, flops):
+    """Scans 1 per element, sorts n log2 n per row, top k n + k log2 k, scatter-adds 1 per source element, the
     data movement ones 1 per output element (all took the fallback of 1 per output element and were reported:
     a sort of 2 rows of 8, 32 with its indices; a scatter_add of 6 elements, 16)."""
     with warnings.catch_warnings():
@@ -311,10 +314,11 @@ def test_sorts_and_scatters_count_their_compares_and_adds(fn, kind, flops):
     assert "fallback_cost_kinds" not in meta
 
 
-def test_in_place_scatters_have_the_rule():
-    g = capture(Call(lambda s, x: x.clone().index_add_(1, IDX[0], x[:, :3]).scatter_add_(1, IDX, x)), (R,), name="m")
+def test_in_place_scans_and_scatters_have_the_rule():
+    g = capture(Call(lambda s, x: x.clone().cumsum_(1).index_add_(1, IDX[0], x[:, :3]).scatter_add_(1, IDX, x)),
+                (R,), name="m")
     f = {op.kind: op.flops for op in g.ops}
-    assert (f["index_add_"], f["scatter_add_"]) == (6, 6) and "fallback_cost_kinds" not in g.metadata
+    assert (f["cumsum_"], f["index_add_"], f["scatter_add_"]) == (16, 6, 6) and "fallback_cost_kinds" not in g.metadata
 
 
 def test_sort_indices_pass_no_gradient_and_topk_values_do():

@@ -930,6 +930,7 @@ def _i64(values, name: str):
      [_i64([4], "k")], 2 * 8),
     (helper.make_node("TopK", ["x", "k"], ["v", "idx"], axis=0), [("x", [8, 2])], [[8, 2], [8, 2]],
      [_i64([8], "k")], 2 * 8 * 3),  # all of them: torch.sort, n log2 n per row
+    (helper.make_node("CumSum", ["x", "axis"], ["y"]), [("x", [2, 8])], [[2, 8]], [_i64(1, "axis")], 16),
     (helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1, reduction="add"), [("x", [2, 8]), ("u", [2, 3])],
      [[2, 8]], [_i64([[0, 1, 1], [7, 0, 7]], "i")], 6),  # one add per update, as scatter_add
     (helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1), [("x", [2, 8]), ("u", [2, 3])],
@@ -940,10 +941,10 @@ def _i64(values, name: str):
      [_i64([[0, 1, 1], [7, 0, 7]], "i")], 6),
     (helper.make_node("GatherND", ["x", "i"], ["y"]), [("x", [2, 8])], [[1, 8]], [_i64([[1]], "i")], 8),
 ])
-def test_topk_scatter_and_gather_elements_have_rules(node, inputs, out_shapes, inits, flops):
+def test_topk_cumsum_scatter_and_gather_elements_have_rules(node, inputs, out_shapes, inits, flops):
     """They took the fallback of 1 FLOP per output element and were reported (TopK of 4 of 8: 16 with its
-    indices; a scatter-add of 6 updates: 16). Now as the fx capture's topk / sort, scatter_add, scatter and
-    gather."""
+    indices; a scatter-add of 6 updates: 16). Now as the fx capture's topk / sort, cumsum, scatter_add,
+    scatter and gather."""
     op, meta = _one_node(node, inputs, out_shapes, inits)
     assert (op.kind, op.flops) == (node.op_type.lower(), flops)
     assert "fallback_cost_kinds" not in meta
@@ -957,10 +958,10 @@ class _Ranked(nn.Module):
     def forward(self, x):
         y = self.fc(x)
         idx = torch.tensor([[0, 1, 1], [7, 0, 7]])
-        return y.sort(dim=1)[0] + y.topk(4).values.sum() + y.scatter_add(1, idx, y[:, :3])
+        return y.sort(dim=1)[0] + y.topk(4).values.sum() + y.cumsum(1) + y.scatter_add(1, idx, y[:, :3])
 
 
-def test_exported_sort_topk_and_scatter_add_cost_as_in_the_fx_capture():
+def test_exported_sort_topk_cumsum_and_scatter_add_cost_as_in_the_fx_capture():
     model, x = _Ranked().eval(), torch.randn(2, 8)
     buf = io.BytesIO()
     with warnings.catch_warnings():
@@ -969,9 +970,9 @@ def test_exported_sort_topk_and_scatter_add_cost_as_in_the_fx_capture():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         g, g_fx = import_onnx(onnx.load_from_string(buf.getvalue())), capture(model, (x,), name="m")
-    flops = sorted(op.flops for op in g.ops if op.kind in ("topk", "scatterelements"))
-    assert flops == sorted(op.flops for op in g_fx.ops if op.kind in ("sort", "topk", "scatter_add"))
-    assert flops == [6, 2 * (8 + 4 * 2), 2 * 8 * 3]
+    flops = sorted(op.flops for op in g.ops if op.kind in ("topk", "cumsum", "scatterelements"))
+    assert flops == sorted(op.flops for op in g_fx.ops if op.kind in ("sort", "topk", "cumsum", "scatter_add"))
+    assert flops == [6, 16, 2 * (8 + 4 * 2), 2 * 8 * 3]
 
 
 class _Padded(nn.Module):
