@@ -26,7 +26,9 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
 Training step: `zero_grad`, the forward above with autograd recording, `loss.backward()` (autograd runs
 each backward function on the device of its forward tensors: backward colocated with forward, as the
 training graph's colocation groups say; gradients of copies flow back across the boundary), then SGD with
-momentum 0.9 (the zoo's training lowering) on each parameter's device.
+momentum 0.9 (the zoo's training lowering) on each parameter's device. The nodes that forward computes with
+gradients off (`with torch.no_grad():` around a frozen backbone; capture records which) run with them off,
+so their weights get no gradient and no update, as in eager training.
 
 Concurrency (`concurrent`). Sequential: the calling thread runs every node in the fx graph's order, as
 eager PyTorch does (CUDA work is still asynchronous, so CPU and GPU ops overlap). Concurrent: one worker
@@ -280,6 +282,7 @@ class TorchExecutor:
         self._staged: list[Any] = []
         self._pool: Any = None
         self._lock = threading.Lock()
+        self._step_grad = False  # the grad mode of the step running (its caller's)
 
     # -- placement ----------------------------------------------------------------------------------------
     def apply(self, placement: np.ndarray) -> None:
@@ -367,12 +370,31 @@ class TorchExecutor:
             self._pool = ThreadPoolExecutor(max_workers=len(self.tdevs), thread_name_prefix="placebench-device")
 
     def _node_fn(self, i: int, n: Node) -> Callable[[list[Any], dict], Any]:
+        """Node `i`'s closure; one that forward computed with gradients off (`torch.no_grad()` inside forward:
+        a frozen backbone) runs with them off (grad mode is per thread: set in the thread that runs it), but
+        copies what it reads as the step does (with gradients in training): later nodes reuse the copies."""
+        if n.meta.get("grad_enabled", True):
+            return self._node_call(i, n, self._move)
+
+        def move(v: Any, tdev: torch.device) -> Any:
+            with torch.set_grad_enabled(self._step_grad):
+                return self._move(v, tdev)
+
+        fn = self._node_call(i, n, move)
+
+        def run_without_grad(env: list[Any], cache: dict) -> Any:
+            with torch.no_grad():
+                return fn(env, cache)
+
+        return run_without_grad
+
+    def _node_call(self, i: int, n: Node, move: Callable[[Any, torch.device], Any]
+                   ) -> Callable[[list[Any], dict], Any]:
         eg = self.eg
         d = self.node_dev[i]
         tdev = self.tdevs[d] if d >= 0 else None
         pos = eg.pos
         node_dev = self.node_dev
-        move = self._move
 
         sub = eg.reads[i]
 
@@ -468,6 +490,7 @@ class TorchExecutor:
                 timer: Callable[[int, Callable[[], Any]], Any] | None = None) -> Any:
         """One forward pass; returns the graph's output. `timer(i, thunk)` wraps each node's execution."""
         env: list[Any] = [None] * len(self.eg.nodes)
+        self._step_grad = torch.is_grad_enabled()
         for i, _ in self.eg.input_ops[len(self._staged):]:  # arguments left at their defaults
             env[i] = self.eg.nodes[i].args[0] if self.eg.nodes[i].args else None
         for (i, _), x in zip(self.eg.input_ops, self._staged, strict=False):

@@ -100,11 +100,11 @@ def test_shared_weights_live_on_the_variable_device_and_are_copied_once_per_devi
     assert (ex.copies.count, ex.copies.bytes) == (4, weights + x_bytes + fc1_out)
 
 
-def _two_steps_as_eager(rw, dmap, placement: np.ndarray) -> nn.Module:
+def _two_steps_as_eager(rw, dmap, placement: np.ndarray, concurrent: bool | str = "auto") -> nn.Module:
     """Two training steps of `rw` split by `placement` give eager PyTorch's loss and parameters (SGD with
     momentum over the trainable parameters); the eager module after them."""
     eager = rw.fresh_copy()
-    ex = TorchExecutor(rw, dmap)
+    ex = TorchExecutor(rw, dmap, concurrent=concurrent)
     ex.apply(placement)
     opt = torch.optim.SGD([q for q in eager.module.parameters() if q.requires_grad], lr=1e-3, momentum=0.9)
     for _ in range(2):
@@ -113,6 +113,7 @@ def _two_steps_as_eager(rw, dmap, placement: np.ndarray) -> nn.Module:
         ref = eager.module(*eager.inputs)
         ref.backward()
         opt.step()
+    ex.close()
     torch.testing.assert_close(loss, ref.detach())
     for name, param in eager.module.named_parameters():
         torch.testing.assert_close(ex.eg.params[name].detach(), param.detach())
@@ -156,6 +157,43 @@ def test_training_step_with_frozen_parameters_equals_eager(three_cpus):
     after = _two_steps_as_eager(rw, dmap, p)
     for name, param in after.named_parameters():
         assert torch.equal(param.detach(), before[name]) == (name in ("b.weight", "b.bias", "c.weight")), name
+
+
+class _FrozenBackbone(nn.Module):
+    """A backbone run under torch.no_grad() (its weights require grad all the same), a head trained on its
+    features, and a trained branch that reads the activation the frozen layer reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.backbone, self.head, self.side = (nn.Linear(4, 4) for _ in range(4))
+
+    def forward(self, x):
+        h = self.stem(x)
+        with torch.no_grad():
+            feats = torch.relu(self.backbone(h))
+        return (self.head(feats) * self.side(h)).square().mean()
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+@pytest.mark.parametrize("split", [False, True])
+def test_training_step_with_a_forward_under_no_grad_equals_eager(three_cpus, concurrent, split):
+    """What forward computes under torch.no_grad() gets no gradient and no update (it did: the backend ran
+    every node with gradients on, so the backbone trained and the second step's loss differed from eager's).
+    Split: the frozen layer copies stem's output to cpu:1 first, and side reuses that copy there, with its
+    gradient (stem still trains)."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_FrozenBackbone(), (torch.randn(2, 4),), name="frozen_backbone", mode="training")
+    before = {n: q.detach().clone() for n, q in rw.module.named_parameters()}
+    g = rw.graph
+    assert "backbone/update" not in g.index and "stem/update" in g.index
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    if split:
+        for op in ("backbone", "relu", "side"):
+            p[g.groups.get(op, [g.index[op]])] = 1
+    after = _two_steps_as_eager(rw, dmap, p, concurrent)
+    for name, param in after.named_parameters():
+        assert torch.equal(param.detach(), before[name]) == name.startswith("backbone."), name
 
 
 def test_frozen_and_trained_shared_weights_live_on_their_own_variable_ops_devices(three_cpus):
