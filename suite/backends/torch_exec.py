@@ -318,9 +318,9 @@ class TorchExecutor:
                             _set_attr_tensor(eg.gm, str(n.target), obj.to(self.tdevs[node_dev[i]]))
         # inputs staged on their op's device
         self._staged = []
-        for (i, _), x in zip(eg.input_ops, self.rw.inputs, strict=False):
+        for (i, _), x in zip(eg.input_ops, self.rw.args, strict=False):
             d = node_dev[i]
-            self._staged.append(x.to(self.tdevs[d]) if d >= 0 else x)
+            self._staged.append(_to(x, self.tdevs[d]) if d >= 0 else x)
         self._compile()
         if self.rw.training:
             params = [p for p in eg.params.values() if p.requires_grad]
@@ -566,6 +566,17 @@ class TorchExecutor:
         self.placement = None
         for p in self.eg.params.values():
             p.grad = None
+
+
+def _to(v: Any, tdev: torch.device) -> Any:
+    """`v` with its tensors (in lists, tuples and dicts too) on `tdev`."""
+    if isinstance(v, torch.Tensor):
+        return v.to(tdev)
+    if isinstance(v, list | tuple):
+        return type(v)(_to(x, tdev) for x in v)
+    if isinstance(v, dict):
+        return {k: _to(x, tdev) for k, x in v.items()}
+    return v
 
 
 def _on(v: Any, tdev: torch.device) -> bool:

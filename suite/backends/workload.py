@@ -42,24 +42,36 @@ SMALL_SHAPES: dict[str, dict[str, Any]] = {
 
 @dataclass
 class RealWorkload:
-    """A runnable workload: module (CPU, real weights), example inputs, fx graph module and `OpGraph`."""
+    """A runnable workload: module (CPU, real weights), example inputs (positional, and by keyword in
+    `kwargs`), fx graph module and `OpGraph`."""
 
     name: str
     mode: str  # "inference" or "training"
     module: nn.Module
-    inputs: tuple[torch.Tensor, ...]
+    inputs: tuple[Any, ...]
     graph: OpGraph
     params: Mapping[str, Any] = field(default_factory=dict)  # builder parameters (zoo workloads)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)  # keyword example inputs
     _gm: GraphModule | None = field(default=None, repr=False)
+    _args: tuple[Any, ...] = field(default=(), repr=False)
 
     @property
     def gm(self) -> GraphModule:
-        """The module traced by the capture tracer (shares parameters with `module`)."""
+        """The graph module capture traces for the example inputs (`suite.capture.fx.traced_module`: its op
+        names are the graph's), sharing parameters with `module`."""
         if self._gm is None:
-            from suite.capture.fx import _as_root, trace
+            from suite.capture.fx import traced_module
 
-            self._gm = trace(_as_root(self.module, len(self.inputs)), len(self.inputs))
+            self._gm, self._args = traced_module(self.module, self.inputs, example_kwargs=self.kwargs,
+                                                 training=self.training)
         return self._gm
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The values of `gm`'s placeholders, in order: the example inputs (constants included) and the
+        defaults of the arguments they leave out."""
+        _ = self.gm  # traced on first use
+        return self._args
 
     @property
     def training(self) -> bool:
@@ -67,13 +79,14 @@ class RealWorkload:
 
     def fresh_copy(self) -> RealWorkload:
         """An independent deep copy (weights, buffers, inputs), with the same graph."""
-        return RealWorkload(self.name, self.mode, copy.deepcopy(self.module), tuple(t.clone() for t in self.inputs),
-                            self.graph, dict(self.params))
+        inputs, kwargs = copy.deepcopy((self.inputs, dict(self.kwargs)))
+        return RealWorkload(self.name, self.mode, copy.deepcopy(self.module), inputs, self.graph, dict(self.params),
+                            kwargs)
 
-    def eager(self, inputs: Sequence[torch.Tensor] | None = None) -> Any:
+    def eager(self, inputs: Sequence[Any] | None = None) -> Any:
         """The eager model's result on the example inputs (no gradient)."""
         with torch.no_grad():
-            return self.module(*(inputs if inputs is not None else self.inputs))
+            return self.module(*(inputs if inputs is not None else self.inputs), **self.kwargs)
 
 
 def variant_name(name: str, overrides: Mapping[str, Any]) -> str:
@@ -242,15 +255,19 @@ def variant_graph(name: str) -> OpGraph:
     return graph
 
 
-def from_module(module: nn.Module, inputs: Sequence[torch.Tensor], *, name: str,
-                mode: str = "inference") -> RealWorkload:
-    """Any module the capture can trace (in training mode its output must be the loss)."""
+def from_module(module: nn.Module, inputs: Any = (), *, example_kwargs: Mapping[str, Any] | None = None,
+                name: str, mode: str = "inference") -> RealWorkload:
+    """Any module the capture can trace, run as `module(*inputs, **example_kwargs)`, the example inputs as
+    `capture` takes them (a single input that is not a list or tuple is the one positional input; values
+    without tensors are constants). In training mode its output must be the loss."""
     from suite.capture.fx import capture as capture_graph
 
     module.train(mode == "training")
-    inputs = tuple(inputs)
-    graph = capture_graph(module, inputs, name=name, mode=mode, metadata={"model": type(module).__name__})
-    return RealWorkload(name, mode, module, inputs, graph)
+    inputs = tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
+    kwargs = dict(example_kwargs or {})
+    graph = capture_graph(module, inputs, example_kwargs=kwargs, name=name, mode=mode,
+                          metadata={"model": type(module).__name__})
+    return RealWorkload(name, mode, module, inputs, graph, kwargs=kwargs)
 
 
 def has_model(graph: OpGraph) -> bool:

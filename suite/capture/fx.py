@@ -440,19 +440,38 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_k
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     module = _uncompiled(module)
+    with _in_mode(module, training):
+        return _forward_graph(module, example_inputs, example_kwargs, training)
+
+
+def traced_module(module: nn.Module, example_inputs: Sequence[Any] = (), *,
+                  example_kwargs: Mapping[str, Any] | None = None,
+                  training: bool = False) -> tuple[GraphModule, tuple[Any, ...]]:
+    """The torch.fx graph module that capture traces for `module(*example_inputs, **example_kwargs)` (the
+    module `torch.compile` compiled, in the mode's state, values without tensors as constants), and the
+    values of its placeholders in order, with which capture runs it: what a backend runs for the graph."""
+    module = _uncompiled(module)
+    with _in_mode(module, training):
+        _, gm, args = _traced(type(module).__name__, module, tuple(example_inputs), example_kwargs or {})
+    return gm, args
+
+
+@contextlib.contextmanager
+def _in_mode(module: nn.Module, training: bool):
+    """`module.train(training)` for the length of the block; each module's own flag restored after."""
     flags = [(m, m.training) for m in module.modules()]
     module.train(training)
     try:
-        return _forward_graph(module, example_inputs, example_kwargs, training)
+        yield
     finally:
         for m, flag in flags:
             m.training = flag
 
 
-def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any] | None,
-                   training: bool) -> ForwardGraph:
-    what = type(module).__name__
-    example_kwargs = example_kwargs or {}
+def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
+            example_kwargs: Mapping[str, Any]) -> tuple[nn.Module, GraphModule, tuple[Any, ...]]:
+    """The module traced (`module`, or the wrapper of a leaf module, `_as_root`), its graph module and the
+    values of its placeholders in order."""
     args, positional, given = _example_args(what, module, example_inputs, example_kwargs)
     keywords = [k for k in given if collect(example_kwargs[k], torch.Tensor)]  # inputs; the rest are constants
     constants = {k: example_kwargs[k] for k in given if k not in keywords}
@@ -462,8 +481,13 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
     elif positional:  # positional values without tensors (None, a flag) are constants too (not with *args)
         constants.update((k, x) for k, x in zip(positional, example_inputs, strict=True)
                          if not collect(x, torch.Tensor))
-    module = root
-    gm = trace(module, len(example_inputs), keywords, constants)
+    return root, trace(root, len(example_inputs), keywords, constants), args
+
+
+def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any] | None,
+                   training: bool) -> ForwardGraph:
+    what = type(module).__name__
+    module, gm, args = _traced(what, module, example_inputs, example_kwargs or {})
     for node in gm.graph.nodes:
         if isinstance(node.kwargs.get("out"), tuple | list):
             raise GraphError(f"{what}: the call {node.name!r} ({_target_name(node)}) writes several tensors through "

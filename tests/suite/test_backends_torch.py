@@ -110,7 +110,7 @@ def _two_steps_as_eager(rw, dmap, placement: np.ndarray, concurrent: bool | str 
     for _ in range(2):
         loss = ex.step()
         opt.zero_grad()
-        ref = eager.module(*eager.inputs)
+        ref = eager.module(*eager.inputs, **eager.kwargs)
         ref.backward()
         opt.step()
     ex.close()
@@ -942,5 +942,70 @@ def test_an_argument_left_at_its_default_runs_with_its_default(three_cpus):
     rw = from_module(Scaled(), (torch.randn(2, 4),), name="scaled")
     ex = TorchExecutor(rw, dmap)
     ex.apply(_placement(rw.graph, x=0, fc=1, mul=0))
+    with torch.no_grad():
+        torch.testing.assert_close(ex.forward(), rw.eager(), rtol=0, atol=0)
+
+
+class _Options(nn.Module):
+    """A forward whose arguments without tensors (None, a step count, a flag) decide what it computes, with
+    a keyword tensor input, and a loss in training mode (`if self.training`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, mask=None, steps=1, relu=False, shift=None):
+        for _ in range(steps):
+            x = self.fc(x)
+        if mask is not None:
+            x = x * mask
+        if relu:
+            x = torch.relu(x)
+        if shift is not None:
+            x = x + shift
+        return x.square().mean() if self.training else x
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_the_backend_runs_the_graph_capture_traced_for_constants_and_keyword_inputs(three_cpus, mode):
+    """`from_module(model, (x, None, 2, True), example_kwargs={'shift': s})`: the backend traces the module as
+    capture does (the values without tensors as constants, `shift` an input), so its nodes are the graph's
+    ops and a measured step runs split over two devices, equal to eager PyTorch. The backend traced with
+    every argument a traced input (range(steps): TypeError) and took no keyword inputs."""
+    cluster, dmap = three_cpus
+    torch.manual_seed(0)
+    x, shift = torch.randn(2, 4), torch.randn(2, 4)
+    rw = from_module(_Options(), (x, None, 2, True), example_kwargs={"shift": shift}, name="options", mode=mode)
+    g = rw.graph
+    forward = ["x", "shift", "fc/0", "fc/1", "relu", "add"] + (["square", "mean"] if mode == "training" else [])
+    assert [op.name for op in g.ops if op.phase == "forward" and op.kind != "variable"] == forward
+    eg = ExecGraph(rw)
+    assert [g.ops[k].name for k in eg.op_of if k >= 0] == forward
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    for op in ("fc/1", "relu", "add"):
+        p[g.groups.get(op, [g.index[op]])] = 1
+    if mode == "inference":
+        ex = TorchExecutor(rw, dmap)
+        ex.apply(p)
+        with torch.no_grad():
+            out = ex.forward()
+        torch.testing.assert_close(out, torch.relu(rw.module.fc(rw.module.fc(x))) + shift, rtol=0, atol=0)
+        torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
+    else:
+        _two_steps_as_eager(rw, dmap, p)
+    m = TorchBackend(rw, cluster, dmap, timing=FAST).measure(p)
+    # to cpu:1: fc's weights (shared by its two calls; 4 x 4 + 4 floats), fc/0's output and shift (2 x 4 each);
+    # in training add's output back to cpu:0, to square
+    assert m.status == "ok" and m.bytes_transferred == (16 + 4) * 4 + 2 * 32 + (32 if mode == "training" else 0)
+
+
+def test_a_single_example_input_is_the_one_positional_input(three_cpus):
+    """As capture takes it: `from_module(model, x)` runs model(x) (tuple(x) made each row an input)."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(Tiny(), torch.randn(2, 4), name="tiny")
+    assert [op.name for op in rw.graph.ops] == ["x", "fc1", "act", "fc2"] and rw.inputs[0].shape == (2, 4)
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(_placement(rw.graph, x=0, fc1=1, act=1, fc2=0))
     with torch.no_grad():
         torch.testing.assert_close(ex.forward(), rw.eager(), rtol=0, atol=0)
