@@ -47,9 +47,9 @@ allocation failures become status "oom" (memory freed, the run goes on).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -256,7 +256,7 @@ def _replica(module: nn.Module) -> nn.Module:
     return copy.deepcopy(module, memo)
 
 
-@dataclass
+@dataclasses.dataclass
 class Copies:
     """Tensors copied across device boundaries in one step."""
 
@@ -547,14 +547,15 @@ class TorchExecutor:
             self._pool = None
 
     def step(self) -> Any:
-        """One inference step (no gradients) or training step (forward, backward, SGD momentum update)."""
+        """One inference step (no gradients; returns the output) or training step (forward, backward, SGD
+        momentum update; returns the loss)."""
         if self.placement is None:
             raise PlacebenchError("no placement applied")
         if not self.rw.training:
             with torch.no_grad():
                 return self.forward()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.forward()
+        loss = _loss(self.forward())
         loss.backward()
         self.optimizer.step()
         return loss.detach()
@@ -566,6 +567,30 @@ class TorchExecutor:
         self.placement = None
         for p in self.eg.params.values():
             p.grad = None
+
+
+def _loss(out: Any) -> torch.Tensor:
+    """The loss in a training step's output: its one tensor, alone or in a tuple, list, dict or output object
+    (`{'loss': loss}`, `Output(loss=loss, logits=None)`), as capture accepts a training graph's output."""
+    found: list[torch.Tensor] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif isinstance(x, list | tuple):
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                walk(y)
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            for f in dataclasses.fields(x):
+                walk(getattr(x, f.name))
+
+    walk(out)
+    if len(found) != 1:
+        raise GraphError(f"a training step's output must hold one tensor, its loss; it holds {len(found)}")
+    return found[0]
 
 
 def _to(v: Any, tdev: torch.device) -> Any:

@@ -4,6 +4,7 @@ protocol, device maps. CPU only: multi-device placements use logical CPU devices
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -1009,3 +1010,45 @@ def test_a_single_example_input_is_the_one_positional_input(three_cpus):
     ex.apply(_placement(rw.graph, x=0, fc1=1, act=1, fc2=0))
     with torch.no_grad():
         torch.testing.assert_close(ex.forward(), rw.eager(), rtol=0, atol=0)
+
+
+@dataclasses.dataclass
+class _Output:
+    loss: torch.Tensor
+    logits: torch.Tensor | None = None
+
+
+class _LossIn(nn.Module):
+    """Returns its loss alone in a container, as capture accepts for training (one scalar tensor)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+        self.kind = kind
+
+    def forward(self, x):
+        loss = self.fc(x).square().mean()
+        return {"dict": {"loss": loss}, "tuple": (loss,), "list": [loss], "output": _Output(loss)}[self.kind]
+
+
+@pytest.mark.parametrize("kind", ["dict", "tuple", "list", "output"])
+def test_a_training_step_finds_the_loss_in_the_output(three_cpus, kind):
+    """A training module returning {'loss': loss}, (loss,), [loss] or Output(loss=loss) steps as one returning
+    loss (every measurement was status error: "'immutable_dict' object has no attribute 'backward'")."""
+    cluster, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_LossIn(kind), (torch.randn(2, 4),), name="loss_in", mode="training")
+    eager = rw.fresh_copy().module
+    opt = torch.optim.SGD(eager.parameters(), lr=1e-3, momentum=0.9)
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(np.arange(rw.graph.num_ops, dtype=np.int64) % 2)
+    for _ in range(2):
+        loss = ex.step()
+        opt.zero_grad()
+        ref = eager.fc(rw.inputs[0]).square().mean()
+        ref.backward()
+        opt.step()
+        torch.testing.assert_close(loss, ref.detach(), rtol=0, atol=0)
+    for name, param in eager.named_parameters():
+        torch.testing.assert_close(ex.eg.params[name].detach(), param.detach(), rtol=0, atol=0)
+    assert TorchBackend(rw, cluster, dmap, timing=FAST).measure(np.zeros(rw.graph.num_ops, np.int64)).status == "ok"
