@@ -316,9 +316,17 @@ class TorchExecutor:
                     if isinstance(obj, torch.Tensor) and not isinstance(obj, nn.Parameter):
                         if obj.device != self.tdevs[node_dev[i]]:
                             _set_attr_tensor(eg.gm, str(n.target), obj.to(self.tdevs[node_dev[i]]))
-        # inputs staged on their op's device
+        # inputs staged on their op's device; forward's *args placeholder takes the rest, as a tuple
         self._staged = []
-        for (i, _), x in zip(eg.input_ops, self.rw.args, strict=False):
+        rest = list(self.rw.args)
+        for i, _ in eg.input_ops:
+            target = str(eg.nodes[i].target)
+            if target.startswith("*") and not target.startswith("**"):
+                x, rest = tuple(rest), []
+            elif rest:
+                x = rest.pop(0)
+            else:
+                break
             d = node_dev[i]
             self._staged.append(_to(x, self.tdevs[d]) if d >= 0 else x)
         self._compile()

@@ -1052,3 +1052,29 @@ def test_a_training_step_finds_the_loss_in_the_output(three_cpus, kind):
     for name, param in eager.named_parameters():
         torch.testing.assert_close(ex.eg.params[name].detach(), param.detach(), rtol=0, atol=0)
     assert TorchBackend(rw, cluster, dmap, timing=FAST).measure(np.zeros(rw.graph.num_ops, np.int64)).status == "ok"
+
+
+
+class _Extra(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, *extra):
+        return self.fc(x) * extra[0] + extra[1]
+
+
+def test_a_forward_with_star_args_gets_the_extra_inputs_as_a_tuple(three_cpus):
+    """forward(x, *extra): the *extra placeholder gets the inputs after x as a tuple, as in eager PyTorch
+    (it got the second input alone, so extra[0] was its first row and extra[1] its second: a wrong result
+    without an error)."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    x, a, b = (torch.randn(2, 4) for _ in range(3))
+    rw = from_module(_Extra(), (x, a, b), name="extra")
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(np.arange(rw.graph.num_ops, dtype=np.int64) % 2)
+    with torch.no_grad():
+        out = ex.forward()
+        torch.testing.assert_close(out, rw.module.fc(x) * a + b, rtol=0, atol=0)
+        torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
