@@ -145,7 +145,7 @@ def export_onnx(rw: RealWorkload, eg: ExecGraph | None = None) -> Any:
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(wgm, tuple(rw.inputs), buf, dynamo=False, input_names=names, opset_version=OPSET)
+            torch.onnx.export(wgm, tuple(rw.args), buf, dynamo=False, input_names=names, opset_version=OPSET)
     finally:
         for m, mode in modes.items():
             m.training = mode
@@ -195,10 +195,10 @@ class OrtModel:
         input_op = {n.name: self.eg.op_of[i] for i, n in enumerate(self.eg.nodes) if n.op == "placeholder"}
         self.input_op = {name: input_op.get(name, -1) for name in self.graph_inputs}
         self.op_index = op_index
-        # the exporter leaves out inputs that nothing reads: the example inputs are matched by name (they fill
-        # the first placeholders; the others are arguments left at their defaults)
+        # the exporter leaves out inputs that nothing reads: the values of the placeholders (`rw.args`: the
+        # positional and keyword example inputs, constants and defaults) are matched by name
         names = [n.name for n in self.eg.nodes if n.op == "placeholder"]
-        by_name = dict(zip(names, rw.inputs, strict=False))
+        by_name = dict(zip(names, rw.args, strict=False))
         self.input_values = {name: by_name[name] for name in self.graph_inputs}
 
     def _attribute(self) -> list[int]:

@@ -312,3 +312,34 @@ def test_native_assignment_on_an_onnxruntime_without_assignment_records_is_a_cle
     monkeypatch.setattr(ort_exec, "make_session", lambda *a, **k: object())
     with pytest.raises(BackendUnavailable, match=r"does not report where it assigns nodes .*upgrade onnxruntime-gpu"):
         ort_exec.native_assignment(models["resnet50-b32"])
+
+
+class _Keyword(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, shift=None, scale=2.0):
+        y = self.fc(x) * scale
+        return y if shift is None else y + shift
+
+
+@pytest.mark.parametrize("kwargs", [{"shift": True}, {"shift": True, "scale": 3.0}])
+def test_keyword_example_inputs_are_exported_and_fed(three_cpus, kwargs):
+    """from_module(model, (x,), example_kwargs={'shift': s, 'scale': 3.0}): the exported model takes shift as
+    an input and scale as its example value, split over two devices equal to eager. It was exported with
+    the positional inputs alone (shift None: 'unsupported operand type(s) for +'; scale 2.0: fx's
+    'scale has been specialized to have value 3.0')."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    x, s = torch.randn(2, 4), torch.randn(2, 4)
+    kwargs = {**kwargs, "shift": s}
+    rw = from_module(_Keyword(), (x,), example_kwargs=kwargs, name="keyword")
+    om = OrtModel(rw)
+    assert om.graph_inputs == ["x", "shift"]
+    ex = OrtExecutor(om, dmap)
+    ex.apply(np.arange(rw.graph.num_ops, dtype=np.int64) % 2)
+    out = ex.step()[0]
+    expected = rw.module.fc(x) * kwargs.get("scale", 2.0) + s
+    np.testing.assert_allclose(out, expected.detach().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out, rw.eager().numpy(), rtol=1e-6, atol=1e-6)
