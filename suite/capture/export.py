@@ -5,8 +5,9 @@ inputs' shapes, so Python code that branches on sizes (`if x.size(0) > 1:`, `nn.
 its inputs' sizes) takes the branch these inputs take. Control flow on tensor values (`if x.sum() > 0:`)
 is refused by both front ends.
 
-How: `torch.export.export(module, example_inputs, strict=False)` in the module's current train / eval
-state, then one walk over the exported graph (torch's "training IR", not decomposed further) that fills
+How: `torch.export.export(module, example_inputs, strict=False)` in the mode's state, as the fx capture
+(`module.train(mode == "training")`, each module's flag restored after; a `torch.compile`d module is
+exported as the module it compiles), then one walk over the exported graph (torch's "training IR", not decomposed further) that fills
 the IR of `suite.capture.ir`, so training lowering, serialization and validation are those of the
 torch.fx capture. Shapes and dtypes come from the fake tensors the export records (`node.meta["val"]`):
 nothing is computed and the module's buffers are left as they were (meta tensors work too: build the model
@@ -74,7 +75,7 @@ from suite.capture.flops import (
     interpolate_cost,
     tensors,
 )
-from suite.capture.fx import ELEMENTWISE_NAMES, _check_loss, _to_info
+from suite.capture.fx import ELEMENTWISE_NAMES, _check_loss, _to_info, _uncompiled, in_mode
 from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
 from suite.errors import GraphError
 from suite.graph import OpGraph
@@ -190,9 +191,15 @@ def _view_write(graph: torch.fx.Graph) -> tuple[Node, Node] | None:
 
 
 def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training: bool = False) -> ForwardGraph:
-    """Export `module` on `example_inputs` and build the forward IR."""
+    """Export `module` on `example_inputs` and build the forward IR, with the module in the mode's state
+    (`module.train(training)`, as the fx capture; each module's own flag is restored afterwards); a
+    `torch.compile`d module is exported as the module it compiles."""
+    if not isinstance(module, nn.Module):
+        raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
+    module = _uncompiled(module)
     what = type(module).__name__
-    ep = export(module, example_inputs)
+    with in_mode(module, training):
+        ep = export(module, example_inputs)
     sig = ep.graph_signature
     param_targets = dict(sig.inputs_to_parameters)
     user_inputs = set(sig.user_inputs)

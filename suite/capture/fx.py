@@ -440,7 +440,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_k
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     module = _uncompiled(module)
-    with _in_mode(module, training):
+    with in_mode(module, training):
         return _forward_graph(module, example_inputs, example_kwargs, training)
 
 
@@ -451,14 +451,14 @@ def traced_module(module: nn.Module, example_inputs: Sequence[Any] = (), *,
     module `torch.compile` compiled, in the mode's state, values without tensors as constants), and the
     values of its placeholders in order, with which capture runs it: what a backend runs for the graph."""
     module = _uncompiled(module)
-    with _in_mode(module, training):
+    with in_mode(module, training):
         _, gm, args = _traced(type(module).__name__, module, tuple(example_inputs), example_kwargs or {})
     return gm, args
 
 
 @contextlib.contextmanager
-def _in_mode(module: nn.Module, training: bool):
-    """`module.train(training)` for the length of the block; each module's own flag restored after."""
+def in_mode(module: nn.Module, training: bool):
+    """`module.train(training)` while in the block; each module's own flag is restored afterwards."""
     flags = [(m, m.training) for m in module.modules()]
     module.train(training)
     try:

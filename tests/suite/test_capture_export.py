@@ -274,6 +274,43 @@ def test_dropout_folded_in_inference_an_op_in_training():
     assert drop.flops == 12
 
 
+class TrainingBranch(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        if self.training:
+            y = y * 2
+        return y.sum()
+
+
+def test_exported_in_the_modes_state_flags_restored():
+    """As the fx capture: an inference graph has no `if self.training:` branch, a training graph has it,
+    whatever state the caller left the module in."""
+    x = (torch.randn(3, 4),)
+    model = TrainingBranch()  # a fresh module is in training mode
+    model.fc.eval()
+    g = capture(model, x, name="t")
+    assert [op.name for op in g.ops] == ["x", "fc/linear", "sum_1"]
+    assert g.metadata["forward_flops"] == 2 * 3 * 4 * 4 + 3 * 4 + 12
+    assert model.training and not model.fc.training
+    model.eval()
+    g = capture(model, x, name="t", mode="training")
+    assert [op.name for op in g.ops if op.phase == "forward"] == ["x", "fc/linear", "mul", "sum_1"]
+    assert g.metadata["forward_flops"] == 2 * 3 * 4 * 4 + 3 * 4 + 12 + 12
+    assert not model.training and not model.fc.training
+
+
+def test_a_compiled_model_is_exported_as_the_module_it_compiles():
+    model = mlp()
+    g = capture(torch.compile(model), (torch.randn(3, 8),), name="m")
+    plain = capture(model, (torch.randn(3, 8),), name="m")
+    assert [op.name for op in g.ops] == [op.name for op in plain.ops] == ["input", "0/linear", "1/relu", "2/linear_1"]
+    assert g.content_hash == plain.content_hash
+
+
 class LogAddExp(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.logaddexp(x, x)
