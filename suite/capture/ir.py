@@ -32,6 +32,8 @@ named in one warning.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -135,13 +137,23 @@ class ForwardGraph:
             kinds = sorted(set(self.fallback_kinds))
             meta["fallback_cost_kinds"] = kinds
             warnings.warn(f"{name}: no FLOP rule for {', '.join(kinds)}: counted as 1 FLOP per output element "
-                          f"(listed in the graph's metadata 'fallback_cost_kinds')", stacklevel=3)
+                          f"(listed in the graph's metadata 'fallback_cost_kinds')", stacklevel=_caller_level())
         meta.update(metadata or {})
         meta["mode"] = mode
         return OpGraph.build(name, ops, edges, meta)
 
 
 LOOKUP_KINDS = ("embedding", "gather")  # ops that read only the rows they gather from their weights
+
+
+def _caller_level() -> int:
+    """The `stacklevel` of the first caller outside `suite.capture`, for a warning given by its caller: the
+    user's capture call, whichever entry point (`suite.capture.capture_module`, `fx.capture`, ...) it used."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def op_bytes_read(op: FwdOp, var_bytes: Mapping[str, int]) -> int:

@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from onnx import TensorProto, helper
 
+import suite.capture
 from suite.capture.fx import capture
 from suite.capture.onnx_import import import_onnx
 
@@ -166,6 +167,22 @@ def test_ops_without_a_rule_are_named_in_one_warning_and_covered_ones_in_none():
         warnings.simplefilter("error")
         g = capture(Call(lambda s, x: s.fc(x).clamp_(0, 1).copy_(x[:, :2]), fc=nn.Linear(4, 2)), (A,), name="m")
     assert [op.kind for op in g.ops] == ["input", "linear", "clamp_", "copy_"]
+
+
+def test_the_fallback_warning_points_at_the_capture_call_through_every_entry_point():
+    """Through `suite.capture`'s wrappers it pointed at suite/capture/__init__.py."""
+    cumsum = helper.make_node("CumSum", ["x", "axis"], ["y"], name="cumsum")
+    axis = helper.make_tensor("axis", TensorProto.INT64, [], [0])
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 4]) for n in ("x", "y"))
+    onnx_model = helper.make_model(helper.make_graph([cumsum], "c", [x], [y], [axis]))
+    model = Call(lambda s, x: torch.cumsum(x, 0))
+    calls = [lambda: suite.capture.capture_module(model, (A,), name="m"),
+             lambda: suite.capture.capture_export(model, (A,), name="m"),
+             lambda: suite.capture.capture_onnx(onnx_model, name="m")]
+    for call in calls:
+        with pytest.warns(UserWarning, match="no FLOP rule for cumsum") as record:
+            call()
+        assert [w.filename for w in record if "FLOP rule" in str(w.message)] == [__file__]
 
 
 # -- reductions and losses ------------------------------------------------------------------------------------
