@@ -223,11 +223,20 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
         elif node.op == "output":
             produced = [n for n in collect(node.args, Node) if n.name in user_outputs]
             if training:
-                _check_loss(what, [t for n in produced for t in tensors(map_aggregate(n.meta.get("val"), _to_info))])
+                _check_loss(what, [t for n in produced for t in tensors(map_aggregate(n.meta.get("val"), _to_info))],
+                            _returned(ep, node))
             outputs = [walk.vals[n] for n in produced]
         else:
             walk.node(node, ep.graph_module, "")
     return b.finish(outputs)
+
+
+def _returned(ep: torch.export.ExportedProgram, output: Node) -> Any:
+    """What the module returns, in its structure (a dict of its entries), with `TensorInfo`s for tensors."""
+    user = [a for a, spec in zip(output.args[0], ep.graph_signature.output_specs, strict=True)
+            if spec.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
+    leaves = [map_aggregate(a.meta.get("val"), _to_info) if isinstance(a, Node) else a for a in user]
+    return torch.utils._pytree.tree_unflatten(leaves, ep.call_spec.out_spec)
 
 
 class _Walk:

@@ -311,6 +311,29 @@ def test_a_compiled_model_is_exported_as_the_module_it_compiles():
     assert g.content_hash == plain.content_hash
 
 
+class DictOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        self.steps.add_(1)  # a buffer mutation: an exported output that the module does not return
+        y = self.fc(x)
+        return {"loss": y.sum(), "logits": y}
+
+
+def test_a_training_step_returning_a_dict_is_told_its_entries_as_in_fx():
+    """The message listed bare shapes ((), (3, 2)) and did not say to return the 'loss' entry."""
+    msg = ("training mode needs DictOutput to return its loss, one scalar tensor; it returns {'loss': (), "
+           "'logits': (3, 2)} (wrap the model in a module that returns its 'loss' entry alone, or capture it in "
+           "inference mode)")
+    for front_end in (fx_capture.capture, capture):
+        with pytest.raises(GraphError) as info:
+            front_end(DictOutput(), (torch.randn(3, 4),), name="d", mode="training")
+        assert str(info.value) == msg
+
+
 class LogAddExp(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.logaddexp(x, x)
