@@ -1,8 +1,9 @@
 """Capture of models into `OpGraph` workloads: PyTorch modules (torch.fx or torch.export) and ONNX files.
 
 * `capture_module(module, example_inputs, example_kwargs=..., name=..., mode=...)`: see `suite.capture.fx`;
-* `capture_export(module, example_inputs, name=..., mode=...)`: the same through torch.export, for models
-  that torch.fx cannot trace (Python branches on input sizes): see `suite.capture.export`;
+* `capture_export(module, example_inputs, example_kwargs=..., name=..., mode=...)`: the same through
+  torch.export, for models that torch.fx cannot trace (Python branches on input sizes): see
+  `suite.capture.export`;
 * `capture_onnx(path_or_model, name=..., mode=...)`: see `suite.capture.onnx_import`;
 * FLOP rules in `suite.capture.flops`, the shared IR in `suite.capture.ir`, training graphs in
   `suite.capture.training`.
@@ -26,7 +27,7 @@ def capture_module(module: Any, example_inputs: Any = (), **kwargs: Any) -> Any:
     return capture(module, example_inputs, **kwargs)
 
 
-def capture_export(module: Any, example_inputs: Any, **kwargs: Any) -> Any:
+def capture_export(module: Any, example_inputs: Any = (), **kwargs: Any) -> Any:
     """`suite.capture.export.capture` (imports torch on first use)."""
     from suite.capture.export import capture
 

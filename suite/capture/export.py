@@ -5,7 +5,7 @@ inputs' shapes, so Python code that branches on sizes (`if x.size(0) > 1:`, `nn.
 its inputs' sizes) takes the branch these inputs take. Control flow on tensor values (`if x.sum() > 0:`)
 is refused by both front ends.
 
-How: `torch.export.export(module, example_inputs, strict=False)` in the mode's state, as the fx capture
+How: `torch.export.export(module, example_inputs, example_kwargs, strict=False)` in the mode's state, as the fx capture
 (`module.train(mode == "training")`, each module's flag restored after; a `torch.compile`d module is
 exported as the module it compiles), then one walk over the exported graph (torch's "training IR", not decomposed further) that fills
 the IR of `suite.capture.ir`, so training lowering, serialization and validation are those of the
@@ -105,13 +105,14 @@ EMBEDDING_BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
 RNN_MODES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "RNN_RELU"}
 
 
-def export(module: nn.Module, example_inputs: Sequence[Any]) -> torch.export.ExportedProgram:
-    """`torch.export.export(module, example_inputs, strict=False)`; GraphError (naming the model, the
+def export(module: nn.Module, example_inputs: Sequence[Any],
+           example_kwargs: Mapping[str, Any] | None = None) -> torch.export.ExportedProgram:
+    """`torch.export.export(module, example_inputs, example_kwargs, strict=False)`; GraphError (naming the model, the
     reason and the model's line it stopped at) if torch cannot export it."""
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     try:
-        return torch.export.export(module, tuple(example_inputs), strict=False)
+        return torch.export.export(module, tuple(example_inputs), dict(example_kwargs or {}), strict=False)
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; report one clear error
         reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise GraphError(f"torch.export cannot export {type(module).__name__}: {reason}{_where(exc)}") from exc
@@ -190,8 +191,9 @@ def _view_write(graph: torch.fx.Graph) -> tuple[Node, Node] | None:
     return None
 
 
-def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training: bool = False) -> ForwardGraph:
-    """Export `module` on `example_inputs` and build the forward IR, with the module in the mode's state
+def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_kwargs: Mapping[str, Any] | None = None,
+                  training: bool = False) -> ForwardGraph:
+    """Export `module` on `example_inputs` (and `example_kwargs`, by name) and build the forward IR, with the module in the mode's state
     (`module.train(training)`, as the fx capture; each module's own flag is restored afterwards); a
     `torch.compile`d module is exported as the module it compiles."""
     if not isinstance(module, nn.Module):
@@ -199,7 +201,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, training:
     module = _uncompiled(module)
     what = type(module).__name__
     with in_mode(module, training):
-        ep = export(module, example_inputs)
+        ep = export(module, example_inputs, example_kwargs)
     sig = ep.graph_signature
     param_targets = dict(sig.inputs_to_parameters)
     user_inputs = set(sig.user_inputs)
@@ -400,13 +402,15 @@ def _rnn_layer(name: str, args: tuple) -> SimpleNamespace:
 
 def capture(
     module: nn.Module,
-    example_inputs: Sequence[Any],
+    example_inputs: Sequence[Any] = (),
     *,
+    example_kwargs: Mapping[str, Any] | None = None,
     name: str,
     mode: str = "inference",
     metadata: Mapping[str, Any] | None = None,
 ) -> OpGraph:
-    """Capture `module` called on `example_inputs` as the `OpGraph` named `name`, through torch.export.
+    """Capture `module(*example_inputs, **example_kwargs)` as the `OpGraph` named `name`, through torch.export
+    (tensor inputs given by keyword are inputs named by their argument; other values are constants).
 
     As `suite.capture.fx.capture`: `mode` is "inference" or "training" (forward, backward and update ops;
     the module's output must then be the loss); metadata gets the mode, parameter count, forward MACs and
@@ -416,6 +420,6 @@ def capture(
         raise GraphError(f"capture mode {mode!r} is not one of {', '.join(MODES)}")
     if not isinstance(example_inputs, list | tuple):
         example_inputs = (example_inputs,)
-    fg = forward_graph(module, example_inputs, training=mode == "training")
+    fg = forward_graph(module, example_inputs, example_kwargs=example_kwargs, training=mode == "training")
     meta = {"capture": "torch.export", "capture_version": CAPTURE_VERSION, **(metadata or {})}
     return fg.lower(name, mode, meta)

@@ -334,6 +334,30 @@ def test_a_training_step_returning_a_dict_is_told_its_entries_as_in_fx():
         assert str(info.value) == msg
 
 
+class Masked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+        y = self.fc(x) * scale
+        return y if mask is None else y * mask
+
+
+def test_keyword_example_inputs_as_in_fx():
+    """capture_export took positional example inputs only (a TypeError for example_kwargs)."""
+    x, mask = torch.randn(3, 4), torch.ones(3, 2)
+    for front_end in (fx_capture.capture, capture_export):
+        g = front_end(Masked(), (x,), example_kwargs={"mask": mask, "scale": 2.0}, name="k")
+        assert [op.kind for op in g.ops] == ["input", "input", "linear", "mul", "mul"]
+        assert [op.name for op in g.ops if op.kind == "input"] == ["x", "mask"]
+        assert g.metadata["forward_flops"] == 2 * 3 * 4 * 2 + 3 * 2 + 6 + 6
+    g = capture_export(Masked(), example_kwargs={"x": x}, name="k")
+    assert [op.kind for op in g.ops] == ["input", "linear", "mul"]
+    with pytest.raises(GraphError, match="torch.export cannot export Masked: .*unexpected keyword argument 'mak'"):
+        capture_export(Masked(), (x,), example_kwargs={"mak": mask}, name="k")
+
+
 class LogAddExp(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.logaddexp(x, x)
