@@ -5,15 +5,15 @@ inputs' shapes, so Python code that branches on sizes (`if x.size(0) > 1:`, `nn.
 its inputs' sizes) takes the branch these inputs take. Control flow on tensor values (`if x.sum() > 0:`)
 is refused by both front ends.
 
-How: `torch.export.export(module, example_inputs, example_kwargs, strict=False)` in the mode's state, as the fx capture
-(`module.train(mode == "training")`, each module's flag restored after; a `torch.compile`d module is
-exported as the module it compiles), then one walk over the exported graph (torch's "training IR", not decomposed further) that fills
-the IR of `suite.capture.ir`, so training lowering, serialization and validation are those of the
-torch.fx capture. Shapes and dtypes come from the fake tensors the export records (`node.meta["val"]`):
-nothing is computed and the module's buffers are left as they were (meta tensors work too: build the model
-under `torch.device("meta")` to capture a large one without allocating it). Parameters and buffers are the
-exported program's (its graph signature); a parameter's key is its name in `module.named_parameters()`
-(tied weights: the first name, as the fx capture).
+How: `torch.export.export(module, example_inputs, example_kwargs, strict=False)` in the mode's state, as
+the fx capture (`module.train(mode == "training")`, each module's flag restored after; a `torch.compile`d
+module is exported as the module it compiles), then one walk over the exported graph (torch's "training
+IR", not decomposed further) that fills the IR of `suite.capture.ir`, so training lowering, serialization
+and validation are those of the torch.fx capture. Shapes and dtypes come from the fake tensors the export
+records (`node.meta["val"]`): nothing is computed and the module's buffers are left as they were (meta
+tensors work too: build the model under `torch.device("meta")` to capture a large one without allocating
+it). Parameters and buffers are the exported program's (its graph signature); a parameter's key is its
+name in `module.named_parameters()` (tied weights: the first name, as the fx capture).
 
 What an op is: one ATen call of the exported graph. torch functions map to one call each (`F.linear`
 and `nn.Linear` are `aten.linear`, `nn.Conv2d` is `aten.conv2d`, `nn.LayerNorm` is `aten.layer_norm`,
@@ -48,7 +48,6 @@ from __future__ import annotations
 import math
 import operator
 import os
-import traceback
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -75,7 +74,7 @@ from suite.capture.flops import (
     interpolate_cost,
     tensors,
 )
-from suite.capture.fx import ELEMENTWISE_NAMES, _check_loss, _to_info, _uncompiled, in_mode
+from suite.capture.fx import ELEMENTWISE_NAMES, _check_loss, _to_info, _uncompiled, _where, in_mode
 from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
 from suite.errors import GraphError
 from suite.graph import OpGraph
@@ -107,26 +106,16 @@ RNN_MODES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "
 
 def export(module: nn.Module, example_inputs: Sequence[Any],
            example_kwargs: Mapping[str, Any] | None = None) -> torch.export.ExportedProgram:
-    """`torch.export.export(module, example_inputs, example_kwargs, strict=False)`; GraphError (naming the model, the
-    reason and the model's line it stopped at) if torch cannot export it."""
+    """`torch.export.export(module, example_inputs, example_kwargs, strict=False)`; GraphError (naming the
+    model, the reason and the model's line it stopped at) if torch cannot export it."""
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     try:
         return torch.export.export(module, tuple(example_inputs), dict(example_kwargs or {}), strict=False)
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; report one clear error
         reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        raise GraphError(f"torch.export cannot export {type(module).__name__}: {reason}{_where(exc)}") from exc
-
-
-def _where(exc: BaseException) -> str:
-    """" (at FILE:LINE: CODE)" for the innermost frame of the traceback outside torch and this file: the
-    model's line that export could not follow; "" if there is none."""
-    torch_dir = os.path.dirname(torch.__file__) + os.sep
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if not frame.filename.startswith(torch_dir) and frame.filename != __file__:
-            code = f": {frame.line.strip()}" if frame.line else ""
-            return f" (at {frame.filename}:{frame.lineno}{code})"
-    return ""
+        where = _where(exc, os.path.dirname(torch.__file__))  # the model's line (not torch's)
+        raise GraphError(f"torch.export cannot export {type(module).__name__}: {reason}{where}") from exc
 
 
 def _aten_name(node: Node) -> str:
@@ -191,11 +180,11 @@ def _view_write(graph: torch.fx.Graph) -> tuple[Node, Node] | None:
     return None
 
 
-def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_kwargs: Mapping[str, Any] | None = None,
-                  training: bool = False) -> ForwardGraph:
-    """Export `module` on `example_inputs` (and `example_kwargs`, by name) and build the forward IR, with the module in the mode's state
-    (`module.train(training)`, as the fx capture; each module's own flag is restored afterwards); a
-    `torch.compile`d module is exported as the module it compiles."""
+def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *,
+                  example_kwargs: Mapping[str, Any] | None = None, training: bool = False) -> ForwardGraph:
+    """Export `module` on `example_inputs` (and `example_kwargs`, by name) and build the forward IR, with the
+    module in the mode's state (`module.train(training)`, as the fx capture; each module's own flag is
+    restored afterwards); a `torch.compile`d module is exported as the module it compiles."""
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     module = _uncompiled(module)
@@ -225,8 +214,8 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_k
         elif node.op == "output":
             produced = [n for n in collect(node.args, Node) if n.name in user_outputs]
             if training:
-                _check_loss(what, [t for n in produced for t in tensors(map_aggregate(n.meta.get("val"), _to_info))],
-                            _returned(ep, node))
+                returned = [t for n in produced for t in tensors(map_aggregate(n.meta.get("val"), _to_info))]
+                _check_loss(what, returned, _returned(ep, node))
             outputs = [walk.vals[n] for n in produced]
         else:
             walk.node(node, ep.graph_module, "")

@@ -339,12 +339,13 @@ def _traceable_transformer_forward(self, src, tgt, src_mask=None, tgt_mask=None,
                         memory_is_causal=memory_is_causal)
 
 
-def _where(exc: BaseException) -> str:
-    """" (at FILE:LINE: CODE)" for the innermost frame of the traceback outside torch.fx: the model's line
-    that tracing could not follow (`if x.sum() > 0:`, `range(x.shape[0])`); "" if there is none."""
-    fx_dir = os.path.dirname(torch.fx.__file__) + os.sep
+def _where(exc: BaseException, skip: str = os.path.dirname(torch.fx.__file__)) -> str:
+    """" (at FILE:LINE: CODE)" for the innermost frame of the traceback outside the folder `skip` (torch.fx)
+    and `suite.capture`: the model's line that tracing could not follow (`if x.sum() > 0:`,
+    `range(x.shape[0])`); "" if there is none."""
+    skipped = (skip + os.sep, os.path.dirname(__file__) + os.sep)
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if not frame.filename.startswith(fx_dir) and frame.filename != __file__:
+        if not frame.filename.startswith(skipped):
             code = f": {frame.line.strip()}" if frame.line else ""
             return f" (at {frame.filename}:{frame.lineno}{code})"
     return ""

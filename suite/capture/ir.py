@@ -137,7 +137,8 @@ class ForwardGraph:
             kinds = sorted(set(self.fallback_kinds))
             meta["fallback_cost_kinds"] = kinds
             warnings.warn(f"{name}: no FLOP rule for {', '.join(kinds)}: counted as 1 FLOP per output element "
-                          f"(listed in the graph's metadata 'fallback_cost_kinds')", stacklevel=_caller_level())
+                          f"(listed in the graph's metadata 'fallback_cost_kinds')",
+                          stacklevel=_caller_level())
         meta.update(metadata or {})
         meta["mode"] = mode
         return OpGraph.build(name, ops, edges, meta)
