@@ -34,7 +34,8 @@ in the fx capture; values computed from no model input and no parameter (shapes,
 still to be read shares (`y[0].mul_(2)` before y is read) is refused, as in the fx capture. A region that
 torch.export wraps in a higher-order op, `with torch.no_grad():` or `with torch.autocast(...):`, is inlined
 (its ops are named "{scope}/{region}/{node name}"); in training graphs no gradient flows back out of a
-no_grad region. Other higher-order ops (`torch.cond`, loops) are refused.
+no_grad region, nor out of ops run under `torch.inference_mode()` (which export leaves unwrapped: known by
+their results, inference tensors). Other higher-order ops (`torch.cond`, loops) are refused.
 
 FLOPs follow `suite.capture.flops` by the ATen op's name (`aten.addmm` is `addmm`, `aten._softmax` is
 `softmax`), with the same MACs as the fx capture for matrix products, convolutions and attention. Ops no
@@ -315,8 +316,11 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     name = _aten_name(node)
     out_bytes, out_shape = sum(t.nbytes for t in outs), outs[0].shape
     base = name.removesuffix("_") if name.endswith("_") and not name.endswith("__") else name  # relu_ -> relu
+    # can its result carry a gradient: not one made under torch.inference_mode() (export marks no region for it)
+    inference = any(t.is_inference() for t in collect(node.meta["val"], torch.Tensor))
+    grad = any(t.floating for t in outs) and not inference
     if base in EXPORT_SHAPE_ONLY or (base in EXPORT_DROPOUT and not training):
-        return b.fold(ins, out_bytes, grad=base != "detach" and any(t.floating for t in outs))
+        return b.fold(ins, out_bytes, grad=grad and base != "detach")
     if base in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
         template = node.args[0] if base.endswith("_like") or base.startswith("new_") else None
         ins = [v for n, v in zip(arg_nodes, ins, strict=True) if n is not template]
@@ -342,7 +346,7 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
         output_numel=sum(t.numel for t in outs),
         saved_bytes=cost.saved_bytes,
         weight_bytes_read=cost.weight_bytes_read,
-        differentiable=any(t.floating for t in outs),
+        differentiable=grad,
     )
 
 

@@ -408,6 +408,28 @@ def test_no_grad_and_autocast_regions_are_inlined():
     assert {op.phase for op in t.ops if op.scope == "b"} == {"forward", "backward", "update"}
 
 
+class InferenceMode(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():  # a frozen backbone
+            t = self.a(x).relu()
+        return self.b(t.clone()).sum()
+
+
+def test_no_gradient_flows_out_of_inference_mode_as_in_fx():
+    """torch.export wraps no region around inference_mode: its ops had backward ops and a's weights an
+    update, which eager training never computes."""
+    x = (torch.randn(3, 4),)
+    for front_end in (fx_capture.capture, capture):
+        g = front_end(InferenceMode(), x, name="i", mode="training")
+        assert [op.scope for op in g.ops if op.phase == "update"] == ["b"]
+        assert [op.kind for op in g.ops if op.phase == "backward"] == ["sum_grad", "linear_grad_weight"]
+
+
 class SelfAttention(nn.Module):
     def __init__(self) -> None:
         super().__init__()
