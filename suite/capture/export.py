@@ -1,9 +1,10 @@
 """Capture a PyTorch `nn.Module` (plus example inputs) into an `OpGraph` with torch.export.
 
 Use it where torch.fx cannot trace a model: torch.export runs `forward` on fake tensors of the example
-inputs' shapes, so Python code that branches on sizes (`if x.size(0) > 1:`, `nn.Transformer`'s check of
-its inputs' sizes) takes the branch these inputs take. Control flow on tensor values (`if x.sum() > 0:`)
-is refused by both front ends.
+inputs' shapes, so Python code that branches or loops on sizes (`if x.size(0) > 1:`,
+`for i in range(x.shape[0]):`) takes the path these inputs take. Control flow on tensor values
+(`if x.sum() > 0:`, `TransformerEncoder`'s check of a mask given as an input) is refused by both front ends;
+`nn.Transformer` is captured by both.
 
 How: `torch.export.export(module, example_inputs, example_kwargs, strict=False)` in the mode's state, as
 the fx capture (`module.train(mode == "training")`, each module's flag restored after; a `torch.compile`d

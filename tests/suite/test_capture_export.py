@@ -1,5 +1,5 @@
-"""Capture through torch.export: the same IR, MACs and parameters as the fx capture, models fx cannot trace
-(nn.Transformer, Python branches on sizes), in-place calls, and one clear error where export fails."""
+"""Capture through torch.export: the same IR, MACs and parameters as the fx capture (nn.Transformer too),
+models fx cannot trace (Python branches on sizes), in-place calls, and one clear error where export fails."""
 
 from __future__ import annotations
 
