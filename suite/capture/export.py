@@ -103,6 +103,7 @@ UPSAMPLE_MODES = {"upsample_nearest1d": "nearest", "upsample_nearest2d": "neares
                   "upsample_bilinear2d": "bilinear", "upsample_bicubic2d": "bicubic",
                   "upsample_trilinear3d": "trilinear"}
 EMBEDDING_BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
+GRID_SAMPLE_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}  # aten.grid_sampler's interpolation_mode
 RNN_MODES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "RNN_RELU"}
 
 
@@ -380,6 +381,8 @@ def _cost(name: str, overload: str, args: tuple, kwargs: dict, outs: list[Any], 
         return _rnn_cost(_rnn_layer(name, args), ins, training)
     if name in UPSAMPLE_MODES:
         return interpolate_cost(ins[0], outs[0], UPSAMPLE_MODES[name])
+    if name in ("grid_sampler", "grid_sampler_2d", "grid_sampler_3d"):  # (input, grid, interpolation_mode, ...)
+        return function_cost("grid_sample", (*args[:2], GRID_SAMPLE_MODES.get(args[2])), {}, outs, training)
     return function_cost(ATEN_RULES.get(name, name), args, kwargs, outs, training)
 
 

@@ -358,6 +358,30 @@ def test_keyword_example_inputs_as_in_fx():
         capture_export(Masked(), (x,), example_kwargs={"mak": mask}, name="k")
 
 
+class GridSample(nn.Module):
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.grid_sample(x, grid, mode=self.mode, align_corners=False)
+
+
+@pytest.mark.parametrize(("mode", "x", "grid", "flops"), [
+    ("bilinear", (2, 4, 6, 6), (2, 3, 3, 2), 72 * 7),  # 4 neighbours: 2 n - 1 per output element
+    ("nearest", (2, 4, 6, 6), (2, 3, 3, 2), 72 * 1),
+    ("bicubic", (2, 4, 6, 6), (2, 3, 3, 2), 72 * 31),
+    ("bilinear", (2, 4, 3, 6, 6), (2, 2, 3, 3, 3), 144 * 15),  # of a volume: trilinear, 8 neighbours
+])
+def test_grid_sample_costs_as_in_fx(mode, x, grid, flops):
+    """torch.export calls it aten.grid_sampler, which had no rule: the fallback of 1 FLOP per output element."""
+    inputs = (torch.randn(*x), torch.rand(*grid) * 2 - 1)
+    for front_end in (fx_capture.capture, capture):
+        g = front_end(GridSample(mode), inputs, name="g")
+        assert [op.kind for op in g.ops] == ["input", "input", "grid_sample"]
+        assert g.metadata["forward_flops"] == flops and "fallback_cost_kinds" not in g.metadata
+
+
 class LogAddExp(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.logaddexp(x, x)
