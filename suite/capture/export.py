@@ -16,9 +16,13 @@ tensors work too: build the model under `torch.device("meta")` to capture a larg
 it). Parameters and buffers are the exported program's (its graph signature); a parameter's key is its
 name in `module.named_parameters()` (tied weights: the first name, as the fx capture).
 
-What an op is: one ATen call of the exported graph. torch functions map to one call each (`F.linear`
+What an op is: one ATen call of the exported graph. Most torch functions map to one call each (`F.linear`
 and `nn.Linear` are `aten.linear`, `nn.Conv2d` is `aten.conv2d`, `nn.LayerNorm` is `aten.layer_norm`,
-scaled dot product attention is one call), but a module the fx capture keeps as one op is traced through:
+scaled dot product attention is one call); those that torch writes in Python from other calls
+(`F.normalize`, `F.softmin`, `F.local_response_norm`, `nn.Tanhshrink`, `F.kl_div` with batchmean) are
+those calls, costed each by its own rule, so their FLOPs can differ from the fx capture's rule for the
+function (`F.normalize` of a [3, 8] tensor: 51, the rule 72). A module the fx capture keeps as one op is
+traced through:
 `nn.MultiheadAttention` is its input projection(s), the attention and the output projection (the same
 MACs; its in-projection weights, read by two projections in cross-attention, become a variable op; called
 with need_weights=True, its default, it also scales its queries and averages the attention weights over

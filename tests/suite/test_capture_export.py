@@ -382,6 +382,21 @@ def test_grid_sample_costs_as_in_fx(mode, x, grid, flops):
         assert g.metadata["forward_flops"] == flops and "fallback_cost_kinds" not in g.metadata
 
 
+class Normalize(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.normalize(x)
+
+
+def test_a_function_torch_writes_from_other_calls_is_those_calls():
+    """F.normalize is a norm, a clamp and a division in the exported graph, each costed by its own rule: 51
+    FLOPs for a [3, 8] input, where the fx capture's rule for the function gives 3 per element (as documented)."""
+    x = (torch.randn(3, 8),)
+    g = capture(Normalize(), x, name="n")
+    assert [(op.kind, op.flops) for op in g.ops] == [("input", 0), ("linalg_vector_norm", 24), ("clamp_min", 3),
+                                                      ("div", 24)]
+    assert fx_capture.capture(Normalize(), x, name="n").metadata["forward_flops"] == 72
+
+
 class LogAddExp(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.logaddexp(x, x)
