@@ -80,7 +80,15 @@ from suite.capture.flops import (
     interpolate_cost,
     tensors,
 )
-from suite.capture.fx import ELEMENTWISE_NAMES, _check_loss, _to_info, _uncompiled, _where, in_mode
+from suite.capture.fx import (
+    ELEMENTWISE_NAMES,
+    _check_loss,
+    _dict_hint,
+    _to_info,
+    _uncompiled,
+    _where,
+    in_mode,
+)
 from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
 from suite.errors import GraphError
 from suite.graph import OpGraph
@@ -122,7 +130,8 @@ def export(module: nn.Module, example_inputs: Sequence[Any],
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; report one clear error
         reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         where = _where(exc, os.path.dirname(torch.__file__))  # the model's line (not torch's)
-        raise GraphError(f"torch.export cannot export {type(module).__name__}: {reason}{where}") from exc
+        raise GraphError(f"torch.export cannot export {type(module).__name__}: {reason}{where}"
+                         f"{_dict_hint(example_inputs)}") from exc
 
 
 def _aten_name(node: Node) -> str:

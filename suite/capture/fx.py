@@ -427,11 +427,17 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
         elif p.default is not inspect.Parameter.empty:
             args.append(p.default)
         else:
-            hint = ("; a dict among the example inputs is one argument: give keyword inputs as example_kwargs"
-                    if any(isinstance(x, Mapping) for x in example_inputs) else "")
+            hint = _dict_hint(example_inputs)
             raise GraphError(f"{what}.forward needs argument {p.name!r}, which the example inputs do not give "
                              f"({n} positional, keywords: {', '.join(example_kwargs) or 'none'}){hint}")
     return tuple(args), names[:n], [k for k in names if k in example_kwargs]
+
+
+def _dict_hint(example_inputs: Sequence[Any]) -> str:
+    """What an error adds where a dict was given as a positional example input (meant as keyword inputs)."""
+    if any(isinstance(x, Mapping) for x in example_inputs):
+        return "; a dict among the example inputs is one argument: give keyword inputs as example_kwargs"
+    return ""
 
 
 def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_kwargs: Mapping[str, Any] | None = None,
@@ -507,8 +513,7 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
             node, why = rec.failed
             kind = type(gm.get_submodule(str(node.target))).__name__ if node.op == "call_module" else _target_name(node)
             at = f" at {str(node.target) if node.op == 'call_module' else node.name!r} ({kind})"
-        hint = ("; a dict among the example inputs is one argument: give keyword inputs as example_kwargs"
-                if any(isinstance(x, Mapping) for x in example_inputs) else "")
+        hint = _dict_hint(example_inputs)
         raise GraphError(f"running {what} on the example inputs failed{at}: {why}{hint}") from exc
     finally:  # the run leaves the module's buffers as they were (BatchNorm's running statistics)
         with torch.no_grad():

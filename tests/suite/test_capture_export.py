@@ -356,6 +356,9 @@ def test_keyword_example_inputs_as_in_fx():
     assert [op.kind for op in g.ops] == ["input", "linear", "mul"]
     with pytest.raises(GraphError, match="torch.export cannot export Masked: .*unexpected keyword argument 'mak'"):
         capture_export(Masked(), (x,), example_kwargs={"mak": mask}, name="k")
+    with pytest.raises(GraphError, match=r"torch.export cannot export Masked: .*; a dict among the example inputs "
+                                         r"is one argument: give keyword inputs as example_kwargs$"):
+        capture_export(Masked(), ({"x": x, "mask": mask},), name="k")
 
 
 class GridSample(nn.Module):
