@@ -331,8 +331,10 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     name = _aten_name(node)
     out_bytes, out_shape = sum(t.nbytes for t in outs), outs[0].shape
     base = name.removesuffix("_") if name.endswith("_") and not name.endswith("__") else name  # relu_ -> relu
-    # can its result carry a gradient: not one made under torch.inference_mode() (export marks no region for it)
-    inference = any(t.is_inference() for t in collect(node.meta["val"], torch.Tensor))
+    # can its result carry a gradient: not one made under torch.inference_mode() (export marks no region for
+    # it); where capture is called under inference_mode, every result is an inference tensor: none is told apart
+    inference = not torch.is_inference_mode_enabled() and any(
+        t.is_inference() for t in collect(node.meta["val"], torch.Tensor))
     grad = any(t.floating for t in outs) and not inference
     if base in EXPORT_SHAPE_ONLY or (base in EXPORT_DROPOUT and not training):
         return b.fold(ins, out_bytes, grad=grad and base != "detach")

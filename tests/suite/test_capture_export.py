@@ -470,6 +470,9 @@ def test_no_gradient_flows_out_of_inference_mode_as_in_fx():
         g = front_end(InferenceMode(), x, name="i", mode="training")
         assert [op.scope for op in g.ops if op.phase == "update"] == ["b"]
         assert [op.kind for op in g.ops if op.phase == "backward"] == ["sum_grad", "linear_grad_weight"]
+    with torch.inference_mode():  # capturing under the caller's inference_mode: every result is an inference
+        g = capture(Loss1(mlp()), (torch.randn(3, 8),), name="m", mode="training")  # tensor, none told apart
+    assert [op.scope for op in g.ops if op.phase == "update"] == ["model.2", "model.0"]
 
 
 class SelfAttention(nn.Module):
