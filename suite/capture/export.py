@@ -98,6 +98,10 @@ EXPORT_SHAPE_ONLY = SHAPE_ONLY | {"slice", "alias", "unsafe_view", "as_strided",
                                   "swapaxes", "swapdims", "index", "lift_fresh", "broadcast_tensors",
                                   "broadcast_to"}
 EXPORT_DROPOUT = DROPOUT | {"feature_dropout", "native_dropout"}
+# ATen ops with outputs that the torch function calling them drops (embedding_bag's offsets and bag sizes,
+# adaptive max pooling's indices without return_indices, dropout's mask): outputs of the op where read
+DROPPED_OUTPUTS = frozenset({"embedding_bag", "embedding_bag_forward_only", "adaptive_max_pool1d",
+                             "adaptive_max_pool2d", "adaptive_max_pool3d", "native_dropout"})
 # ATen names of ops whose cost is 1 FLOP per output element by design, beside `fx.ELEMENTWISE_NAMES`
 EXPORT_ELEMENTWISE = frozenset(
     """to_copy lift_fresh_copy bitwise_and bitwise_or bitwise_xor bitwise_not true_divide floor_divide index_put
@@ -329,8 +333,10 @@ def _resolve(x: Any) -> Any:
 def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins: list[Value], outs: list[Any],
           training: bool) -> Value:
     name = _aten_name(node)
-    out_bytes, out_shape = sum(t.nbytes for t in outs), outs[0].shape
     base = name.removesuffix("_") if name.endswith("_") and not name.endswith("__") else name  # relu_ -> relu
+    if base in DROPPED_OUTPUTS:  # as the fx capture: what the torch function returns
+        outs = [t for i, t in enumerate(outs) if i == 0 or _read(node, i)]
+    out_bytes, out_shape = sum(t.nbytes for t in outs), outs[0].shape
     # can its result carry a gradient: not one made under torch.inference_mode() (export marks no region for
     # it); where capture is called under inference_mode, every result is an inference tensor: none is told apart
     inference = not torch.is_inference_mode_enabled() and any(
@@ -349,8 +355,6 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
         cost = elementwise(base, outs)
         if name not in ELEMENTWISE_NAMES and base not in ELEMENTWISE_NAMES and base not in EXPORT_ELEMENTWISE:
             b.fallback_kinds.append(base)
-    if base in EXPORT_DROPOUT:  # the result only, as the fx capture; its mask is saved for the backward pass
-        out_bytes, out_shape = outs[0].nbytes, outs[0].shape
     return b.op(
         f"{_scope(node)}/{prefix}{node.name}" if _scope(node) else f"{prefix}{node.name}",
         cost.kind,
@@ -365,6 +369,11 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
         weight_bytes_read=cost.weight_bytes_read,
         differentiable=grad,
     )
+
+
+def _read(node: Node, i: int) -> bool:
+    """Whether output i of a node with several is read (by the graph or as an output of the model)."""
+    return any(u.target is operator.getitem and u.args[1] == i and u.users for u in node.users)
 
 
 def _cost(name: str, overload: str, args: tuple, kwargs: dict, outs: list[Any], training: bool) -> Cost | None:

@@ -400,6 +400,19 @@ def test_a_function_torch_writes_from_other_calls_is_those_calls():
     assert fx_capture.capture(Normalize(), x, name="n").metadata["forward_flops"] == 72
 
 
+@pytest.mark.parametrize(("model", "x", "output_bytes"), [
+    (nn.EmbeddingBag(10, 4, mode="mean"), torch.tensor([[1, 2, 3], [4, 5, 6]]), 2 * 4 * 4),
+    (nn.AdaptiveMaxPool2d(3), torch.randn(2, 4, 6, 6), 72 * 4),
+    (nn.AdaptiveMaxPool2d(3, return_indices=True), torch.randn(2, 4, 6, 6), 72 * 4 + 72 * 8),  # int64 indices
+], ids=["embedding_bag", "adaptive_max_pool", "with_indices"])
+def test_outputs_the_torch_function_drops_are_not_the_ops(model, x, output_bytes):
+    """aten.embedding_bag also returns its offsets, bag sizes and indices (80 bytes more here), and adaptive max
+    pooling its indices, which the torch function drops: they counted in the op's output bytes."""
+    for front_end in (fx_capture.capture, capture):
+        (op,) = [op for op in front_end(model, (x,), name="o").ops if op.kind != "input"]
+        assert op.output_bytes == output_bytes
+
+
 class LogAddExp(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.logaddexp(x, x)
