@@ -83,6 +83,7 @@ from suite.capture.flops import (
 from suite.capture.fx import (
     ELEMENTWISE_NAMES,
     _check_loss,
+    _data_inputs,
     _dict_hint,
     _to_info,
     _uncompiled,
@@ -345,8 +346,7 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     if base in EXPORT_SHAPE_ONLY or (base in EXPORT_DROPOUT and not training):
         return b.fold(ins, out_bytes, grad=grad and base != "detach")
     if base in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
-        template = node.args[0] if base.endswith("_like") or base.startswith("new_") else None
-        ins = [v for n, v in zip(arg_nodes, ins, strict=True) if n is not template]
+        ins = _data_inputs(base, node, arg_nodes, ins)
         if not any(v.deps or v.params for v in ins):
             return b.constant()
     overload = getattr(node.target, "_overloadname", "")

@@ -697,8 +697,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
             # detach(), or the integer part of a result (the indices of max), passes no gradient back
             return b.fold(ins, out_bytes, grad=grad and name != "detach")
         if name in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
-            template = node.args[0] if name.endswith("_like") or name.startswith("new_") else None
-            ins = [v for n, v in zip(_arg_nodes(node), ins, strict=True) if n is not template]
+            ins = _data_inputs(name, node, _arg_nodes(node), ins)
             if not any(v.deps or v.params for v in ins):
                 return b.constant()
         if name in DROPOUT:
@@ -728,6 +727,13 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         frozen=frozen,
         differentiable=grad,
     )
+
+
+def _data_inputs(name: str, node: Node, arg_nodes: Sequence[Node], ins: Sequence[Value]) -> list[Value]:
+    """The values factory `name` reads data from: all but the tensor whose shape a `*_like` / `new_*` one
+    copies (`zeros_like(x)` reads none of x's data)."""
+    template = node.args[0] if name.endswith("_like") or name.startswith("new_") else None
+    return [v for n, v in zip(arg_nodes, ins, strict=True) if n is not template]
 
 
 def _fetch_attr(gm: GraphModule, target: str) -> Any:
