@@ -507,3 +507,29 @@ def test_multihead_attention_returning_weights_counts_its_query_scaling_and_head
     average = batch * heads * lq * lk  # mean of the weights over heads: 1 per input element
     assert b.metadata["forward_flops"] == a.metadata["forward_flops"] + scaling + average
     assert [op.kind for op in b.ops if op.kind in ("mul", "mean")] == ["mul", "mean"]
+
+
+SMALL_ZOO = [  # every zoo family, at shapes small enough to export twice in a test
+    ("rnnlm", dict(batch_size=2, hidden_size=8, num_layers=2, num_steps=3, vocab_size=11)),
+    ("nmt", dict(batch_size=2, hidden_size=8, num_layers=2, src_steps=3, tgt_steps=2, vocab_size=11)),
+    ("bert_base", dict(batch_size=2, seq_len=5, num_layers=2, hidden_size=8, heads=2, ffn_size=16, vocab_size=11,
+                       max_positions=8)),
+    ("resnet50", dict(batch_size=2, image_size=32, num_classes=10)),
+    ("inception_v3", dict(batch_size=2, image_size=75, num_classes=10)),
+]
+
+
+@pytest.mark.parametrize(("family", "params"), SMALL_ZOO, ids=[f for f, _ in SMALL_ZOO])
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_zoo_families_have_the_fx_captures_forward_totals(family, params, mode):
+    """Each zoo model, exported, has the fx capture's forward MACs, forward FLOPs and parameters (its ops are
+    finer: the zoo's LSTM cell and attention step are one op each in the fx capture only)."""
+    import importlib
+
+    builder = importlib.import_module(f"suite.zoo.{family}")
+    with torch.device("meta"):
+        model, inputs = builder.model_and_inputs(**params, with_loss=mode == "training")
+    by_fx = fx_capture.capture(model, inputs, name=family, mode=mode).metadata
+    by_export = capture(model, inputs, name=family, mode=mode).metadata
+    for key in ("forward_macs", "forward_flops", "params"):
+        assert by_export[key] == by_fx[key] > 0, key
