@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite import load_cluster, load_workload, runner
+from suite import graph_io, load_cluster, load_workload, runner
 from suite.placement import random_placements, validate
 from suite.placer import unregister_placer
 
@@ -40,3 +40,13 @@ def test_random_placements_are_valid_and_cover_the_allowed_devices(name):
         validate(p, graph, cluster)  # raises on a split group or a forbidden device kind
     free = [i for i, op in enumerate(graph.ops) if not op.allowed_kinds]
     assert set(np.unique(ps[:, free])) == set(range(cluster.num_devices))  # every device is drawn somewhere
+
+
+def test_the_readme_capture_example_runs_as_written(tmp_path, monkeypatch):
+    section = README.read_text().split("## Adding a workload", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Adding a workload)", "exec"), {})  # its asserts check the MACs by hand
+    graph = graph_io.load(tmp_path / "classifier.json")
+    assert graph.metadata["forward_macs"] == 8 * 64 * 2
+    assert {op.kind for op in graph.ops} >= {"embedding", "linear"}
