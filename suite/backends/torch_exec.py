@@ -13,11 +13,12 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
   thread of another device never sees those copies; buffers live with their module (a module called on
   several devices: with its first call), and a call on another device gets copies of them, so what it
   writes there (a shared BatchNorm's running statistics in a training step) does not reach the module;
-* a tensor read on another (logical) device than the one that produced it is copied: `.to(device)`
-  between torch devices, `.clone()` between logical devices mapped to one torch device. Each value is
-  copied at most once per step to each device; copies are counted (`bytes_transferred` per step). In a
-  training step only the forward pass's copies are: autograd copies their gradients back across the same
-  boundaries (about as many bytes again) uncounted, where the simulator charges both directions;
+* a tensor read on another (logical) device than the one that produced it (alone, or in a list, tuple or
+  dict) is copied: `.to(device)` between torch devices, `.clone()` between logical devices mapped to one
+  torch device. Each value is copied at most once per step to each device; copies are counted
+  (`bytes_transferred` per step). In a training step only the forward pass's copies are: autograd copies
+  their gradients back across the same boundaries (about as many bytes again) uncounted, where the
+  simulator charges both directions;
 * an in-place call (`y.mul_(2)`) is read by the nodes after it in y's place, as capture's graph has it:
   on another device than y it overwrites a copy there, which those readers get; on y's device it first
   waits for the earlier readers of y on other devices;
@@ -99,6 +100,8 @@ def _has_tensor(x: Any) -> bool:
         return True
     if isinstance(x, list | tuple):
         return any(_has_tensor(y) for y in x)
+    if isinstance(x, dict):
+        return any(_has_tensor(y) for y in x.values())
     return False
 
 
@@ -482,6 +485,8 @@ class TorchExecutor:
             return v.clone() if v.device == tdev else v.to(tdev)
         if isinstance(v, list | tuple):
             return type(v)(self._move(x, tdev) for x in v)
+        if isinstance(v, dict):
+            return {k: self._move(x, tdev) for k, x in v.items()}
         return v
 
     # -- steps ----------------------------------------------------------------------------------------------
@@ -617,6 +622,8 @@ def _on(v: Any, tdev: torch.device) -> bool:
         return v.device == tdev
     if isinstance(v, list | tuple):
         return all(_on(x, tdev) for x in v)
+    if isinstance(v, dict):
+        return all(_on(x, tdev) for x in v.values())
     return True
 
 

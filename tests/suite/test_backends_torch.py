@@ -1078,3 +1078,40 @@ def test_a_forward_with_star_args_gets_the_extra_inputs_as_a_tuple(three_cpus):
         out = ex.forward()
         torch.testing.assert_close(out, rw.module.fc(x) * a + b, rtol=0, atol=0)
         torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
+
+
+class _DictHead(nn.Module):
+    """A leaf op (it has a capture rule) that reads a dict of tensors."""
+
+    def capture_cost(self, inputs, outputs, training):
+        from suite.capture.flops import Cost
+
+        return Cost("dict_head", 8)
+
+    def forward(self, d):
+        return d["a"] * d["b"]
+
+
+class _ReadsDict(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = _DictHead()
+
+    def forward(self, d):
+        return self.head(d)
+
+
+def test_a_dict_of_tensors_read_on_another_device_is_copied_and_counted(three_cpus):
+    """An op on cpu:1 reading a dict input staged on cpu:0 gets a copy of each of its tensors, counted (the
+    dict went across uncopied and uncounted: on CUDA a device mismatch)."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    d = {"a": torch.randn(2, 4), "b": torch.randn(2, 4)}
+    rw = from_module(_ReadsDict(), (d,), name="reads_dict")
+    assert [op.name for op in rw.graph.ops] == ["d", "head"]
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(np.array([0, 1]))
+    with torch.no_grad():
+        out = ex.forward()
+    assert (ex.copies.count, ex.copies.bytes) == (2, 2 * (2 * 4 * 4))
+    torch.testing.assert_close(out, d["a"] * d["b"], rtol=0, atol=0)
