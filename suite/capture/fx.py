@@ -3,8 +3,13 @@
 How: `torch.fx` symbolic tracing with our tracer, then an interpreter run on the example inputs that
 records every node's result shape and dtype (pass meta tensors, and build the model under
 `torch.device("meta")`, to capture a large model without allocating or computing anything), then one walk
-over the fx graph that fills the IR of `suite.capture.ir`. The run leaves the module's buffers as they were
-(BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws). Example
+over the fx graph that fills the IR of `suite.capture.ir`. Tracing and the run leave the module's buffers as
+they were (BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws).
+Tracing runs forward's Python code: a buffer update that torch.fx does not record (`self.n += 1` or
+`self.n.add_(1)` on values that are not the inputs', `self.run = ...`) would be done once, while tracing, and
+never by the graph, so it is refused (GraphError naming the buffer); one that it records
+(`self.run.copy_(x.mean(0))`) is an op, but the ops that read the buffer after it do not depend on it in the
+graph (a buffer is a constant). Example
 inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
 values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which
 keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
@@ -488,7 +493,52 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
     elif positional:  # positional values without tensors (None, a flag) are constants too (not with *args)
         constants.update((k, x) for k, x in zip(positional, example_inputs, strict=True)
                          if not collect(x, torch.Tensor))
-    return root, trace(root, len(example_inputs), keywords, constants), args
+    kept = _buffers(module)
+    try:  # tracing runs forward's Python code: what it does to a buffer is done for real, and not recorded
+        gm = trace(root, len(example_inputs), keywords, constants)
+        _check_buffers_untouched(what, kept)
+    finally:
+        _restore(kept)
+    return root, gm, args
+
+
+def _buffers(module: nn.Module) -> list[tuple[str, nn.Module, str, torch.Tensor, torch.Tensor]]:
+    """Every buffer of `module`: (qualified name, owner, key, tensor, a copy of its values)."""
+    return [(f"{prefix}.{k}" if prefix else k, m, k, t, t.clone()) for prefix, m in module.named_modules()
+            for k, t in m._buffers.items() if t is not None]
+
+
+def _restore(kept: Sequence[tuple[str, nn.Module, str, torch.Tensor, torch.Tensor]]) -> None:
+    """Each buffer in `kept` bound and valued as when `_buffers` took it."""
+    with torch.no_grad():
+        for _, m, k, t, before in kept:
+            t.copy_(before)
+            m._buffers[k] = t
+
+
+def _check_buffers_untouched(what: str, kept: Sequence[tuple[str, nn.Module, str, torch.Tensor, torch.Tensor]]
+                             ) -> None:
+    """GraphError naming a buffer that tracing rebound (`self.n = self.n + 1`) or changed in place
+    (`self.n += 1`, `self.n.add_(1)` on values that are not the inputs'): torch.fx ran that update once, for
+    real, and did not record it, so the graph cannot update the buffer at each step as eager PyTorch does."""
+    for name, m, k, t, before in kept:
+        if m._buffers.get(k) is t and (t.device.type == "meta" or _same_bits(t, before)):
+            continue
+        how = (f"assigns its buffer {name!r} a new tensor (self.{k} = ...)" if m._buffers.get(k) is not t else
+               f"updates its buffer {name!r} in place from values that are not the inputs' (self.{k} += 1, "
+               f"self.{k}.add_(1))")
+        raise GraphError(
+            f"{what}.forward {how}: "
+            f"torch.fx runs that update once while it traces, and does not record it, so the graph (and the "
+            f"backends that run it) would not update the buffer at each step as eager PyTorch does; keep the "
+            f"update in a leaf module (one with a capture_cost method, as BatchNorm keeps its running "
+            f"statistics), or use a local variable where the value need not outlive the call")
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do `a` and `b` hold the same bytes (NaN equal to itself)?"""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
+        a.detach().reshape(-1).contiguous().view(torch.uint8), b.detach().reshape(-1).contiguous().view(torch.uint8))
 
 
 def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any] | None,
@@ -501,7 +551,7 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
                              f"out=, which capture does not follow (it follows out= with one tensor): return them "
                              f"instead (v, i = torch.max(a, 1))")
     rec = _ShapeRecorder(gm)
-    buffers = [(m, k, t, t.clone()) for m in module.modules() for k, t in m._buffers.items() if t is not None]
+    kept = _buffers(module)
     cuda = sorted({t.device.index or 0 for t in [*collect(args, torch.Tensor), *module.parameters()]
                    if t.device.type == "cuda"})
     try:
@@ -516,10 +566,7 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
         hint = _dict_hint(example_inputs)
         raise GraphError(f"running {what} on the example inputs failed{at}: {why}{hint}") from exc
     finally:  # the run leaves the module's buffers as they were (BatchNorm's running statistics)
-        with torch.no_grad():
-            for m, k, t, before in buffers:
-                t.copy_(before)
-                m._buffers[k] = t
+        _restore(kept)
     if rec.view_writes:
         call, other = rec.view_writes[0]
         raise GraphError(

@@ -1551,6 +1551,64 @@ def test_capture_leaves_the_modules_buffers_as_they_were():
     assert int(model[1].num_batches_tracked) == 0
 
 
+class _Counts(nn.Module):
+    """Updates a buffer in forward: `how` is "iadd" (self.n += 1), "add_" (self.n.add_(1)), "rebind" (self.run =
+    self.run * 0.9 + x.mean(0)) or "copy_" (self.run.copy_(x.mean(0)), which torch.fx records)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.fc, self.how = nn.Linear(4, 4), how
+        self.register_buffer("n", torch.tensor(3.0))
+        self.register_buffer("run", torch.ones(4))
+
+    def forward(self, x):
+        if self.how == "iadd":
+            self.n += 1
+        elif self.how == "add_":
+            self.n.add_(1)
+        elif self.how == "rebind":
+            self.run = self.run * 0.9 + x.mean(0)
+        else:
+            self.run.copy_(x.mean(0))
+        return self.fc(x) * self.n + self.run
+
+
+@pytest.mark.parametrize("how", ["iadd", "add_", "rebind"])
+def test_a_buffer_update_that_fx_does_not_record_is_refused_and_undone(how):
+    """Tracing ran `self.n += 1` for real (each capture, and each backend trace, added 1 to the user's buffer;
+    the graph read it as a constant) and left a torch.fx Proxy bound as the buffer `run` after the rebinding
+    (the module no longer ran). Now a GraphError names the buffer, and the buffers are as they were."""
+    from suite.backends.workload import from_module
+    from suite.capture.fx import traced_module
+
+    model = nn.Sequential(_Counts(how))
+    n, run = model[0].n, model[0].run
+    x = torch.randn(2, 4)
+    what = "assigns its buffer '0.run' a new tensor" if how == "rebind" else "updates its buffer '0.n' in place"
+    for attempt in (lambda: capture(model, (x,), name="counts"), lambda: traced_module(model, (x,)),
+                    lambda: from_module(model, (x,), name="counts", mode="training")):
+        with pytest.raises(GraphError, match=rf"^Sequential.forward {what}"):
+            attempt()
+        assert dict(model.named_buffers()) == {"0.n": n, "0.run": run}  # the same tensors
+        assert n.item() == 3.0 and run.tolist() == [1.0] * 4
+
+
+def test_a_buffer_update_that_fx_records_runs_in_the_graph_and_capture_undoes_it():
+    """`self.run.copy_(x.mean(0))` is an op of the graph; neither capture nor the backend's trace changes the
+    buffer (the shape-recording run wrote it, and capture restores it)."""
+    from suite.capture.fx import traced_module
+
+    model = _Counts("copy_")
+    x = torch.randn(2, 4)
+    g = capture(model, (x,), name="counts")
+    assert [op.name for op in g.ops] == ["x", "mean", "copy_", "fc", "mul", "add"]
+    gm, _ = traced_module(model, (x,))
+    assert model.n.item() == 3.0 and model.run.tolist() == [1.0] * 4
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x), model.fc(x) * 3.0 + x.mean(0), rtol=0, atol=0)
+    torch.testing.assert_close(model.run, x.mean(0), rtol=0, atol=0)  # running it updates the buffer, as eager
+
+
 def test_capture_leaves_torchs_random_state_alone():
     """A model with dropout in training mode drew from torch's generator when its shapes were recorded, so a
     seeded run after a capture differed from one without it."""
