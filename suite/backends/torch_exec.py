@@ -22,7 +22,9 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
 * an in-place call (`y.mul_(2)`) is read by the nodes after it in y's place, as capture's graph has it:
   on another device than y it overwrites a copy there, which those readers get; on y's device it first
   waits for the earlier readers of y on other devices;
-* inputs are staged on their input op's device before the timed steps.
+* inputs are staged on their input op's device before the timed steps;
+* the modules run in the mode's state that capture traced them in (`suite.capture.fx.mode_flags`: a training
+  step keeps a submodule the user put in eval() in eval), their flags restored after each step.
 
 Training step: `zero_grad`, the forward above with autograd recording, `loss.backward()` (autograd runs
 each backward function on the device of its forward tensors: backward colocated with forward, as the
@@ -286,6 +288,7 @@ class TorchExecutor:
         self._pool: Any = None
         self._lock = threading.Lock()
         self._step_grad = False  # the grad mode of the step running (its caller's)
+        self._flags: list[tuple[nn.Module, bool]] = []  # each module's train / eval flag in a step
 
     # -- placement ----------------------------------------------------------------------------------------
     def apply(self, placement: np.ndarray) -> None:
@@ -332,7 +335,11 @@ class TorchExecutor:
                 break
             d = node_dev[i]
             self._staged.append(_to(x, self.tdevs[d]) if d >= 0 else x)
-        self._compile()
+        from suite.capture.fx import in_mode, mode_flags
+
+        self._flags = mode_flags(self.rw.module, self.rw.training)  # the state capture traced it in
+        with in_mode(self.rw.module, self.rw.training, self._flags):  # the replicas take it too
+            self._compile()
         if self.rw.training:
             params = [p for p in eg.params.values() if p.requires_grad]
             self.optimizer = torch.optim.SGD(params, lr=SGD_LR, momentum=SGD_MOMENTUM)
@@ -501,7 +508,15 @@ class TorchExecutor:
 
     def forward(self, node_hook: Callable[[int, Any], None] | None = None,
                 timer: Callable[[int, Callable[[], Any]], Any] | None = None) -> Any:
-        """One forward pass; returns the graph's output. `timer(i, thunk)` wraps each node's execution."""
+        """One forward pass; returns the graph's output. `timer(i, thunk)` wraps each node's execution. The
+        modules run in the mode's state (`suite.capture.fx.mode_flags`); their flags are restored after."""
+        from suite.capture.fx import in_mode
+
+        with in_mode(self.rw.module, self.rw.training, self._flags):
+            return self._forward(node_hook, timer)
+
+    def _forward(self, node_hook: Callable[[int, Any], None] | None,
+                 timer: Callable[[int, Callable[[], Any]], Any] | None) -> Any:
         env: list[Any] = [None] * len(self.eg.nodes)
         self._step_grad = torch.is_grad_enabled()
         for i, _ in self.eg.input_ops[len(self._staged):]:  # arguments left at their defaults

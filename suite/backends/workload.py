@@ -84,8 +84,11 @@ class RealWorkload:
                             kwargs)
 
     def eager(self, inputs: Sequence[Any] | None = None) -> Any:
-        """The eager model's result on the example inputs (no gradient)."""
-        with torch.no_grad():
+        """The eager model's result on the example inputs (no gradient), in the mode's state
+        (`suite.capture.fx.mode_flags`, as capture and the backends run it)."""
+        from suite.capture.fx import in_mode
+
+        with torch.no_grad(), in_mode(self.module, self.training):
             return self.module(*(inputs if inputs is not None else self.inputs), **self.kwargs)
 
 
@@ -259,10 +262,11 @@ def from_module(module: nn.Module, inputs: Any = (), *, example_kwargs: Mapping[
                 name: str, mode: str = "inference") -> RealWorkload:
     """Any module the capture can trace, run as `module(*inputs, **example_kwargs)`, the example inputs as
     `capture` takes them (a single input that is not a list or tuple is the one positional input; values
-    without tensors are constants). In training mode its output must be the loss."""
+    without tensors are constants). In training mode its output must be the loss. Capture and the backends
+    run it in the mode's state, as `suite.capture.fx.mode_flags` says (training: a submodule the user put in
+    eval() under a root in train() stays in eval()), and leave its train / eval flags as they were."""
     from suite.capture.fx import capture as capture_graph
 
-    module.train(mode == "training")
     inputs = tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
     kwargs = dict(example_kwargs or {})
     graph = capture_graph(module, inputs, example_kwargs=kwargs, name=name, mode=mode,

@@ -20,10 +20,11 @@ only, the figure papers publish):
   element; reductions (sum, mean, max, argmax, any, var_mean, vector norms, ...): 1 per input element;
 * softmax, log-softmax, softmin and Gumbel softmax: 5 per element (max, subtract, exp, sum, divide);
 * batch norm: 2 per element in inference (scale and shift with running statistics), 4 in training (batch
-  statistics, then normalise); layer norm: 5 per element; group norm and instance norm compute their
-  statistics from the input in inference too: 5 per element, as layer norm (instance norm with running
-  statistics in inference, `track_running_stats` / `use_input_stats=False`: 2, as batch norm); RMS norm:
-  3 per element (layer norm's less the mean and its subtraction). (torch's FlopCounterMode counts no norm.)
+  statistics, then normalise; 2 for a module in eval() in a training step, a frozen BatchNorm); layer norm:
+  5 per element; group norm and instance norm compute their statistics from the input in inference too: 5
+  per element, as layer norm (instance norm with running statistics in inference, `track_running_stats` /
+  `use_input_stats=False`: 2, as batch norm); RMS norm: 3 per element (layer norm's less the mean and its
+  subtraction). (torch's FlopCounterMode counts no norm.)
 * pooling (max, average, power-average): output elements x kernel elements; adaptive average pooling: 1 per
   input element;
 * interpolation (F.interpolate, nn.Upsample): a weighted sum of n neighbours per output element, 2 n - 1
@@ -544,13 +545,13 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if isinstance(module, nn.Bilinear):
         return bilinear_cost(ins[0], tuple(module.weight.shape), out[0], module.bias is not None)
     if isinstance(module, nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d):
-        return elementwise("batch_norm", out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
+        return elementwise("batch_norm", out, BATCH_NORM_FLOPS_PER_ELEMENT[training and module.training])
     if isinstance(module, nn.LayerNorm):
         return elementwise("layer_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
     if isinstance(module, nn.GroupNorm):
         return elementwise("group_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
     if isinstance(module, nn.InstanceNorm1d | nn.InstanceNorm2d | nn.InstanceNorm3d):
-        stats = training or not module.track_running_stats
+        stats = (training and module.training) or not module.track_running_stats
         return elementwise("instance_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT if stats else BATCH_NORM_FLOPS_PER_ELEMENT[False])
     if isinstance(module, nn.RMSNorm):
         return elementwise("rms_norm", out, RMS_NORM_FLOPS_PER_ELEMENT)

@@ -13,9 +13,10 @@ graph (a buffer is a constant). Example
 inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
 values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which
 keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
-takes). The module is traced and run in the mode's state, `module.train(mode == "training")` (an inference
-graph has no `if self.training:` branch, whether or not the caller called `eval()`); each module's flag is
-restored after.
+takes). The module is traced and run in the mode's state (`mode_flags`): inference, every module in eval() (an
+inference graph has no `if self.training:` branch, whether or not the caller called `eval()`); training, every
+module in train(), except the modules that the user put in eval() under a root in train() (a frozen
+BatchNorm), as eager training runs them; each module's flag is restored after.
 
 What becomes an op:
 * leaf modules: modules with a `capture_cost` method (our LSTM cell, attention step), `nn.LSTM`/`GRU`/`RNN`
@@ -28,8 +29,9 @@ What becomes an op:
 
 What is folded into its producers (never losing a dependency, see `ForwardBuilder.fold`): view, reshape,
 permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
-`nn.Identity`/`nn.Flatten`, dropout in inference mode (in training mode dropout is an elementwise op), and
-building a dataclass output object (`ModelOutput(loss=..., logits=...)`: its tensors are the outputs).
+`nn.Identity`/`nn.Flatten`, dropout in inference mode (in training mode dropout is an elementwise op, but a
+dropout module in eval() is folded), and building a dataclass output object (`ModelOutput(loss=...,
+logits=...)`: its tensors are the outputs).
 In training graphs no gradient flows back through `detach()`, through a folded value without floating-point
 tensors (the indices of `max`), through an op whose outputs are all integer or bool (comparisons, argmax),
 or through what forward computes with gradients off (`with torch.no_grad():`, `torch.inference_mode()`: a
@@ -448,7 +450,7 @@ def _dict_hint(example_inputs: Sequence[Any]) -> str:
 def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *, example_kwargs: Mapping[str, Any] | None = None,
                   training: bool = False) -> ForwardGraph:
     """Trace, record shapes on `example_inputs` (and `example_kwargs`, by name), and build the forward IR, with
-    the module in the mode's state (`module.train(training)`; each module's own flag is restored afterwards)."""
+    the module in the mode's state (`mode_flags`; each module's own flag is restored afterwards)."""
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
     module = _uncompiled(module)
@@ -468,16 +470,31 @@ def traced_module(module: nn.Module, example_inputs: Sequence[Any] = (), *,
     return gm, args
 
 
+def mode_flags(module: nn.Module, training: bool) -> list[tuple[nn.Module, bool]]:
+    """Each module of `module` with its train / eval flag in the mode's state: inference, every module in
+    eval(); training, every module in train(), except that a module the user put in eval() under a root in
+    train() stays in eval() (a frozen BatchNorm reads its running statistics, as in the user's eager training).
+    Capture and the backends run a module in this state."""
+    if training and _uncompiled(module).training:
+        return [(m, m.training) for m in module.modules()]
+    return [(m, training) for m in module.modules()]
+
+
 @contextlib.contextmanager
-def in_mode(module: nn.Module, training: bool):
-    """`module.train(training)` while in the block; each module's own flag is restored afterwards."""
-    flags = [(m, m.training) for m in module.modules()]
-    module.train(training)
+def in_mode(module: nn.Module, training: bool, flags: Sequence[tuple[nn.Module, bool]] | None = None):
+    """The modules in the mode's state (`flags`, else `mode_flags`) for the length of the block; each flag that
+    was changed is restored after."""
+    changed = []
+    for m, flag in mode_flags(module, training) if flags is None else flags:
+        if m.training != flag:
+            changed.append((m, m.training))
+            m.training = flag
     try:
         yield
     finally:
-        for m, flag in flags:
+        for m, flag in changed:
             m.training = flag
+
 
 
 def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
@@ -721,7 +738,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
     grad = node.meta.get("grad_enabled", True) and any(t.floating for t in outs)  # can its result carry one
     if node.op == "call_module":
         m = gm.get_submodule(str(node.target))
-        if isinstance(m, _SHAPE_ONLY_MODULES) or (isinstance(m, _DROPOUT_MODULES) and not training):
+        if isinstance(m, _SHAPE_ONLY_MODULES) or (isinstance(m, _DROPOUT_MODULES) and not (training and m.training)):
             return b.fold(ins, out_bytes, grad=grad)
         if isinstance(m, _DROPOUT_MODULES):
             cost: Cost | None = Cost("dropout", float(sum(t.numel for t in outs)), saved_bytes=sum(t.numel for t in outs))

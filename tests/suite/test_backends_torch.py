@@ -4,6 +4,7 @@ protocol, device maps. CPU only: multi-device placements use logical CPU devices
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -1115,3 +1116,49 @@ def test_a_dict_of_tensors_read_on_another_device_is_copied_and_counted(three_cp
         out = ex.forward()
     assert (ex.copies.count, ex.copies.bytes) == (2, 2 * (2 * 4 * 4))
     torch.testing.assert_close(out, d["a"] * d["b"], rtol=0, atol=0)
+
+
+class _FrozenNorm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.norm = nn.BatchNorm1d(4)
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.out(self.norm(self.fc(x))).square().mean()
+
+
+def test_a_submodule_in_eval_stays_in_eval_in_training_steps(three_cpus):
+    """A model in train() whose BatchNorm the user put in eval() (frozen statistics while fine-tuning) trains
+    as in eager PyTorch: the norm reads its running statistics and leaves them alone. from_module put every
+    module in train() for good, so the backend normalized with batch statistics, updated the running ones
+    and computed another loss; the model's flags stayed changed."""
+    cluster, dmap = three_cpus
+    torch.manual_seed(0)
+    model = _FrozenNorm()
+    model.norm.eval()
+    model.norm.running_mean.fill_(0.5)
+    model.norm.running_var.fill_(2.0)
+    x = torch.randn(3, 4)
+    eager = copy.deepcopy(model)
+    rw = from_module(model, (x,), name="frozen_norm", mode="training")
+    assert (model.training, model.norm.training) == (True, False)
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(np.arange(rw.graph.num_ops, dtype=np.int64) % 2)
+    opt = torch.optim.SGD(eager.parameters(), lr=1e-3, momentum=0.9)
+    for _ in range(2):
+        loss = ex.step()
+        opt.zero_grad()
+        ref = eager(x)
+        ref.backward()
+        opt.step()
+        torch.testing.assert_close(loss, ref.detach(), rtol=0, atol=0)
+    assert model.norm.running_mean.tolist() == [0.5] * 4 and model.norm.running_var.tolist() == [2.0] * 4
+    assert int(model.norm.num_batches_tracked) == 0
+    assert TorchBackend(rw, cluster, dmap, timing=FAST).measure(np.zeros(rw.graph.num_ops, np.int64)).status == "ok"
+    assert (model.training, model.norm.training) == (True, False)
+    model.eval()  # a root in eval(): a training step puts every module in train(), as capture traced it
+    ex.apply(np.zeros(rw.graph.num_ops, dtype=np.int64))
+    ex.step()
+    assert int(model.norm.num_batches_tracked) == 1 and not model.training and not model.norm.training

@@ -1415,6 +1415,35 @@ def test_capture_traces_the_module_in_the_modes_state_and_restores_its_flags(mod
     assert (model.training, model.drop.training, model.fc.training) == (mode == "inference",) * 2 + (mode == "training",)
 
 
+class _FrozenHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.head = nn.BatchNorm1d(4), NoiseInTraining()
+
+    def forward(self, x):
+        return self.head(self.norm(x))
+
+
+def test_a_training_capture_keeps_the_submodules_the_user_put_in_eval():
+    """A model in train() with its norm and head in eval() (frozen while fine-tuning) is traced as eager
+    training runs it: no training-only add, the dropout module folded, the norm with running statistics (2
+    FLOPs per element, not 4); capture put every module in train(). Each flag is as it was afterwards."""
+    model = _FrozenHead()
+    model.norm.eval()
+    model.head.eval()
+    g = capture(model, (torch.randn(2, 4),), name="frozen", mode="training")
+    forward = [(op.name, op.kind, op.flops) for op in g.ops if op.phase == "forward"]
+    assert forward == [("x", "input", 0), ("norm", "batch_norm", 2 * 8), ("head.fc", "linear", 2 * 2 * 4 * 4 + 8),
+                       ("head/sum_1", "sum", 8)]
+    assert [m.training for m in model.modules()] == [True, False, False, False, False]
+    model.eval()  # a model in eval(): a training capture puts every module in train()
+    g = capture(model, (torch.randn(2, 4),), name="frozen", mode="training")
+    assert [op.kind for op in g.ops if op.phase == "forward"] == ["input", "batch_norm", "linear", "add", "dropout",
+                                                                  "sum"]
+    assert g.ops[g.index["norm"]].flops == 4 * 8
+    assert not any(m.training for m in model.modules())
+
+
 @dataclasses.dataclass
 class _Output:
     """A model output object (as transformers' ModelOutput): the loss and optional logits."""
