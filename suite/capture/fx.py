@@ -30,8 +30,9 @@ What becomes an op:
 What is folded into its producers (never losing a dependency, see `ForwardBuilder.fold`): view, reshape,
 permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
 `nn.Identity`/`nn.Flatten`, dropout in inference mode (in training mode dropout is an elementwise op, but a
-dropout module in eval() is folded), and building a dataclass output object (`ModelOutput(loss=...,
-logits=...)`: its tensors are the outputs).
+dropout module in eval() and a call with `training=False`, `F.dropout(x, p, self.training)` there, are
+folded), and building a dataclass output object (`ModelOutput(loss=..., logits=...)`: its tensors are the
+outputs).
 In training graphs no gradient flows back through `detach()`, through a folded value without floating-point
 tensors (the indices of `max`), through an op whose outputs are all integer or bool (comparisons, argmax),
 or through what forward computes with gradients off (`with torch.no_grad():`, `torch.inference_mode()`: a
@@ -83,6 +84,7 @@ from suite.capture.flops import (
     SHAPE_ONLY,
     Cost,
     TensorInfo,
+    _arg,
     collect,
     elementwise,
     function_cost,
@@ -757,7 +759,8 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         name = _target_name(node)
         if dataclasses.is_dataclass(node.target):  # Output(loss=..., logits=...): an object holding its tensors
             return b.fold(ins, None, grad=grad)
-        if name in SHAPE_ONLY or (name in DROPOUT and not training):
+        if name in SHAPE_ONLY or (name in DROPOUT and not (training and _arg(args, kwargs, 2, "training",
+                                                                           kwargs.get("train", True)))):
             # detach(), or the integer part of a result (the indices of max), passes no gradient back
             return b.fold(ins, out_bytes, grad=grad and name != "detach")
         if name in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data

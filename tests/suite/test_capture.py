@@ -380,6 +380,29 @@ def test_dropout_folded_in_inference_an_op_in_training():
     assert len(by_kind(capture(Drop(), (x,), name="d", mode="training"), "dropout")) == 1
 
 
+class _DropCalls(_Fc):
+    """Dropout calls as functions: with training=self.training (by keyword and by position), and always on."""
+
+    def forward(self, x):
+        a = F.dropout(self.fc(x), 0.5, training=self.training)
+        b = torch.dropout(x, 0.5, self.training)
+        return (a + b + F.dropout(x, 0.5)).sum()
+
+
+def test_a_dropout_call_with_training_false_is_folded_in_a_training_graph():
+    """F.dropout(x, p, training=False) returns x in a training step too (a submodule in eval() calls it so):
+    it was counted as a dropout op (1 FLOP and 1 saved byte per element)."""
+    x = torch.randn(2, 4)
+    model = nn.Sequential(_DropCalls())
+    g = capture(model, (x,), name="d", mode="training")
+    assert [op.name for op in by_kind(g, "dropout")] == ["0/dropout", "0/dropout_1", "0/dropout_2"]
+    model[0].eval()
+    g = capture(model, (x,), name="d", mode="training")
+    assert [op.name for op in by_kind(g, "dropout")] == ["0/dropout_2"]
+    assert [op.name for op in g.ops if op.phase == "forward"] == ["input_1", "0.fc", "0/add", "0/dropout_2", "0/add_1",
+                                                                  "0/sum_1"]
+
+
 def test_uncovered_function_uses_fallback_and_says_so():
     class Pinv(nn.Module):
         def forward(self, x):
