@@ -555,7 +555,10 @@ def _check_buffers_untouched(what: str, kept: Sequence[tuple[str, nn.Module, str
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Do `a` and `b` hold the same bytes (NaN equal to itself)?"""
+    """Do `a` and `b` hold the same bytes (NaN equal to itself)? Other layouts than strided (sparse): the
+    same values."""
+    if a.layout != torch.strided or b.layout != torch.strided:
+        return a.layout == b.layout and a.shape == b.shape and torch.equal(a.detach().to_dense(), b.detach().to_dense())
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
         a.detach().reshape(-1).contiguous().view(torch.uint8), b.detach().reshape(-1).contiguous().view(torch.uint8))
 

@@ -1661,6 +1661,17 @@ def test_a_buffer_update_that_fx_records_runs_in_the_graph_and_capture_undoes_it
     torch.testing.assert_close(model.run, x.mean(0), rtol=0, atol=0)  # running it updates the buffer, as eager
 
 
+def test_buffers_that_forward_only_reads_pass_the_check_whatever_they_hold():
+    """The check that tracing left the buffers alone compares their bytes: a NaN buffer is unchanged, and a
+    sparse buffer is compared by value (its bytes cannot be viewed: a RuntimeError)."""
+    model = nn.Sequential(nn.Linear(4, 4))
+    model.register_buffer("nan", torch.tensor([float("nan"), 1.0]))
+    model.register_buffer("sparse", torch.eye(3).to_sparse())
+    g = capture(model, (torch.randn(2, 4),), name="fc")
+    assert [op.name for op in g.ops] == ["input_1", "0"]
+    assert model.nan[1].item() == 1.0 and model.nan[0].isnan() and model.sparse.is_sparse
+
+
 def test_capture_leaves_torchs_random_state_alone():
     """A model with dropout in training mode drew from torch's generator when its shapes were recorded, so a
     seeded run after a capture differed from one without it."""
