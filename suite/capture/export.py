@@ -7,7 +7,7 @@ inputs' shapes, so Python code that branches or loops on sizes (`if x.size(0) > 
 `nn.Transformer` is captured by both.
 
 How: `torch.export.export(module, example_inputs, example_kwargs, strict=False)` in the mode's state, as
-the fx capture (`module.train(mode == "training")`, each module's flag restored after; a `torch.compile`d
+the fx capture (`suite.capture.fx.mode_flags`, each module's flag restored after; a `torch.compile`d
 module is exported as the module it compiles), then one walk over the exported graph (torch's "training
 IR", not decomposed further) that fills the IR of `suite.capture.ir`, so training lowering, serialization
 and validation are those of the torch.fx capture. Shapes and dtypes come from the fake tensors the export
@@ -32,8 +32,8 @@ own `capture_cost` rule (the zoo's LSTM cell and attention step) is traced throu
 no module whole (the zoo's workloads have the fx capture's forward MACs, FLOPs and parameters, in more
 ops; their training steps differ by the backward ops of that granularity). Views (view, reshape,
 permute, transpose, select, slice, getitem, flatten, squeeze / unsqueeze, expand, split, contiguous,
-detach, tensor indexing `x[idx]`) are folded into their producers, and so is dropout in inference mode, as
-in the fx capture; values computed from no model input and no parameter (shapes, buffers,
+detach, tensor indexing `x[idx]`) are folded into their producers, and so is dropout in inference mode (in
+training mode, one that runs with train=False: a dropout module in eval()), as in the fx capture; values computed from no model input and no parameter (shapes, buffers,
 `zeros_like(x)`) are constants. An in-place call (`y.add_(1)`,
 `nn.ReLU(inplace=True)`) is an op that its later readers read; one that writes to memory another value
 still to be read shares (`y[0].mul_(2)` before y is read) is refused, as in the fx capture. A region that
@@ -331,6 +331,11 @@ def _resolve(x: Any) -> Any:
     return x
 
 
+def _train_arg(node: Node) -> bool:
+    """A dropout call's `train` flag (aten.dropout(input, p, train)): False returns its input."""
+    return (node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)) is not False
+
+
 def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins: list[Value], outs: list[Any],
           training: bool) -> Value:
     name = _aten_name(node)
@@ -343,7 +348,7 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     inference = not torch.is_inference_mode_enabled() and any(
         t.is_inference() for t in collect(node.meta["val"], torch.Tensor))
     grad = any(t.floating for t in outs) and not inference
-    if base in EXPORT_SHAPE_ONLY or (base in EXPORT_DROPOUT and not training):
+    if base in EXPORT_SHAPE_ONLY or (base in EXPORT_DROPOUT and not (training and _train_arg(node))):
         return b.fold(ins, out_bytes, grad=grad and base != "detach")
     if base in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
         ins = _data_inputs(base, node, arg_nodes, ins)

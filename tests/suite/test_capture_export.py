@@ -312,13 +312,15 @@ def test_a_compiled_model_is_exported_as_the_module_it_compiles():
 
 
 class DictOutput(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, count_steps: bool = False) -> None:
         super().__init__()
         self.fc = nn.Linear(4, 2)
+        self.count_steps = count_steps
         self.register_buffer("steps", torch.zeros(()))
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        self.steps.add_(1)  # a buffer mutation: an exported output that the module does not return
+        if self.count_steps:  # a buffer mutation: an exported output that the module does not return
+            self.steps.add_(1)  # (the fx capture refuses it: fx would not record it)
         y = self.fc(x)
         return {"loss": y.sum(), "logits": y}
 
@@ -328,9 +330,10 @@ def test_a_training_step_returning_a_dict_is_told_its_entries_as_in_fx():
     msg = ("training mode needs DictOutput to return its loss, one scalar tensor; it returns {'loss': (), "
            "'logits': (3, 2)} (wrap the model in a module that returns its 'loss' entry alone, or capture it in "
            "inference mode)")
-    for front_end in (fx_capture.capture, capture):
+    for front_end, model in ((fx_capture.capture, DictOutput()), (capture, DictOutput()),
+                             (capture, DictOutput(count_steps=True))):
         with pytest.raises(GraphError) as info:
-            front_end(DictOutput(), (torch.randn(3, 4),), name="d", mode="training")
+            front_end(model, (torch.randn(3, 4),), name="d", mode="training")
         assert str(info.value) == msg
 
 
@@ -533,3 +536,34 @@ def test_zoo_families_have_the_fx_captures_forward_totals(family, params, mode):
     by_export = capture(model, inputs, name=family, mode=mode).metadata
     for key in ("forward_macs", "forward_flops", "params"):
         assert by_export[key] == by_fx[key] > 0, key
+
+
+class _NoiseInTraining(nn.Module):
+    """Python control flow on `self.training` (noise added only while training), and a dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.drop = nn.Linear(4, 4), nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = self.fc(x)
+        if self.training:
+            x = x + 1.0
+        return self.drop(x).sum()
+
+
+def test_export_runs_the_module_in_the_modes_state_as_the_fx_capture():
+    """A module in train() captured for inference had its training-only add (8 FLOPs) in the exported graph,
+    which the fx capture's graph lacks; a training capture of a model with a submodule in eval() counted
+    that submodule's dropout (train=False: it returns its input). Each module's flag is as it was after."""
+    model = _NoiseInTraining()
+    x = torch.randn(2, 4)
+    g = capture(model, (x,), name="n")
+    assert [(op.name, op.kind) for op in g.ops] == [("x", "input"), ("fc/linear", "linear"), ("sum_1", "sum")]
+    assert g.metadata["forward_flops"] == fx_capture.capture(model, (x,), name="n").metadata["forward_flops"]
+    assert model.training and model.fc.training and model.drop.training
+    wrapped = nn.Sequential(model)
+    model.eval()
+    g = capture(wrapped, (x,), name="n", mode="training")
+    assert [op.name for op in g.ops if op.phase == "forward"] == ["input", "0.fc/linear", "0/sum_1"]
+    assert wrapped.training and not any(m.training for m in model.modules())
