@@ -70,6 +70,7 @@ from suite.backends.devices import (
 )
 from suite.backends.timing import backend_setup, check_cpu_clock, is_oom, statistic_s, time_steps
 from suite.backends.workload import RealWorkload
+from suite.capture.flops import collect
 from suite.cluster import Cluster
 from suite.errors import GraphError, PlacebenchError
 from suite.evaluator import Measurement
@@ -600,22 +601,7 @@ class TorchExecutor:
 def _loss(out: Any) -> torch.Tensor:
     """The loss in a training step's output: its one tensor, alone or in a tuple, list, dict or output object
     (`{'loss': loss}`, `Output(loss=loss, logits=None)`), as capture accepts a training graph's output."""
-    found: list[torch.Tensor] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, torch.Tensor):
-            found.append(x)
-        elif isinstance(x, list | tuple):
-            for y in x:
-                walk(y)
-        elif isinstance(x, dict):
-            for y in x.values():
-                walk(y)
-        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-            for f in dataclasses.fields(x):
-                walk(getattr(x, f.name))
-
-    walk(out)
+    found = collect(out, torch.Tensor)
     if len(found) != 1:
         raise GraphError(f"a training step's output must hold one tensor, its loss; it holds {len(found)}")
     return found[0]

@@ -65,6 +65,7 @@ front end then keeps it as one leaf op (see `suite/zoo/layers.py` for the LSTM c
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable
@@ -103,7 +104,8 @@ class Cost:
 
 
 def collect(obj: Any, cls: type) -> list[Any]:
-    """Every instance of `cls` in a nested structure of lists, tuples, dicts and slices, in order."""
+    """Every instance of `cls` in a nested structure of lists, tuples, dicts, slices and dataclass instances
+    (a model's output object), in order."""
     out: list[Any] = []
 
     def walk(x: Any) -> None:
@@ -117,6 +119,9 @@ def collect(obj: Any, cls: type) -> list[Any]:
                 walk(y)
         elif isinstance(x, slice):
             walk((x.start, x.stop, x.step))
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            for f in dataclasses.fields(x):
+                walk(getattr(x, f.name))
 
     walk(obj)
     return out
