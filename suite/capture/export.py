@@ -36,7 +36,11 @@ detach, tensor indexing `x[idx]`) are folded into their producers, and so is dro
 training mode, one that runs with train=False: a dropout module in eval()), as in the fx capture; values computed from no model input and no parameter (shapes, buffers,
 `zeros_like(x)`) are constants. An in-place call (`y.add_(1)`,
 `nn.ReLU(inplace=True)`) is an op that its later readers read; one that writes to memory another value
-still to be read shares (`y[0].mul_(2)` before y is read) is refused, as in the fx capture. A region that
+still to be read shares (`y[0].mul_(2)` before y is read) is refused, as in the fx capture. A buffer
+update is an op when its value comes from the inputs (`self.run.copy_(x.mean(0))`); one from constants only
+(`self.n += 1`, `self.n.add_(1)`) is refused naming the buffer, as in the fx capture, unless a module that
+the fx capture keeps whole makes it (BatchNorm's running statistics). torch.export does not record a
+rebinding read later in forward (`self.n = self.n + 1`, then `x * self.n`), which the fx capture refuses. A region that
 torch.export wraps in a higher-order op, `with torch.no_grad():` or `with torch.autocast(...):`, is inlined
 (its ops are named "{scope}/{region}/{node name}"); in training graphs no gradient flows back out of a
 no_grad region, nor out of ops run under `torch.inference_mode()` (which export leaves unwrapped: known by
@@ -89,6 +93,7 @@ from suite.capture.fx import (
     _uncompiled,
     _where,
     in_mode,
+    is_leaf,
 )
 from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
 from suite.errors import GraphError
@@ -201,6 +206,43 @@ def _view_write(graph: torch.fx.Graph) -> tuple[Node, Node] | None:
     return None
 
 
+def _check_buffer_updates(what: str, module: nn.Module, ep: torch.export.ExportedProgram) -> None:
+    """GraphError naming a buffer that the exported graph updates (`self.n += 1`, `self.n.add_(1)`,
+    `self.n = self.n + 1`: an in-place call or a copy_ into it) from values computed from no model input and
+    no parameter, outside a module the fx capture keeps whole (BatchNorm's running statistics): such a value
+    is a constant in the IR, so the graph would not update the buffer at each step as eager PyTorch does.
+    The fx capture refuses the same updates (`suite.capture.fx._check_buffers_untouched`)."""
+    sig = ep.graph_signature
+    buffers = dict(sig.inputs_to_buffers)
+    sources = set(sig.user_inputs) | set(sig.inputs_to_parameters)
+    live: set[Node] = set()  # nodes computed from a model input or a parameter
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            if node.name in sources:
+                live.add(node)
+            continue
+        written = _mutated_arg(node)
+        if any(n in live for n in collect((node.args, node.kwargs), Node) if n is not written):
+            live.add(node)
+        if written is None or node in live:
+            continue
+        while written.op != "placeholder" and (_is_view(written) or _mutated_arg(written) is not None):
+            written = written.args[0]
+        if written.op != "placeholder" or written.name not in buffers:
+            continue
+        path = _scope(node).split(".") if _scope(node) else []
+        if any(is_leaf(module.get_submodule(".".join(path[:i]))) for i in range(len(path) + 1)):
+            continue
+        name = buffers[written.name]
+        raise GraphError(
+            f"{what}.forward updates its buffer {name!r} from values that are not the inputs' (self.n += 1, "
+            f"self.n.add_(1), self.n = self.n + 1; here {node.name!r}, {_aten_name(node)}): such values are "
+            f"constants in the graph, so the graph (and the backends that run it) would not update the buffer "
+            f"at each step as eager PyTorch does; keep the update in a leaf module (one with a capture_cost "
+            f"method, as BatchNorm keeps its running statistics), or use a local variable where the value need "
+            f"not outlive the call")
+
+
 def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *,
                   example_kwargs: Mapping[str, Any] | None = None, training: bool = False) -> ForwardGraph:
     """Export `module` on `example_inputs` (and `example_kwargs`, by name) and build the forward IR, with the
@@ -217,6 +259,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *,
     user_inputs = set(sig.user_inputs)
     user_outputs = set(sig.user_outputs)
     canon = {id(p): name for name, p in module.named_parameters()}
+    _check_buffer_updates(what, module, ep)
     walk = _Walk(what, ep.graph_module, training)
     walk.check_view_writes(ep.graph)
     b = walk.b

@@ -130,11 +130,17 @@ class CaptureTracer(Tracer):
         return node
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        if callable(getattr(m, "capture_cost", None)) or isinstance(m, _FUSED_LEAVES):
-            return True
-        if isinstance(m, nn.Sequential | nn.ModuleList | nn.ModuleDict):
-            return False
-        return type(m).__module__.startswith("torch.nn") and not any(True for _ in m.children())
+        return is_leaf(m)
+
+
+def is_leaf(m: nn.Module) -> bool:
+    """Does the fx capture keep `m` as one op (a leaf: a capture_cost rule, a fused RNN / attention, a torch.nn
+    module without children)?"""
+    if callable(getattr(m, "capture_cost", None)) or isinstance(m, _FUSED_LEAVES):
+        return True
+    if isinstance(m, nn.Sequential | nn.ModuleList | nn.ModuleDict):
+        return False
+    return type(m).__module__.startswith("torch.nn") and not any(True for _ in m.children())
 
 
 def _uncompiled(m: nn.Module) -> nn.Module:

@@ -567,3 +567,53 @@ def test_export_runs_the_module_in_the_modes_state_as_the_fx_capture():
     g = capture(wrapped, (x,), name="n", mode="training")
     assert [op.name for op in g.ops if op.phase == "forward"] == ["input", "0.fc/linear", "0/sum_1"]
     assert wrapped.training and not any(m.training for m in model.modules())
+
+
+class _BufferUpdate(nn.Module):
+    """Updates a buffer in forward: "iadd" (self.n += 1), "add_" (self.n.add_(1)) or "copy_"
+    (self.run.copy_(x.mean(0)), from the inputs)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.fc, self.how = nn.Linear(4, 4), how
+        self.register_buffer("n", torch.tensor(3.0))
+        self.register_buffer("run", torch.ones(4))
+
+    def forward(self, x):
+        if self.how == "iadd":
+            self.n += 1
+        elif self.how == "add_":
+            self.n.add_(1)
+        else:
+            self.run.copy_(x.mean(0))
+        return self.fc(x) * self.n + self.run
+
+
+@pytest.mark.parametrize("how", ["iadd", "add_"])
+def test_export_refuses_a_buffer_update_from_constants_naming_the_buffer(how):
+    """`self.n += 1` was refused with a message about a view write, and `self.n.add_(1)` was dropped as a
+    constant (the graph would never update the buffer); now both are refused naming the buffer, as in the fx
+    capture, and the buffer is left as it was."""
+    model = nn.Sequential(_BufferUpdate(how))
+    with pytest.raises(GraphError, match=r"^Sequential.forward updates its buffer '0.n' from values that are not "
+                                         r"the inputs'.*keep the update in a leaf module"):
+        capture_export(model, (torch.randn(2, 4),), name="counts")
+    assert model[0].n.item() == 3.0
+
+
+def test_export_keeps_a_buffer_update_from_the_inputs_and_batchnorms_running_statistics():
+    """An update computed from the inputs is an op (as in the fx capture); BatchNorm's num_batches_tracked += 1
+    (inside a module that the fx capture keeps whole) is not refused."""
+    g = capture_export(_BufferUpdate("copy_"), (torch.randn(2, 4),), name="counts")
+    assert [op.name for op in g.ops] == ["x", "mean", "copy_", "fc/linear", "mul", "add"]
+
+    class Loss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm1d(4)
+
+        def forward(self, x):
+            return self.bn(x).sum()
+
+    g = capture_export(Loss(), (torch.randn(2, 4),), name="bn", mode="training")
+    assert "bn/batch_norm" in [op.name for op in g.ops]
