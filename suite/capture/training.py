@@ -8,10 +8,11 @@ gradient flows back through.
 For every active op:
 
 * when some input needs a gradient: a grad-input op `{name}/grad` (kind `{kind}_grad`, FLOPs = forward
-  FLOPs). It reads the gradient of the op's output from the backward ops of its consumers (edge bytes = the
-  bytes the consumer read), the saved output (an edge from the forward op), and the weights of the
-  variables it reads (an op with weights) or the forward op's inputs (an op without). Its output is the
-  gradient of the inputs that need one.
+  FLOPs; sort, msort, topk and kthvalue, whose backward only scatters the values' gradient to the
+  positions the indices name: 1 FLOP per element of that gradient). It reads the gradient of the op's
+  output from the backward ops of its consumers (edge bytes = the bytes the consumer read), the saved
+  output (an edge from the forward op), and the weights of the variables it reads (an op with weights) or
+  the forward op's inputs (an op without). Its output is the gradient of the inputs that need one.
 * when the op has weights: a grad-weight op `{name}/grad_weight` (kind `{kind}_grad_weight`, FLOPs =
   forward FLOPs; an embedding lookup, which has none, scatters its gradient: 1 FLOP per output element).
   It reads the output gradient, the saved output and the forward op's inputs (the saved activations).
@@ -49,12 +50,14 @@ Backward, accumulation and update ops have no `output_shape` (only forward ops r
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from suite.capture.ir import ForwardGraph, FwdOp, op_bytes_read
 from suite.graph import Op
 
 MOMENTUM_FLOPS_PER_PARAM = 4  # v <- mu v + g (2), w <- w - lr v (2)
+SCATTER_BACKWARD_KINDS = frozenset({"sort", "msort", "topk", "kthvalue"})  # backward: 1 FLOP per output element
 
 
 def _active_ops(fg: ForwardGraph, consumers: dict[str, list[tuple[str, int]]]) -> set[str]:
@@ -173,7 +176,9 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
         saved = (f.name, f.output_bytes + f.saved_bytes)
         if grad_in > 0:  # gradient of the inputs
             gname = f"{f.name}/grad"
-            if f.flops > 0:
+            if f.kind in SCATTER_BACKWARD_KINDS:  # autograd scatters the values' gradient by the indices
+                flops = float(math.prod(f.output_shape))  # the values (first output), not the indices
+            elif f.flops > 0:
                 flops = f.flops
             else:  # no FLOPs, several consumers: sum their gradients
                 flops = float(max(active_consumers.get(f.name, 0) - 1, 0) * f.output_numel)

@@ -338,7 +338,7 @@ def test_in_place_scans_and_scatters_have_the_rule():
 
 
 def test_sort_indices_pass_no_gradient_and_topk_values_do():
-    """In training, topk's values carry a gradient (a backward op with its forward FLOPs); argsort's indices
+    """In training, topk's values carry a gradient (a backward op scattering it: 1 FLOP per value); argsort's indices
     carry none: no backward op, the linear before it gets only its weight gradient from the other branch."""
     def fn(s, x):
         y = s.fc(x)
@@ -347,8 +347,24 @@ def test_sort_indices_pass_no_gradient_and_topk_values_do():
     g = capture(Call(fn, fc=nn.Linear(8, 8)), (R,), name="m", mode="training")
     names = {op.name for op in g.ops}
     topk, argsort = (next(op.name for op in g.ops if op.kind == k) for k in ("topk", "argsort"))
-    assert g.ops[g.index[topk + "/grad"]].flops == 2 * (8 + 4 * 2)
+    assert g.ops[g.index[topk + "/grad"]].flops == 2 * 4
     assert argsort + "/grad" not in names
+
+
+@pytest.mark.parametrize(("fn", "kind", "flops"), [
+    (lambda y: y.sort(dim=1).values, "sort", 2 * 8),  # not 2 * 8 * 3, the forward's compares
+    (lambda y: torch.msort(y), "msort", 2 * 8),
+    (lambda y: y.topk(3).values, "topk", 2 * 3),  # one per value, not per index too
+    (lambda y: y.kthvalue(2).values, "kthvalue", 2),
+])
+def test_the_backward_of_a_sort_scatters_the_values_gradient(fn, kind, flops):
+    """Autograd's backward of sort / topk / kthvalue scatters the values' gradient to the places the indices
+    name: 1 FLOP per value (it was charged the forward FLOPs, n log2 n for a sort); both front ends."""
+    model = Call(lambda s, x: fn(s.fc(x)).sum(), fc=nn.Linear(8, 8))
+    for cap in (capture, suite.capture.capture_export):
+        g = cap(model, (R,), name="m", mode="training")
+        op = next(op for op in g.ops if op.kind == kind)
+        assert g.ops[g.index[op.name + "/grad"]].flops == flops
 
 
 # -- views and stacking --------------------------------------------------------------------------------------
