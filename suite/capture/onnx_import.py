@@ -24,7 +24,10 @@
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather reads from its data input the part it takes (at most its output's bytes: one time step of a
-  sequence, not all of it), as the torch.fx capture's folded indexing does.
+  sequence, not all of it), as the torch.fx capture's folded indexing does. On an activation, as in the
+  torch.fx capture: with a constant scalar index (`x[:, -1]`, a select) it is folded, a view; with an index
+  tensor (`x.index_select(1, idx)`) it is an op of 1 FLOP per output element (data movement). A lookup in a
+  weight table (an embedding) is an op of 0 FLOPs.
 * Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node; so are sequences, except
   a SplitToSequence read only by SequenceAt at known positions (torch.tensor_split), which is a Split; so is
   an op of another domain that shape inference cannot type (onnxruntime's contrib ops).
@@ -656,10 +659,17 @@ def import_onnx(
                 vals[o] = b.fold(ins, infos[o].nbytes if o in infos else None,
                                  grad=o not in infos or infos[o].floating)
             continue
+        on_activation = node.op_type == "Gather" and not ins[0].params  # not a lookup in a weight table
+        index = infos.get(node.input[1]) if node.op_type == "Gather" and len(node.input) > 1 else None
+        if on_activation and outs and index is not None and index.shape == () and not ins[1].deps:
+            vals[outputs[0]] = b.fold([ins[0]], outs[0].nbytes)  # x[:, -1]: a view, folded as fx's select
+            continue
         if node.op_type in SLICING and outs:  # x[:, -1]: reads the slice it takes, not all of x (as fx's getitem)
             ins[0] = b.fold([ins[0]], outs[0].nbytes)
         in_infos = [infos.get(x) if x else None for x in node.input]
         cost = onnx_cost(node, in_infos, outs, training)
+        if on_activation and cost is not None:  # x.index_select(1, idx): data movement, as in the fx capture
+            cost = Cost(cost.kind, float(sum(t.numel for t in outs)))
         if cost is None:
             cost = Cost(node.op_type.lower(), float(sum(t.numel for t in outs)))
             b.fallback_kinds.append(cost.kind)
