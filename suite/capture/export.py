@@ -230,8 +230,7 @@ def _check_buffer_updates(what: str, module: nn.Module, ep: torch.export.Exporte
             written = written.args[0]
         if written.op != "placeholder" or written.name not in buffers:
             continue
-        path = _scope(node).split(".") if _scope(node) else []
-        if any(is_leaf(module.get_submodule(".".join(path[:i]))) for i in range(len(path) + 1)):
+        if _in_leaf(module, _scope(node)):
             continue
         name = buffers[written.name]
         raise GraphError(
@@ -241,6 +240,16 @@ def _check_buffer_updates(what: str, module: nn.Module, ep: torch.export.Exporte
             f"at each step as eager PyTorch does; keep the update in a leaf module (one with a capture_cost "
             f"method, as BatchNorm keeps its running statistics), or use a local variable where the value need "
             f"not outlive the call")
+
+
+def _in_leaf(module: nn.Module, scope: str) -> bool:
+    """Is the submodule at `scope` ("layer1.0.bn1"), or one above it, a module the fx capture keeps whole? A
+    scope that names no submodule counts as one (nothing refused on a path this walk cannot follow)."""
+    path = scope.split(".") if scope else []
+    try:
+        return any(is_leaf(module.get_submodule(".".join(path[:i]))) for i in range(len(path) + 1))
+    except AttributeError:
+        return True
 
 
 def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *,

@@ -319,8 +319,8 @@ class DictOutput(nn.Module):
         self.register_buffer("steps", torch.zeros(()))
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        if self.count_steps:  # a buffer mutation: an exported output that the module does not return
-            self.steps.add_(1)  # (the fx capture refuses it: fx would not record it)
+        if self.count_steps:  # a buffer mutation (from the inputs: one from constants is refused), which torch
+            self.steps.add_(x.detach().sum())  # may record as an exported output the module does not return
         y = self.fc(x)
         return {"loss": y.sum(), "logits": y}
 
