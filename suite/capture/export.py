@@ -85,7 +85,6 @@ from suite.capture.flops import (
     tensors,
 )
 from suite.capture.fx import (
-    ELEMENTWISE_NAMES,
     _check_loss,
     _data_inputs,
     _dict_hint,
@@ -108,12 +107,6 @@ EXPORT_DROPOUT = DROPOUT | {"feature_dropout", "native_dropout"}
 # adaptive max pooling's indices without return_indices, dropout's mask): outputs of the op where read
 DROPPED_OUTPUTS = frozenset({"embedding_bag", "embedding_bag_forward_only", "adaptive_max_pool1d",
                              "adaptive_max_pool2d", "adaptive_max_pool3d", "native_dropout"})
-# ATen names of ops whose cost is 1 FLOP per output element by design, beside `fx.ELEMENTWISE_NAMES`
-EXPORT_ELEMENTWISE = frozenset(
-    """to_copy lift_fresh_copy bitwise_and bitwise_or bitwise_xor bitwise_not true_divide floor_divide index_put
-    index_add index_copy select_scatter slice_scatter masked_scatter scatter_add scatter_reduce constant_pad_nd
-    reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d replication_pad3d""".split()
-)
 # ATen names that are another name's rule in `flops.function_cost`
 ATEN_RULES = {"native_layer_norm": "layer_norm", "native_batch_norm": "batch_norm", "native_group_norm": "group_norm",
               "cross_entropy_loss": "cross_entropy", "nll_loss_forward": "nll_loss", "nll_loss2d": "nll_loss",
@@ -410,8 +403,7 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     cost = _cost(base, overload, _resolve(node.args), _resolve(dict(node.kwargs)), outs, training)
     if cost is None:
         cost = elementwise(base, outs)
-        if name not in ELEMENTWISE_NAMES and base not in ELEMENTWISE_NAMES and base not in EXPORT_ELEMENTWISE:
-            b.fallback_kinds.append(base)
+        b.fallback_kinds.append(base)
     return b.op(
         f"{_scope(node)}/{prefix}{node.name}" if _scope(node) else f"{prefix}{node.name}",
         cost.kind,

@@ -381,13 +381,26 @@ SOFTMAX = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
 POOL = {
     "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3, "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3,
 }
-# torch's other names of elementwise functions, casts and data movement (the fx front end lists the usual
-# names): 1 FLOP per output element by design
-ELEMENTWISE_ALIASES = frozenset(
-    """multiply subtract negative positive absolute divide true_divide greater greater_equal less less_equal
+# functions, methods and ATen ops whose cost is 1 FLOP per output element by design (elementwise maths, casts
+# and data movement, by their usual names, torch's other names and the ATen names the export front end sees),
+# and their in-place forms (`clamp_`): `function_cost` gives them that cost; any other name without a rule is a
+# fallback, named as such by the front ends
+ELEMENTWISE = frozenset(
+    """add sub mul div truediv floordiv neg pos relu relu_ gelu tanh sigmoid silu exp log sqrt rsqrt pow abs clamp
+    clamp_min clamp_max maximum minimum where masked_fill masked_fill_ iadd isub imul itruediv erf hardtanh
+    leaky_relu elu selu softplus sin cos reciprocal square sign add_ mul_ sub_ div_ tanh_ sigmoid_ mish
+    hardswish hardsigmoid lt gt le ge eq ne logical_not and_ or_ float half double to type_as clone pad
+    softsign rsub matmul_ addcmul addcdiv lerp copy fill zero flip roll repeat tile repeat_interleave tril triu
+    gather index_select scatter pixel_shuffle pixel_unshuffle channel_shuffle unfold one_hot relu6 celu glu
+    log_sigmoid hardshrink softshrink tanhshrink rrelu threshold prelu erfc erfinv log1p expm1 log2 log10 exp2
+    tan asin acos atan sinh cosh asinh acosh atanh atan2 logit floor ceil round trunc frac fmod remainder
+    nan_to_num clip sgn hypot xlogy fmax fmin logical_and logical_or logical_xor isnan isinf isfinite bucketize
+    multiply subtract negative positive absolute divide true_divide greater greater_equal less less_equal
     not_equal invert xor bitwise_not bitwise_and bitwise_or bitwise_xor long int bool short byte char bfloat16
     signbit copysign float_power heaviside sinc deg2rad rad2deg lgamma digamma i0 fix arccos arcsin arctan
-    arctan2 fliplr flipud rot90 diff kron""".split()
+    arctan2 fliplr flipud rot90 diff kron to_copy lift_fresh_copy floor_divide select_scatter slice_scatter
+    constant_pad_nd reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d
+    replication_pad3d""".split()
 )
 SCANS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"})
 DATA_MOVEMENT = frozenset({"index_copy", "index_fill", "masked_scatter", "masked_select", "take", "take_along_dim"})
@@ -476,7 +489,7 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         if _arg(args, kwargs, 3, "accumulate", False):
             return Cost(name, float(_arg(args, kwargs, 2, "values").numel))
         return elementwise(name, out)
-    if base in DATA_MOVEMENT or base in ELEMENTWISE_ALIASES:
+    if base in DATA_MOVEMENT:
         return elementwise(name, out)
     if name == "dist":  # the p-norm of a - b: 3 per element of the broadcast inputs, as pairwise_distance
         return Cost(name, float(3 * math.prod(_broadcast(ins[0].shape, ins[1].shape))))
@@ -526,6 +539,8 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         macs = math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])  # q k^T, then probs v
         scores = math.prod(q.shape[:-1]) * k.shape[-2]
         return Cost("attention", 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * scores, float(macs))
+    if name in ELEMENTWISE or base in ELEMENTWISE:
+        return elementwise(name, out)
     return None
 
 

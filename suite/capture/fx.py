@@ -95,19 +95,6 @@ from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
 from suite.errors import GraphError
 from suite.graph import OpGraph
 
-# functions / methods whose cost is 1 FLOP per output element by design (not a fallback), and their
-# in-place forms (`clamp_`)
-ELEMENTWISE_NAMES = frozenset(
-    """add sub mul div truediv floordiv neg pos relu relu_ gelu tanh sigmoid silu exp log sqrt rsqrt pow abs
-    clamp clamp_min clamp_max maximum minimum where masked_fill masked_fill_ iadd isub imul itruediv erf
-    hardtanh leaky_relu elu selu softplus sin cos reciprocal square sign add_ mul_ sub_ div_ tanh_ sigmoid_
-    mish hardswish hardsigmoid lt gt le ge eq ne logical_not and_ or_ float half double to type_as clone
-    pad softsign rsub matmul_ addcmul addcdiv lerp copy fill zero flip roll repeat tile repeat_interleave tril triu
-    gather index_select scatter pixel_shuffle pixel_unshuffle channel_shuffle unfold one_hot relu6 celu glu
-    log_sigmoid hardshrink softshrink tanhshrink rrelu threshold prelu erfc erfinv log1p expm1 log2 log10 exp2 tan
-    asin acos atan sinh cosh asinh acosh atanh atan2 logit floor ceil round trunc frac fmod remainder nan_to_num
-    clip sgn hypot xlogy fmax fmin logical_and logical_or logical_xor isnan isinf isfinite bucketize""".split()
-)
 _SHAPE_ONLY_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten)
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 _FUSED_LEAVES = (nn.LSTM, nn.GRU, nn.RNN, nn.MultiheadAttention)
@@ -785,8 +772,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
             cost = function_cost(name, args, kwargs, outs, training)
             if cost is None:
                 cost = elementwise(name, outs)
-                if name not in ELEMENTWISE_NAMES and name.removesuffix("_") not in ELEMENTWISE_NAMES:  # clamp_
-                    b.fallback_kinds.append(name)
+                b.fallback_kinds.append(name)
     return b.op(
         op_name,
         cost.kind,
