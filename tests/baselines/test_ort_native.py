@@ -55,6 +55,20 @@ def test_ort_gpu_static_rule_by_hand(make_problem):
     validate(r.placement, g, c)
 
 
+def test_ort_gpu_group_follows_its_forward_op_wherever_it_is_listed(make_problem):
+    """The forward op x sits between two update ops of its group: the group goes to x's device (the host, x
+    being an input), not to its first or last member's (the GPU)."""
+    c = cluster([1e10], [1e9])  # cpu:0, gpu:0
+    ops = [Op("u", "apply_momentum", flops=1.0, output_bytes=0, phase="update", group="g"),
+           Op("x", "input", output_bytes=8, group="g"),
+           Op("v", "apply_momentum", flops=1.0, output_bytes=0, phase="update", group="g"),
+           Op("w", "matmul", flops=1e6, output_bytes=8)]
+    g = OpGraph.build("forward-in-the-middle", ops, [("x", "w")], {"mode": "inference"})
+    r = OrtGPU(assignment="static").place(make_problem(g, c), Budget(), 0)
+    assert r.placement.tolist() == [0, 0, 0, 1]
+    validate(r.placement, g, c)
+
+
 def test_ort_gpu_training_graph_uses_the_static_rule_even_with_cuda(make_problem, monkeypatch):
     monkeypatch.setattr(ort_native, "_cuda_ort_available", lambda: True)
     r = OrtGPU().place(make_problem(graph("training"), cluster([1e10], [1e9])), Budget(), 0)
