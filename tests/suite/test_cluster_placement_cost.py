@@ -42,6 +42,18 @@ def test_unsourced_numbers_are_named():
     assert unsourced(from_dict(data)) == ["a.memory_bytes", *(f"b.{k}" for k in DEVICE_NUMBERS)]
 
 
+def test_an_efficiency_left_at_its_default_needs_a_source():
+    """Named by hand, not through DEVICE_NUMBERS (the test above builds its expectation from it): a device whose
+    file gives no efficiencies runs at 1.0 of peak, an assumption that must be sourced like any number."""
+    data = json.loads(json.dumps(GOOD_CLUSTER))
+    sourced = ("peak_flops", "mem_bandwidth", "memory_bytes", "op_overhead_s")
+    for dev in data["devices"]:
+        dev["source"] = dict.fromkeys(sourced, "datasheet")
+    data["devices"][1]["source"]["compute_efficiency"] = "assumption"
+    data["links"][0]["source"] = {"bandwidth": "spec", "latency_s": "measured"}
+    assert unsourced(from_dict(data)) == ["a.compute_efficiency", "a.memory_efficiency", "b.memory_efficiency"]
+
+
 def test_k80_presets_match_the_paper_setup():
     for name, gpus in (("haswell_2k80", 2), ("haswell_4k80", 4)):
         c = load_cluster(name)
