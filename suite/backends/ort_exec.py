@@ -3,7 +3,9 @@ subgraphs, each run in its own session with the CPU or CUDA execution provider, 
 
 Export and op mapping. The fx graph that the capture traced is rebuilt with every op node wrapped in a
 submodule named `pb_op_{k}` (k = the op's index in the `OpGraph`), then exported with the TorchScript
-exporter (`torch.onnx.export(..., dynamo=False)`; the dynamo exporter needs onnxscript). ONNX node names
+exporter (`torch.onnx.export(..., dynamo=False)`; the dynamo exporter needs onnxscript). Inputs without
+tensors (`forward(x, n_layers: int, flag: bool)`'s 3 and True, a None) are baked in as the constants capture
+traced them as, so the ONNX model's inputs are the tensor inputs. ONNX node names
 carry the module scope ("/pb_op_17/m/MatMul"), so every ONNX node that comes from op k is known; a node
 outside any op scope (the reshapes, transposes and constants of folded fx nodes, exporter-made
 identities) follows the device of the producer of its first computed input, or, with none, of its first
@@ -97,9 +99,22 @@ class _NodeCall(nn.Module):
         return getattr(obj, self.target)(*rest, **kwargs)
 
 
+def constant_inputs(eg: ExecGraph) -> dict[Any, Any]:
+    """The placeholders whose values hold no tensor (`forward(x, n_layers: int, flag: bool)`'s 3 and True, a
+    None) with their values: the capture traced them as constants, the exporter would make them tensors."""
+    from suite.capture.flops import collect
+
+    holders = [n for n in eg.nodes if n.op == "placeholder"]
+    if any(str(n.target).startswith("*") for n in holders):  # forward(*args): values not one per placeholder
+        return {}
+    return {n: x for n, x in zip(holders, eg.rw.args, strict=False) if not collect(x, torch.Tensor)}
+
+
 def scoped_module(eg: ExecGraph) -> GraphModule:
-    """The fx graph module with every op node wrapped in a submodule `pb_op_{op index}`."""
+    """The fx graph module with every op node wrapped in a submodule `pb_op_{op index}`, and the placeholders
+    of constants (`constant_inputs`) replaced by their values."""
     gm = eg.gm
+    constants = constant_inputs(eg)
     root = nn.Module()
     for name, child in gm.named_children():
         setattr(root, name, child)
@@ -111,7 +126,9 @@ def scoped_module(eg: ExecGraph) -> GraphModule:
     env: dict[Any, Any] = {}
     for i, n in enumerate(eg.nodes):
         k = eg.op_of[i]
-        if k >= 0 and n.op in ("call_module", "call_function", "call_method"):
+        if n in constants:
+            env[n] = constants[n]
+        elif k >= 0 and n.op in ("call_module", "call_function", "call_method"):
             sub = f"pb_op_{k}"
             module = gm.get_submodule(str(n.target)) if n.op == "call_module" else None
             setattr(root, sub, _NodeCall(n.op, n.target, module))
@@ -139,13 +156,18 @@ def export_onnx(rw: RealWorkload, eg: ExecGraph | None = None) -> Any:
     check_inference(rw)
     eg = eg or ExecGraph(rw)
     wgm = scoped_module(eg)
-    names = [n.name for n in eg.nodes if n.op == "placeholder"]
+    constants = constant_inputs(eg)  # baked into the graph, not inputs
+    holders = [n for n in eg.nodes if n.op == "placeholder"]
+    names, args = [n.name for n in holders], tuple(rw.args)
+    if constants:
+        fed = [(n.name, x) for n, x in zip(holders, rw.args, strict=False) if n not in constants]
+        names, args = [name for name, _ in fed], tuple(x for _, x in fed)
     buf = io.BytesIO()
     modes = {m: m.training for m in rw.module.modules()}
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(wgm, tuple(rw.args), buf, dynamo=False, input_names=names, opset_version=OPSET)
+            torch.onnx.export(wgm, args, buf, dynamo=False, input_names=names, opset_version=OPSET)
     finally:
         for m, mode in modes.items():
             m.training = mode

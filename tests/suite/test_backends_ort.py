@@ -343,3 +343,38 @@ def test_keyword_example_inputs_are_exported_and_fed(three_cpus, kwargs):
     expected = rw.module.fc(x) * kwargs.get("scale", 2.0) + s
     np.testing.assert_allclose(out, expected.detach().numpy(), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(out, rw.eager().numpy(), rtol=1e-6, atol=1e-6)
+
+
+class _Constants(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, n_layers: int, flag: bool, mask=None):
+        for _ in range(n_layers):
+            x = self.fc(x)
+        if mask is not None:
+            x = x + mask
+        return torch.relu(x) if flag else x
+
+
+@pytest.mark.parametrize("constants", [(3, True), (2, False, None)])
+def test_positional_constants_are_baked_into_the_export(three_cpus, constants):
+    """forward(x, n_layers: int, flag: bool): capture and the PyTorch backend take 3 and True as traced
+    constants; the export failed inside torch.onnx.export (the tracer made them tensors: 'We don't have an op
+    for aten::eq ... Argument types: Tensor, bool'). Now the model's only input is x, split equals eager."""
+    cluster, dmap = three_cpus
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    rw = from_module(_Constants().eval(), (x, *constants), name="constants")
+    om = OrtModel(rw)
+    assert om.graph_inputs == ["x"]
+    ex = OrtExecutor(om, dmap)
+    ex.apply(np.arange(rw.graph.num_ops, dtype=np.int64) % 2)
+    expected = x
+    for _ in range(constants[0]):
+        expected = rw.module.fc(expected)
+    expected = torch.relu(expected) if constants[1] else expected
+    np.testing.assert_allclose(ex.step()[0], expected.detach().numpy(), rtol=1e-6, atol=1e-6)
+    m = OrtBackend(rw, cluster, dmap, timing=FAST).measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+    assert m.status == "ok", m.message
