@@ -169,14 +169,31 @@ def _reset_cpu_peak() -> None:
         pass
 
 
-def cpu_peak_rss_bytes() -> int:
+def _proc_status_bytes(key: str) -> int | None:
+    """A size in /proc/self/status ("VmHWM", "VmRSS") in bytes; None where there is none (not Linux)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(f"{key}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return None
+
+
+def memory_in_use_bytes(device: torch.device) -> int:
+    """Bytes in use now: allocated by torch's allocator on CUDA; resident set of this process on the CPU (its
+    peak where the OS gives no current size)."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    rss = _proc_status_bytes("VmRSS")
+    return cpu_peak_rss_bytes() if rss is None else rss
+
+
+def cpu_peak_rss_bytes() -> int:
+    peak = _proc_status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     scale = 1 if platform.system() == "Darwin" else 1024

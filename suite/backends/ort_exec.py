@@ -32,6 +32,12 @@ Providers are checked, never assumed: a session for a CUDA device must report CU
 records graph assignment, must not have placed floating-point compute nodes on the CPU; otherwise the
 measurement is status "error" with the reason. A silent fallback is an error, not a result.
 
+Out of memory: status "oom" naming the cluster devices on the CUDA device the error names ("GPU=1"), else on
+the torch device of the session or copy that failed (`oom_devices`), with, as their peak memory, what the
+placement is known to need there (`suite.backends.timing.oom_need_bytes`; on CUDA the memory in use on the
+device, ONNX Runtime's arena included, plus the failed request); a message that names no device, from a
+failure where none was running, names none ("out of memory on an unknown device").
+
 Framework placements (`measure_native`): the whole model in one session, with the CPU provider only
 ("ort_cpu") or the CUDA provider with CPU fallback ("ort_gpu"), the analogues of HSDAG's OpenVINO-CPU and
 OpenVINO-GPU columns; `native_assignment` reports where ONNX Runtime put each op.
@@ -60,9 +66,17 @@ from suite.backends.devices import (
     cpu_peak_rss_bytes,
     device_indices,
     free_memory,
+    memory_in_use_bytes,
     reset_peak_memory,
 )
-from suite.backends.timing import backend_setup, check_cpu_clock, is_oom, statistic_s, time_steps
+from suite.backends.timing import (
+    backend_setup,
+    check_cpu_clock,
+    is_oom,
+    oom_need_bytes,
+    statistic_s,
+    time_steps,
+)
 from suite.backends.torch_exec import ExecGraph
 from suite.backends.workload import RealWorkload
 from suite.cluster import Cluster
@@ -420,6 +434,7 @@ class OrtExecutor:
         self.segments: list[Segment] = []
         self.copies_bytes = 0
         self._staged: dict[str, tuple[Any, int]] = {}
+        self.at: str | None = None  # the torch device of the session being made or run, or of the copy made
 
     def apply(self, placement: np.ndarray) -> None:
         import onnxruntime as ort
@@ -429,6 +444,7 @@ class OrtExecutor:
         for seg in segs:
             td = self.device_map.torch_devices[seg.device]
             data = self.om.submodel(seg).SerializeToString()
+            self.at = td
             seg.session = make_session(data, td, threads=self.threads)
             if td != "cpu":
                 bad = cpu_assigned_compute_nodes(seg.session, self.om)
@@ -442,7 +458,8 @@ class OrtExecutor:
         for name, x in self.om.input_values.items():
             op = self.om.input_op.get(name, -1)
             d = int(placement[op]) if op >= 0 else 0
-            kind, index = _device_spec(self.device_map.torch_devices[d])
+            self.at = self.device_map.torch_devices[d]
+            kind, index = _device_spec(self.at)
             arr = x.detach().cpu().numpy()
             self._staged[name] = (ort.OrtValue.ortvalue_from_numpy(arr, kind, index), d)
 
@@ -457,6 +474,7 @@ class OrtExecutor:
         for seg in self.segments:
             td = self.device_map.torch_devices[seg.device]
             kind, index = _device_spec(td)
+            self.at = td
             binding = seg.session.io_binding()
             for name in seg.inputs:
                 v, d = vals[name]
@@ -521,17 +539,31 @@ class OrtBackend:
         return Measurement(status="ok", step_time_s=statistic_s(samples, self.timing), samples_s=tuple(samples),
                            peak_memory_bytes=peaks, bytes_transferred=int(copied))
 
-    def _failed(self, exc: BaseException) -> Measurement:
+    def _failed(self, exc: BaseException, at: str | None = None) -> Measurement:
+        """The status of a failure; `at`: the torch device of the session or copy that failed, if known."""
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        oom, need = (), {}
+        if is_oom(exc):  # before the sessions are released: ONNX Runtime's arenas still hold what they took
+            oom = oom_devices(exc, at, self.device_map)
+            for name in oom:
+                td = self.device_map.torch_device(self.device_map.cluster_devices.index(name))
+                if td.type == "cuda":
+                    free, total = torch.cuda.mem_get_info(td)
+                    need[name] = oom_need_bytes(total - free, total - free, exc)
+                else:
+                    need[name] = oom_need_bytes(cpu_peak_rss_bytes(), memory_in_use_bytes(td), exc)
         self.executor.release()
         free_memory(self.device_map.cuda_devices)
-        first = str(exc).splitlines()[0] if str(exc) else ""
         if is_oom(exc):
-            return Measurement(status="oom", step_time_s=None, message=f"out of memory: {first}")
+            return Measurement(status="oom", step_time_s=None, oom_devices=oom, peak_memory_bytes=need,
+                               message=f"out of memory on {', '.join(oom) or 'an unknown device'}: {first}")
         return Measurement(status="error", step_time_s=None, message=f"{type(exc).__name__}: {first}")
 
     def measure(self, placement: np.ndarray) -> Measurement:
         ex = self.executor
         names = [d.name for d in self.cluster.devices]
+        ex.at = None
+        reset_peak_memory(())  # the CPU's peak from here (a failure in `apply` or the first step: this one's)
         try:
             ex.apply(placement)
             ex.copies_bytes = 0
@@ -540,10 +572,10 @@ class OrtBackend:
             return self._measured(ex.step, ex.devices, names, copied)
         except PlacebenchError as exc:
             if isinstance(exc, BackendUnavailable):
-                return self._failed(exc)
+                return self._failed(exc, ex.at)
             raise
         except Exception as exc:  # noqa: BLE001 - failures are statuses
-            return self._failed(exc)
+            return self._failed(exc, ex.at)
 
     def measure_batch(self, placements: np.ndarray) -> list[Measurement]:
         return [self.measure(p) for p in placements]
@@ -560,10 +592,12 @@ class OrtBackend:
             return Measurement(status="error", step_time_s=None,
                                message=f"ort_gpu: the cluster's GPU is mapped to {gpu!r}, not a CUDA device")
         data = self.model.model.SerializeToString()
+        at = "cpu" if which == "ort_cpu" else gpu
+        reset_peak_memory(())  # the CPU's peak from here
         try:
             # a new session each call: one kept between the rounds would hold its GPU memory pool while the
             # placements are measured, and their peak memory on the GPU is read from what is free
-            sess = make_session(data, "cpu" if which == "ort_cpu" else gpu, threads=self.executor.threads)
+            sess = make_session(data, at, threads=self.executor.threads)
             feeds = {n: x.detach().cpu().numpy() for n, x in self.model.input_values.items()}
             run = lambda: sess.run(None, feeds)  # noqa: E731
             run()
@@ -571,11 +605,24 @@ class OrtBackend:
             m = self._measured(run, devices, [d.name for d in self.cluster.devices], 0)
         except PlacebenchError as exc:
             if isinstance(exc, BackendUnavailable):
-                return self._failed(exc)
+                return self._failed(exc, at)
             raise
         except Exception as exc:  # noqa: BLE001
-            return self._failed(exc)
+            return self._failed(exc, at)
         return m
+
+
+def oom_devices(exc: BaseException, at: str | None, device_map: DeviceMap) -> tuple[str, ...]:
+    """The cluster devices an ONNX Runtime allocation failure happened on: those mapped to the CUDA device its
+    message names (CUDA_CALL's "CUDA failure 2: out of memory ; GPU=1 ; ..."), else to `at`, the torch
+    device of the session or copy that failed; none where neither is known (ONNX Runtime's arena message,
+    "Failed to allocate memory for requested buffer of size ...", names no device)."""
+    m = re.search(r"\bGPU=(\d+)", str(exc))
+    target = f"cuda:{m.group(1)}" if m else at
+    if target is None:
+        return ()
+    return tuple(n for n, t in zip(device_map.cluster_devices, device_map.torch_devices, strict=True)
+                 if str(torch.device(t)) == str(torch.device(target)))
 
 
 def native_assignment(om: OrtModel, gpu: str = "cuda:0") -> dict[int, str]:

@@ -18,6 +18,7 @@ for nothing: one intra-op thread, sequential execution, no CUDA. Backends refuse
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -86,6 +87,29 @@ def is_oom(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return any(m in text for m in _OOM_MESSAGES)
+
+
+_REQUEST = re.compile(r"(?:tried to allocate|requested buffer of size)\s+([0-9.]+)\s*(bytes|kib|mib|gib|tib)?",
+                      re.IGNORECASE)
+_UNIT = {"bytes": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def requested_bytes(exc: BaseException) -> int:
+    """The size of the allocation that failed, where the message gives it (torch CUDA "Tried to allocate
+    2.00 GiB", torch CPU "you tried to allocate 123 bytes", ONNX Runtime "requested buffer of size 123"),
+    else 0."""
+    m = _REQUEST.search(str(exc))
+    if m is None:
+        return 0
+    return int(float(m.group(1)) * _UNIT[(m.group(2) or "bytes").lower()])
+
+
+def oom_need_bytes(peak: int, in_use: int, exc: BaseException) -> int:
+    """What a placement that ran out of memory on a device is known to need there (a lower bound): the most
+    it held (`peak`), or what it held when the allocation failed (`in_use`) plus that allocation, whichever
+    is more. It is an out-of-memory measurement's peak memory of the device, which m_etf's OOM retries
+    compare with the device's capacity."""
+    return max(int(peak), int(in_use) + requested_bytes(exc))
 
 
 def backend_setup(cluster, device_map, methodology, timing):

@@ -44,7 +44,9 @@ wake-up latency (milliseconds on a loaded machine). The backward pass is autogra
 CUDA devices (one engine thread per device); CPU backward functions run in the calling thread.
 
 `TorchBackend` implements the evaluator's `Backend` protocol with the methodology's timing protocol;
-allocation failures become status "oom" (memory freed, the run goes on).
+allocation failures become status "oom" (memory freed, the run goes on), naming the devices that ran out
+(`oom_devices`) with, as their peak memory, what the placement is known to need there
+(`suite.backends.timing.oom_need_bytes`: what m_etf's OOM retries compare with the capacity).
 """
 
 from __future__ import annotations
@@ -65,10 +67,18 @@ from suite.backends.devices import (
     DeviceMap,
     device_indices,
     free_memory,
+    memory_in_use_bytes,
     peak_memory_bytes,
     reset_peak_memory,
 )
-from suite.backends.timing import backend_setup, check_cpu_clock, is_oom, statistic_s, time_steps
+from suite.backends.timing import (
+    backend_setup,
+    check_cpu_clock,
+    is_oom,
+    oom_need_bytes,
+    statistic_s,
+    time_steps,
+)
 from suite.backends.workload import RealWorkload
 from suite.capture.flops import collect
 from suite.cluster import Cluster
@@ -670,6 +680,8 @@ class TorchBackend:
     def _measure(self, placement: np.ndarray) -> Measurement:
         ex = self.executor
         names = [d.name for d in self.cluster.devices]
+        # peaks from here: an out-of-memory failure in `apply` or the first step reports this placement's
+        reset_peak_memory(self.device_map.cuda_devices)
         try:
             ex.apply(placement)
             devices = ex.devices
@@ -689,12 +701,15 @@ class TorchBackend:
                                    message=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             oom = _oom_devices(exc, self.device_map)
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            need = {n: oom_need_bytes(peak_memory_bytes(self.device_map.torch_device(d)),
+                                      memory_in_use_bytes(self.device_map.torch_device(d)), exc)
+                    for d, n in enumerate(names) if n in oom}  # in use now: what it held when it failed
         else:
             oom = None
         if oom is not None:  # outside the except block: the traceback's tensors are released before freeing
             ex.release()
             free_memory(self.device_map.cuda_devices)
-            return Measurement(status="oom", step_time_s=None, oom_devices=oom,
+            return Measurement(status="oom", step_time_s=None, oom_devices=oom, peak_memory_bytes=need,
                                message=f"out of memory on {', '.join(oom) or 'an unknown device'}: {first}")
         used = {str(t) for t in devices}
         peaks = {}

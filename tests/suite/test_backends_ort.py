@@ -378,3 +378,45 @@ def test_positional_constants_are_baked_into_the_export(three_cpus, constants):
     np.testing.assert_allclose(ex.step()[0], expected.detach().numpy(), rtol=1e-6, atol=1e-6)
     m = OrtBackend(rw, cluster, dmap, timing=FAST).measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
     assert m.status == "ok", m.message
+
+
+def test_allocation_failures_name_their_device_and_the_bytes_asked_for(monkeypatch):
+    """An ONNX Runtime OOM named no device (m_etf's OOM retries then shrank no device's room): now the CUDA
+    device its message names, else the device of the session or copy that failed, else none, said so."""
+    import suite.backends.devices as devices
+    from suite.backends.ort_exec import oom_devices
+    from suite.backends.timing import oom_need_bytes, requested_bytes
+
+    monkeypatch.setattr(devices, "check_torch_device", lambda *a, **k: None)  # pretend cuda:0 and cuda:1 exist
+    dmap = DeviceMap(("cpu:0", "cpu:1", "gpu:0", "gpu:1"), ("cpu", "cpu", "cuda:0", "cuda:1"))
+    cuda = RuntimeError("CUDA failure 2: out of memory ; GPU=1 ; hostname=h ; file=f.cc ; line=7 ; expr=cudaMalloc")
+    arena = RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running "
+                         "MatMul node. Failed to allocate memory for requested buffer of size 1048576")
+    assert oom_devices(cuda, None, dmap) == ("gpu:1",)
+    assert oom_devices(cuda, "cuda:0", dmap) == ("gpu:1",)  # the message's device first
+    assert oom_devices(arena, "cuda:0", dmap) == ("gpu:0",)
+    assert oom_devices(arena, "cpu", dmap) == ("cpu:0", "cpu:1")
+    assert oom_devices(arena, None, dmap) == ()
+    assert requested_bytes(arena) == 2**20
+    assert requested_bytes(RuntimeError("CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has ...")) == 5 * 2**29
+    assert requested_bytes(RuntimeError("DefaultCPUAllocator: you tried to allocate 123 bytes.")) == 123
+    assert requested_bytes(cuda) == 0
+    assert oom_need_bytes(100, 60, RuntimeError("requested buffer of size 50")) == 110
+    assert oom_need_bytes(100, 30, RuntimeError("requested buffer of size 50")) == 100
+
+
+def test_an_out_of_memory_step_names_the_device_it_ran_on(two_outputs, monkeypatch):
+    """The step fails on the session of cluster device 1 (mapped to the CPU, as all three are here): the
+    measurement names the devices on that torch device and reports at least the bytes asked for there."""
+    cluster, dmap = local_cluster(3, gpus=False)
+    be = OrtBackend(two_outputs.rw, cluster, dmap, timing=FAST)
+
+    def step(self):
+        self.at = self.device_map.torch_devices[1]
+        raise RuntimeError("Failed to allocate memory for requested buffer of size 1099511627776")
+
+    monkeypatch.setattr(OrtExecutor, "step", step)
+    m = be.measure(np.zeros(two_outputs.rw.graph.num_ops, dtype=np.int64))
+    assert m.status == "oom" and m.oom_devices == ("cpu:0", "cpu:1", "cpu:2")
+    assert m.message.startswith("out of memory on cpu:0, cpu:1, cpu:2: Failed to allocate")
+    assert all(2**40 < v < 2**41 for v in m.peak_memory_bytes.values()) and len(m.peak_memory_bytes) == 3

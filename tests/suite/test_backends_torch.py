@@ -571,6 +571,25 @@ def test_allocation_failure_is_status_oom_and_the_run_goes_on(three_cpus):
     assert be.measure(p).status == "ok"
 
 
+def test_an_out_of_memory_measurement_reports_what_the_placement_needs_and_m_etf_retries(three_cpus):
+    """An OOM measurement had no peak memory: m_etf's OOM retries read the peak of each device it names, a
+    KeyError ('cpu:0') that ended the placer. It now reports for each named device at least what it held
+    when the allocation failed plus the allocation (2**60 floats: 2**62 bytes, from torch's message)."""
+    from suite.placer import Problem, make_placer
+
+    cluster, dmap = three_cpus
+    model = WithHungry()
+    rw = from_module(model, (torch.randn(2, 4),), name="hungry")
+    be = TorchBackend(rw, cluster, dmap, timing=FAST)
+    model.hungry.extra = 2**60
+    m = be.measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+    assert m.status == "oom" and set(m.peak_memory_bytes) == {"cpu:0", "cpu:1", "cpu:2"}
+    assert all(2**62 < v < 2**62 + 2**40 for v in m.peak_memory_bytes.values())
+    budget = Budget(max_evaluations=4)
+    result = make_placer("m_etf").place(Problem.make(rw.graph, cluster, budget, backend=be), budget, 0)
+    assert result.info["oom_retries"] >= 1
+
+
 def test_cuda_out_of_memory_error_is_status_oom(three_cpus, monkeypatch):
     cluster, dmap = three_cpus
     model = WithHungry()
