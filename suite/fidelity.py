@@ -19,7 +19,10 @@ Runtime) with the methodology's timing protocol, `rounds` times in interleaved r
 and native run once per round), the measured step time being the statistic of all samples: on a shared machine a slow
 phase then hits every placement alike instead of one of them. Per placement: relative error (predicted - measured) /
 measured; over the placements: the median absolute relative error and Spearman's rank correlation of
-predicted against measured (does the simulator order placements as reality does?).
+predicted against measured (does the simulator order placements as reality does?). Each row records whether
+the backend ran it on concurrent threads (the PyTorch backend's `concurrent` setting "auto" chooses per
+placement; ONNX Runtime runs sequentially), and the report's `info` both the setting (`concurrent`) and
+what ran (`execution`), which the report and the summary show.
 
 Reports: `<out>/<workload>__<cluster>__<backend>.md` (table; in the file name, a character of the names other
 than a letter, a digit or `._+=-` is `_`), `.png` (predicted vs measured, log-log, with
@@ -70,6 +73,7 @@ class Row:
     bytes_transferred: int = 0
     message: str = ""
     predicted_raw_s: float | None = None  # with the uncalibrated profile (no per-op overhead term)
+    concurrent: bool | None = None  # its steps ran on concurrent threads (the backend's choice); None: not run
 
     @property
     def placed(self) -> bool:
@@ -344,22 +348,25 @@ def run_fidelity(
     runs = [lambda p=p: real.measure(p) for _, _, p in chosen]
     runs += [lambda w=which: real.measure_native(w) for which, _ in natives]
     measured: list[list[Any]] = [[] for _ in runs]
+    ran: list[bool | None] = [None] * len(runs)  # concurrent threads or not, as the backend ran it
     for r in range(rounds):  # interleaved rounds: a slow phase of the machine hits every placement alike
         for k, run in enumerate(runs):
             if r == 0 or measured[k][-1].ok:
                 measured[k].append(run())
-    for (label, family, _), (pred, raw), ms in zip(chosen, predicted, measured[:len(chosen)], strict=True):
+                ran[k] = getattr(real, "last_concurrent", None) if ran[k] is None else ran[k]
+    for (label, family, _), (pred, raw), ms, conc in zip(chosen, predicted, measured[:len(chosen)], ran[:len(chosen)],
+                                                         strict=True):
         meas, step, q = _summarise(ms, timing)
         rows.append(Row(label, family, pred.step_time_s if pred.ok else None, step,
                         meas.status if pred.ok else f"sim-{pred.status}", q[0], q[1],
-                        int(meas.bytes_transferred), meas.message, raw.step_time_s if raw.ok else None))
+                        int(meas.bytes_transferred), meas.message, raw.step_time_s if raw.ok else None, conc))
         if progress:
             progress(rows[-1])
     for label, status, message in failed:  # a baseline placer that gave no placement: its row says why
         rows.append(Row(label, "baseline", None, None, status, message=message))
         if progress:
             progress(rows[-1])
-    for (which, predictions), ms in zip(natives, measured[len(chosen):], strict=True):
+    for (which, predictions), ms, conc in zip(natives, measured[len(chosen):], ran[len(chosen):], strict=True):
         meas, step, q = _summarise(ms, timing)
         pred_s = raw_s = None
         status = meas.status
@@ -369,7 +376,7 @@ def run_fidelity(
             raw_s = raw.step_time_s if raw.ok else None
             status = meas.status if pred.ok else f"sim-{pred.status}"
         rows.append(Row(f"native:{which}", "native", pred_s, step, status, q[0], q[1],
-                        message=meas.message, predicted_raw_s=raw_s))
+                        message=meas.message, predicted_raw_s=raw_s, concurrent=conc))
         if progress:
             progress(rows[-1])
     import torch
@@ -384,7 +391,8 @@ def run_fidelity(
         "seed": seed,
         "rounds": rounds,
         "clock": clock,
-        "concurrent": concurrent if backend == "torch" else False,
+        "concurrent": concurrent if backend == "torch" else False,  # the setting; what ran: "execution"
+        "execution": execution(rows),
         "simulator_engine": sim.engine,
     }
     try:
@@ -402,6 +410,17 @@ def run_fidelity(
                  for p in profiles]
     return FidelityResult(graph.name, graph.content_hash, cluster.name, backend, dict(device_map.as_dict()), rows,
                           prof_meta, info)
+
+
+def execution(rows: Sequence[Row]) -> str:
+    """How the measured placements ran: "sequential", "concurrent" (threads, one per device), "concurrent for k
+    of n placements" (the setting "auto" chooses per placement), or "not run" when none was."""
+    ran = [r.concurrent for r in rows if r.concurrent is not None]
+    if not ran:
+        return "not run"
+    if all(ran) or not any(ran):
+        return "concurrent" if ran[0] else "sequential"
+    return f"concurrent for {sum(ran)} of {len(ran)} placements"
 
 
 def shown_path(source: str) -> str | None:
@@ -438,7 +457,7 @@ def markdown(result: FidelityResult) -> str:
         f"Device map: {', '.join(f'{k} -> {v}' for k, v in result.device_map.items())}. "
         f"Timing: {result.info.get('timing')}, clock {result.info.get('clock', 'wall')}, "
         f"{result.info.get('rounds', 1)} interleaved round(s), {result.info.get('threads')} thread(s), "
-        f"concurrent execution {result.info.get('concurrent', 'auto')}, measured "
+        f"{_execution_text(result)}, measured "
         f"{result.info.get('measured_at')} (load average {result.info.get('load_average', '?')}).",
         "",
         f"| placement | predicted ms | measured ms ({_statistic(result)}) | IQR ms | rel. error | uncalibrated: predicted ms, "
@@ -466,6 +485,18 @@ def markdown(result: FidelityResult) -> str:
                      f"{_ms(c.get('raw_sum_s'))} ms, measured step {_ms(c.get('measured_step_s'))} ms, calibration "
                      f"{c.get('method')} ({_calib_text(c)}); {_provenance(p)}.")
     return "\n".join(lines) + "\n"
+
+
+def _execution_text(result: FidelityResult) -> str:
+    """What ran, the setting, and in a mixed study the placements that ran concurrently."""
+    ran = result.info.get("execution")
+    setting = result.info.get("concurrent", "auto")
+    if ran is None:  # a report from before "execution" was recorded: only the setting is known
+        return f"concurrent execution {setting}"
+    text = f"execution {ran} (concurrent setting {setting})"
+    if ran.startswith("concurrent for"):
+        text += ": " + ", ".join(r.label for r in result.rows if r.concurrent)
+    return text
 
 
 def _statistic(result: FidelityResult) -> str:
@@ -588,8 +619,11 @@ def _file_part(name: str) -> str:
 
 
 def _mode(d: dict[str, Any]) -> str:
-    """Clock, and concurrent execution when it was forced on."""
+    """Clock and how the placements ran (`execution`); for a report from before that was recorded, concurrent
+    execution when it was forced on."""
     info = d.get("info", {})
+    if info.get("execution") is not None:
+        return f"{info.get('clock', 'wall')}, {info['execution']}"
     return info.get("clock", "wall") + (", concurrent" if info.get("concurrent") is True else "")
 
 
@@ -633,14 +667,14 @@ def write_summary(out: str | Path = DEFAULT_DIR) -> Path:
         "",
         "## Single-device step time: profile-calibrated simulator vs measured",
         "",
-        "| workload | backend | clock | device | predicted ms | measured ms | rel. error | uncalibrated predicted ms | "
+        "| workload | backend | clock, execution | device | predicted ms | measured ms | rel. error | uncalibrated predicted ms | "
         "uncalibrated rel. error |",
         "|---|---|---|---|---:|---:|---:|---:|---:|",
         *singles,
         "",
         "## All placements",
         "",
-        "| workload | cluster | backend | clock | placements ok | median abs. rel. error | Spearman | within 15% |",
+        "| workload | cluster | backend | clock, execution | placements ok | median abs. rel. error | Spearman | within 15% |",
         "|---|---|---|---|---:|---:|---:|---:|",
         *overall,
     ]

@@ -509,6 +509,7 @@ class OrtBackend:
     """ONNX Runtime as an evaluator backend (inference workloads; see the module docstring)."""
 
     name = "onnxruntime"
+    last_concurrent = False  # the sessions of a step run one after another in the calling thread
 
     def __init__(self, rw: RealWorkload, cluster: Cluster, device_map: DeviceMap | None = None, *,
                  methodology: Methodology | None = None, timing: Timing | None = None, threads: int | None = None,

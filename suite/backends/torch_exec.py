@@ -648,6 +648,9 @@ class TorchBackend:
     torch device report the same number) and the bytes the forward pass copies across device boundaries per
     step (training: the gradients copied back are not counted, see the module docstring).
 
+    `last_concurrent`: whether the last `measure` ran its steps on concurrent threads (what `concurrent`
+    "auto" chose for its placement; None when it failed before).
+
     `threads`: torch's intra-op threads for the steps of every measurement (default: torch's count when the
     backend is made), set for each `measure` and restored after it, as the ONNX Runtime backend fixes its
     sessions' threads when it is made: a placer that changes torch's threads while it searches (the learned
@@ -668,6 +671,7 @@ class TorchBackend:
         self.executor = TorchExecutor(rw, self.device_map, concurrent=concurrent)
         self.clock = clock
         self.threads = torch.get_num_threads() if threads is None else threads
+        self.last_concurrent: bool | None = None  # whether the last measurement ran concurrent threads
 
     def measure(self, placement: np.ndarray) -> Measurement:
         before = torch.get_num_threads()
@@ -682,8 +686,10 @@ class TorchBackend:
         names = [d.name for d in self.cluster.devices]
         # peaks from here: an out-of-memory failure in `apply` or the first step reports this placement's
         reset_peak_memory(self.device_map.cuda_devices)
+        self.last_concurrent = None
         try:
             ex.apply(placement)
+            self.last_concurrent = ex.concurrent_now
             devices = ex.devices
             check_cpu_clock(self.clock, devices, ex.concurrent_now)
             ex.copies = Copies()

@@ -645,3 +645,26 @@ def test_fidelity_refuses_a_stored_uncalibrated_profile():
     assert _profile_differences(prof("scale"), g, "cpu", 1, "wall") == []
     assert _profile_differences(prof("none"), g, "cpu", 1, "wall") == [
         "is not calibrated (placebench profile --no-calibrate), this run calibrates"]
+
+
+def test_a_report_records_how_each_placement_ran_not_only_the_concurrent_setting(tmp_path):
+    """The report said "concurrent execution auto" (or True) whatever ran. With concurrent=True on two
+    logical CPUs the single-device placements still run sequentially (one lane): only the split ran on
+    threads, which the rows, the report and the summary now say; "auto" runs all of them sequentially."""
+    from suite.fidelity import markdown
+
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    cluster, dmap = local_cluster(2)
+    forced = run_fidelity(rw, cluster, dmap, [], timing=FAST, n_split=1, n_random=0, rounds=1, concurrent=True)
+    assert [(r.label, r.concurrent) for r in forced.rows] == [("single:cpu:0", False), ("single:cpu:1", False),
+                                                              ("split:0", True)]
+    assert forced.info["concurrent"] is True and forced.info["execution"] == "concurrent for 1 of 3 placements"
+    assert "execution concurrent for 1 of 3 placements (concurrent setting True): split:0," in markdown(forced)
+    auto = run_fidelity(rw, cluster, dmap, [], timing=FAST, n_split=1, n_random=0, rounds=1)
+    assert [r.concurrent for r in auto.rows] == [False] * 3 and auto.info["execution"] == "sequential"
+    assert "execution sequential (concurrent setting auto)," in markdown(auto)
+    write_report(forced, tmp_path, png=False)
+    paths = write_report(auto, tmp_path, png=False)
+    summary = paths["summary"].read_text()
+    assert "| wall, concurrent for 1 of 3 placements | 3/3 |" in summary and "| wall, sequential | 3/3 |" in summary
+    assert json.loads(paths["json"].read_text())["rows"][0]["concurrent"] is False
