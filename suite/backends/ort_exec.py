@@ -440,6 +440,7 @@ class OrtExecutor:
         import onnxruntime as ort
 
         placement = device_indices(placement, self.om.rw.graph.num_ops, len(self.device_map))
+        self.release()  # the last placement's sessions and their memory pools go before this one's are made
         segs = self.om.segments(placement)
         for seg in segs:
             td = self.device_map.torch_devices[seg.device]
@@ -593,6 +594,7 @@ class OrtBackend:
             return Measurement(status="error", step_time_s=None,
                                message=f"ort_gpu: the cluster's GPU is mapped to {gpu!r}, not a CUDA device")
         data = self.model.model.SerializeToString()
+        self.executor.release()  # a placement's sessions would hold their memory pools during this run
         at = "cpu" if which == "ort_cpu" else gpu
         reset_peak_memory(())  # the CPU's peak from here
         try:

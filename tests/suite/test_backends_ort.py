@@ -420,3 +420,31 @@ def test_an_out_of_memory_step_names_the_device_it_ran_on(two_outputs, monkeypat
     assert m.status == "oom" and m.oom_devices == ("cpu:0", "cpu:1", "cpu:2")
     assert m.message.startswith("out of memory on cpu:0, cpu:1, cpu:2: Failed to allocate")
     assert all(2**40 < v < 2**41 for v in m.peak_memory_bytes.values()) and len(m.peak_memory_bytes) == 3
+
+
+def test_a_placements_sessions_are_released_before_the_next_ones_are_made(two_outputs, three_cpus, monkeypatch):
+    """apply() made the new placement's sessions while the last one's were held (and measure_native ran with
+    them held): on a GPU both memory pools at once, a spurious OOM near capacity and an inflated peak."""
+    import weakref
+
+    import suite.backends.ort_exec as ox
+
+    cluster, dmap = three_cpus
+    made, alive_at_make = [], []
+    real_make = ox.make_session
+
+    def make(*args, **kwargs):
+        alive_at_make.append(sum(r() is not None for r in made))
+        sess = real_make(*args, **kwargs)
+        made.append(weakref.ref(sess))
+        return sess
+
+    monkeypatch.setattr(ox, "make_session", make)
+    be = OrtBackend(two_outputs.rw, cluster, dmap, timing=FAST)
+    n = two_outputs.rw.graph.num_ops
+    be.executor.apply(np.arange(n, dtype=np.int64) % 3)
+    first = len(made)
+    assert first == len(be.executor.segments) > 1 and alive_at_make == list(range(first))
+    be.executor.apply(np.zeros(n, dtype=np.int64))
+    assert alive_at_make[first] == 0  # the first placement's sessions were gone
+    assert be.measure_native("ort_cpu").status == "ok" and alive_at_make[-1] == 0
