@@ -19,7 +19,8 @@ or from itself), and the number of subgraphs is the number of device switches al
 not the number of boundary edges. Each subgraph becomes an ONNX model with the initializers it reads
 (weights read on several devices are stored once per device, when the sessions are created, not copied
 per step; the simulator charges a shared variable's weights per step) and one `InferenceSession` on its
-device's provider. A step runs the sessions in order with I/O binding: outputs stay on their device;
+device's provider. A step runs the sessions in order with I/O binding: outputs stay on their device (the graph's
+outputs too: a timed step copies nothing to the host that the placement does not);
 a tensor read on another device is copied once per step per device (OrtValue to/from CUDA; a real copy
 between logical devices mapped to one torch device), and the copies are counted. Every session stops its
 intra-op threads spinning at the end of each run (`session.force_spinning_stop`): by default they spin on
@@ -39,7 +40,8 @@ device, ONNX Runtime's arena included, plus the failed request); a message that 
 failure where none was running, names none ("out of memory on an unknown device").
 
 Framework placements (`measure_native`): the whole model in one session, with the CPU provider only
-("ort_cpu") or the CUDA provider with CPU fallback ("ort_gpu"), the analogues of HSDAG's OpenVINO-CPU and
+("ort_cpu") or the CUDA provider with CPU fallback ("ort_gpu"), its inputs staged on the device before the
+timed steps and its outputs bound there, as a placement's steps are; the analogues of HSDAG's OpenVINO-CPU and
 OpenVINO-GPU columns; `native_assignment` reports where ONNX Runtime put each op.
 
 Inference only: onnxruntime has no training sessions (that is the separate onnxruntime-training
@@ -470,6 +472,13 @@ class OrtExecutor:
 
     def step(self) -> list[np.ndarray]:
         """One inference step; returns the graph outputs as numpy arrays."""
+        vals = self.run()
+        return [vals[name][0].numpy() for name in self.om.graph_outputs]
+
+    def run(self) -> dict[str, tuple[Any, int]]:
+        """One inference step, as timed: every tensor (OrtValue) with its device, the outputs left on theirs."""
+        if not self.segments:
+            raise PlacebenchError("no placement applied (or it was released)")
         vals: dict[str, tuple[Any, int]] = dict(self._staged)
         cache: dict[tuple[str, int], Any] = {}
         for seg in self.segments:
@@ -491,7 +500,7 @@ class OrtExecutor:
             seg.session.run_with_iobinding(binding)
             for name, v in zip(seg.outputs, binding.get_outputs(), strict=True):
                 vals[name] = (v, seg.device)
-        return [vals[name][0].numpy() for name in self.om.graph_outputs]
+        return vals
 
     def release(self) -> None:
         for seg in self.segments:
@@ -569,9 +578,9 @@ class OrtBackend:
         try:
             ex.apply(placement)
             ex.copies_bytes = 0
-            ex.step()
+            ex.run()
             copied = ex.copies_bytes
-            return self._measured(ex.step, ex.devices, names, copied)
+            return self._measured(ex.run, ex.devices, names, copied)
         except PlacebenchError as exc:
             if isinstance(exc, BackendUnavailable):
                 return self._failed(exc, ex.at)
@@ -590,6 +599,8 @@ class OrtBackend:
         if which == "ort_gpu" and gpu is None:
             has_gpu = self.cluster.device_indices("gpu")
             gpu = self.device_map.torch_devices[self.cluster.fastest("gpu")] if has_gpu else "cuda:0"
+        import onnxruntime as ort
+
         if which == "ort_gpu" and not gpu.startswith("cuda"):  # never the CPU provider under the GPU's name
             return Measurement(status="error", step_time_s=None,
                                message=f"ort_gpu: the cluster's GPU is mapped to {gpu!r}, not a CUDA device")
@@ -601,8 +612,19 @@ class OrtBackend:
             # a new session each call: one kept between the rounds would hold its GPU memory pool while the
             # placements are measured, and their peak memory on the GPU is read from what is free
             sess = make_session(data, at, threads=self.executor.threads)
-            feeds = {n: x.detach().cpu().numpy() for n, x in self.model.input_values.items()}
-            run = lambda: sess.run(None, feeds)  # noqa: E731
+            kind, index = _device_spec(at)
+            # as a placement's steps: inputs staged on the device before, outputs left there
+            staged = {n: ort.OrtValue.ortvalue_from_numpy(x.detach().cpu().numpy(), kind, index)
+                      for n, x in self.model.input_values.items()}
+
+            def run() -> None:
+                binding = sess.io_binding()
+                for n, v in staged.items():
+                    binding.bind_ortvalue_input(n, v)
+                for n in self.model.graph_outputs:
+                    binding.bind_output(n, kind, index)
+                sess.run_with_iobinding(binding)
+
             run()
             devices = [torch.device("cpu")] if which == "ort_cpu" else [torch.device(gpu)]
             m = self._measured(run, devices, [d.name for d in self.cluster.devices], 0)

@@ -411,11 +411,11 @@ def test_an_out_of_memory_step_names_the_device_it_ran_on(two_outputs, monkeypat
     cluster, dmap = local_cluster(3, gpus=False)
     be = OrtBackend(two_outputs.rw, cluster, dmap, timing=FAST)
 
-    def step(self):
+    def run(self):
         self.at = self.device_map.torch_devices[1]
         raise RuntimeError("Failed to allocate memory for requested buffer of size 1099511627776")
 
-    monkeypatch.setattr(OrtExecutor, "step", step)
+    monkeypatch.setattr(OrtExecutor, "run", run)
     m = be.measure(np.zeros(two_outputs.rw.graph.num_ops, dtype=np.int64))
     assert m.status == "oom" and m.oom_devices == ("cpu:0", "cpu:1", "cpu:2")
     assert m.message.startswith("out of memory on cpu:0, cpu:1, cpu:2: Failed to allocate")
@@ -448,3 +448,25 @@ def test_a_placements_sessions_are_released_before_the_next_ones_are_made(two_ou
     be.executor.apply(np.zeros(n, dtype=np.int64))
     assert alive_at_make[first] == 0  # the first placement's sessions were gone
     assert be.measure_native("ort_cpu").status == "ok" and alive_at_make[-1] == 0
+
+
+def test_timed_steps_copy_no_inputs_or_outputs_to_or_from_the_host(two_outputs, three_cpus, monkeypatch):
+    """A placement's step converted every graph output to numpy (on a GPU a copy to the host and a wait, in
+    each timed step), and ort_cpu / ort_gpu fed numpy inputs to `run` (on a GPU a copy to the device in each
+    step): neither is the placement's work, and the PyTorch backend does neither. Now both stage the inputs
+    on the device before and leave the outputs there (the step's results stay equal to eager)."""
+    cluster, dmap = three_cpus
+    calls = []
+    monkeypatch.setattr(ort.OrtValue, "numpy", lambda self: calls.append("numpy"))
+    monkeypatch.setattr(ort.InferenceSession, "run", lambda self, *a, **k: calls.append("run"))
+    be = OrtBackend(two_outputs.rw, cluster, dmap, timing=FAST)
+    assert be.measure(np.zeros(two_outputs.rw.graph.num_ops, dtype=np.int64)).status == "ok"  # no copies
+    assert be.measure_native("ort_cpu").status == "ok"
+    assert calls == []
+    monkeypatch.undo()
+    with pytest.raises(PlacebenchError, match="no placement applied"):  # measure_native released it
+        be.executor.step()
+    be.executor.apply(np.arange(two_outputs.rw.graph.num_ops, dtype=np.int64) % 3)
+    out = be.executor.step()
+    for o, r in zip(out, two_outputs.rw.eager(), strict=True):
+        np.testing.assert_allclose(o, r.numpy(), rtol=1e-5, atol=1e-6)
