@@ -267,6 +267,26 @@ def check_placers(names: Sequence[str]) -> None:
         placer_class(name)
 
 
+def check_clock(clock: str, cluster: Cluster, device_map: Any, *, backend: str = "torch",
+                concurrent: bool | str = "auto") -> None:
+    """Refuse, before anything is profiled or measured, CPU time where the study would time CUDA work (a device
+    mapped to CUDA) or concurrent threads (forced on over several devices): the backend refuses such a
+    placement only at its turn, after the others were measured, and the study then writes nothing."""
+    from suite.backends.timing import clock_function
+
+    clock_function(clock)  # an unknown clock
+    if clock != "cpu":
+        return
+    cuda = [n for n, t in zip(device_map.cluster_devices, device_map.torch_devices, strict=True)
+            if t.startswith("cuda")]
+    if cuda:
+        raise PlacebenchError(f"fidelity: clock 'cpu' cannot time CUDA work, and {', '.join(cuda)} "
+                              f"{'is' if len(cuda) == 1 else 'are'} mapped to CUDA (use the wall clock)")
+    if backend == "torch" and concurrent is True and cluster.num_devices > 1:
+        raise PlacebenchError("fidelity: clock 'cpu' cannot time concurrent execution (threads add up their CPU "
+                              "time): run it sequentially, or with the wall clock")
+
+
 def _placer_placement(name: str, graph: OpGraph, cluster: Cluster, seed: int) -> np.ndarray:
     """A registered placer's placement (simulator-backed search with a small budget)."""
     from suite.methodology import Budget
@@ -320,6 +340,7 @@ def run_fidelity(
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise PlacebenchError(f"fidelity: {what} = {value!r} must be a whole number >= {low}")
     check_placers(placers)
+    check_clock(clock, cluster, device_map, backend=backend, concurrent=concurrent)
     timing = timing or (methodology or _m.load()).timing
     graph = rw.graph
     sim = SimulatorBackend(graph, cluster, profiles, engine=engine)

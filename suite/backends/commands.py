@@ -206,6 +206,8 @@ def _fidelity(args: argparse.Namespace) -> int:
 
         check_inference(rw)
     cluster, dmap = _cluster_and_map(args)
+    concurrent = {"auto": "auto", "on": True, "off": False}[args.concurrent]
+    fidelity.check_clock(args.clock, cluster, dmap, backend=args.backend, concurrent=concurrent)  # before profiling
     log = (lambda *a: None) if args.json else (lambda text: print(text, flush=True))
     profs = profiles_for(rw, cluster, dmap, profiles, threads=threads, methodology=meth,
                          clock=args.clock, log=log, reprofile=args.reprofile)
@@ -223,7 +225,7 @@ def _fidelity(args: argparse.Namespace) -> int:
     result = fidelity.run_fidelity(rw, cluster, dmap, profs, backend=args.backend, methodology=meth,
                                    n_split=args.splits, n_random=args.random, seed=args.seed, placers=placers,
                                    rounds=args.rounds, clock=args.clock,
-                                   concurrent={"auto": "auto", "on": True, "off": False}[args.concurrent],
+                                   concurrent=concurrent,
                                    progress=progress)
     paths = fidelity.write_report(result, args.out or fidelity.DEFAULT_DIR, png=not args.no_png)
     if args.json:

@@ -20,6 +20,7 @@ from suite.evaluator import SimulatorBackend
 from suite.fidelity import (
     FidelityResult,
     Row,
+    check_clock,
     placements_for,
     random_split_placement,
     run_fidelity,
@@ -668,3 +669,26 @@ def test_a_report_records_how_each_placement_ran_not_only_the_concurrent_setting
     summary = paths["summary"].read_text()
     assert "| wall, concurrent for 1 of 3 placements | 3/3 |" in summary and "| wall, sequential | 3/3 |" in summary
     assert json.loads(paths["json"].read_text())["rows"][0]["concurrent"] is False
+
+
+def test_a_clock_the_study_cannot_use_is_refused_before_profiling(tmp_path, capsys, monkeypatch):
+    """--clock cpu --concurrent on over two devices was refused by the backend at the first split, after the
+    profiles and the single-device placements had been measured, and nothing was written; CPU time with a
+    device mapped to CUDA at the first GPU placement. Both are refused before anything runs."""
+    import suite.backends.devices as devices
+    from suite.backends.devices import DeviceMap
+
+    small = [f"--set={k}={v}" for k, v in SMALL_SHAPES["rnnlm"].items()]
+    code = main(["fidelity", "rnnlm-2x2048-b64", *small, "--mode", "inference", "--logical-cpus", "2",
+                 "--clock", "cpu", "--concurrent", "on", "--profiles", str(tmp_path / "p"),
+                 "--out", str(tmp_path / "f")])
+    err = capsys.readouterr().err
+    assert code == 2 and "clock 'cpu' cannot time concurrent execution" in err and "Traceback" not in err
+    assert not (tmp_path / "p").exists() and not (tmp_path / "f").exists()
+    monkeypatch.setattr(devices, "check_torch_device", lambda *a, **k: None)  # pretend cuda:0 exists
+    cluster, _ = local_cluster(2)
+    dmap = DeviceMap(tuple(d.name for d in cluster.devices), ("cpu", "cuda:0"))
+    with pytest.raises(PlacebenchError, match=r"clock 'cpu' cannot time CUDA work, and cpu:1 is mapped to CUDA"):
+        run_fidelity(None, cluster, dmap, [], clock="cpu")  # before the workload is even looked at
+    check_clock("wall", cluster, dmap, concurrent=True)  # what can run passes
+    check_clock("cpu", cluster, DeviceMap(dmap.cluster_devices, ("cpu", "cpu")), concurrent="auto")
