@@ -335,7 +335,9 @@ class OrtModel:
 
         vi = self.types.get(name)
         if vi is None or not vi.type.HasField("tensor_type"):
-            raise PlacebenchError(f"ONNX export of {self.rw.name!r}: no type for tensor {name!r}")
+            # a placement that cuts the graph there cannot be run (a status "error"), the others can
+            raise BackendUnavailable(f"ONNX export of {self.rw.name!r}: ONNX shape inference gave no type for "
+                                     f"tensor {name!r}, which this placement passes between devices")
         t = vi.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
         return helper.make_tensor_value_info(name, t.elem_type, shape)

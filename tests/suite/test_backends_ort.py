@@ -470,3 +470,21 @@ def test_timed_steps_copy_no_inputs_or_outputs_to_or_from_the_host(two_outputs, 
     out = be.executor.step()
     for o, r in zip(out, two_outputs.rw.eager(), strict=True):
         np.testing.assert_allclose(o, r.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_boundary_tensor_without_a_type_is_an_error_status_not_a_crash(three_cpus):
+    """A tensor that ONNX shape inference left untyped cannot be a subgraph's input or output: a placement that
+    cuts there raised a PlacebenchError out of measure (ending a whole run or fidelity study); it is now that
+    placement's status "error", and a placement that does not cut there still runs."""
+    cluster, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_TwoOutputs().eval(), (torch.randn(2, 7), torch.randn(2, 4), torch.randn(2, 3)), name="untyped")
+    be = OrtBackend(rw, cluster, dmap, timing=FAST)
+    n = rw.graph.num_ops
+    split = np.arange(n, dtype=np.int64) % 2
+    crossing = {x for seg in be.model.segments(split) for x in seg.inputs} - set(be.model.graph_inputs)
+    name = sorted(crossing)[0]
+    del be.model.types[name]
+    m = be.measure(split)
+    assert m.status == "error" and f"no type for tensor {name!r}" in m.message
+    assert be.measure(np.zeros(n, dtype=np.int64)).status == "ok"
