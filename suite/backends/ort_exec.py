@@ -5,7 +5,8 @@ Export and op mapping. The fx graph that the capture traced is rebuilt with ever
 submodule named `pb_op_{k}` (k = the op's index in the `OpGraph`), then exported with the TorchScript
 exporter (`torch.onnx.export(..., dynamo=False)`; the dynamo exporter needs onnxscript). Inputs without
 tensors (`forward(x, n_layers: int, flag: bool)`'s 3 and True, a None) are baked in as the constants capture
-traced them as, so the ONNX model's inputs are the tensor inputs. ONNX node names
+traced them as, so the ONNX model's inputs are the tensor inputs; a list or tuple of tensors is one input per
+tensor (`xs.0`, `xs.1`: `tensor_inputs`). ONNX node names
 carry the module scope ("/pb_op_17/m/MatMul"), so every ONNX node that comes from op k is known; a node
 outside any op scope (the reshapes, transposes and constants of folded fx nodes, exporter-made
 identities) follows the device of the producer of its first computed input, or, with none, of its first
@@ -165,6 +166,33 @@ def check_inference(rw: RealWorkload) -> None:
         )
 
 
+def tensor_inputs(eg: ExecGraph) -> list[tuple[str, int, Any]]:
+    """The exported model's inputs in order, as the exporter flattens the placeholders' values (constants
+    left out): (ONNX input name, op index of the placeholder, tensor). A list or tuple of tensors gives one
+    input per tensor, `{placeholder}.{i}`; another value holding tensors (a dict) is refused by name."""
+    holders = [(n, eg.op_of[i]) for i, n in enumerate(eg.nodes) if n.op == "placeholder"]
+    if any(str(n.target).startswith("*") for n, _ in holders):  # forward(*args): as given
+        return [(n.name, op, x) for (n, op), x in zip(holders, eg.rw.args, strict=False)]
+    constants = constant_inputs(eg)
+    out: list[tuple[str, int, Any]] = []
+
+    def walk(name: str, holder: str, op: int, x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            out.append((name, op, x))
+        elif isinstance(x, list | tuple):
+            for k, y in enumerate(x):
+                walk(f"{name}.{k}", holder, op, y)
+        else:
+            raise PlacebenchError(
+                f"ONNX export of {eg.rw.name!r}: input {holder!r} holds a {type(x).__name__}; the ONNX Runtime "
+                "backend takes tensors, lists and tuples of tensors, and values without tensors (constants)")
+
+    for (n, op), x in zip(holders, eg.rw.args, strict=False):
+        if n not in constants:
+            walk(n.name, n.name, op, x)
+    return out
+
+
 def export_onnx(rw: RealWorkload, eg: ExecGraph | None = None) -> Any:
     """The workload's inference model as an ONNX ModelProto with op scopes and inferred shapes."""
     import onnx
@@ -174,10 +202,8 @@ def export_onnx(rw: RealWorkload, eg: ExecGraph | None = None) -> Any:
     wgm = scoped_module(eg)
     constants = constant_inputs(eg)  # baked into the graph, not inputs
     holders = [n for n in eg.nodes if n.op == "placeholder"]
-    names, args = [n.name for n in holders], tuple(rw.args)
-    if constants:
-        fed = [(n.name, x) for n, x in zip(holders, rw.args, strict=False) if n not in constants]
-        names, args = [name for name, _ in fed], tuple(x for _, x in fed)
+    args = tuple(x for n, x in zip(holders, rw.args, strict=False) if n not in constants) if constants else rw.args
+    names = [name for name, _, _ in tensor_inputs(eg)]
     buf = io.BytesIO()
     modes = {m: m.training for m in rw.module.modules()}
     try:
@@ -228,15 +254,14 @@ class OrtModel:
             for x in nd.input:
                 if x:
                     self.consumers.setdefault(x, []).append(j)
+        # the exporter leaves out inputs that nothing reads: the tensors of the placeholders (`rw.args`: the
+        # positional and keyword example inputs and defaults; lists flattened) are matched by name
+        inputs = tensor_inputs(self.eg)
+        self._placeholder_op = {name: op for name, op, _ in inputs}
         self.node_op = self._attribute()
-        op_index = rw.graph.index
-        input_op = {n.name: self.eg.op_of[i] for i, n in enumerate(self.eg.nodes) if n.op == "placeholder"}
-        self.input_op = {name: input_op.get(name, -1) for name in self.graph_inputs}
-        self.op_index = op_index
-        # the exporter leaves out inputs that nothing reads: the values of the placeholders (`rw.args`: the
-        # positional and keyword example inputs, constants and defaults) are matched by name
-        names = [n.name for n in self.eg.nodes if n.op == "placeholder"]
-        by_name = dict(zip(names, rw.args, strict=False))
+        self.op_index = rw.graph.index
+        self.input_op = {name: self._placeholder_op.get(name, -1) for name in self.graph_inputs}
+        by_name = {name: x for name, _, x in inputs}
         self.input_values = {name: by_name[name] for name in self.graph_inputs}
 
     def _attribute(self) -> list[int]:
@@ -247,7 +272,7 @@ class OrtModel:
             m = _SCOPE.search(nd.name)
             if m:
                 out[j] = int(m.group(1))
-        input_op = {n.name: self.eg.op_of[i] for i, n in enumerate(self.eg.nodes) if n.op == "placeholder"}
+        input_op = self._placeholder_op
         for j, nd in enumerate(nodes):
             if out[j] >= 0:
                 continue

@@ -488,3 +488,35 @@ def test_a_boundary_tensor_without_a_type_is_an_error_status_not_a_crash(three_c
     m = be.measure(split)
     assert m.status == "error" and f"no type for tensor {name!r}" in m.message
     assert be.measure(np.zeros(n, dtype=np.int64)).status == "ok"
+
+
+class _Nested(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, xs, y):
+        return self.fc(xs[0]) + xs[1][0] * xs[1][1] + y
+
+
+class _Dict(_Nested):
+    def forward(self, xs, y):
+        return self.fc(xs["a"]) + y
+
+
+def test_list_inputs_are_fed_one_tensor_each_and_a_dict_is_refused_by_name(three_cpus):
+    """forward(xs: list, y): the exporter flattens xs into one input per tensor, which were not matched to the
+    placeholders (a KeyError 'onnx::Add_1' when the backend was made). They are named xs.0, xs.1.0, ... and
+    fed; a dict (which the exporter would take as keyword arguments) is refused, naming the input."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    xs = [torch.randn(2, 4), (torch.randn(2, 4), torch.randn(2, 4))]
+    rw = from_module(_Nested().eval(), (xs, torch.randn(2, 4)), name="nested")
+    om = OrtModel(rw)
+    assert om.graph_inputs == ["xs.0", "xs.1.0", "xs.1.1", "y"]
+    ex = OrtExecutor(om, dmap)
+    ex.apply(np.arange(rw.graph.num_ops, dtype=np.int64) % 2)
+    np.testing.assert_allclose(ex.step()[0], rw.eager().numpy(), rtol=1e-6, atol=1e-6)
+    rw = from_module(_Dict().eval(), ({"a": torch.randn(2, 4)}, torch.randn(2, 4)), name="dict")
+    with pytest.raises(PlacebenchError, match="input 'xs' holds a dict"):
+        OrtModel(rw)
