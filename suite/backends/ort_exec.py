@@ -536,10 +536,19 @@ class OrtExecutor:
         self._staged = {}
 
 
+_ITEMSIZE = {"float": 4, "double": 8, "int64": 8, "int32": 4, "float16": 2, "bfloat16": 2, "bool": 1, "uint8": 1,
+             "int8": 1, "int16": 2, "uint16": 2, "uint32": 4, "uint64": 8, "complex64": 8, "complex128": 16}
+
+
 def _itemsize(v: Any) -> int:
-    t = v.data_type()  # e.g. "tensor(float)"
-    return {"tensor(float)": 4, "tensor(double)": 8, "tensor(int64)": 8, "tensor(int32)": 4, "tensor(float16)": 2,
-            "tensor(bool)": 1, "tensor(uint8)": 1, "tensor(int8)": 1}.get(t, 4)
+    """Bytes per element of an OrtValue (its data type, e.g. "tensor(bfloat16)"); for a type not listed the
+    placement's status is "error", rather than a guess in the copied bytes."""
+    t = v.data_type()
+    size = _ITEMSIZE.get(t.removeprefix("tensor(").removesuffix(")"))
+    if size is None:
+        raise BackendUnavailable(f"a copy between devices of an ONNX Runtime value of type {t}: bytes per "
+                                 "element unknown")
+    return size
 
 
 class OrtBackend:

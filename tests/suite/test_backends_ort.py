@@ -520,3 +520,22 @@ def test_list_inputs_are_fed_one_tensor_each_and_a_dict_is_refused_by_name(three
     rw = from_module(_Dict().eval(), ({"a": torch.randn(2, 4)}, torch.randn(2, 4)), name="dict")
     with pytest.raises(PlacebenchError, match="input 'xs' holds a dict"):
         OrtModel(rw)
+
+
+def test_copied_bytes_count_each_types_element_size():
+    """bfloat16, int16, uint16 (2 bytes) and uint64 (8) were counted as 4 bytes per element, and any type not
+    listed as 4; an unknown type is now the placement's error, not a guess."""
+    from suite.backends.ort_exec import _itemsize
+
+    class Value:
+        def __init__(self, t):
+            self.t = t
+
+        def data_type(self):
+            return self.t
+
+    for t, size in [("bfloat16", 2), ("int16", 2), ("uint16", 2), ("uint64", 8), ("float", 4), ("bool", 1)]:
+        assert _itemsize(Value(f"tensor({t})")) == size, t
+    assert _itemsize(ort.OrtValue.ortvalue_from_numpy(np.zeros(3, np.uint16))) == 2
+    with pytest.raises(BackendUnavailable, match=r"tensor\(string\): bytes per element unknown"):
+        _itemsize(Value("tensor(string)"))
