@@ -11,7 +11,8 @@ A store is a directory::
 
 Every file is written atomically (temporary file in the same directory, fsync, rename), so a killed run
 loses at most the cells in flight, and a cell is never stored twice: its file name is its key's hash.
-The cell files are the source of truth; the tables are derived from them.
+The cell files are the source of truth; the tables are derived from them. Cell files and the manifest
+record the store's schema_version: one of another schema (written by another placebench) is refused, not read.
 """
 
 from __future__ import annotations
@@ -382,6 +383,16 @@ def _seconds(v: Any) -> bool:
     return math.isfinite(t) and t >= 0
 
 
+def _schema_problem(data: Mapping[str, Any], path: Path, what: str) -> StoreError | None:
+    """The error for a cell or manifest of another store schema (a placebench that writes another layout
+    made it), or None; a file that does not say is of this schema (the version is always written)."""
+    version = data.get("schema_version", STORE_SCHEMA_VERSION)
+    if isinstance(version, int) and not isinstance(version, bool) and version == STORE_SCHEMA_VERSION:
+        return None
+    return StoreError(f"{path}: {what} of store schema_version {_shown(version)}; this placebench reads "
+                      f"{STORE_SCHEMA_VERSION}: read or extend the store with the placebench that wrote it")
+
+
 def check_cell(data: Mapping[str, Any], path: Path) -> None:
     """Raise StoreError naming `path` and the field unless the cell has every field of its key, a non-empty
     cell_id and passes `row_problem`."""
@@ -537,13 +548,17 @@ class Store:
             data = load_json(path, StoreError, "cell")
             if not isinstance(data, dict) or data.get("format") != CELL_FORMAT:
                 raise StoreError(f"{path}: not a placebench cell file")
-            check_cell(data, path)
-            if data["cell_id"] != cell_id:
-                raise StoreError(f"{path}: holds cell_id {_shown(data['cell_id'])}, not the one of its file name; "
-                                 f"a cell file is named <cell_id>.json")
+            other_schema = _schema_problem(data, path, "a cell")
+            if other_schema is None:
+                check_cell(data, path)
+                if data["cell_id"] != cell_id:
+                    raise StoreError(f"{path}: holds cell_id {_shown(data['cell_id'])}, not the one of its file "
+                                     f"name; a cell file is named <cell_id>.json")
         except StoreError as exc:  # never repaired silently: the user decides, and is told how
             raise StoreError(f"{exc} (a damaged cell: move it out of {self.cells_dir} and run the spec again "
                              "to redo that cell)") from None
+        if other_schema is not None:  # not damaged: its fields may mean other things, so none is read
+            raise other_schema
         return data
 
     def records(self) -> list[dict[str, Any]]:
@@ -560,6 +575,9 @@ class Store:
         data = load_json(self.manifest_path, StoreError, "store manifest")
         if not isinstance(data, dict) or data.get("format") != STORE_FORMAT:
             raise StoreError(f"{self.manifest_path}: not a placebench store manifest")
+        other_schema = _schema_problem(data, self.manifest_path, "a store manifest")
+        if other_schema is not None:
+            raise other_schema
         check_manifest(data, self.manifest_path)
         return data
 

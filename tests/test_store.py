@@ -588,3 +588,21 @@ def test_a_run_on_a_store_whose_methodology_entry_is_malformed_is_refused(capsys
                    "be an object, got 3\n")
     assert sorted(p.name for p in (store / "cells").iterdir()) == before
     assert json.loads((store / "manifest.json").read_text()) == manifest
+
+
+@pytest.mark.parametrize("version", [2, 0, "1", True, None])
+def test_a_cell_or_manifest_of_another_store_schema_is_refused_not_read(tmp_path, version):
+    s = Store(tmp_path)
+    path = s.write_cell(_record("abc"))
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 1
+    path.write_text(json.dumps({**data, "schema_version": version}))
+    shown = json.dumps(version)
+    with pytest.raises(StoreError, match=rf"abc\.json: a cell of store schema_version {shown}; this placebench "
+                                         r"reads 1: read or extend the store with the placebench that wrote it$"):
+        s.rows()
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "schema_version"}))
+    assert s.rows()[0]["cell_id"] == "abc"  # a file that does not say is of this schema
+    s.manifest_path.write_text(json.dumps({"format": "placebench.store", "schema_version": version, "runs": []}))
+    with pytest.raises(StoreError, match=rf"manifest\.json: a store manifest of store schema_version {shown}"):
+        s.manifest()
