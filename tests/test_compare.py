@@ -199,6 +199,20 @@ def test_seeds_are_matched_one_by_one():
     assert [(p.key[3], p.verdicts) for p in cmp.compare(base, new)] == [(0, ("same",)), (1, ("slower",))]
 
 
+def test_seeds_are_listed_in_numeric_order_and_failures_by_their_status():
+    base = [row(seed=10, t=1.0), row(seed=2, t=1.0), row(seed=1, status="oom"), row(seed=3, status="timeout")]
+    new = [row(seed=10, t=1.0), row(seed=2, t=1.0), row(seed=1, status="error"), row(seed=3, status="oom")]
+    pairs = cmp.compare(base, new)
+    assert [p.key[3] for p in pairs] == [1, 2, 3, 10]  # not "10" before "2"
+    t = cmp.table(pairs, show_all=True)
+    assert [r[3:6] + [r[8]] for r in t.rows] == [
+        ["1", "OOM", "error", "changed: oom -> error"],  # an OOM is shown as OOM, as in every table
+        ["3", "timeout", "OOM", "changed: timeout -> oom"],
+        ["2", "1.000 s", "1.000 s", "same"],
+        ["10", "1.000 s", "1.000 s", "same"],
+    ]
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ReportError, match="^old.csv: c / w / p / seed 0 has several rows"):
         cmp.compare([row(), row(methodology="v2")], [row()], names=("old.csv", "new.csv"))
