@@ -8,8 +8,12 @@ they were (BatchNorm's running statistics in training mode) and torch's random s
 Tracing runs forward's Python code: a buffer update that torch.fx does not record (`self.n += 1` or
 `self.n.add_(1)` on values that are not the inputs', `self.run = ...`) would be done once, while tracing, and
 never by the graph, so it is refused (GraphError naming the buffer); one that it records
-(`self.run.copy_(x.mean(0))`) is an op, but the ops that read the buffer after it do not depend on it in the
-graph (a buffer is a constant). Example
+(`self.run.copy_(x.mean(0))`, `self.buf.add_(x)`, `out=self.buf`) is an op, and the graph keeps forward's order
+around it: the ops that read the buffer after it (or a view of it) read it, an edge carrying the bytes they
+read (a data dependence: on another device they need the new values); it follows the ops that read the
+buffer since the write before (or since the start), by edges of 0 bytes (an order only: it reads nothing of
+theirs; no gradient flows along them), and `copy_` follows the write before, which it overwrites unread, the
+same way. Until the first write a buffer is a constant. Example
 inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
 values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which
 keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
@@ -595,12 +599,24 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
     vals: dict[Node, Value] = {}
     outputs: list[Value] = []
     aliases: dict[Node, list[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
+    written: dict[str, Value] = {}  # buffer -> its value after the last recorded in-place write to it
+    readers: dict[str, list[str]] = {}  # buffer -> the ops that read it since that write
+    holds: dict[Node, str] = {}  # node -> the buffer whose memory its value is (get_attr, a view, a write)
+    buffer_of = {id(_root(t)): name for name, t in gm.named_buffers()}
     for node in gm.graph.nodes:
         info = rec.info.get(node)
         outs = tensors(info)
         out_bytes = sum(t.nbytes for t in outs)
         out_shape = outs[0].shape if outs else ()
         ins = [vals[n] for n in _arg_nodes(node)]
+        target = _written_buffer(node, holds)
+        after: list[str] = []
+        if target is not None:  # write after read: it follows the ops that read the buffer's old value
+            after = readers.pop(target, [])
+            if _target_name(node) == "copy_" and node.args and node.args[0] in _arg_nodes(node):
+                i = _arg_nodes(node).index(node.args[0])  # copy_ overwrites its first argument unread: it
+                after += list(ins[i].deps)  # follows that value's producers (an earlier write), reads none
+                ins[i] = b.constant()
         if node.op == "placeholder":
             vals[node] = b.input(names[node], out_bytes, out_shape) if outs else b.constant()
         elif node.op == "get_attr":
@@ -615,7 +631,12 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
                         f"follow (those of module.parameters() or named_parameters(): a weight penalty, say); "
                         f"it is a constant in the graph, so a training step would miss its gradient: read the "
                         f"parameters as attributes (self.fc.weight) instead")
+                buffer = buffer_of.get(id(_root(obj))) if isinstance(obj, torch.Tensor) else None
                 vals[node] = b.constant()
+                if buffer is not None:  # a buffer, or a view of one that tracing took (self.run[0], .view)
+                    holds[node] = buffer
+                    if buffer in written:  # read after write: it reads that write
+                        vals[node] = b.fold([written[buffer]], out_bytes)
         elif node.op == "output":
             if training:
                 _check_loss(what, outs, info)
@@ -625,7 +646,17 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
         elif not outs:
             vals[node] = b.constant()  # a shape, a dtype, a Python number
         else:
-            vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, out_shape, canon, training)
+            vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, out_shape, canon, training,
+                               after)
+        if names.get(node) in vals.get(node, Value()).deps:  # an op: it reads the buffers its arguments hold
+            for t in dict.fromkeys(holds[a] for a in _arg_nodes(node) if a in holds):
+                if t != target:
+                    readers.setdefault(t, []).append(names[node])
+        elif _is_view(node) and node.args and node.args[0] in holds:
+            holds[node] = holds[node.args[0]]
+        if target is not None:
+            written[target] = vals.get(node, Value())
+            holds[node] = target
         mutated = _mutated_arg(node)
         if mutated is not None:  # later readers of the mutated tensor, by any of its names, read the result
             for a in _overwritten(aliases, mutated, node):
@@ -636,7 +667,16 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
 def _mutated_arg(node: Node) -> Node | None:
     """The tensor an in-place call (`y.add_(1)`, `torch.relu_(y)`, a function called or a module built with
     `inplace=True`: `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`) overwrites: its first argument; for
-    a call with `out=y`, y."""
+    a call with `out=y`, y. A call on a module attribute (`self.buf.add_(x)`) gives None (see
+    `_written_buffer`)."""
+    mutated = _mutated(node)
+    if mutated is not None and mutated.op == "get_attr" and not isinstance(node.kwargs.get("out"), Node):
+        return None
+    return mutated
+
+
+def _mutated(node: Node) -> Node | None:
+    """`_mutated_arg`, a module attribute included (`self.buf` for `self.buf.add_(x)`)."""
     if node.op not in ("call_function", "call_method", "call_module"):
         return None
     out = node.kwargs.get("out")
@@ -645,7 +685,7 @@ def _mutated_arg(node: Node) -> Node | None:
     if not node.args:
         return None
     first = node.args[0]
-    if not isinstance(first, Node) or first.op == "get_attr":
+    if not isinstance(first, Node):
         return None
     if node.op == "call_module":
         owner = node.graph.owning_module
@@ -659,6 +699,27 @@ def _mutated_arg(node: Node) -> Node | None:
     if node.kwargs.get("inplace") is True or (len(node.args) > 1 and _inplace_by_position(node)):
         return first
     return None
+
+
+def _written_buffer(node: Node, holds: Mapping[Node, str]) -> str | None:
+    """The buffer that in-place call `node` overwrites (`self.run.copy_(m)`, `self.buf.mul_(a).add_(b)`,
+    `torch.add(x, 1, out=self.buf)`), by its attribute path; None for any other node. `holds`: the nodes
+    whose value is a buffer's memory (its get_attr nodes, the in-place calls on it)."""
+    mutated = _mutated(node)
+    return holds.get(mutated) if mutated is not None else None
+
+
+def _root(t: torch.Tensor) -> torch.Tensor:
+    """The tensor whose memory `t` views (its `_base`), else t."""
+    return t if t._base is None else t._base
+
+
+def _is_view(node: Node) -> bool:
+    """A node that capture folds as a view of its first argument (`y.view(-1)`, `y.t()`, `nn.Flatten`)."""
+    if node.op == "call_module":
+        owner = node.graph.owning_module
+        return owner is not None and isinstance(owner.get_submodule(str(node.target)), _SHAPE_ONLY_MODULES)
+    return node.op in ("call_function", "call_method") and _target_name(node) in SHAPE_ONLY
 
 
 def _overwritten(names: dict[Node, list[Node]], mutated: Node, call: Node) -> list[Node]:
@@ -728,7 +789,7 @@ def _op_names(gm: GraphModule) -> dict[Node, str]:
     return names
 
 
-def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon, training) -> Value:
+def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon, training, after=()) -> Value:
     args = _resolve(node.args, all_info)
     kwargs = _resolve(dict(node.kwargs), all_info)
     params: dict[str, tuple[int, int]] = {}
@@ -788,6 +849,7 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
         params=params,
         frozen=frozen,
         differentiable=grad,
+        after=after,
     )
 
 

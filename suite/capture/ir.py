@@ -12,7 +12,9 @@ A front end walks its source graph in topological order and calls `ForwardBuilde
   gradient (`detach()`, an integer result): a training graph passes no gradient back through it;
 * `op(...)` for a real operation: its inputs are the producer ops of the values it reads (edge bytes = the
   bytes actually read, e.g. one time step's slice of an embedding output), and the parameters it uses;
-  `differentiable=False` when its outputs are all integer or bool (no gradient flows back through it).
+  `differentiable=False` when its outputs are all integer or bool (no gradient flows back through it);
+  `after` names ops it must follow though it reads nothing of theirs (an in-place write to a buffer after
+  earlier reads of it): edges of 0 bytes, which no gradient follows and no backward op copies.
 
 Parameters. Each parameter has a key (its canonical name). A parameter used by exactly one op is owned by
 that op (`param_bytes`). Parameters used by several ops (an LSTM layer's cell called once per time step, a
@@ -77,6 +79,7 @@ class FwdOp:
     variables: list[str] = field(default_factory=list)  # names of variable ops whose weights this op reads
     differentiable: bool = True  # its output can carry a gradient (False: only integer / bool outputs)
     no_grad_inputs: frozenset[str] = frozenset()  # inputs read only without a gradient path (`x.detach()`)
+    after: tuple[str, ...] = ()  # ops that must run before it, though it reads nothing of theirs (0-byte edges)
 
 
 @dataclass
@@ -196,7 +199,13 @@ def inference_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]
         )
         edges.extend((p, f.name, b) for p, b in f.inputs.items())
         edges.extend((v, f.name, var_bytes[v]) for v in f.variables)
+        edges.extend(order_edges(f))
     return ops, edges
+
+
+def order_edges(f: FwdOp) -> list[tuple[str, str, int]]:
+    """The 0-byte edges that order `f` after the ops in `f.after` that it does not read."""
+    return [(p, f.name, 0) for p in f.after if p not in f.inputs]
 
 
 class ForwardBuilder:
@@ -260,12 +269,14 @@ class ForwardBuilder:
         params: Mapping[str, tuple[int, int]] | None = None,
         frozen: Iterable[str] = (),
         differentiable: bool = True,
+        after: Iterable[str] = (),
     ) -> Value:
         """A real operation; `params` are parameters it uses besides those in `values` (a module's own), of
         which `frozen` names the keys that training does not update; `weight_bytes_read` for one that reads
         fewer bytes of its weights than all of them (a lookup); `differentiable=False` for one whose
         outputs carry no gradient (comparisons, argmax, integer casts: autograd passes nothing back through
-        them)."""
+        them); `after` names ops that must run before it though it reads nothing of theirs (an in-place write
+        after earlier reads of what it overwrites): 0-byte edges, no gradient."""
         if name in self._ops:
             raise GraphError(f"capture: duplicate op name {name!r}")
         if not (math.isfinite(flops) and flops >= 0):
@@ -290,6 +301,7 @@ class ForwardBuilder:
             param_uses=dict(uses),
             differentiable=bool(differentiable),
             no_grad_inputs=no_grad,
+            after=tuple(dict.fromkeys(p for p in after if p != name)),
         )
         return Value(deps={name: int(output_bytes)})
 

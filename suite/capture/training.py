@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from suite.capture.ir import ForwardGraph, FwdOp, op_bytes_read
+from suite.capture.ir import ForwardGraph, FwdOp, op_bytes_read, order_edges
 from suite.graph import Op
 
 MOMENTUM_FLOPS_PER_PARAM = 4  # v <- mu v + g (2), w <- w - lr v (2)
@@ -161,6 +161,7 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
         )
         edges.extend((p, f.name, b) for p, b in f.inputs.items())
         edges.extend((v, f.name, var_bytes[v]) for v in f.variables)
+        edges.extend(order_edges(f))
 
     # backward ops in reverse forward order; update / accumulation ops right after the gradient they consume
     acc_prev: dict[str, str] = {}  # variable -> last accumulation op emitted

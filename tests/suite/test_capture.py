@@ -1661,6 +1661,79 @@ def test_a_buffer_update_that_fx_records_runs_in_the_graph_and_capture_undoes_it
     torch.testing.assert_close(model.run, x.mean(0), rtol=0, atol=0)  # running it updates the buffer, as eager
 
 
+class _RunningMean(nn.Module):
+    """Reads, writes, reads and writes again a buffer in forward (torch.fx records both writes); `no_grad`: the
+    writes are done without gradients, as a running statistic's usually are."""
+
+    def __init__(self, no_grad: bool = False) -> None:
+        super().__init__()
+        self.fc, self.no_grad = nn.Linear(4, 4), no_grad
+        self.register_buffer("run", torch.zeros(4))
+
+    def forward(self, x):
+        y = self.fc(x)  # 2 x 4 fp32: 32 bytes
+        old = y * self.run  # reads the buffer before the first write
+        with torch.no_grad() if self.no_grad else contextlib.nullcontext():
+            self.run.copy_(y.mean(0))  # 16 bytes
+        new = old + self.run  # reads the first write
+        with torch.no_grad() if self.no_grad else contextlib.nullcontext():
+            self.run.add_(y.sum(0))  # reads the first write, after `new` read it
+        return (new * self.run.view(1, 4)).sum()  # reads the second write, through a view that tracing took
+
+
+def _named_edges(g: OpGraph) -> set[tuple[str, str, int]]:
+    return {(g.ops[e.src].name, g.ops[e.dst].name, e.bytes) for e in g.edges}
+
+
+def test_the_ops_around_a_recorded_buffer_write_keep_forwards_order():
+    """A buffer that forward writes in place (`self.run.copy_(m)`) was a constant to all its readers: those
+    after the write had no edge from it (the simulator, and split placements, could run them first, on the
+    old values). Now a read after a write is an edge carrying the bytes read (the buffer's 16, through a view
+    too), and a write follows the reads of the old values by 0-byte edges (an order, no data)."""
+    g = capture(_RunningMean(), (torch.randn(2, 4),), name="running")
+    assert _named_edges(g) == {
+        ("x", "fc", 32), ("fc", "mul", 32), ("fc", "mean", 32), ("fc", "sum_1", 32),
+        ("mul", "copy_", 0), ("mean", "copy_", 16),  # the first write: after mul's read, of mean's values
+        ("mul", "add", 32), ("copy_", "add", 16),  # add reads the first write
+        ("add", "add_", 0), ("copy_", "add_", 16), ("sum_1", "add_", 16),  # the second, after add's read
+        ("add", "mul_1", 32), ("add_", "mul_1", 16), ("mul_1", "sum_2", 32),
+    }
+    ops = {op.name: op for op in g.ops}
+    assert ops["add"].bytes_read == 48 and ops["copy_"].bytes_read == 16  # ordering edges read nothing
+
+
+def test_a_buffer_write_orders_a_training_graph_without_gradients_along_the_order():
+    """In training mode the forward ops keep the same edges; no backward op follows an ordering edge, and a
+    write done without gradients (a running statistic under torch.no_grad()) passes none back: the ops that
+    read the buffer after it get their gradients as for a constant."""
+    for no_grad in (False, True):
+        g = capture(_RunningMean(no_grad), (torch.randn(2, 4),), name="running", mode="training")
+        assert {e for e in _named_edges(g) if e[2] == 0} == {("mul", "copy_", 0), ("add", "add_", 0)}
+        assert ("copy_", "add", 16) in _named_edges(g) and ("add_", "mul_1", 16) in _named_edges(g)
+        backward = {op.name for op in g.ops if op.phase == "backward"}
+        through_writes = {"copy_/grad", "mean/grad", "add_/grad", "sum_1/grad"}
+        assert not backward & through_writes if no_grad else through_writes <= backward
+
+
+class _Overwrites(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("run", torch.zeros(4))
+
+    def forward(self, x):
+        self.run.copy_(x.mean(0))
+        self.run.copy_(x.sum(0))  # overwrites the first copy unread
+        return x * self.run
+
+
+def test_a_copy_into_a_buffer_follows_the_write_before_and_reads_nothing_of_it():
+    g = capture(_Overwrites(), (torch.randn(2, 4),), name="overwrites")
+    assert _named_edges(g) == {
+        ("x", "mean", 32), ("x", "sum_1", 32), ("x", "mul", 32), ("mean", "copy_", 16),
+        ("copy_", "copy__1", 0), ("sum_1", "copy__1", 16), ("copy__1", "mul", 16),
+    }
+
+
 def test_buffers_that_forward_only_reads_pass_the_check_whatever_they_hold():
     """The check that tracing left the buffers alone compares their bytes: a NaN buffer is unchanged, and a
     sparse buffer is compared by value (its bytes cannot be viewed: a RuntimeError)."""
