@@ -518,27 +518,32 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
     return root, gm, args
 
 
-def _buffers(module: nn.Module) -> list[tuple[str, nn.Module, str, torch.Tensor, torch.Tensor]]:
-    """Every buffer of `module`: (qualified name, owner, key, tensor, a copy of its values)."""
-    return [(f"{prefix}.{k}" if prefix else k, m, k, t, t.clone()) for prefix, m in module.named_modules()
+Kept = tuple[str, nn.Module, str, torch.Tensor, torch.Tensor, int]
+
+
+def _buffers(module: nn.Module) -> list[Kept]:
+    """Every buffer of `module`: (qualified name, owner, key, tensor, a copy of its values, its version)."""
+    return [(f"{prefix}.{k}" if prefix else k, m, k, t, t.clone(), t._version) for prefix, m in module.named_modules()
             for k, t in m._buffers.items() if t is not None]
 
 
-def _restore(kept: Sequence[tuple[str, nn.Module, str, torch.Tensor, torch.Tensor]]) -> None:
+def _restore(kept: Sequence[Kept]) -> None:
     """Each buffer in `kept` bound and valued as when `_buffers` took it."""
     with torch.no_grad():
-        for _, m, k, t, before in kept:
+        for _, m, k, t, before, _ in kept:
             t.copy_(before)
             m._buffers[k] = t
 
 
-def _check_buffers_untouched(what: str, kept: Sequence[tuple[str, nn.Module, str, torch.Tensor, torch.Tensor]]
-                             ) -> None:
+def _check_buffers_untouched(what: str, kept: Sequence[Kept]) -> None:
     """GraphError naming a buffer that tracing rebound (`self.n = self.n + 1`) or changed in place
     (`self.n += 1`, `self.n.add_(1)` on values that are not the inputs'): torch.fx ran that update once, for
-    real, and did not record it, so the graph cannot update the buffer at each step as eager PyTorch does."""
-    for name, m, k, t, before in kept:
-        if m._buffers.get(k) is t and (t.device.type == "meta" or _same_bits(t, before)):
+    real, and did not record it, so the graph cannot update the buffer at each step as eager PyTorch does.
+    An in-place call is seen by the tensor's version counter even where it leaves the values as they were
+    (`self.ema.mul_(0.9)` on zeros) and on meta tensors; a write through `.data`, which that counter does not
+    see, by the values (not on meta tensors)."""
+    for name, m, k, t, before, version in kept:
+        if m._buffers.get(k) is t and t._version == version and (t.device.type == "meta" or _same_bits(t, before)):
             continue
         how = (f"assigns its buffer {name!r} a new tensor (self.{k} = ...)" if m._buffers.get(k) is not t else
                f"updates its buffer {name!r} in place from values that are not the inputs' (self.{k} += 1, "

@@ -1645,6 +1645,33 @@ def test_a_buffer_update_that_fx_does_not_record_is_refused_and_undone(how):
         assert n.item() == 3.0 and run.tolist() == [1.0] * 4
 
 
+class _Ema(nn.Module):
+    """A running mean kept from zeros: `mul_(0.9)` runs while tracing (it reads no input) and is not recorded;
+    `add_` is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("ema", torch.zeros(4))
+
+    def forward(self, x):
+        y = self.fc(x)
+        self.ema.mul_(0.9).add_(y.mean(0), alpha=0.1)
+        return y * self.ema
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_buffer_update_that_fx_does_not_record_is_refused_even_where_it_leaves_the_values(device):
+    """`self.ema.mul_(0.9)` on a zero buffer (and any update on a meta buffer) left the buffer's bytes as they
+    were, so the check passed and the graph lacked the update (the backend's runs then decay nothing). The
+    tensor's version counter sees it: refused as the other updates that fx does not record."""
+    with torch.device(device):
+        model = _Ema()
+    with pytest.raises(GraphError, match=r"^_Ema.forward updates its buffer 'ema' in place"):
+        capture(model, (torch.randn(2, 4, device=device),), name="ema")
+    assert device == "meta" or model.ema.tolist() == [0.0] * 4
+
+
 def test_a_buffer_update_that_fx_records_runs_in_the_graph_and_capture_undoes_it():
     """`self.run.copy_(x.mean(0))` is an op of the graph; neither capture nor the backend's trace changes the
     buffer (the shape-recording run wrote it, and capture restores it)."""
