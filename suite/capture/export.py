@@ -37,7 +37,9 @@ training mode, one that runs with train=False: a dropout module in eval()), as i
 `zeros_like(x)`) are constants. An in-place call (`y.add_(1)`,
 `nn.ReLU(inplace=True)`) is an op that its later readers read; one that writes to memory another value
 still to be read shares (`y[0].mul_(2)` before y is read) is refused, as in the fx capture. A buffer
-update is an op when its value comes from the inputs (`self.run.copy_(x.mean(0))`); one from constants only
+update is an op when its value comes from the inputs (`self.run.copy_(x.mean(0))`), ordered as in the fx capture
+(its later readers read it; it follows the earlier readers of the old values by 0-byte edges, and `copy_` the
+write it overwrites); one from constants only
 (`self.n += 1`, `self.n.add_(1)`) is refused naming the buffer, as in the fx capture, unless a module that
 the fx capture keeps whole makes it (BatchNorm's running statistics). torch.export does not record a
 rebinding read later in forward (`self.n = self.n + 1`, then `x * self.n`), which the fx capture refuses. A region that
@@ -171,6 +173,13 @@ def _mutated_arg(node: Node) -> Node | None:
     return None
 
 
+def _returns_written(node: Node) -> bool:
+    """Whether an in-place call returns the tensor it writes (`add_`, `copy_`; not `batch_norm`, which writes
+    its running statistics and returns a new tensor)."""
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
+
+
 def _view_write(graph: torch.fx.Graph) -> tuple[Node, Node] | None:
     """The first in-place call that writes to memory a value made before it shares, where that value is read
     after the call (its readers would miss the write), and that value; else None. Values that may share
@@ -266,9 +275,12 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *,
     walk.check_view_writes(ep.graph)
     b = walk.b
     outputs: list[Value] = []
+    buffers = dict(sig.inputs_to_buffers)
     for node in ep.graph.nodes:
         outs = tensors(map_aggregate(node.meta.get("val"), _to_info))
         if node.op == "placeholder":
+            if node.name in buffers:
+                walk.holds[node] = buffers[node.name]
             if node.name in param_targets:
                 p = module.get_parameter(param_targets[node.name])
                 walk.vals[node] = b.param(canon.get(id(p), param_targets[node.name]), p.numel() * p.element_size(),
@@ -304,6 +316,11 @@ class _Walk:
         self.what, self.root, self.training = what, root, training
         self.b = ForwardBuilder()
         self.vals: dict[Node, Any] = {}  # a Value per node; a list of them for a region's outputs
+        # buffer writes, as the fx capture orders them (see there): the buffer whose memory a node's value is
+        # (its placeholder, a view of it, an in-place call on it; a list for a region's outputs), and the ops
+        # that read each buffer since its last write
+        self.holds: dict[Node, Any] = {}
+        self.readers: dict[str, list[str]] = {}
 
     def node(self, node: Node, owner: torch.fx.GraphModule, prefix: str) -> None:
         b, vals = self.b, self.vals
@@ -312,6 +329,9 @@ class _Walk:
             return
         if node.target is operator.getitem and isinstance(vals.get(node.args[0]), list):
             vals[node] = vals[node.args[0]][node.args[1]]  # an output of an inlined region
+            held = self.holds.get(node.args[0], [])[node.args[1]]
+            if held is not None:
+                self.holds[node] = held
             return
         if isinstance(node.target, HigherOrderOperator):
             vals[node] = self.region(node, owner, prefix)
@@ -320,6 +340,14 @@ class _Walk:
         outs = tensors(info)
         args = collect((node.args, node.kwargs), Node)
         ins = [vals[n] for n in args]
+        mutated = _mutated_arg(node)
+        target = self.holds.get(mutated) if mutated is not None else None
+        after: list[str] = []
+        if target is not None:  # write after read: it follows the ops that read the buffer's old value
+            after = self.readers.pop(target, [])
+            if _aten_name(node) == "copy_" and mutated in args:  # overwrites it unread: follows its producers
+                after += list(ins[args.index(mutated)].deps)
+                ins[args.index(mutated)] = b.constant()
         if not any(v.deps or v.params for v in ins):
             vals[node] = b.constant()  # computed from no input and no parameter: static
         elif "val" not in node.meta:
@@ -327,7 +355,15 @@ class _Walk:
         elif not outs:
             vals[node] = b.constant()  # a shape, an assertion, a Python number
         else:
-            vals[node] = _call(b, node, prefix, args, ins, outs, self.training)
+            vals[node] = _call(b, node, prefix, args, ins, outs, self.training, after)
+        if _op_name(node, prefix) in vals[node].deps:  # an op: it reads the buffers its arguments hold
+            for t in dict.fromkeys(self.holds[a] for a in args if a in self.holds):
+                if t != target:
+                    self.readers.setdefault(t, []).append(_op_name(node, prefix))
+        elif _is_view(node) and node.args and node.args[0] in self.holds:
+            self.holds[node] = self.holds[node.args[0]]
+        if target is not None and _returns_written(node):  # add_, copy_ (not batch_norm's output)
+            self.holds[node] = target
 
     def region(self, node: Node, owner: torch.fx.GraphModule, prefix: str) -> list[Value]:
         """The ops of a wrapped region, named "{scope}/{region}/{node}"; its outputs pass no gradient back when
@@ -346,10 +382,13 @@ class _Walk:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for p, a in zip(placeholders, operands, strict=True):
             self.vals[p] = self.vals[a] if isinstance(a, Node) else self.b.constant()
+            if a in self.holds:
+                self.holds[p] = self.holds[a]
         results: list[Value] = []
         for n in gm.graph.nodes:
             if n.op == "output":
                 results = [self.vals[x] if isinstance(x, Node) else self.b.constant() for x in n.args[0]]
+                self.holds[node] = [self.holds.get(x) for x in n.args[0]]
             elif n.op != "placeholder":
                 self.node(n, gm, inner)
         return results if grad else [self.b.fold([v], None, grad=False) for v in results]
@@ -381,8 +420,13 @@ def _train_arg(node: Node) -> bool:
     return (node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)) is not False
 
 
+def _op_name(node: Node, prefix: str) -> str:
+    """"{scope}/{prefix}{node name}", or "{prefix}{node name}" outside any module."""
+    return f"{_scope(node)}/{prefix}{node.name}" if _scope(node) else f"{prefix}{node.name}"
+
+
 def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins: list[Value], outs: list[Any],
-          training: bool) -> Value:
+          training: bool, after: Sequence[str] = ()) -> Value:
     name = _aten_name(node)
     base = name.removesuffix("_") if name.endswith("_") and not name.endswith("__") else name  # relu_ -> relu
     if base in DROPPED_OUTPUTS:  # as the fx capture: what the torch function returns
@@ -405,7 +449,7 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
         cost = elementwise(base, outs)
         b.fallback_kinds.append(base)
     return b.op(
-        f"{_scope(node)}/{prefix}{node.name}" if _scope(node) else f"{prefix}{node.name}",
+        _op_name(node, prefix),
         cost.kind,
         _scope(node),
         ins,
@@ -417,6 +461,7 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
         saved_bytes=cost.saved_bytes,
         weight_bytes_read=cost.weight_bytes_read,
         differentiable=grad,
+        after=after,
     )
 
 

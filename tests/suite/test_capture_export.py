@@ -3,6 +3,8 @@ models fx cannot trace (Python branches on sizes), in-place calls, and one clear
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn as nn
@@ -617,3 +619,53 @@ def test_export_keeps_a_buffer_update_from_the_inputs_and_batchnorms_running_sta
 
     g = capture_export(Loss(), (torch.randn(2, 4),), name="bn", mode="training")
     assert "bn/batch_norm" in [op.name for op in g.ops]
+
+
+class _RunningMean(nn.Module):
+    """Reads, writes, reads and writes again a buffer (as test_capture's `_RunningMean`)."""
+
+    def __init__(self, no_grad: bool = False) -> None:
+        super().__init__()
+        self.fc, self.no_grad = nn.Linear(4, 4), no_grad
+        self.register_buffer("run", torch.zeros(4))
+
+    def forward(self, x):
+        y = self.fc(x)
+        old = y * self.run
+        with torch.no_grad() if self.no_grad else contextlib.nullcontext():
+            self.run.copy_(y.mean(0))
+        new = old + self.run
+        with torch.no_grad() if self.no_grad else contextlib.nullcontext():
+            self.run.add_(y.sum(0))
+        return (new * self.run.view(1, 4)).sum()
+
+
+class _Overwrites(nn.Module):
+    """Copies into a buffer twice, the second copy overwriting the first unread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("run", torch.zeros(4))
+
+    def forward(self, x):
+        self.run.copy_(x.mean(0))
+        self.run.copy_(x.sum(0))
+        return x * self.run
+
+
+@pytest.mark.parametrize("no_grad", [False, True])
+def test_export_orders_a_buffers_writes_as_the_fx_capture(no_grad):
+    """The fx capture's edges around a buffer's writes (reads after a write read it; a write follows the
+    earlier reads by 0-byte edges; copy_ follows the write it overwrites, reading nothing of it): torch.export
+    had the reads after a write, not the order of a write after reads, and charged copy_ the old value's
+    bytes. A write under torch.no_grad() (a region that export wraps) is ordered the same way."""
+    def edges(g: OpGraph) -> set[tuple[str, str, int]]:
+        name = {op.name: op.name.rsplit("/", 1)[-1] for op in g.ops}  # "submod_1/copy_", "fc/linear": "copy_"
+        name.update({"fc/linear": "fc"})
+        return {(name[g.ops[e.src].name], name[g.ops[e.dst].name], e.bytes) for e in g.edges}
+
+    for model in (_RunningMean(no_grad), _Overwrites()):
+        x = torch.randn(2, 4)
+        want = {(g.ops[e.src].name, g.ops[e.dst].name, e.bytes) for g in [fx_capture.capture(model, (x,), name="m")]
+                for e in g.edges}
+        assert edges(capture(model, (x,), name="m")) == want
