@@ -32,7 +32,8 @@ own `capture_cost` rule (the zoo's LSTM cell and attention step) is traced throu
 no module whole (the zoo's workloads have the fx capture's forward MACs, FLOPs and parameters, in more
 ops; their training steps differ by the backward ops of that granularity). Views (view, reshape,
 permute, transpose, select, slice, getitem, flatten, squeeze / unsqueeze, expand, split, contiguous,
-detach, tensor indexing `x[idx]`) are folded into their producers, and so is dropout in inference mode (in
+detach) are folded into their producers (indexing by a tensor, `x[:, idx]`, `x[mask]`, is a copy: an op, as
+`index_select`, see `flops.GATHERS`), and so is dropout in inference mode (in
 training mode, one that runs with train=False: a dropout module in eval()), as in the fx capture; values computed from no model input and no parameter (shapes, buffers,
 `zeros_like(x)`) are constants. An in-place call (`y.add_(1)`,
 `nn.ReLU(inplace=True)`) is an op that its later readers read; one that writes to memory another value
@@ -74,6 +75,7 @@ from suite.capture import CAPTURE_VERSION
 from suite.capture.flops import (
     DROPOUT,
     FACTORIES,
+    GATHERS,
     SHAPE_ONLY,
     Cost,
     _rnn_cost,
@@ -102,7 +104,7 @@ from suite.graph import OpGraph
 
 # ATen names of the views that torch functions become, beside those of `flops.SHAPE_ONLY`
 EXPORT_SHAPE_ONLY = SHAPE_ONLY | {"slice", "alias", "unsafe_view", "as_strided", "split_with_sizes", "movedim",
-                                  "swapaxes", "swapdims", "index", "lift_fresh", "broadcast_tensors",
+                                  "swapaxes", "swapdims", "lift_fresh", "broadcast_tensors",
                                   "broadcast_to"}
 EXPORT_DROPOUT = DROPOUT | {"feature_dropout", "native_dropout"}
 # ATen ops with outputs that the torch function calling them drops (embedding_bag's offsets and bag sizes,
@@ -439,6 +441,8 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     grad = any(t.floating for t in outs) and not inference
     if base in EXPORT_SHAPE_ONLY or (base in EXPORT_DROPOUT and not (training and _train_arg(node))):
         return b.fold(ins, out_bytes, grad=grad and base != "detach")
+    if base in GATHERS and arg_nodes and node.args and arg_nodes[0] is node.args[0]:  # reads the part it takes
+        ins = [b.fold(ins[:1], out_bytes), *ins[1:]]
     if base in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
         ins = _data_inputs(base, node, arg_nodes, ins)
         if not any(v.deps or v.params for v in ins):

@@ -36,7 +36,8 @@ only, the figure papers publish):
   F.cosine_similarity: 6 (the sums of x1 x2, x1 x1 and x2 x2); trace: 1 per diagonal element; linalg.norm
   and linalg.matrix_norm (vector 2-norm, Frobenius) as the reductions;
 * data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, scatter, index_copy,
-  masked_scatter, index_put without accumulate, ...): 1 per output element, as elementwise ops;
+  masked_scatter, index_put without accumulate, ...): 1 per output element, as elementwise ops; those in
+  `GATHERS` (index_select, indexing by a tensor) read only the part of their data input that they take;
 * scans (cumsum, cumprod, cummax, cummin, logcumsumexp): 1 per input element (one add, multiply or compare
   each, as the reductions; logcumsumexp as logsumexp);
 * scatter-adds (scatter_add, scatter_reduce, index_add, index_put with accumulate): 1 per source element
@@ -391,7 +392,7 @@ ELEMENTWISE = frozenset(
     leaky_relu elu selu softplus sin cos reciprocal square sign add_ mul_ sub_ div_ tanh_ sigmoid_ mish
     hardswish hardsigmoid lt gt le ge eq ne logical_not and_ or_ float half double to type_as clone pad
     softsign rsub matmul_ addcmul addcdiv lerp copy fill zero flip roll repeat tile repeat_interleave tril triu
-    gather index_select scatter pixel_shuffle pixel_unshuffle channel_shuffle unfold one_hot relu6 celu glu
+    gather index_select index scatter pixel_shuffle pixel_unshuffle channel_shuffle unfold one_hot relu6 celu glu
     log_sigmoid hardshrink softshrink tanhshrink rrelu threshold prelu erfc erfinv log1p expm1 log2 log10 exp2
     tan asin acos atan sinh cosh asinh acosh atanh atan2 logit floor ceil round trunc frac fmod remainder
     nan_to_num clip sgn hypot xlogy fmax fmin logical_and logical_or logical_xor isnan isinf isfinite bucketize
@@ -403,6 +404,10 @@ ELEMENTWISE = frozenset(
     replication_pad3d""".split()
 )
 SCANS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"})
+# ops that take parts of their data input (argument 0) by an index tensor, as ONNX Gather: `x.index_select(1, idx)`,
+# and `x[:, idx]` / `x[mask]` (fx's getitem with a tensor index, ATen's index), a copy, not a view: 1 FLOP per
+# output element, and they read at most their output's bytes of that input (plus the index)
+GATHERS = frozenset({"index_select", "index"})
 DATA_MOVEMENT = frozenset({"index_copy", "index_fill", "masked_scatter", "masked_select", "take", "take_along_dim"})
 ADAPTIVE_POOL = frozenset(
     {"adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",

@@ -32,7 +32,8 @@ What becomes an op:
 * every placeholder that carries a tensor (kind "input").
 
 What is folded into its producers (never losing a dependency, see `ForwardBuilder.fold`): view, reshape,
-permute, transpose, getitem, flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
+permute, transpose, getitem (not by a tensor: `x[:, idx]`, `x[mask]` copy what they take, an op of kind
+"index" costed as `index_select`, see `flops.GATHERS`), flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
 `nn.Identity`/`nn.Flatten`, dropout in inference mode (in training mode dropout is an elementwise op, but a
 dropout module in eval() and a call with `training=False`, `F.dropout(x, p, self.training)` there, are
 folded), and building a dataclass output object (`ModelOutput(loss=..., logits=...)`: its tensors are the
@@ -85,6 +86,7 @@ from suite.capture import CAPTURE_VERSION
 from suite.capture.flops import (
     DROPOUT,
     FACTORIES,
+    GATHERS,
     SHAPE_ONLY,
     Cost,
     TensorInfo,
@@ -819,6 +821,10 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
                 frozen.add(key)
     else:
         name = _target_name(node)
+        if name == "getitem" and isinstance(args[0], TensorInfo) and collect(args[1:], TensorInfo):
+            name = "index"  # x[:, idx], x[mask]: advanced indexing copies what it takes (a gather), as index_select
+        if name in GATHERS and isinstance(node.args[0], Node):  # reads the part it takes (at most its output)
+            ins = [b.fold(ins[:1], out_bytes), *ins[1:]]
         if dataclasses.is_dataclass(node.target):  # Output(loss=..., logits=...): an object holding its tensors
             return b.fold(ins, None, grad=grad)
         if name in SHAPE_ONLY or (name in DROPOUT and not (training and _arg(args, kwargs, 2, "training",

@@ -669,3 +669,31 @@ def test_export_orders_a_buffers_writes_as_the_fx_capture(no_grad):
         want = {(g.ops[e.src].name, g.ops[e.dst].name, e.bytes) for g in [fx_capture.capture(model, (x,), name="m")]
                 for e in g.edges}
         assert edges(capture(model, (x,), name="m")) == want
+
+
+class _Picks(nn.Module):
+    """Takes columns 0, 2 and 5 of a linear layer's [4, 8] output by an index tensor, then doubles them."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.fc, self.how = nn.Linear(8, 8), how
+
+    def forward(self, x, idx):
+        y = self.fc(x)
+        return (y.index_select(1, idx) if self.how == "index_select" else y[:, idx]) * 2
+
+
+@pytest.mark.parametrize("how", ["index_select", "getitem"])
+def test_indexing_by_a_tensor_costs_as_index_select_in_both_front_ends(how):
+    """`y[:, idx]` copies the columns it takes, as `y.index_select(1, idx)` does (and as ONNX Gather counts
+    both): one op of 1 FLOP per output element (4 x 3 = 12) reading the 48 bytes it takes of y (not y's 128)
+    and the 24 of the index. Before, the fx and export captures folded `y[:, idx]` as a view (no op, no
+    FLOP) and charged index_select all of y."""
+    x, idx = torch.randn(4, 8), torch.tensor([0, 2, 5])
+    for front, g in (("fx", fx_capture.capture(_Picks(how), (x, idx), name="picks")),
+                     ("export", capture(_Picks(how), (x, idx), name="picks"))):
+        kind = "index_select" if how == "index_select" else "index"
+        [op] = by_kind(g, kind)
+        assert (op.flops, op.bytes_read, op.output_bytes) == (12.0, 72, 48)
+        producer = "fc" if front == "fx" else "fc/linear"
+        assert edges_into(g, op.name) == {producer: 48, "idx": 24}
