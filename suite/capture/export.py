@@ -8,7 +8,9 @@ inputs' shapes, so Python code that branches or loops on sizes (`if x.size(0) > 
 
 How: `torch.export.export(module, example_inputs, example_kwargs, strict=False)` in the mode's state, as
 the fx capture (`suite.capture.fx.mode_flags`, each module's flag restored after; a `torch.compile`d
-module is exported as the module it compiles), then one walk over the exported graph (torch's "training
+module is exported as the module it compiles; a dataclass output object that torch's pytree does not know,
+`@dataclass class Output`, is returned as the dict of its fields while exporting, as the fx capture reads it,
+with no registration left behind), then one walk over the exported graph (torch's "training
 IR", not decomposed further) that fills the IR of `suite.capture.ir`, so training lowering, serialization
 and validation are those of the torch.fx capture. Shapes and dtypes come from the fake tensors the export
 records (`node.meta["val"]`): nothing is computed and the module's buffers are left as they were (meta
@@ -58,6 +60,7 @@ the innermost module whose forward made the call; inputs keep their argument nam
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import os
@@ -132,6 +135,9 @@ def export(module: nn.Module, example_inputs: Sequence[Any],
     model, the reason and the model's line it stopped at) if torch cannot export it."""
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
+    # a dataclass output object that torch's pytree does not know (`@dataclass class Output`) is returned as
+    # the dict of its fields while exporting, as the fx capture reads it, with no pytree registration left behind
+    handle = module.register_forward_hook(lambda m, args, out: _fields_as_dicts(out))
     try:
         return torch.export.export(module, tuple(example_inputs), dict(example_kwargs or {}), strict=False)
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; report one clear error
@@ -139,6 +145,20 @@ def export(module: nn.Module, example_inputs: Sequence[Any],
         where = _where(exc, os.path.dirname(torch.__file__))  # the model's line (not torch's)
         raise GraphError(f"torch.export cannot export {type(module).__name__}: {reason}{where}"
                          f"{_dict_hint(example_inputs)}") from exc
+    finally:
+        handle.remove()
+
+
+def _fields_as_dicts(x: Any) -> Any:
+    """`x` with each dataclass instance that torch's pytree does not know replaced by the dict of its fields
+    (in lists, tuples and dicts too)."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type) and type(x) not in torch.utils._pytree.SUPPORTED_NODES:
+        return {f.name: _fields_as_dicts(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, list | tuple) and type(x) in (list, tuple):
+        return type(x)(_fields_as_dicts(y) for y in x)
+    if isinstance(x, dict) and type(x) is dict:
+        return {k: _fields_as_dicts(v) for k, v in x.items()}
+    return x
 
 
 def _aten_name(node: Node) -> str:

@@ -697,3 +697,37 @@ def test_indexing_by_a_tensor_costs_as_index_select_in_both_front_ends(how):
         assert (op.flops, op.bytes_read, op.output_bytes) == (12.0, 72, 48)
         producer = "fc" if front == "fx" else "fc/linear"
         assert edges_into(g, op.name) == {producer: 48, "idx": 24}
+
+
+def test_export_reads_a_plain_dataclass_output_as_the_fx_capture_without_registering_it():
+    """A `@dataclass` output object that torch's pytree does not know made torch.export fail ("Found <class
+    Out> in output, which is not a known type ... register a pytree"). It is read as the dict of its fields,
+    as the fx capture reads it (the same ops and FLOPs; in training mode the error names its entries), and
+    neither a pytree registration nor the hook that does it stays behind."""
+    import dataclasses
+
+    import torch.utils._pytree as pytree
+
+    @dataclasses.dataclass
+    class Out:
+        loss: torch.Tensor
+        logits: torch.Tensor
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return Out(loss=y.square().mean(), logits=y)
+
+    model, x = Model(), torch.randn(2, 4)
+    g = capture(model, (x,), name="out")
+    assert [op.name for op in g.ops] == ["x", "fc/linear", "square", "mean"]
+    assert g.metadata["forward_flops"] == fx_capture.capture(model, (x,), name="out").metadata["forward_flops"]
+    assert Out not in pytree.SUPPORTED_NODES and not model._forward_hooks
+    assert isinstance(model(x), Out)
+    with pytest.raises(GraphError, match=r"it returns \{'loss': \(\), 'logits': \(2, 4\)\}"):
+        capture(model, (x,), name="out", mode="training")
+    assert not model._forward_hooks
