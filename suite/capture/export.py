@@ -10,7 +10,8 @@ How: `torch.export.export(module, example_inputs, example_kwargs, strict=False)`
 the fx capture (`suite.capture.fx.mode_flags`, each module's flag restored after; a `torch.compile`d
 module is exported as the module it compiles; a dataclass output object that torch's pytree does not know,
 `@dataclass class Output`, is returned as the dict of its fields while exporting, as the fx capture reads it,
-with no registration left behind), then one walk over the exported graph (torch's "training
+with no registration left behind; a tensor given for two arguments, `model(x, x)`, is exported as two inputs,
+a copy for the second, as the fx capture has them, and a write to one of them in place is refused), then one walk over the exported graph (torch's "training
 IR", not decomposed further) that fills the IR of `suite.capture.ir`, so training lowering, serialization
 and validation are those of the torch.fx capture. Shapes and dtypes come from the fake tensors the export
 records (`node.meta["val"]`): nothing is computed and the module's buffers are left as they were (meta
@@ -138,8 +139,9 @@ def export(module: nn.Module, example_inputs: Sequence[Any],
     # a dataclass output object that torch's pytree does not know (`@dataclass class Output`) is returned as
     # the dict of its fields while exporting, as the fx capture reads it, with no pytree registration left behind
     handle = module.register_forward_hook(lambda m, args, out: _fields_as_dicts(out))
+    (args, kwargs), shared = _distinct((tuple(example_inputs), dict(example_kwargs or {})))
     try:
-        return torch.export.export(module, tuple(example_inputs), dict(example_kwargs or {}), strict=False)
+        ep = torch.export.export(module, args, kwargs, strict=False)
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; report one clear error
         reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         where = _where(exc, os.path.dirname(torch.__file__))  # the model's line (not torch's)
@@ -147,6 +149,46 @@ def export(module: nn.Module, example_inputs: Sequence[Any],
                          f"{_dict_hint(example_inputs)}") from exc
     finally:
         handle.remove()
+    if shared:
+        _check_shared_inputs_unwritten(type(module).__name__, ep, shared)
+    return ep
+
+
+def _distinct(inputs: Any) -> tuple[Any, set[int]]:
+    """`inputs` with each tensor given again (`model(x, x)`) replaced by a copy, and the positions among
+    their leaves of the tensors given more than once. torch.export traces one tensor given twice as one
+    value, read through the last argument naming it (the first argument's input op had no reader); the fx
+    capture, and a copy, make each argument an input read by its own readers."""
+    leaves, spec = torch.utils._pytree.tree_flatten(inputs)
+    first: dict[int, int] = {}
+    shared: set[int] = set()
+    for i, x in enumerate(leaves):
+        if not isinstance(x, torch.Tensor):
+            continue
+        if id(x) not in first:
+            first[id(x)] = i
+            continue
+        shared |= {first[id(x)], i}
+        with torch.no_grad():
+            leaves[i] = x.clone().requires_grad_(x.requires_grad)
+    return torch.utils._pytree.tree_unflatten(leaves, spec), shared
+
+
+def _check_shared_inputs_unwritten(what: str, ep: torch.export.ExportedProgram, shared: set[int]) -> None:
+    """GraphError where forward writes in place to an input whose tensor was given for another argument too
+    (`model(x, x)` and `a.mul_(2)`: eager PyTorch changes b; the copy that `_distinct` made would not), as
+    the fx capture refuses that write."""
+    specs = [s for s in ep.graph_signature.input_specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
+    names = {s.arg.name for i, s in enumerate(specs) if i in shared}
+    for node in ep.graph.nodes:
+        written = _mutated_arg(node)
+        while written is not None and written.op != "placeholder" and (_is_view(written) or _mutated_arg(written)):
+            written = written.args[0]
+        if written is not None and written.op == "placeholder" and written.name in names:
+            raise GraphError(
+                f"{what}: the in-place call {node.name!r} ({_aten_name(node)}) writes to input {written.name!r}, "
+                f"whose tensor the example inputs give for another argument too: capture would miss that the "
+                f"other argument changes with it; give distinct tensors, or write it out of place")
 
 
 def _fields_as_dicts(x: Any) -> Any:

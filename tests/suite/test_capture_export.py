@@ -731,3 +731,28 @@ def test_export_reads_a_plain_dataclass_output_as_the_fx_capture_without_registe
     with pytest.raises(GraphError, match=r"it returns \{'loss': \(\), 'logits': \(2, 4\)\}"):
         capture(model, (x,), name="out", mode="training")
     assert not model._forward_hooks
+
+
+class _TwoArgs(nn.Module):
+    def __init__(self, write: bool = False) -> None:
+        super().__init__()
+        self.fc, self.fc2, self.write = nn.Linear(4, 4), nn.Linear(4, 4), write
+
+    def forward(self, a, b):
+        if self.write:
+            a.mul_(2)  # eager PyTorch changes b too where both are one tensor
+        return self.fc(a) + self.fc2(b)
+
+
+def test_export_makes_one_tensor_given_twice_two_inputs_as_the_fx_capture():
+    """`model(x, x)`: torch.export traced both arguments as one value, read through b (fc read b; a's input op
+    had no reader). Each argument is now an input read by its own readers, as in the fx capture; a write to
+    one of them in place is refused (the graph would not change the other), as the fx capture refuses it."""
+    x = torch.randn(2, 4)
+    g = capture(_TwoArgs(), (x, x), name="two")
+    assert edges_into(g, "fc/linear") == {"a": 32} and edges_into(g, "fc2/linear_1") == {"b": 32}
+    with pytest.raises(GraphError, match=r"^_TwoArgs: the in-place call 'mul_' \(mul_\) writes to input 'a'"):
+        capture(_TwoArgs(write=True), (x, x), name="two")
+    with pytest.raises(GraphError, match="writes to memory that 'b' shares"):
+        fx_capture.capture(_TwoArgs(write=True), (x, x), name="two")
+    assert edges_into(capture(_TwoArgs(write=True), (x, x.clone()), name="two"), "fc2/linear_1") == {"b": 32}
