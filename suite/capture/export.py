@@ -3,7 +3,8 @@
 Use it where torch.fx cannot trace a model: torch.export runs `forward` on fake tensors of the example
 inputs' shapes, so Python code that branches or loops on sizes (`if x.size(0) > 1:`,
 `for i in range(x.shape[0]):`) takes the path these inputs take. Control flow on tensor values
-(`if x.sum() > 0:`, `TransformerEncoder`'s check of a mask given as an input) is refused by both front ends;
+(`if x.sum() > 0:`, `TransformerEncoder`'s check of a mask given as an input) is refused by both front ends,
+and so are, here, sizes that depend on the data (`x[mask]`, `nonzero`), which the fx capture takes from its run;
 `nn.Transformer` is captured by both.
 
 How: `torch.export.export(module, example_inputs, example_kwargs, strict=False)` in the mode's state, as
@@ -341,7 +342,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *,
     outputs: list[Value] = []
     buffers = dict(sig.inputs_to_buffers)
     for node in ep.graph.nodes:
-        outs = tensors(map_aggregate(node.meta.get("val"), _to_info))
+        outs = tensors(_info(node, what))
         if node.op == "placeholder":
             if node.name in buffers:
                 walk.holds[node] = buffers[node.name]
@@ -356,7 +357,7 @@ def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *,
         elif node.op == "output":
             produced = [n for n in collect(node.args, Node) if n.name in user_outputs]
             if training:
-                returned = [t for n in produced for t in tensors(map_aggregate(n.meta.get("val"), _to_info))]
+                returned = [t for n in produced for t in tensors(_info(n, what))]
                 _check_loss(what, returned, _returned(ep, node))
             outputs = [walk.vals[n] for n in produced]
         else:
@@ -368,7 +369,7 @@ def _returned(ep: torch.export.ExportedProgram, output: Node) -> Any:
     """What the module returns, in its structure (a dict of its entries), with `TensorInfo`s for tensors."""
     user = [a for a, spec in zip(output.args[0], ep.graph_signature.output_specs, strict=True)
             if spec.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
-    leaves = [map_aggregate(a.meta.get("val"), _to_info) if isinstance(a, Node) else a for a in user]
+    leaves = [_info(a) if isinstance(a, Node) else a for a in user]
     return torch.utils._pytree.tree_unflatten(leaves, ep.call_spec.out_spec)
 
 
@@ -400,7 +401,7 @@ class _Walk:
         if isinstance(node.target, HigherOrderOperator):
             vals[node] = self.region(node, owner, prefix)
             return
-        info = map_aggregate(node.meta.get("val"), _to_info)
+        info = _info(node, self.what)
         outs = tensors(info)
         args = collect((node.args, node.kwargs), Node)
         ins = [vals[n] for n in args]
@@ -468,10 +469,22 @@ class _Walk:
                 f"torch.where, index_put or torch.cat instead)")
 
 
+def _info(node: Node, what: str = "capture") -> Any:
+    """The node's recorded result with tensors as `TensorInfo`; GraphError where a size is symbolic: one that
+    depends on the data (`x[mask]`, `nonzero`, `masked_select`, `unique`), which torch.export does not know."""
+    val = node.meta.get("val")
+    if any(isinstance(d, torch.SymInt) for t in collect(val, torch.Tensor) for d in t.shape):
+        raise GraphError(
+            f"{what}: the size of {node.name!r} ({_aten_name(node)}) depends on the values of the data (x[mask], "
+            f"nonzero, masked_select, unique), which torch.export does not know; capture it with the torch.fx "
+            f"front end, which takes the sizes of the run on the example inputs")
+    return map_aggregate(val, _to_info)
+
+
 def _resolve(x: Any) -> Any:
     """Replace nodes in args by their recorded results (TensorInfo or plain values)."""
     if isinstance(x, Node):
-        return map_aggregate(x.meta.get("val"), _to_info)
+        return _info(x)
     if isinstance(x, list | tuple):
         return type(x)(_resolve(y) for y in x)
     if isinstance(x, dict):

@@ -756,3 +756,26 @@ def test_export_makes_one_tensor_given_twice_two_inputs_as_the_fx_capture():
     with pytest.raises(GraphError, match="writes to memory that 'b' shares"):
         fx_capture.capture(_TwoArgs(write=True), (x, x), name="two")
     assert edges_into(capture(_TwoArgs(write=True), (x, x.clone()), name="two"), "fc2/linear_1") == {"b": 32}
+
+
+class _Positive(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return (y[y > 0] * 2).sum()
+
+
+def test_export_refuses_a_size_that_depends_on_the_data_naming_the_node():
+    """`y[y > 0]` has as many elements as y has positive values: torch.export records a symbolic size, and
+    capture raised torch's GuardOnDataDependentSymNode from deep inside (a traceback, no GraphError). Now a
+    GraphError names the node and the front end that can capture it (the fx capture, which counts 1 FLOP per
+    element it takes: as many as y's positive values)."""
+    x = torch.randn(4, 8)
+    with pytest.raises(GraphError, match=r"^_Positive: the size of 'index' \(index\) depends on the values"):
+        capture(_Positive(), (x,), name="positive")
+    model = _Positive()
+    [op] = by_kind(fx_capture.capture(model, (x,), name="positive"), "index")
+    assert op.flops == int((model.fc(x) > 0).sum())
