@@ -394,9 +394,9 @@ class _Walk:
             return
         if node.target is operator.getitem and isinstance(vals.get(node.args[0]), list):
             vals[node] = vals[node.args[0]][node.args[1]]  # an output of an inlined region
-            held = self.holds.get(node.args[0], [])[node.args[1]]
-            if held is not None:
-                self.holds[node] = held
+            held = self.holds.get(node.args[0])
+            if held and held[node.args[1]] is not None:
+                self.holds[node] = held[node.args[1]]
             return
         if isinstance(node.target, HigherOrderOperator):
             vals[node] = self.region(node, owner, prefix)
