@@ -101,3 +101,18 @@ def test_the_evaluation_kept_back_is_kept_of_the_time_left_too(train2, k80x2, ma
     assert rollouts.allowance(1) == 1
     _, source, greedy_score = rollouts.final(np.array([0, 1, 1, 1]), "best_or_greedy")
     assert source == "greedy" and greedy_score is not None and ev.evaluations_used == 1
+
+
+def test_best_or_greedy_keeps_the_better_of_the_two(branchy, k80x2, make_problem):
+    """The greedy placement is kept only if it scores at least as well as the best sampled one: a worse
+    greedy placement (all on the CPU) leaves the best sampled one (all on gpu:0), a better one replaces it."""
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=10)
+    rollouts = RewardEvaluator(problem.evaluator, colocation_grouping(branchy))
+    cpu, gpu0, split = np.full(8, 0), np.full(8, 1), np.array([1, 1, 1, 2, 2, 1, 1, 1])  # split: b1, b2 on gpu:1
+    sampled = rollouts(gpu0[None]).scores_s[0]
+    final, source, score = rollouts.final(cpu, "best_or_greedy")
+    assert score > sampled  # the premise: the CPU is slower
+    assert (final.tolist(), source) == (gpu0.tolist(), "best_sampled")
+    final, source, score = rollouts.final(split, "best_or_greedy")
+    assert score < sampled  # the premise: two GPUs are faster than one
+    assert (final.tolist(), source) == (split.tolist(), "greedy")
