@@ -1,7 +1,7 @@
 """Audit additions for rl.placeto: message passing leaves nodes without neighbours at their own embedding, the
 states an episode keeps for its update, the per-step baseline, discount and entropy bonus of the update, a
-batch of two episodes scored row by row, the "best" start, the evaluation kept for the greedy episode, and
-the default group cap."""
+batch of two episodes scored row by row, the "best" start, the evaluation kept for the greedy episode, the
+default group cap, and the device mask in sampling and in the update."""
 
 from __future__ import annotations
 
@@ -167,3 +167,37 @@ def test_default_group_cap_is_four_per_device(k80x2, make_problem):
     problem, budget = make_problem(chain, k80x2, max_evaluations=3)
     result = PlacetoPlacer(grouping="colocation").place(problem, budget, seed=0)
     assert result.info["groups"] == 4 * k80x2.num_devices
+
+
+def test_episodes_sample_and_score_only_the_devices_a_group_may_use(train2, k80x2, make_problem, monkeypatch):
+    """train2's data group may only use cpu:0 and its loss group only the GPUs: every placement an episode
+    evaluates obeys that, and the update's log-probabilities are over the allowed devices (the data group's
+    forced choice has log-probability 0, so an advantage at its step alone gives every weight a zero gradient)."""
+    evaluated = []
+    inner = RewardEvaluator.__call__
+
+    def spy(self, gd):
+        evaluated.extend(np.array(gd, copy=True))
+        return inner(self, gd)
+
+    monkeypatch.setattr(RewardEvaluator, "__call__", spy)
+    problem, _ = make_problem(train2, k80x2, max_evaluations=100)
+    search = _search(problem, seed=2, entropy_coef=0.0, discount=0.0)
+    assert search.mask.numpy().tolist() == [[True, False, False], [True, True, True], [True, True, True],
+                                            [False, True, True]]
+    for _ in range(3):
+        assert search.episode(1, reserve=1)
+    assert len(evaluated) == 1 + 3 * 4
+    assert all(g[0] == 0 and g[3] in (1, 2) for g in evaluated)
+
+    placement = torch.tensor([[0, 1, 2, 1]])
+    visits = torch.zeros(1, 4)
+    states = []
+    for t in range(4):
+        states.append((placement.clone(), visits.clone(), search.features.group_starts(placement.numpy())))
+        visits[0, t] += 1
+    search.history.clear()
+    search.history.append(np.zeros(4))
+    rewards = np.array([[1.0, 0.0, 0.0, 0.0]])  # discount 0: the advantage is 0.5 at the data group's step only
+    search._update(states, placement, rewards, 4)
+    assert all(p.grad is None or not p.grad.any() for p in search.policy.parameters())
