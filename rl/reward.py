@@ -7,6 +7,8 @@ Reward = -sqrt(score), where score is the step time in seconds of a placement th
   time for OOM, so that among failing placements the less bad still ranks better);
 * or a fixed score (`oom_score_s`, `invalid_score_s`), as Mirhoseini et al. did, who gave failing
   placements a large fixed running time (100 s in the authors' released controller, `failing_signal`);
+  `invalid_score_s` also scores a placement a real backend failed to run (status "error"), which the
+  methodology scores as invalid;
 * and, for OOM (`oom_shaping`, ours, on by default), the failure score times the fraction by which memory
   overflows is added, so that the policy can tell nearly-fitting placements from hopeless ones.
 
@@ -84,7 +86,7 @@ def score_s(m: Measurement, evaluator: Evaluator, config: RewardConfig = RewardC
         if config.oom_shaping:
             base += evaluator.failure_score_s * overflow_fraction(m, evaluator)
         return base
-    if m.status == "invalid" and config.invalid_score_s is not None:
+    if m.status in ("invalid", "error") and config.invalid_score_s is not None:  # the evaluator scores both alike
         return config.invalid_score_s
     return evaluator.score(m)
 

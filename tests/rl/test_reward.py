@@ -34,6 +34,9 @@ def test_penalties(branchy, k80x2, make_problem):
     fixed = RewardConfig(oom_score_s=100.0, invalid_score_s=200.0)  # Mirhoseini-style fixed running time
     assert score_s(oom, ev, fixed) == 100.0
     assert score_s(bad, ev, fixed) == 200.0
+    failed = Measurement("error", None)  # a real backend that could not run the placement: scored as invalid
+    assert score_s(failed, ev) == 2 * ev.failure_score_s
+    assert score_s(failed, ev, fixed) == 200.0
 
 
 def test_rollouts_respect_budget_and_track_best(train2, k80x2, make_problem):
