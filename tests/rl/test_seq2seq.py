@@ -1,11 +1,12 @@
-"""The seq2seq placer: it learns, respects budget and constraints, and checks its parameters (the contract it
-shares with Post is in test_learned.py)."""
+"""The seq2seq placer: it learns, respects budget and constraints (in every sample), and checks its parameters
+(the contract it shares with Post is in test_learned.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from rl.reward import RewardEvaluator
 from rl.seq2seq import Seq2SeqPlacer
 from suite.errors import PlacebenchError
 from suite.placement import validate
@@ -24,10 +25,20 @@ def test_policy_learns(branchy, k80x2, make_problem):
     assert last < 0.8 * first
 
 
-def test_constraints_budget_and_info(train2, k80x2, make_problem):
+def test_constraints_budget_and_info(train2, k80x2, make_problem, monkeypatch):
+    sampled = []
+    inner = RewardEvaluator.__call__
+
+    def spy(self, gd):
+        sampled.extend(np.array(gd, copy=True))
+        return inner(self, gd)
+
+    monkeypatch.setattr(RewardEvaluator, "__call__", spy)
     problem, budget = make_problem(train2, k80x2, max_evaluations=37)
     result = Seq2SeqPlacer(batch_size=8).place(problem, budget, seed=1)
     validate(result.placement, train2, k80x2)  # colocation groups whole, data on the CPU, loss on a GPU
+    # groups: data with layer 0 (CPU only), layer 1 with the loss (GPU only); every sample obeys that
+    assert len(sampled) == 37 and all(g[0] == 0 and g[1] in (1, 2) for g in sampled)
     assert result.evaluations == 37  # 4 batches of 8, a batch of 4, and the greedy decode
     assert result.info["groups"] == 2 and result.info["updates"] == 5
     assert result.info["final"] in ("best_sampled", "greedy")
