@@ -71,7 +71,8 @@ def _equal_episodes(search, G):
 
 def test_update_with_equal_returns_changes_nothing(branchy, k80x2, make_problem):
     """Two episodes with the same returns, baseline over this batch only: every advantage is 0, and with no
-    entropy bonus the update leaves every weight where it was."""
+    entropy bonus the update leaves every weight where it was. So does a second batch with other returns: the
+    baseline includes the batch being updated (a baseline of the earlier batches alone would move them)."""
     problem, _ = make_problem(branchy, k80x2, max_evaluations=10)
     search = _search(problem, baseline_episodes=1, entropy_coef=0.0)
     G = search.graph.num_groups
@@ -80,6 +81,8 @@ def test_update_with_equal_returns_changes_nothing(branchy, k80x2, make_problem)
     rewards[:, 0] = 1.0
     before = [p.detach().clone() for p in search.policy.parameters()]
     search._update(states, actions, rewards, G)
+    assert all(torch.equal(p, b) for p, b in zip(search.policy.parameters(), before, strict=True))
+    search._update(states, actions, 3.0 * rewards, G)
     assert all(torch.equal(p, b) for p, b in zip(search.policy.parameters(), before, strict=True))
 
 
