@@ -1,5 +1,6 @@
 """Audit additions for rl.seq2seq: the seed reaches the initial weights, the parameters reach the policy and
-the trainer, and the encoder input is the group embedding with its adjacency rows."""
+the trainer, the encoder input is the group embedding with its adjacency rows, and the update takes the rewards
+of the reward parameter."""
 
 from __future__ import annotations
 
@@ -58,3 +59,20 @@ def test_greedy_is_the_most_likely_placement_and_draws_nothing(train2, k80x2, ma
     for _ in range(3):
         assert s.greedy().tolist() == allowed[int(lp.argmax())].tolist()
     assert torch.equal(s.generator.get_state(), state)
+
+
+def test_the_update_learns_from_the_rewards_of_the_reward_parameter(branchy, k80x2, make_problem):
+    """REINFORCE gets -sqrt(score) of each sampled placement by default (Mirhoseini et al.), 1 / score with
+    reward "inv": the rewards of the rollout, in the order of the sampled log-probabilities."""
+    for reward, of in (("neg_sqrt", lambda s: -np.sqrt(s)), ("inv", lambda s: 1.0 / s)):
+        problem, _ = make_problem(branchy, k80x2)
+        s = Seq2SeqSearch(problem, {**Seq2SeqPlacer.defaults, "grouping": "colocation", "hidden_size": 8,
+                                    "reward": reward}, seed=0)
+        got: dict = {}
+        s.trainer.step = lambda log_prob, entropy, rewards, got=got: got.update(log_prob=log_prob, rewards=rewards)
+        r = s.step(4)
+        np.testing.assert_allclose(got["rewards"], of(r.scores_s), rtol=1e-12)
+        assert len(set(r.scores_s.tolist())) > 1  # the premise: the samples score differently
+        with torch.no_grad():
+            again = s.policy(s.x, s.mask, actions=torch.as_tensor(r.group_devices)).log_prob
+        torch.testing.assert_close(got["log_prob"].detach(), again)
