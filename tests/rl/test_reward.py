@@ -76,7 +76,10 @@ def test_ties_keep_the_first_best_and_a_greedy_placement_as_good_wins(branchy, k
     assert rollouts.best_group_devices.tolist() == gpu1.tolist()
     final, source, score = rollouts.final(gpu0, "best_or_greedy")
     assert (final.tolist(), source, score) == (gpu0.tolist(), "greedy", rollouts.best_score_s)
-    assert rollouts.final(gpu0, "best")[1] == "best_sampled"
+    used = problem.evaluator.evaluations_used
+    final, source, score = rollouts.final(gpu0, "best")
+    assert (final.tolist(), source, score) == (gpu1.tolist(), "best_sampled", None)
+    assert problem.evaluator.evaluations_used == used  # "best" spends no evaluation on the greedy placement
 
 
 def test_oom_shaping_ranks_nearly_fitting_placements_better(branchy, k80x2, make_problem):
