@@ -375,9 +375,10 @@ class HSDAGSearch:
         return a.numpy()[cluster_of]
 
     def info(self) -> dict[str, Any]:
-        c = np.asarray(self.clusters) if self.clusters else np.zeros(1)
-        return {"episodes": self.episodes, "updates": self.updates, "clusters_mean": float(c.mean()),
-                "clusters_last": int(c[-1])}
+        """Counters; the clusters per sampled placement (mean, last) are None when nothing was sampled."""
+        c = self.clusters
+        return {"episodes": self.episodes, "updates": self.updates,
+                "clusters_mean": float(np.mean(c)) if c else None, "clusters_last": c[-1] if c else None}
 
 
 class HSDAGPlacer(BasePlacer):

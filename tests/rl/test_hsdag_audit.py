@@ -1,5 +1,6 @@
 """Audit additions for rl.hsdag: the GCN's normalised adjacency by hand, the episode's state updates, its
-dropout stream (the search's own, advancing), and the moving baseline and the weight it gives the update."""
+dropout stream (the search's own, advancing), the moving baseline and the weight it gives the update, and the
+cluster counts it reports."""
 
 from __future__ import annotations
 
@@ -100,3 +101,17 @@ def test_moving_baseline_and_the_weight_of_the_update(branchy, k80x2, make_probl
     for g in grads:
         torch.testing.assert_close(g, torch.full_like(g, -weight), rtol=1e-5, atol=1e-9)
     assert s.baseline == pytest.approx(0.9 * r1 + 0.1 * r2, rel=1e-12)
+
+
+def test_clusters_are_reported_only_for_sampled_placements(train2, k80x2, make_problem):
+    """With a budget of one evaluation (kept for the greedy placement) nothing is sampled: no cluster count (it
+    said 0 clusters); with one episode of 3 placements, their mean and the last one's."""
+    problem, budget = make_problem(train2, k80x2, max_evaluations=1)
+    info = HSDAGPlacer(steps=3).place(problem, budget, seed=0).info
+    assert (info["episodes"], info["clusters_mean"], info["clusters_last"]) == (0, None, None)
+    problem, _ = make_problem(train2, k80x2, max_evaluations=4)
+    search = HSDAGSearch(problem, {**HSDAGPlacer.defaults, "steps": 3}, seed=0)
+    assert search.episode(reserve=1)
+    assert len(search.clusters) == 3 and all(c >= 1 for c in search.clusters)
+    info = search.info()
+    assert (info["clusters_mean"], info["clusters_last"]) == (sum(search.clusters) / 3, search.clusters[-1])
