@@ -10,17 +10,25 @@
   Pad) are evaluated where ONNX's inference stops (it does at opsets 13-16, and for the Split and the Pad at
   every opset); a shape that depends on data (NonZero, Compress, Unique, NonMaxSuppression: x[mask],
   masked_select, torch.unique) is an error saying so.
-* Floating-point initializers with more than one element are parameters (`param_bytes` of the node that
-  reads them, or a "variable" op when several nodes share one, see `suite.capture.ir`); so are a quantized
-  model's integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
-  read), frozen: resident, not trained, as are the scales and zero points these ops and QuantizeLinear read.
-  Other integer and scalar initializers, BatchNormalization's running statistics, Resize's (and
-  Upsample's) roi and scales and LSTM / GRU / RNN initial states are constants. Constant nodes are constants too, except those holding weights
-  (some exporters write them so): a float tensor of more than one element that a weight input reads (Conv's
-  and ConvTranspose's weight and bias, Gemm's B and C, the right operand of MatMul and Einsum, an RNN's W, R
-  and B, a norm's scale and bias, Gather's data, PRelu's slope, a quantization scale), directly or through
-  shape-only nodes and casts, or a quantized weight, is a frozen parameter: resident, not trained (a
-  recurrent cell's zero initial state, Gemm's A, and an attention mask stay constants).
+* ONNX does not mark which initializers are trained (a PyTorch model's buffers are initializers too), so a
+  float initializer of more than one element is a parameter (`param_bytes` of the node that reads it, or a
+  "variable" op when several nodes share one, see `suite.capture.ir`) where a layer reads it as weights: at
+  a weight input (Conv's, ConvTranspose's and DeformConv's weight and bias, Gemm's B and C, the right operand
+  of MatMul and Einsum, an RNN's W, R and B, a norm's scale and bias, Gather's data: an embedding table,
+  PRelu's slope), directly or through nodes that read no activation (a transpose, a cast, weight
+  normalization); or a vector (one dimension over 1) that an Add, Mul or Concat reads with an activation,
+  directly or through shape-only nodes and casts: a bias or scale written out (a Linear's bias after its
+  MatMul, LayerNorm before opset 17, an RMSNorm's weight, a layer scale, a class token). Other float
+  initializers are buffers, constants as in the torch.fx capture: a causal mask, a position or rotary table
+  (or one the exporter folded from them), BatchNormalization's running statistics, Resize's (and Upsample's)
+  roi and scales, LSTM / GRU / RNN initial states. Hence a learned tensor of more than one dimension that
+  only elementwise ops read is taken for a buffer (ViT's position embedding, added to the patches), and a
+  buffer read by a Gather (a rotary table indexed by position ids) for a parameter. A quantized model's
+  integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger read)
+  are frozen parameters: resident, not trained, as are the scales and zero points these ops and
+  QuantizeLinear read. Other integer and scalar initializers are constants. Constant nodes holding weights
+  by the same rule (some exporters write them so) are frozen parameters; other Constant nodes are constants
+  (a recurrent cell's zero initial state, Gemm's A, an attention mask).
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather reads from its data input the part it takes (at most its output's bytes: one time step of a
@@ -109,12 +117,15 @@ QUANTIZED_WEIGHTS = {"DequantizeLinear": (0,), "QLinearConv": (3, 8), "QLinearMa
 # their scales and zero points
 QUANTIZATION_SCALES = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 4, 5, 6, 7),
                        "QLinearMatMul": (1, 2, 4, 5, 6, 7), "ConvInteger": (2, 3), "MatMulInteger": (2, 3)}
-# inputs that hold weights, by op type: a float Constant node read there is a (frozen) parameter. Not the
+# inputs that hold weights, by op type: a float initializer or Constant read there is a parameter. Not the
 # left operand of a product: a recurrent cell's zero initial state is read there (Gemm(h0, W_hh))
-WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (1, 2), "MatMul": (1,), "Einsum": range(1, 8),
-                 "LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3), "BatchNormalization": (1, 2),
-                 "LayerNormalization": (1, 2), "InstanceNormalization": (1, 2), "GroupNormalization": (1, 2),
-                 "Gather": (0,), "PRelu": (1,)}
+WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "DeformConv": (1, 3), "Gemm": (1, 2), "MatMul": (1,),
+                 "Einsum": range(1, 8), "LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3),
+                 "BatchNormalization": (1, 2), "LayerNormalization": (1, 2), "InstanceNormalization": (1, 2),
+                 "GroupNormalization": (1, 2), "RMSNormalization": (1,), "Gather": (0,), "PRelu": (1,)}
+# ops that read a bias or a scale written out (a Linear's bias after its MatMul, LayerNorm before opset 17, an
+# RMSNorm's weight, a layer scale, a class token): a vector read there is a parameter
+AFFINE_OPS = frozenset({"Add", "Mul", "Concat"})
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
                     "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin"})
@@ -403,6 +414,26 @@ def _split_sequences(proto: Any) -> bool:
     return changed
 
 
+def _weight_values(graph: Any) -> tuple[set[str], set[str]]:
+    """The values read as weights (at WEIGHT_INPUTS), with what they are computed from by nodes that read no
+    activation (W -> Transpose, a cast, weight normalization, a fake quantization); and the values that an op
+    of AFFINE_OPS reads with an activation, with what they are made from by shape-only nodes and casts (a class
+    token's Expand). Activations: the graph inputs and what is computed from them, but for their shapes."""
+    inits = {i.name for i in graph.initializer}
+    activations = {i.name for i in graph.input if i.name not in inits}
+    for n in graph.node:
+        if n.op_type not in CONSTANT_OUTPUT and activations.intersection(n.input):
+            activations.update(n.output)
+    weights = {n.input[k] for n in graph.node for k in WEIGHT_INPUTS.get(n.op_type, ()) if len(n.input) > k}
+    affine = {x for n in graph.node if n.op_type in AFFINE_OPS and activations.intersection(n.input) for x in n.input}
+    for n in reversed(graph.node):
+        if weights.intersection(n.output) and not activations.intersection(n.input):
+            weights.update(n.input)
+        if (n.op_type in SHAPE_ONLY or n.op_type == "Cast") and n.input and affine.intersection(n.output):
+            affine.add(n.input[0])
+    return weights, affine
+
+
 def _constant_tensor(node: Any) -> Any:
     """The tensor a Constant node holds (`value`, or `value_floats` as float32), else None (a scalar, integer
     list, string or sparse tensor: a constant as it is)."""
@@ -606,10 +637,7 @@ def import_onnx(
     buffers = {n.input[k] for n in graph.node for k in NOT_PARAMETERS.get(n.op_type, ()) if len(n.input) > k}
     quantized = {n.input[k] for n in graph.node for k in QUANTIZED_WEIGHTS.get(n.op_type, ()) if len(n.input) > k}
     scales = {n.input[k] for n in graph.node for k in QUANTIZATION_SCALES.get(n.op_type, ()) if len(n.input) > k}
-    weights = {n.input[k] for n in graph.node for k in WEIGHT_INPUTS.get(n.op_type, ()) if len(n.input) > k}
-    for n in reversed(graph.node):  # and what a weight is made from by shape-only nodes and casts (W -> Transpose)
-        if (n.op_type in SHAPE_ONLY or n.op_type == "Cast") and n.input and weights.intersection(n.output):
-            weights.add(n.input[0])
+    weights, affine = _weight_values(graph)
 
     def stored(name: str, tensor: Any, constant_node: bool = False) -> Value:  # an initializer or a Constant's tensor
         info = TensorInfo(tuple(int(d) for d in tensor.dims), _itemsize(tensor.data_type), _is_float(tensor.data_type))
@@ -617,10 +645,10 @@ def import_onnx(
         nbytes = _stored_bytes(tensor.data_type, info.numel)
         if info.numel <= 1:
             return b.constant()
-        if info.floating and not constant_node and name not in buffers:
-            return b.param(name, nbytes, info.numel, trainable=name not in scales)
-        if info.floating and constant_node and name in weights | scales and name not in buffers:
-            return b.param(name, nbytes, info.numel, trainable=False)
+        vector = sum(d > 1 for d in info.shape) == 1  # [C], [1, C], [C, 1, 1]: a bias or scale
+        weight = name in weights or name in scales or (vector and name in affine)
+        if info.floating and weight and name not in buffers:  # a Constant node is not trained, nor is a scale
+            return b.param(name, nbytes, info.numel, trainable=not constant_node and name not in scales)
         if not info.floating and name in quantized:
             return b.param(name, nbytes, info.numel, trainable=False)
         return b.constant()

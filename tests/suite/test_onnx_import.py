@@ -797,6 +797,57 @@ def test_batch_norm_running_statistics_are_not_parameters():
     assert g.metadata["params"] == 2 * 3  # scale and bias only, as nn.BatchNorm2d(3).parameters()
 
 
+class _Buffers(nn.Module):
+    """A language model's buffers (a float causal mask, a position table, rotary frequencies) and BatchNorm's
+    running statistics, beside parameters that no weight input reads: a Linear's bias added after its MatMul
+    (3-D input), LayerNorm written out before opset 17, an RMSNorm weight, a class token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.qkv, self.norm = nn.Embedding(10, 16), nn.Linear(16, 48), nn.LayerNorm(16)
+        self.bn, self.head = nn.BatchNorm1d(16), nn.Linear(16, 3)
+        self.cls, self.scale = nn.Parameter(torch.randn(1, 1, 16)), nn.Parameter(torch.randn(16))
+        self.register_buffer("mask", torch.triu(torch.full((7, 7), float("-inf")), 1))
+        self.register_buffer("pos", torch.randn(7, 16))
+        self.register_buffer("inv_freq", torch.rand(8))
+        with torch.no_grad():
+            for p in self.parameters():  # no two equal (zero) biases for the exporter to merge
+                p.copy_(torch.randn_like(p))
+
+    def forward(self, ids):
+        x = torch.cat([self.cls.expand(ids.shape[0], -1, -1), self.embed(ids)], 1) + self.pos
+        angles = torch.arange(7.0)[:, None] * self.inv_freq
+        x = x * torch.cat([angles, angles], -1).cos()
+        q, k, v = self.qkv(self.norm(x)).chunk(3, -1)
+        x = torch.softmax(q @ k.transpose(1, 2) + self.mask, -1) @ v
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)) * self.scale
+        return self.head(self.bn(x.transpose(1, 2)).mean(2))
+
+
+@pytest.mark.parametrize(("opset", "folding"), [(14, True), (17, True), (17, False)])
+def test_buffers_are_not_parameters(opset, folding):
+    """Every float initializer of more than one element was a parameter: the causal mask, the position table
+    and the rotary frequencies (or the cos table folded from them) counted, and in training each got a
+    gradient, optimizer state and an update. The parameters are now the PyTorch model's, as in the fx capture."""
+    model, ids = _Buffers().eval(), torch.randint(0, 10, (2, 6))
+    count = sum(p.numel() for p in model.parameters())
+    assert count == 160 + 816 + 32 + 32 + 51 + 16 + 16
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (ids,), buf, dynamo=False, opset_version=opset, do_constant_folding=folding)
+    proto = onnx.load_from_string(buf.getvalue())
+    names = {i.name for i in proto.graph.initializer}
+    assert {"mask", "pos"} <= names and ("inv_freq" in names) == (not folding)  # else a cos table: a buffer too
+    assert ("LayerNormalization" in {n.op_type for n in proto.graph.node}) == (opset >= 17)
+    g = import_onnx(proto)
+    g_fx = capture(model, (ids,), name="buffers")
+    assert (g.metadata["params"], g.metadata["param_bytes"]) == (count, count * 4)
+    assert (g_fx.metadata["params"], g_fx.metadata["param_bytes"]) == (count, count * 4)
+    train = import_onnx(proto, mode="training")
+    assert (train.metadata["params"], train.metadata.get("frozen_params", 0)) == (count, 0)
+
+
 @pytest.mark.parametrize("opset", [9, 17])
 def test_resize_scales_are_not_parameters(opset):
     """A float scales initializer ([1, 1, 2, 2]) was a parameter: 4 more parameters, and in training a
