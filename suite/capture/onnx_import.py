@@ -7,8 +7,9 @@
   computed from them (`x.view(x.size(0), -1)`: Shape -> Gather -> Unsqueeze -> Concat -> Reshape; split
   sizes as the TorchScript exporter's aten::chunk computes them: Shape -> Gather -> Div -> Expand -> Concat
   -> Split; F.pad's pads: ConstantOfShape -> Concat -> Reshape -> Slice -> Transpose -> Reshape -> Cast ->
-  Pad) are evaluated where ONNX's inference stops (it does at opsets 13-16, and for the Split and the Pad at
-  every opset); a shape that depends on data (NonZero, Compress, Unique, NonMaxSuppression: x[mask],
+  Pad) and from a weight's (nn.MultiheadAttention's in_proj_weight.size(0) // 3, exported without constant
+  folding) are evaluated where ONNX's inference stops (it does at opsets 13-16, and for the Split and the
+  Pad at every opset); a shape that depends on data (NonZero, Compress, Unique, NonMaxSuppression: x[mask],
   masked_select, torch.unique) is an error saying so.
 * ONNX does not mark which initializers are trained (a PyTorch model's buffers are initializers too), so a
   float initializer of more than one element is a parameter (`param_bytes` of the node that reads it, or a
@@ -325,7 +326,8 @@ def _fold_shape_data(proto: Any) -> bool:
     from onnx.reference import ReferenceEvaluator
 
     graph = proto.graph
-    shapes = {name: info.shape for name, info in _known_tensors(graph).items()}
+    shapes = {i.name: tuple(i.dims) for i in graph.initializer}  # a weight's too (in_proj_weight.size(0))
+    shapes.update((name, info.shape) for name, info in _known_tensors(graph).items())
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     outputs = {o.name for o in graph.output}
     values: dict[str, Any] = {"": None}  # "" = an omitted optional input

@@ -235,6 +235,23 @@ def test_a_dynamic_batch_reshape_from_the_input_size_imports_with_input_shapes(o
     assert g.metadata["forward_flops"] == g_fx.metadata["forward_flops"] and g.metadata["params"] == g_fx.metadata["params"]
 
 
+def test_sizes_computed_from_the_shape_of_a_weight_are_evaluated():
+    """nn.MultiheadAttention slices its in_proj_weight at in_proj_weight.size(0) // 3 (Shape -> Gather -> Div ->
+    Mul -> Slice); exported without constant folding (as for training) the Slice's output was 'left unknown':
+    the shape of an initializer was not among those the import evaluates."""
+    model, x = nn.MultiheadAttention(8, 2, batch_first=True).eval(), torch.randn(2, 3, 8)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x, x, x), buf, dynamo=False, opset_version=17, do_constant_folding=False)
+    proto = onnx.load_from_string(buf.getvalue())
+    assert any(n.op_type == "Shape" and n.input[0] == "in_proj_weight" for n in proto.graph.node)
+    g = import_onnx(proto)
+    g_fx = capture(model, (x, x, x), name="mha")
+    assert g.metadata["params"] == g_fx.metadata["params"] == 3 * (64 + 8) + 64 + 8
+    assert g.metadata["forward_macs"] == g_fx.metadata["forward_macs"] == 4 * 6 * 64 + 2 * 2 * 3 * 3 * 8
+
+
 def test_split_sizes_computed_from_the_shape_are_evaluated():
     """The TorchScript exporter's aten::chunk computes a Split's sizes from the input's shape: Shape -> Gather ->
     Add -> Div -> Expand -> Concat (x.chunk(3, 1) of a [4, 7] tensor: [3, 3, 1]). ONNX's inference does not
