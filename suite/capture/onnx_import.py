@@ -37,6 +37,8 @@
   torch.fx capture: with a constant scalar index (`x[:, -1]`, a select) it is folded, a view; with an index
   tensor (`x.index_select(1, idx)`) it is an op of 1 FLOP per output element (data movement). A lookup in a
   weight table (an embedding) is an op of 0 FLOPs.
+* Model-local functions (modules exported as functions: `export_modules_as_functions`) are inlined, their
+  nodes in the scope of the module that calls them.
 * Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node; so are sequences, except
   a SplitToSequence read only by SequenceAt at known positions (torch.tensor_split), which is a Split; so is
   an op of another domain that shape inference cannot type (onnxruntime's contrib ops).
@@ -266,6 +268,34 @@ def _refuse_subgraphs(graph: Any, where: str) -> None:
                     f"{where}: node {node.name or i!r} ({node.op_type}) has a subgraph (attribute {a.name!r}): control "
                     f"flow is not supported; export the model with it unrolled or resolved (tracing with fixed inputs)"
                 )
+
+
+def _inline_functions(proto: Any, where: str) -> Any:
+    """The model with its local functions inlined (modules exported as functions: torch.onnx.export's
+    export_modules_as_functions), each call's nodes named in the call's module path, "/classifier/classifier.1/
+    Linear" -> "/classifier/classifier.1/Gemm", so that their scope is the module's."""
+    import onnx.inliner
+    from onnx import FunctionProto
+
+    if not proto.functions:
+        return proto
+    functions = {(f.domain, f.name, f.overload): f for f in proto.functions}
+    for k, node in enumerate(proto.graph.node):
+        function = functions.get((node.domain, node.op_type, node.overload))
+        if function is None:
+            continue
+        call = FunctionProto()  # one copy a call, its nodes named after it
+        call.CopyFrom(function)
+        call.name = f"{function.name}__call{k}"
+        path = node.name.rsplit("/", 1)[0] if "/" in node.name else ""
+        for n in call.node:
+            n.name = f"{path}/{n.name.rsplit('/', 1)[-1] or n.op_type}"
+        node.op_type = call.name
+        proto.functions.append(call)
+    try:
+        return onnx.inliner.inline_local_functions(proto)
+    except Exception as exc:  # noqa: BLE001
+        raise GraphError(f"{where}: cannot inline the model's local functions: {str(exc).strip()}") from None
 
 
 def _infer_shapes(proto: Any, where: str, changed: Sequence[str] = ()) -> Any:
@@ -623,6 +653,7 @@ def import_onnx(
     proto = onnx.ModelProto()
     proto.CopyFrom(_load(model))
     _drop_weight_data(proto.graph)
+    proto = _inline_functions(proto, where)
     _refuse_subgraphs(proto.graph, where)
     changed = _fix_inputs(proto, input_shapes or {}, where)
     proto = _infer_shapes(proto, where, changed)

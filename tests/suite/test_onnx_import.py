@@ -97,6 +97,27 @@ def test_onnx_from_file_and_training_mode(exported, tmp_path):
     assert all(op.group for op in g.ops if op.phase != "forward")
 
 
+def test_modules_exported_as_functions_are_inlined():
+    """A module exported as a model-local function (export_modules_as_functions) was one op of the fallback
+    cost ("linear", 1 FLOP per output element), its weights no weight input's: the Gemm inside is costed, in
+    the module's scope, as in the plain export and the fx capture."""
+    model, x = Net().eval(), torch.randn(2, 3, 8, 8)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, export_modules_as_functions={nn.Linear})
+    proto = onnx.load_from_string(buf.getvalue())
+    assert [f.name for f in proto.functions] == ["Linear"]
+    g, g_fx = import_onnx(proto), capture(model, (x,), name="net")
+    assert [(op.kind, op.scope) for op in g.ops] == [
+        ("input", ""), ("conv", "features.0"), ("relu", "features.1"), ("maxpool", "features.2"),
+        ("gemm", "classifier.1"), ("relu", "classifier.2"), ("gemm", "classifier.3")]
+    assert [op.scope for op in g.ops] == [op.scope for op in g_fx.ops]
+    for a, b in zip(g.ops, g_fx.ops, strict=True):
+        assert (a.flops, a.param_bytes, a.bytes_read) == (b.flops, b.param_bytes, b.bytes_read)
+    assert "fallback_cost_kinds" not in g.metadata
+
+
 def test_weights_written_as_constant_nodes_are_frozen_parameters(exported):
     """Some exporters write weights as Constant nodes, not initializers: they were constants, so the model had
     no parameters and no weight bytes on any device. They are frozen parameters (a Constant is not trained)."""
