@@ -3,7 +3,8 @@
 * Graph inputs that are not initializers become ops of kind "input"; they must be tensors. Every dimension
   must be known after shape inference; pass `input_shapes={"input": [1, 3, 224, 224]}` to fix symbolic
   (dynamic) dimensions, or to give the shape of an input declared without one (a dimension the model fixes
-  takes another size only where its recorded shapes agree; the error names the ones changed). Shapes
+  takes another size only where its recorded shapes agree; the error names the ones changed, and a warning
+  where they agree: the ops may still be built for the size the model fixes, as an unrolled loop). Shapes
   computed from them (`x.view(x.size(0), -1)`: Shape -> Gather -> Unsqueeze -> Concat -> Reshape; split
   sizes as the TorchScript exporter's aten::chunk computes them: Shape -> Gather -> Div -> Expand -> Concat
   -> Split; F.pad's pads: ConstantOfShape -> Concat -> Reshape -> Slice -> Transpose -> Reshape -> Cast ->
@@ -77,6 +78,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,7 +96,7 @@ from suite.capture.flops import (
     rnn_cell_flops,
     sort_cost,
 )
-from suite.capture.ir import MODES, ForwardBuilder, Value
+from suite.capture.ir import MODES, ForwardBuilder, Value, _caller_level
 from suite.errors import GraphError
 from suite.graph import OpGraph
 
@@ -758,4 +760,9 @@ def import_onnx(
     meta = {"capture": "onnx", "capture_version": CAPTURE_VERSION, **(metadata or {})}
     if training:
         meta["loss_outputs"] = [loss] if loss is not None else names
+    if changed:
+        warnings.warn(f"{where}: input_shapes changes {', '.join(changed)}: the ops are imported at the sizes "
+                      f"shape inference gives them, but the model may be built for the size it fixes (a loop "
+                      f"unrolled over the exported steps stays so); export the dimension dynamic to be sure",
+                      stacklevel=_caller_level())
     return fg.lower(gname, mode, meta)

@@ -177,6 +177,34 @@ def test_input_shapes_changing_a_fixed_dimension_says_so_when_inference_fails(ex
     assert import_onnx(onnx.load_from_string(buf.getvalue()), input_shapes={"x": [2, 3, 8, 8]}).ops[0].output_bytes == 1536
 
 
+class _Unrolled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = x[:, 0]
+        for t in range(1, x.shape[1]):  # unrolled by the exporter over the example's 3 steps
+            h = torch.tanh(self.cell(h) + x[:, t])
+        return h
+
+
+def test_input_shapes_changing_a_fixed_dimension_warns_when_inference_agrees():
+    """An RNN exported with 3 steps, fixed, given 5: shape inference agrees (the steps read x[:, 1] and x[:, 2]),
+    and the import gave the MACs of 2 steps for 5 without a word."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Unrolled().eval(), (torch.randn(2, 3, 4),), buf, dynamo=False, input_names=["x"])
+    proto = onnx.load_from_string(buf.getvalue())
+    with pytest.warns(UserWarning, match=r"changes dimension 1 of 'x' \(3 in the model, 5 given\).*unrolled"):
+        g = import_onnx(proto, input_shapes={"x": [2, 5, 4]})
+    assert g.metadata["forward_macs"] == 2 * (2 * 4 * 4)  # the exported 2 steps, as the warning says
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import_onnx(proto, input_shapes={"x": [2, 3, 4]})
+
+
 def test_inputs_without_a_shape_or_not_tensors():
     """An input declared without a shape, or a sequence input, is an error naming it (both were a KeyError
     traceback); input_shapes gives a shapeless input its shape (it was refused: 'has rank 0')."""
