@@ -9,8 +9,9 @@
   sizes as the TorchScript exporter's aten::chunk computes them: Shape -> Gather -> Div -> Expand -> Concat
   -> Split; F.pad's pads: ConstantOfShape -> Concat -> Reshape -> Slice -> Transpose -> Reshape -> Cast ->
   Pad) and from a weight's (nn.MultiheadAttention's in_proj_weight.size(0) // 3, exported without constant
-  folding) are evaluated where ONNX's inference stops (it does at opsets 13-16, and for the Split and the
-  Pad at every opset); a shape that depends on data (NonZero, Compress, Unique, NonMaxSuppression: x[mask],
+  folding), and Resize's scales (F.interpolate's scale_factor so exported: a Concat of Constants) are
+  evaluated where ONNX's inference stops (it does at opsets 13-16, and for the Split, the Pad and the
+  Resize at every opset); a shape that depends on data (NonZero, Compress, Unique, NonMaxSuppression: x[mask],
   masked_select, torch.unique) is an error saying so.
 * ONNX does not mark which initializers are trained (a PyTorch model's buffers are initializers too), so a
   float initializer of more than one element is a parameter (`param_bytes` of the node that reads it, or a
@@ -348,8 +349,9 @@ def _result_numel(node: Any, values: Mapping[str, Any]) -> int:
 
 
 def _fold_shape_data(proto: Any) -> bool:
-    """Evaluate the integer tensors computed from shapes and constants alone into initializers (the nodes
-    removed: the import takes their outputs as constants anyway), so that a new shape inference reads them.
+    """Evaluate the integer tensors computed from shapes and constants alone, and Resize's scales, into
+    initializers (the nodes removed: the import takes their outputs as constants anyway), so that a new shape
+    inference reads them.
     ONNX's own data propagation stops early in older opsets: `x.view(x.size(0), -1)` exported with a dynamic
     batch at opset 13 (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) leaves the Reshape's output unknown
     even once the batch is fixed. Returns whether it folded anything."""
@@ -362,6 +364,10 @@ def _fold_shape_data(proto: Any) -> bool:
     shapes.update((name, info.shape) for name, info in _known_tensors(graph).items())
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     outputs = {o.name for o in graph.output}
+    # float sizes: Resize's and Upsample's roi and scales (F.interpolate's scale_factor, a Concat of Constants
+    # when exported without constant folding), which ONNX's inference reads only from a constant
+    scales = {n.input[k] for n in graph.node if n.op_type in ("Resize", "Upsample")
+              for k in NOT_PARAMETERS[n.op_type] if len(n.input) > k}
     values: dict[str, Any] = {"": None}  # "" = an omitted optional input
     values.update((i.name, numpy_helper.to_array(i)) for i in graph.initializer
                   if math.prod(i.dims) <= SHAPE_DATA_LIMIT and i.data_location != TensorProto.EXTERNAL)
@@ -392,7 +398,7 @@ def _fold_shape_data(proto: Any) -> bool:
         for o, r in zip(names, results, strict=False):
             if np.asarray(r).size <= SHAPE_DATA_LIMIT:
                 values[o] = np.asarray(r)
-        if all(o in values and values[o].dtype.kind in "iu" and o not in outputs for o in names):
+        if all(o in values and (values[o].dtype.kind in "iu" or o in scales) and o not in outputs for o in names):
             folded.append(node)
     for node in folded:
         graph.node.remove(node)

@@ -1214,6 +1214,37 @@ def test_exported_interpolation_and_grid_sample_cost_as_in_the_fx_capture():
     assert "fallback_cost_kinds" not in g.metadata
 
 
+class _PadUp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 1)
+
+    def forward(self, x):
+        return F.interpolate(F.pad(self.conv(x), (1, 1, 1, 1)), scale_factor=2)
+
+
+def test_interpolate_exported_without_constant_folding_imports():
+    """Unfolded (as a training export is), scale_factor is a Concat of two float Constants, which ONNX's
+    inference does not read, and F.pad's output is known only once its pads are evaluated, so the model's
+    recorded output shape does not stand in: 'shape inference left the shape of ... (node /Resize) unknown'."""
+    model, x = _PadUp().eval(), torch.randn(1, 2, 4, 4)
+    flops = []
+    for folding in (True, False):
+        buf = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=13, do_constant_folding=folding)
+        proto = onnx.load_from_string(buf.getvalue())
+        made_by = {o: n.op_type for n in proto.graph.node for o in n.output}
+        scales = next(n.input[2] for n in proto.graph.node if n.op_type == "Resize")
+        assert made_by[scales] == ("Constant" if folding else "Concat")
+        g = import_onnx(proto)
+        flops.append({op.kind: op.flops for op in g.ops if op.kind in ("pad", "resize")})
+    g_fx = capture(model, (x,), name="m")
+    assert flops[0] == flops[1] == {"pad": 2 * 36, "resize": 2 * 144}
+    assert flops[1]["resize"] == next(op.flops for op in g_fx.ops if op.kind == "interpolate")
+
+
 def test_lrn_counts_size_plus_5_per_element_as_local_response_norm():
     op, meta = _one_node(helper.make_node("LRN", ["x"], ["y"], size=3), [("x", [2, 4, 3, 3])], [[2, 4, 3, 3]])
     assert (op.kind, op.flops) == ("lrn", 8 * 72) and "fallback_cost_kinds" not in meta
