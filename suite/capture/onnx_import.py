@@ -44,6 +44,8 @@
 * Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node; so are sequences, except
   a SplitToSequence read only by SequenceAt at known positions (torch.tensor_split), which is a Split; so is
   an op of another domain that shape inference cannot type (onnxruntime's contrib ops).
+* An output that nothing reads and whose shape inference leaves unknown (Dropout's mask before opset 10) is
+  as omitted.
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Slice, Expand, and
   Dropout in inference) are folded into their producers, their readers reading the part they take (a Slice
   or a Split's piece: its bytes), as the torch.fx capture folds x[:, 1:4], chunk and split: the TorchScript
@@ -701,12 +703,16 @@ def import_onnx(
             info = infos[inp.name]
             vals[inp.name] = b.input(inp.name, info.nbytes, info.shape)
     taken: set[str] = set(vals)
+    read = {x for n in graph.node for x in n.input} | {o.name for o in graph.output}
     for i, node in enumerate(graph.node):
         try:
             ins = [vals[x] for x in node.input]
         except KeyError as exc:
             raise GraphError(f"{where}: node {node.name or i!r} reads {exc.args[0]!r}, which nothing produces") from None
         outputs = [o for o in node.output if o]  # "" is an omitted optional output: it stays the constant ""
+        # an output that nothing reads and shape inference leaves unknown is as omitted (Dropout's mask before
+        # opset 10, which has no shape inference)
+        outputs = [o for o in outputs if o in infos or o in read] or outputs
         tensor = _constant_tensor(node)
         if tensor is not None and outputs:  # weights some exporters write as Constant nodes
             vals[outputs[0]] = stored(outputs[0], tensor, constant_node=True)
