@@ -61,7 +61,7 @@
   F.grid_sample (2 n - 1 per output element for n neighbours: linear 2 and cubic 4 per spatial dimension,
   the dimensions after N and C or those `axes` names), LRN size + 5 per element, BatchNormalization 2
   (inference) or 4 (training) per element, LayerNormalization, InstanceNormalization and GroupNormalization
-  5 (statistics of the input), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas of the fused torch
+  5 (statistics of the input), RMSNormalization 3 (as rms_norm), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas of the fused torch
   layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss as cross-entropy
   and NLL loss (the former saving its log-probabilities in training), TopK as topk (k = n:
   a sort, as torch.sort exports), CumSum 1 per element, ScatterElements / ScatterND with a reduction 1 per update (as
@@ -90,6 +90,7 @@ from suite.capture import CAPTURE_VERSION
 from suite.capture.flops import (
     BATCH_NORM_FLOPS_PER_ELEMENT,
     LAYER_NORM_FLOPS_PER_ELEMENT,
+    RMS_NORM_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_ELEMENT,
     Cost,
     TensorInfo,
@@ -605,6 +606,8 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         return Cost(kind, float(BATCH_NORM_FLOPS_PER_ELEMENT[training] * outs[0].numel))
     if op in ("LayerNormalization", "InstanceNormalization", "GroupNormalization"):  # statistics of the input
         return Cost(kind, float(LAYER_NORM_FLOPS_PER_ELEMENT * outs[0].numel))
+    if op == "RMSNormalization":  # opset 23
+        return Cost(kind, float(RMS_NORM_FLOPS_PER_ELEMENT * outs[0].numel))
     if op in ("Softmax", "LogSoftmax"):
         return Cost(kind, float(SOFTMAX_FLOPS_PER_ELEMENT * out_numel))
     if op in RNN_GATES:  # one layer, all steps and directions; W: [directions, gates x hidden, input]

@@ -603,6 +603,16 @@ def test_norms_reductions_dropout_and_scalar_initializers_by_hand():
     assert edge_bytes(train, "drop", "drop/grad") == 30
 
 
+def test_rms_normalization_costs_as_rms_norm_and_its_scale_is_a_parameter():
+    """Opset 23's RMSNormalization was the fallback (1 FLOP per element, warned); its scale is a weight input."""
+    nodes = [helper.make_node("RMSNormalization", ["x", "w"], ["y"], name="rms")]
+    graph = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])], [_f32((4,), "w")])
+    g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
+    assert (g.ops[g.index["rms"]].flops, g.metadata["params"]) == (3 * 24, 4)
+    assert "fallback_cost_kinds" not in g.metadata
+
+
 @pytest.mark.parametrize("opset", [9, 17])
 def test_dropout_with_its_mask_as_an_output_costs_as_in_the_fx_capture(opset):
     """torch exports a training-mode Dropout with its mask as a second output: it was costed 1 FLOP per element
