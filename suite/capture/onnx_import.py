@@ -304,14 +304,22 @@ def _inline_functions(proto: Any, where: str) -> Any:
         raise GraphError(f"{where}: cannot inline the model's local functions: {str(exc).strip()}") from None
 
 
-def _infer_shapes(proto: Any, where: str, changed: Sequence[str] = ()) -> Any:
+def _infer_shapes(proto: Any, where: str, changed: Sequence[str] = (), given: Sequence[str] = ()) -> Any:
+    """ONNX's shape inference; `changed`: the fixed dimensions input_shapes changes, `given`: the inputs it
+    sizes, named in the error."""
     import onnx
 
     try:
         return onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
     except Exception as exc:  # noqa: BLE001
-        hint = (f"; input_shapes changed {', '.join(changed)}: the model's own shapes may be built on the size it "
-                f"was exported with; export it with that dimension dynamic" if changed else "")
+        if changed:
+            hint = (f"; input_shapes changed {', '.join(changed)}: the model's own shapes may be built on the size "
+                    f"it was exported with; export it with that dimension dynamic")
+        elif given:
+            hint = (f"; input_shapes sized {', '.join(map(repr, given))}: the model may fix sizes of its own (a "
+                    f"position table as long as the example it was exported with), which these must match")
+        else:
+            hint = ""
         raise GraphError(f"{where}: ONNX shape inference failed: {str(exc).strip()}{hint}") from None
 
 
@@ -669,9 +677,10 @@ def import_onnx(
     proto = _inline_functions(proto, where)
     _refuse_subgraphs(proto.graph, where)
     changed = _fix_inputs(proto, input_shapes or {}, where)
-    proto = _infer_shapes(proto, where, changed)
+    given = list(input_shapes or {})
+    proto = _infer_shapes(proto, where, changed, given)
     while _unknown_shapes(proto) and (_fold_shape_data(proto) or _split_sequences(proto)):
-        proto = _infer_shapes(proto, where, changed)
+        proto = _infer_shapes(proto, where, changed, given)
     training = mode == "training"
     graph = proto.graph
     infos = _known_tensors(graph)

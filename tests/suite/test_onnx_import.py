@@ -177,6 +177,30 @@ def test_input_shapes_changing_a_fixed_dimension_says_so_when_inference_fails(ex
     assert import_onnx(onnx.load_from_string(buf.getvalue()), input_shapes={"x": [2, 3, 8, 8]}).ops[0].output_bytes == 1536
 
 
+class _Positions(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("pos", torch.randn(5, 4))
+
+    def forward(self, x):
+        return torch.relu(x + self.pos)
+
+
+def test_input_shapes_a_model_does_not_take_says_so_when_inference_fails():
+    """A dynamic length that meets a table of the exported length (5) given 7: the error was ONNX's alone
+    ('Incompatible dimensions'), not saying that input_shapes asked for a size the model does not take."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Positions(), (torch.randn(2, 5, 4),), buf, dynamo=False, input_names=["x"],
+                          dynamic_axes={"x": {0: "batch", 1: "length"}})
+    proto = onnx.load_from_string(buf.getvalue())
+    with pytest.raises(GraphError, match=r"(?s)Incompatible dimensions.*; input_shapes sized 'x': the model may fix "
+                                         r"sizes of its own \(a position table"):
+        import_onnx(proto, input_shapes={"x": [2, 7, 4]})
+    assert import_onnx(proto, input_shapes={"x": [3, 5, 4]}).ops[0].output_bytes == 3 * 5 * 4 * 4
+
+
 class _Unrolled(nn.Module):
     def __init__(self) -> None:
         super().__init__()
