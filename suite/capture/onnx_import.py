@@ -31,7 +31,9 @@
   are frozen parameters: resident, not trained, as are the scales and zero points these ops and
   QuantizeLinear read. Other integer and scalar initializers are constants. Constant nodes holding weights
   by the same rule (some exporters write them so) are frozen parameters; other Constant nodes are constants
-  (a recurrent cell's zero initial state, Gemm's A, an attention mask).
+  (a recurrent cell's zero initial state, Gemm's A, an attention mask), as are the ones and zeros the
+  PyTorch exporter writes as the scale and bias of a norm that has none (nn.InstanceNorm2d by default,
+  nn.GroupNorm's inner InstanceNormalization, `elementwise_affine=False`, `affine=False`).
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather reads from its data input the part it takes (at most its output's bytes: one time step of a
@@ -135,6 +137,8 @@ WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "DeformConv": (1, 3), 
 # ops that read a bias or a scale written out (a Linear's bias after its MatMul, LayerNorm before opset 17, an
 # RMSNorm's weight, a layer scale, a class token): a vector read there is a parameter
 AFFINE_OPS = frozenset({"Add", "Mul", "Concat"})
+NORMS = frozenset({"BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
+                   "RMSNormalization"})  # input 1: the scale, 2: the bias
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
                     "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin"})
@@ -664,7 +668,9 @@ def import_onnx(
     loss: str | None = None,
 ) -> OpGraph:
     """Import an ONNX model (a path or an `onnx.ModelProto`) as an `OpGraph`; see the module docstring."""
+    import numpy as np
     import onnx
+    from onnx import TensorProto, numpy_helper
 
     if mode not in MODES:
         raise GraphError(f"capture mode {mode!r} is not one of {', '.join(MODES)}")
@@ -693,12 +699,19 @@ def import_onnx(
     quantized = {n.input[k] for n in graph.node for k in QUANTIZED_WEIGHTS.get(n.op_type, ()) if len(n.input) > k}
     scales = {n.input[k] for n in graph.node for k in QUANTIZATION_SCALES.get(n.op_type, ()) if len(n.input) > k}
     weights, affine = _weight_values(graph)
+    # a norm's scale and bias as the exporter writes them for a norm without (nn.InstanceNorm2d's default,
+    # GroupNorm's inner InstanceNormalization, elementwise_affine=False): Constant nodes of ones and zeros
+    identity = {n.input[k]: v for n in graph.node if n.op_type in NORMS for k, v in ((1, 1.0), (2, 0.0))
+                if len(n.input) > k}
 
     def stored(name: str, tensor: Any, constant_node: bool = False) -> Value:  # an initializer or a Constant's tensor
         info = TensorInfo(tuple(int(d) for d in tensor.dims), _itemsize(tensor.data_type), _is_float(tensor.data_type))
         infos[name] = info
         nbytes = _stored_bytes(tensor.data_type, info.numel)
         if info.numel <= 1:
+            return b.constant()
+        if (constant_node and name in identity and tensor.data_location != TensorProto.EXTERNAL
+                and bool(np.all(numpy_helper.to_array(tensor) == identity[name]))):
             return b.constant()
         vector = sum(d > 1 for d in info.shape) == 1  # [C], [1, C], [C, 1, 1]: a bias or scale
         weight = name in weights or name in scales or (vector and name in affine)

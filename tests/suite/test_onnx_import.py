@@ -952,6 +952,23 @@ def test_buffers_are_not_parameters(opset, folding):
     assert (train.metadata["params"], train.metadata.get("frozen_params", 0)) == (count, 0)
 
 
+@pytest.mark.parametrize("norm", [nn.InstanceNorm2d(4), nn.InstanceNorm2d(4, affine=True), nn.GroupNorm(2, 4),
+                                  nn.BatchNorm2d(4, affine=False), nn.LayerNorm([4, 3, 3], elementwise_affine=False)],
+                         ids=["instance", "instance-affine", "group", "batch-no-affine", "layer-no-affine"])
+def test_the_exporters_ones_and_zeros_for_a_norm_without_affine_weights_are_not_parameters(norm):
+    """The PyTorch exporter writes a norm without a scale and bias (and GroupNorm's inner InstanceNormalization)
+    with Constant nodes of ones and zeros: they were frozen parameters, 72 for LayerNorm([4, 3, 3]) here."""
+    model, x = nn.Sequential(nn.Conv2d(4, 4, 1), norm).eval(), torch.randn(2, 4, 3, 3)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17, do_constant_folding=False)  # BN unfused
+    g = import_onnx(onnx.load_from_string(buf.getvalue()))
+    count = sum(p.numel() for p in model.parameters())
+    assert g.metadata["params"] == capture(model, (x,), name="norm").metadata["params"] == count
+    assert count == 20 + (8 if isinstance(norm, nn.GroupNorm) or norm.weight is not None else 0)
+
+
 @pytest.mark.parametrize("opset", [9, 17])
 def test_resize_scales_are_not_parameters(opset):
     """A float scales initializer ([1, 1, 2, 2]) was a parameter: 4 more parameters, and in training a
