@@ -16,17 +16,18 @@
 * ONNX does not mark which initializers are trained (a PyTorch model's buffers are initializers too), so a
   float initializer of more than one element is a parameter (`param_bytes` of the node that reads it, or a
   "variable" op when several nodes share one, see `suite.capture.ir`) where a layer reads it as weights: at
-  a weight input (Conv's, ConvTranspose's and DeformConv's weight and bias, Gemm's B and C, the right operand
-  of MatMul and Einsum, an RNN's W, R and B, a norm's scale and bias, Gather's data: an embedding table,
-  PRelu's slope), directly or through nodes that read no activation (a transpose, a cast, weight
-  normalization); or a vector (one dimension over 1) that an Add, Mul or Concat reads with an activation,
+  a weight input (Conv's, ConvTranspose's and DeformConv's weight and bias, Gemm's B and C, an operand of a
+  MatMul or Einsum with an activation, an RNN's W, R and B, a norm's scale and bias, Gather's data: an
+  embedding table, PRelu's slope), directly or through nodes that read no activation (a transpose, a cast,
+  weight normalization); or a vector (one dimension over 1) that an Add, Mul or Concat reads with an activation,
   directly or through shape-only nodes and casts: a bias or scale written out (a Linear's bias after its
   MatMul, LayerNorm before opset 17, an RMSNorm's weight, a layer scale, a class token). Other float
   initializers are buffers, constants as in the torch.fx capture: a causal mask, a position or rotary table
   (or one the exporter folded from them), BatchNormalization's running statistics, Resize's (and Upsample's)
   roi and scales, LSTM / GRU / RNN initial states. Hence a learned tensor of more than one dimension that
   only elementwise ops read is taken for a buffer (ViT's position embedding, added to the patches), and a
-  buffer read by a Gather (a rotary table indexed by position ids) for a parameter. A quantized model's
+  buffer read as weights (a rotary table a Gather indexes by position ids, a fixed matrix multiplied with an
+  activation) for a parameter. A quantized model's
   integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger read)
   are frozen parameters: resident, not trained, as are the scales and zero points these ops and
   QuantizeLinear read. Other integer and scalar initializers are constants. Constant nodes holding weights
@@ -128,12 +129,13 @@ QUANTIZED_WEIGHTS = {"DequantizeLinear": (0,), "QLinearConv": (3, 8), "QLinearMa
 # their scales and zero points
 QUANTIZATION_SCALES = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 4, 5, 6, 7),
                        "QLinearMatMul": (1, 2, 4, 5, 6, 7), "ConvInteger": (2, 3), "MatMulInteger": (2, 3)}
-# inputs that hold weights, by op type: a float initializer or Constant read there is a parameter. Not the
-# left operand of a product: a recurrent cell's zero initial state is read there (Gemm(h0, W_hh))
-WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "DeformConv": (1, 3), "Gemm": (1, 2), "MatMul": (1,),
-                 "Einsum": range(1, 8), "LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3),
+# inputs that hold weights, by op type: a float initializer or Constant read there is a parameter. Not Gemm's
+# A: a recurrent cell's zero initial state is read there (Gemm(h0, W_hh))
+WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "DeformConv": (1, 3), "Gemm": (1, 2),
+                 "LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3),
                  "BatchNormalization": (1, 2), "LayerNormalization": (1, 2), "InstanceNormalization": (1, 2),
                  "GroupNormalization": (1, 2), "RMSNormalization": (1,), "Gather": (0,), "PRelu": (1,)}
+PRODUCTS = frozenset({"MatMul", "Einsum"})  # any operand a weight, where another is an activation
 # ops that read a bias or a scale written out (a Linear's bias after its MatMul, LayerNorm before opset 17, an
 # RMSNorm's weight, a layer scale, a class token): a vector read there is a parameter
 AFFINE_OPS = frozenset({"Add", "Mul", "Concat"})
@@ -470,16 +472,21 @@ def _split_sequences(proto: Any) -> bool:
 
 
 def _weight_values(graph: Any) -> tuple[set[str], set[str]]:
-    """The values read as weights (at WEIGHT_INPUTS), with what they are computed from by nodes that read no
-    activation (W -> Transpose, a cast, weight normalization, a fake quantization); and the values that an op
-    of AFFINE_OPS reads with an activation, with what they are made from by shape-only nodes and casts (a class
-    token's Expand). Activations: the graph inputs and what is computed from them, but for their shapes."""
+    """The values read as weights (at WEIGHT_INPUTS, or by a product with an activation), with what they are
+    computed from by nodes that read no activation (W -> Transpose, a cast, weight normalization, a fake
+    quantization); and the values that an op of AFFINE_OPS reads with an activation, with what they are made
+    from by shape-only nodes and casts (a class token's Expand). Activations: the graph inputs and what is
+    computed from them, but for their shapes."""
     inits = {i.name for i in graph.initializer}
     activations = {i.name for i in graph.input if i.name not in inits}
     for n in graph.node:
         if n.op_type not in CONSTANT_OUTPUT and activations.intersection(n.input):
             activations.update(n.output)
     weights = {n.input[k] for n in graph.node for k in WEIGHT_INPUTS.get(n.op_type, ()) if len(n.input) > k}
+    # the operands of a product with an activation (x @ W, torch.matmul(self.weight, x)), not of one of
+    # constants alone (rotary frequencies' outer product)
+    weights.update(x for n in graph.node if n.op_type in PRODUCTS and activations.intersection(n.input)
+                   for x in n.input)
     affine = {x for n in graph.node if n.op_type in AFFINE_OPS and activations.intersection(n.input) for x in n.input}
     for n in reversed(graph.node):
         if weights.intersection(n.output) and not activations.intersection(n.input):

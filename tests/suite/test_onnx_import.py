@@ -952,6 +952,31 @@ def test_buffers_are_not_parameters(opset, folding):
     assert (train.metadata["params"], train.metadata.get("frozen_params", 0)) == (count, 0)
 
 
+class _LeftWeight(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w, self.v = nn.Parameter(torch.randn(3, 4)), nn.Parameter(torch.randn(5, 3))
+
+    def forward(self, x):  # x: [B, 4, 2]
+        return torch.einsum("ij,bjk->bik", self.v, torch.matmul(self.w, x))
+
+
+def test_a_weight_multiplied_from_the_left_is_a_parameter():
+    """torch.matmul(self.w, x) and einsum('ij,bjk->bik', self.v, ...): the left operand is no weight input of a
+    product, so the rule that takes buffers for constants lost them (and their update in training)."""
+    model, x = _LeftWeight(), torch.randn(2, 4, 2)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, opset_version=17)
+    proto = onnx.load_from_string(buf.getvalue())
+    assert [n.op_type for n in proto.graph.node] == ["MatMul", "Einsum"]
+    g = import_onnx(proto)
+    assert [(op.kind, op.param_bytes) for op in g.ops] == [("input", 0), ("matmul", 12 * 4), ("einsum", 15 * 4)]
+    assert g.metadata["params"] == capture(model, (x,), name="left").metadata["params"] == 27
+    assert import_onnx(proto, mode="training").stats.ops_by_phase["update"] == 2
+
+
 @pytest.mark.parametrize("norm", [nn.InstanceNorm2d(4), nn.InstanceNorm2d(4, affine=True), nn.GroupNorm(2, 4),
                                   nn.BatchNorm2d(4, affine=False), nn.LayerNorm([4, 3, 3], elementwise_affine=False)],
                          ids=["instance", "instance-affine", "group", "batch-no-affine", "layer-no-affine"])
