@@ -15,26 +15,27 @@
   masked_select, torch.unique) is an error saying so.
 * ONNX does not mark which initializers are trained (a PyTorch model's buffers are initializers too), so a
   float initializer of more than one element is a parameter (`param_bytes` of the node that reads it, or a
-  "variable" op when several nodes share one, see `suite.capture.ir`) where a layer reads it as weights: at
-  a weight input (Conv's, ConvTranspose's and DeformConv's weight and bias, Gemm's B and C, an operand of a
+  "variable" op when several nodes share one, see `suite.capture.ir`) where a layer reads it as weights: at a
+  weight input (Conv's, ConvTranspose's and DeformConv's weight and bias, Gemm's B and C, an operand of a
   MatMul or Einsum with an activation, an RNN's W, R and B, a norm's scale and bias, Gather's data: an
   embedding table, PRelu's slope), directly or through nodes that read no activation (a transpose, a cast,
-  weight normalization); or a vector (one dimension over 1) that an Add, Mul or Concat reads with an activation,
-  directly or through shape-only nodes and casts: a bias or scale written out (a Linear's bias after its
-  MatMul, LayerNorm before opset 17, an RMSNorm's weight, a layer scale, a class token). Other float
+  weight normalization); or a vector (one dimension over 1) that an Add, Mul or Concat reads with an
+  activation, directly or through shape-only nodes and casts: a bias or scale written out (a Linear's bias
+  after its MatMul, LayerNorm before opset 17, an RMSNorm's weight, a layer scale, a class token). Other float
   initializers are buffers, constants as in the torch.fx capture: a causal mask, a position or rotary table
   (or one the exporter folded from them), BatchNormalization's running statistics, Resize's (and Upsample's)
-  roi and scales, LSTM / GRU / RNN initial states. Hence a learned tensor of more than one dimension that
-  only elementwise ops read is taken for a buffer (ViT's position embedding, added to the patches), and a
-  buffer read as weights (a rotary table a Gather indexes by position ids, a fixed matrix multiplied with an
-  activation) for a parameter. A quantized model's
-  integer weights (those DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger read)
-  are frozen parameters: resident, not trained, as are the scales and zero points these ops and
-  QuantizeLinear read. Other integer and scalar initializers are constants. Constant nodes holding weights
-  by the same rule (some exporters write them so) are frozen parameters; other Constant nodes are constants
-  (a recurrent cell's zero initial state, Gemm's A, an attention mask), as are the ones and zeros the
-  PyTorch exporter writes as the scale and bias of a norm that has none (nn.InstanceNorm2d by default,
-  nn.GroupNorm's inner InstanceNormalization, `elementwise_affine=False`, `affine=False`).
+  roi and scales, LSTM / GRU / RNN initial states. Hence a learned tensor of more than one dimension that only
+  elementwise ops read is taken for a buffer (ViT's position embedding, added to the patches), and a buffer
+  read as weights (a rotary table a Gather indexes by position ids, a fixed matrix multiplied with an
+  activation) for a parameter. A quantized model's integer weights (those DequantizeLinear, QLinearConv,
+  QLinearMatMul, ConvInteger and MatMulInteger read) are frozen parameters: resident, not trained, as are the
+  scales and zero points these ops and QuantizeLinear read. Other integer and scalar initializers are
+  constants. Constant nodes holding weights by the same rule (some exporters write them so) are frozen
+  parameters; other Constant nodes are constants (a recurrent cell's zero initial state, Gemm's A, an
+  attention mask), as are the ones and zeros the PyTorch exporter writes as the scale and bias of a norm that
+  has none (nn.InstanceNorm2d by default, nn.GroupNorm's inner InstanceNormalization,
+  `elementwise_affine=False`, `affine=False`). An export with constant folding may merge parameters (a
+  BatchNorm into the convolution before it, as the exporter does in eval mode).
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather reads from its data input the part it takes (at most its output's bytes: one time step of a
