@@ -35,7 +35,8 @@
   attention mask), as are the ones and zeros the PyTorch exporter writes as the scale and bias of a norm that
   has none (nn.InstanceNorm2d by default, nn.GroupNorm's inner InstanceNormalization,
   `elementwise_affine=False`, `affine=False`). An export with constant folding may merge parameters (a
-  BatchNorm into the convolution before it, as the exporter does in eval mode).
+  BatchNorm into the convolution before it, as the exporter does in eval mode) or copy them (a tied embedding
+  transposed for the output layer is stored twice), and the import counts what the file holds.
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather reads from its data input the part it takes (at most its output's bytes: one time step of a
