@@ -30,6 +30,7 @@ A paper's figure is always labelled as the paper's, never as a measurement.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -436,14 +437,22 @@ class Comparison:
 
     @classmethod
     def from_rows(cls, paper: PaperTable, rows: Iterable[Mapping[str, Any]]) -> Comparison:
-        """PaperError when a row of the table's cells was made under another methodology than the table's (it
-        would be compared as if it were one of its results)."""
+        """PaperError when a row of the table's cells was made under another methodology than the table's, or
+        by another placer or parameters than the default ones of the placer its column names (a spec's label
+        may name another entry): it would be compared as if it were one of the table's results."""
         used = rows_for(paper, rows)
         version = paper.methodology_version
         for r in used:
+            cell = f"{r['workload']} / {r['cluster']} / {r['placer']} / seed {r['seed']}"
             if r.get("methodology") != version:
-                raise PaperError(f"{r['workload']} / {r['cluster']} / {r['placer']} / seed {r['seed']}: made under "
-                                 f"methodology {r.get('methodology') or '(none)'}; {paper.source} asks for {version}")
+                raise PaperError(f"{cell}: made under methodology {r.get('methodology') or '(none)'}; {paper.source} "
+                                 f"asks for {version}")
+            name, params = r.get("placer_name") or r["placer"], r.get("params")
+            params = json.loads(params) if isinstance(params, str) and params else params
+            if name != r["placer"] or (isinstance(params, Mapping) and params):
+                given = json.dumps(params if isinstance(params, Mapping) else {}, sort_keys=True)
+                raise PaperError(f"{cell}: made by {name} with params {given}, under the label {r['placer']!r}; "
+                                 f"{paper.source} compares the placer {r['placer']} with its default parameters")
         res = Results.from_rows(used)
         theirs = {r.label: {m.name: _theirs(r, m) for m in paper.methods} for r in paper.rows}
         ours = {r.label: {m.name: _ours(paper, res, r, m) for m in paper.methods} for r in paper.rows}

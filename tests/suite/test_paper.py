@@ -227,6 +227,19 @@ def test_rows_of_another_methodology_or_seed():
         paper.Comparison.from_rows(t, [dict(rows[0], methodology="mine")])
 
 
+def test_rows_of_another_placer_or_parameters_under_the_placers_name_are_refused():
+    """A spec may label an entry with non-default parameters (or another placer) as the placer's own name; the
+    table's columns are the placers with their defaults, which `placebench paper` runs."""
+    t = paper.paper_from_dict(GOOD, id="t")
+    rows = [dict(r, placer_name="single_cpu", params="{}") for r in _rows(("resnet50-b1-infer", "single_cpu", [3.0]))]
+    assert paper.Comparison.from_rows(t, rows).ours["ResNet"]["CPU"].time_s == 3.0
+    with pytest.raises(PaperError, match=r"resnet50-b1-infer / xeon_h100 / single_cpu / seed 0: made by single_cpu "
+                                         r'with params \{"threads": 2\}, under the label \'single_cpu\''):
+        paper.Comparison.from_rows(t, [dict(rows[0], params='{"threads":2}')])
+    with pytest.raises(PaperError, match=r"made by single_gpu with params \{\}, under the label 'single_cpu'"):
+        paper.Comparison.from_rows(t, [dict(rows[0], placer_name="single_gpu")])
+
+
 def test_results_of_another_setup_are_named_in_the_report():
     t, comp = _comparison()
     assert (comp.seeds, comp.budgets, comp.setup_warning()) == ((0, 1, 2), [], None)
