@@ -1,7 +1,9 @@
-"""The README's "Adding a placer" example works as written, and the helper it uses gives valid placements."""
+"""The README's "Adding a placer" example works as written, and the helper it uses gives valid placements; the
+README's simulator speeds are those of the stored benchmark run."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -50,3 +52,24 @@ def test_the_readme_capture_example_runs_as_written(tmp_path, monkeypatch):
     graph = graph_io.load(tmp_path / "classifier.json")
     assert graph.metadata["forward_macs"] == 8 * 64 * 2
     assert {op.kind for op in graph.ops} >= {"embedding", "linear"}
+
+
+def test_the_readme_quotes_the_stored_simulator_benchmark():
+    """The figures of "Speed" (the main machine): minimums (medians) of `results/benchmarks/simulator.json`, in ms,
+    one placement to two decimals, a batch of 64 to the millisecond."""
+    runs = json.loads((README.parent / "results" / "benchmarks" / "simulator.json").read_text())["benchmarks"]
+    stats = {b["name"]: b["stats"] for b in runs}
+
+    def ms(test: str, stat: str, digits: int) -> list[str]:
+        return [f"{stats[f'{test}[{kind}]'][stat] * 1e3:.{digits}f}" for kind in ("blocks", "groups", "random")]
+
+    text = " ".join(README.read_text().split("\nSpeed (", 1)[1].split("That machine had", 1)[0].split())
+    one, batch = "test_fast_one_placement_10k_ops_8_devices", "test_fast_batch_of_64_placements_10k_ops_8_devices"
+    a, b = ms(one, "min", 2), ms(one, "median", 2)
+    assert (f"One placement takes {a[0]} ms (minimum; median {b[0]} ms) in contiguous blocks, {a[1]} ms ({b[1]} ms) "
+            f"in random groups of 50 ops, {a[2]} ms ({b[2]} ms) when every op") in text
+    a, b = ms(batch, "min", 0), ms(batch, "median", 0)
+    assert f"does 64 in {' / '.join(a)} ms (medians {' / '.join(b)} ms)" in text
+    a, b = ms("test_public_simulate_10k_ops_8_devices", "min", 2), ms("test_public_simulate_batch_of_64_10k_ops_8_devices",
+                                                                     "min", 0)
+    assert f"`suite.simulate` takes {' / '.join(a)} ms and `suite.simulate_batch` {' / '.join(b)} ms for 64" in text
