@@ -1,5 +1,7 @@
 """ONNX Runtime's own placements as baselines: `ort_cpu` (CPU provider only) and `ort_gpu` (CUDA provider with
-CPU fallback), the analogues of HSDAG's OpenVINO-CPU and OpenVINO-GPU columns (Duan et al., NeurIPS 2024).
+CPU fallback): the framework's own device choice, as OpenVINO's would be in the setting of HSDAG (Duan et al.,
+NeurIPS 2024), which runs placements through OpenVINO. Whether that paper's tables report OpenVINO's own CPU / GPU
+choice as columns is not checked: only its abstract could be read (suite/papers/hsdag2024.toml).
 
 No search, no evaluations: the framework decides.
 
@@ -44,7 +46,7 @@ def _colocate(graph: OpGraph, placement: np.ndarray) -> np.ndarray:
 
 
 class OrtCPU(BasePlacer):
-    """ONNX Runtime's CPU provider: every op on the fastest CPU (HSDAG's OpenVINO-CPU column analogue)."""
+    """ONNX Runtime's CPU provider: every op on the fastest CPU (the framework's own CPU choice)."""
 
     name = "ort_cpu"
 
@@ -58,7 +60,7 @@ class OrtCPU(BasePlacer):
 
 
 class OrtGPU(BasePlacer):
-    """ONNX Runtime's CUDA provider with CPU fallback: where ONNX Runtime runs each op (OpenVINO-GPU analogue)."""
+    """ONNX Runtime's CUDA provider with CPU fallback: where ONNX Runtime runs each op (the framework's own GPU choice)."""
 
     name = "ort_gpu"
     defaults = {"assignment": "auto"}  # "auto": measured where CUDA and a model to run are, else static; or force one

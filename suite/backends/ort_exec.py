@@ -42,8 +42,8 @@ failure where none was running, names none ("out of memory on an unknown device"
 
 Framework placements (`measure_native`): the whole model in one session, with the CPU provider only
 ("ort_cpu") or the CUDA provider with CPU fallback ("ort_gpu"), its inputs staged on the device before the
-timed steps and its outputs bound there, as a placement's steps are; the analogues of HSDAG's OpenVINO-CPU and
-OpenVINO-GPU columns; `native_assignment` reports where ONNX Runtime put each op.
+timed steps and its outputs bound there, as a placement's steps are: the framework's own device choice (see
+baselines/ort_native.py); `native_assignment` reports where ONNX Runtime put each op.
 
 Inference only: onnxruntime has no training sessions (that is the separate onnxruntime-training
 package), so a training workload is refused with a clear error.
