@@ -22,6 +22,9 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
 * an in-place call (`y.mul_(2)`) is read by the nodes after it in y's place, as capture's graph has it:
   on another device than y it overwrites a copy there, which those readers get; on y's device it first
   waits for the earlier readers of y on other devices;
+* a recorded in-place write to a buffer (`self.run.copy_(m)`, `self.buf.add_(x)`, `out=self.buf`) keeps
+  forward's order, by the rule of capture's graph (`suite.capture.fx.BufferOrder`): the nodes that read the
+  buffer after it wait for it, and it waits for those that read the buffer before it;
 * inputs are staged on their input op's device before the timed steps;
 * the modules run in the mode's state that capture traced them in (`suite.capture.fx.mode_flags`: a training
   step keeps a submodule the user put in eval() in eval), their flags restored after each step.
@@ -131,6 +134,7 @@ class ExecGraph:
         self.nodes: list[Node] = list(gm.graph.nodes)
         self.pos = {n: i for i, n in enumerate(self.nodes)}
         self._in_place_reads()
+        self._buffer_order()
         names = _op_names(gm)
         index = graph.index
         # op index of every node that is an op of the graph
@@ -248,6 +252,26 @@ class ExecGraph:
                 join(mutated, n)
             if _shape_only(n):
                 join(n.args[0], n)
+
+    def _buffer_order(self) -> None:
+        """In-place writes to buffers (`self.run.copy_(m)`, `self.buf.add_(x)`, `out=self.buf`) in capture's
+        order (`suite.capture.fx.BufferOrder`), node by node: a get_attr of a buffer after a write waits for
+        that write, and a write for the nodes that read the buffer since the write before (any node but a
+        view, which holds the buffer instead: its readers read it): `buffer_after[i]`. The lanes of the
+        concurrent mode wait for them as for their inputs."""
+        from suite.capture.fx import BufferOrder, _is_view
+
+        order = BufferOrder(self.gm)
+        self.buffer_after: list[list[int]] = []
+        for n in self.nodes:
+            target, earlier = order.write(n)
+            after = [self.pos[r] for r in earlier]
+            if n.op == "get_attr":
+                write = order.attr(n, _fetch_attr(self.gm, str(n.target)))
+                if write is not None:
+                    after.append(self.pos[write])
+            order.visit(n, target, reads=not _is_view(n))
+            self.buffer_after.append(after)
 
     def inputs(self, i: int) -> list[Node]:
         """The nodes node `i` reads, after in-place calls (see `_in_place_reads`)."""
@@ -387,7 +411,7 @@ class TorchExecutor:
             if n.op == "output":
                 self._output = (i, fn)
                 continue
-            before = [eg.pos[a] for a in eg.inputs(i)] + eg.overwrites_after[i]
+            before = [eg.pos[a] for a in eg.inputs(i)] + eg.overwrites_after[i] + eg.buffer_after[i]
             waits = [j for j in dict.fromkeys(before) if eg.nodes[j].op != "placeholder" and lane_of[j] != lane_of[i]]
             self._lanes[lane_of[i]].append((i, fn, waits))
         distinct = {self.tdevs[d] for d in self._lanes}

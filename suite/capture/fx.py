@@ -606,20 +606,16 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
     vals: dict[Node, Value] = {}
     outputs: list[Value] = []
     aliases: dict[Node, list[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
-    written: dict[str, Value] = {}  # buffer -> its value after the last recorded in-place write to it
-    readers: dict[str, list[str]] = {}  # buffer -> the ops that read it since that write
-    holds: dict[Node, str] = {}  # node -> the buffer whose memory its value is (get_attr, a view, a write)
-    buffer_of = {id(_root(t)): name for name, t in gm.named_buffers()}
+    order = BufferOrder(gm)  # forward's order around the in-place writes to buffers
     for node in gm.graph.nodes:
         info = rec.info.get(node)
         outs = tensors(info)
         out_bytes = sum(t.nbytes for t in outs)
         out_shape = outs[0].shape if outs else ()
         ins = [vals[n] for n in _arg_nodes(node)]
-        target = _written_buffer(node, holds)
-        after: list[str] = []
+        target, earlier = order.write(node)
+        after = [names[r] for r in earlier]
         if target is not None:  # write after read: it follows the ops that read the buffer's old value
-            after = readers.pop(target, [])
             if _target_name(node) == "copy_" and node.args and node.args[0] in _arg_nodes(node):
                 i = _arg_nodes(node).index(node.args[0])  # copy_ overwrites its first argument unread: it
                 after += list(ins[i].deps)  # follows that value's producers (an earlier write), reads none
@@ -638,12 +634,8 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
                         f"follow (those of module.parameters() or named_parameters(): a weight penalty, say); "
                         f"it is a constant in the graph, so a training step would miss its gradient: read the "
                         f"parameters as attributes (self.fc.weight) instead")
-                buffer = buffer_of.get(id(_root(obj))) if isinstance(obj, torch.Tensor) else None
-                vals[node] = b.constant()
-                if buffer is not None:  # a buffer, or a view of one that tracing took (self.run[0], .view)
-                    holds[node] = buffer
-                    if buffer in written:  # read after write: it reads that write
-                        vals[node] = b.fold([written[buffer]], out_bytes)
+                write = order.attr(node, obj)  # a buffer's last write (self.run, a view tracing took of it)
+                vals[node] = b.constant() if write is None else b.fold([vals.get(write, Value())], out_bytes)
         elif node.op == "output":
             if training:
                 _check_loss(what, outs, info)
@@ -655,15 +647,7 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
         else:
             vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, out_shape, canon, training,
                                after)
-        if names.get(node) in vals.get(node, Value()).deps:  # an op: it reads the buffers its arguments hold
-            for t in dict.fromkeys(holds[a] for a in _arg_nodes(node) if a in holds):
-                if t != target:
-                    readers.setdefault(t, []).append(names[node])
-        elif _is_view(node) and node.args and node.args[0] in holds:
-            holds[node] = holds[node.args[0]]
-        if target is not None:
-            written[target] = vals.get(node, Value())
-            holds[node] = target
+        order.visit(node, target, reads=names.get(node) in vals.get(node, Value()).deps)  # an op reads
         mutated = _mutated_arg(node)
         if mutated is not None:  # later readers of the mutated tensor, by any of its names, read the result
             for a in _overwritten(aliases, mutated, node):
@@ -706,6 +690,50 @@ def _mutated(node: Node) -> Node | None:
     if node.kwargs.get("inplace") is True or (len(node.args) > 1 and _inplace_by_position(node)):
         return first
     return None
+
+
+class BufferOrder:
+    """Forward's order around the recorded in-place writes to buffers (`self.run.copy_(m)`, `self.buf.add_(x)`,
+    `out=self.buf`), the one rule of capture's graph and of the torch backend's lanes: a read of a buffer
+    after a write reads that write (read after write), and a write follows the nodes that read the buffer
+    since the write before (write after read; `copy_` follows that write too, through its get_attr). Walk the
+    fx graph's nodes in order: for each, `write(node)`, then `attr(node, tensor)` for a get_attr node, then
+    `visit(node, target, reads)`."""
+
+    def __init__(self, gm: GraphModule) -> None:
+        self._buffer_of = {id(_root(t)): name for name, t in gm.named_buffers()}
+        self.holds: dict[Node, str] = {}  # node -> the buffer whose memory its value is (get_attr, a view, a write)
+        self._written: dict[str, Node] = {}  # buffer -> the last write to it
+        self._readers: dict[str, list[Node]] = {}  # buffer -> the nodes that read it since that write
+
+    def write(self, node: Node) -> tuple[str | None, list[Node]]:
+        """The buffer that `node` overwrites (None for a node that writes none) and the nodes that read it
+        since the write before, in order: `node` must follow them."""
+        target = _written_buffer(node, self.holds)
+        return target, (self._readers.pop(target, []) if target is not None else [])
+
+    def attr(self, node: Node, obj: Any) -> Node | None:
+        """For get_attr `node`, whose value is `obj`: where it is a buffer (or a view of one that tracing
+        took, `self.run[0]`, `.view(1, 4)`), the last write to it, which `node` reads; else None (also
+        before the buffer's first write)."""
+        buffer = self._buffer_of.get(id(_root(obj))) if isinstance(obj, torch.Tensor) else None
+        if buffer is None:
+            return None
+        self.holds[node] = buffer
+        return self._written.get(buffer)
+
+    def visit(self, node: Node, target: str | None, reads: bool) -> None:
+        """Record `node`, which overwrites buffer `target` (`write`'s); `reads`: whether it reads the data of
+        the buffers its arguments hold (an op; a view of one holds that buffer instead)."""
+        if reads:
+            for t in dict.fromkeys(self.holds[a] for a in _arg_nodes(node) if a in self.holds):
+                if t != target:
+                    self._readers.setdefault(t, []).append(node)
+        elif _is_view(node) and node.args and node.args[0] in self.holds:
+            self.holds[node] = self.holds[node.args[0]]
+        if target is not None:
+            self._written[target] = node
+            self.holds[node] = target
 
 
 def _written_buffer(node: Node, holds: Mapping[Node, str]) -> str | None:

@@ -505,6 +505,146 @@ def test_a_write_waits_for_the_earlier_readers_of_a_view_of_what_it_writes(three
     _assert_step_as_eager(_ViewReadThenWrite, dmap, {"index_add_": 1}, concurrent=True, runs=5)
 
 
+class _Slow(nn.Module):
+    """A leaf op (it has a capture rule) that holds its lane for 0.2 s: an op of another lane that does not
+    wait for it runs first."""
+
+    def capture_cost(self, inputs, outputs, training):
+        from suite.capture.flops import Cost
+
+        return Cost("slow", 1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.2)
+        return x * 1.0
+
+
+class _BufferWrites(_TwoLinear):
+    """Reads, overwrites, reads, updates and reads a buffer in forward, the writes without gradients (as a
+    running statistic's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow_read, self.slow_write = _Slow(), _Slow()
+        self.register_buffer("run", torch.arange(4.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc1(x)
+        old = self.slow_read(h) + self.run  # reads the old values (and saves none for backward)
+        with torch.no_grad():
+            self.run.copy_(h.mean(0))  # after old's read
+        new = self.fc2(x) + self.run  # reads the first write
+        with torch.no_grad():
+            self.run.add_(self.slow_write(h).sum(0))  # reads the first write, after new's read
+        return (old * new * self.run.view(1, 4)).sum()  # reads the second, through a view tracing took
+
+
+def test_buffer_writes_and_reads_wait_for_each_other_as_capture_orders_them():
+    """The backend orders a buffer's nodes by capture's rule (`suite.capture.fx.BufferOrder`): a get_attr of
+    the buffer after a write waits for the write, a write for the nodes that read the buffer since the write
+    before."""
+    torch.manual_seed(0)
+    rw = from_module(_BufferWrites(), (torch.randn(2, 4),), name="buffer_writes")
+    eg = ExecGraph(rw)
+    got = {n.name: sorted(eg.nodes[j].name for j in eg.buffer_after[i]) for i, n in enumerate(eg.nodes)
+           if eg.buffer_after[i]}
+    *gets, view = [n.name for n in eg.nodes if n.op == "get_attr"]
+    assert gets == ["run", "run_1", "run_2", "run_3"] and view.startswith("_tensor_constant")  # tracing's view
+    assert got == {
+        "copy_": ["add"],  # reads nothing of old's add, follows its read of the old values
+        "run_2": ["copy_"],  # new's read (add_1) of the first write
+        "add_": ["add_1"],  # after new's read (and after copy_, through its get_attr run_3)
+        "run_3": ["copy_"],
+        view: ["add_"],  # the view of the buffer reads the second write
+    }
+    # copy_ and add_ on lanes of their own wait for exactly these nodes (and for their inputs)
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[[g.index["mean"], g.index["copy_"]]] = 1
+    p[[g.index["slow_write"], g.index["sum_1"], g.index["add_"]]] = 2
+    ex = TorchExecutor(rw, local_cluster(3, gpus=False)[1], concurrent=True)
+    ex.apply(p)
+    waits = {eg.nodes[i].name: sorted(eg.nodes[j].name for j in w) for lane in ex._lanes.values()
+             for i, _, w in lane}
+    ex.close()
+    assert waits["copy_"] == ["add"] and waits["add_"] == ["add_1"]
+    assert waits["run_2"] == ["copy_"] and waits["run_3"] == ["copy_"] and waits[view] == ["add_"]
+
+
+def _eager_steps(rw, steps: int) -> tuple[list[torch.Tensor], nn.Module]:
+    """`steps` eager steps of a fresh copy of `rw` (training: SGD with momentum as the backend's): each step's
+    output, and the module after them."""
+    eager = rw.fresh_copy()
+    if not rw.training:
+        return [eager.eager() for _ in range(steps)], eager.module
+    opt = torch.optim.SGD(eager.module.parameters(), lr=1e-3, momentum=0.9)
+    outs = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = eager.module(*eager.inputs)
+        loss.backward()
+        opt.step()
+        outs.append(loss.detach())
+    return outs, eager.module
+
+
+def _assert_steps_as_eager(rw, dmap, placement: np.ndarray, concurrent: bool, steps: int = 2) -> None:
+    """`steps` steps of a fresh copy of `rw` on `placement`: each step's output (training: loss), and the
+    parameters and buffers after them, equal eager PyTorch's."""
+    want, module = _eager_steps(rw, steps)
+    run = rw.fresh_copy()
+    ex = TorchExecutor(run, dmap, concurrent=concurrent)
+    ex.apply(placement)
+    got = [ex.step() for _ in range(steps)]
+    ex.close()
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        torch.testing.assert_close(_fetch(run.module, name).detach(), t.detach(), rtol=1e-6, atol=1e-6)
+
+
+def _fetch(module: nn.Module, name: str) -> torch.Tensor:
+    *path, last = name.split(".")
+    return getattr(module.get_submodule(".".join(path)), last)
+
+
+BUFFER_RACES = {
+    "read late": {"slow_read": 2, "add": 2, "mean": 1, "copy_": 1},  # copy_ at once, add after 0.2 s
+    "write late": {"slow_read": 1, "add": 1, "mean": 1, "copy_": 1},  # copy_ after 0.2 s, add_1 at once
+}
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("race", sorted(BUFFER_RACES))
+def test_a_write_to_a_buffer_and_its_readers_on_other_lanes_compute_as_eager(three_cpus, mode, race):
+    """copy_ on lane 1 while old's add, on lane 2 after a slow op, is still to read the old values, or after
+    a slow op on its lane while new's add_1, on lane 0, is to read what it writes. The lanes did not order a
+    buffer's reads and writes: copy_ overwrote the buffer before add read it, or add_1 read it before copy_
+    wrote it (with a copy_ into a buffer, 2 of 4 placements computed unlike eager PyTorch, concurrent only)."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_BufferWrites(), (torch.randn(2, 4),), name="buffer_writes", mode=mode)
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)  # backward ops with their forward ops (groups)
+    for op, d in BUFFER_RACES[race].items():
+        p[g.groups.get(op, [g.index[op]])] = d
+    _assert_steps_as_eager(rw, dmap, p, concurrent=True)
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_buffer_writes_compute_as_eager_on_random_placements(three_cpus, mode):
+    """Two steps (the second starts from the buffer the first wrote) on random placements, concurrent and
+    sequential: outputs, parameters and the buffer equal eager PyTorch's."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_BufferWrites(), (torch.randn(2, 4),), name="buffer_writes", mode=mode)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        p = random_placement(rw.graph, 3, rng)
+        for concurrent in (True, False):
+            _assert_steps_as_eager(rw, dmap, p, concurrent)
+
+
 def test_backend_measures_with_the_timing_protocol(three_cpus):
     cluster, dmap = three_cpus
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")
