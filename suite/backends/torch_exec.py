@@ -24,7 +24,8 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
   waits for the earlier readers of y on other devices;
 * a recorded in-place write to a buffer (`self.run.copy_(m)`, `self.buf.add_(x)`, `out=self.buf`) keeps
   forward's order, by the rule of capture's graph (`suite.capture.fx.BufferOrder`): the nodes that read the
-  buffer after it wait for it, and it waits for those that read the buffer before it;
+  buffer after it wait for it, and it waits for those that read the buffer before it; it writes the buffer
+  itself, not a copy on its device (`self.buf.mul_(a).add_(b)` with add_ on another device than mul_);
 * inputs are staged on their input op's device before the timed steps;
 * the modules run in the mode's state that capture traced them in (`suite.capture.fx.mode_flags`: a training
   step keeps a submodule the user put in eval() in eval), their flags restored after each step.
@@ -258,13 +259,17 @@ class ExecGraph:
         order (`suite.capture.fx.BufferOrder`), node by node: a get_attr of a buffer after a write waits for
         that write, and a write for the nodes that read the buffer since the write before (any node but a
         view, which holds the buffer instead: its readers read it): `buffer_after[i]`. The lanes of the
-        concurrent mode wait for them as for their inputs."""
-        from suite.capture.fx import BufferOrder, _is_view
+        concurrent mode wait for them as for their inputs. A write gets the tensor it overwrites uncopied
+        from any device (`buffer_written[i]`: that argument), so that it writes the buffer itself."""
+        from suite.capture.fx import BufferOrder, _is_view, _mutated
 
         order = BufferOrder(self.gm)
         self.buffer_after: list[list[int]] = []
-        for n in self.nodes:
+        self.buffer_written: dict[int, Node] = {}
+        for i, n in enumerate(self.nodes):
             target, earlier = order.write(n)
+            if target is not None:
+                self.buffer_written[i] = _mutated(n)
             after = [self.pos[r] for r in earlier]
             if n.op == "get_attr":
                 write = order.attr(n, _fetch_attr(self.gm, str(n.target)))
@@ -450,13 +455,14 @@ class TorchExecutor:
         node_dev = self.node_dev
 
         sub = eg.reads[i]
+        written = eg.buffer_written.get(i)  # the argument that holds the buffer this node overwrites
 
         def fetch_from(env: list[Any], cache: dict) -> Callable[[Node], Any]:
             def fetch(a: Node) -> Any:
                 j = pos[sub.get(a, a)]
                 v = env[j]
                 src = node_dev[j]
-                if tdev is None or (src == d and src >= 0) or not _has_tensor(v):
+                if tdev is None or (src == d and src >= 0) or not _has_tensor(v) or a is written:
                     return v
                 if src < 0 and _on(v, tdev):  # a device-less constant already where it is needed
                     return v

@@ -645,6 +645,33 @@ def test_buffer_writes_compute_as_eager_on_random_placements(three_cpus, mode):
             _assert_steps_as_eager(rw, dmap, p, concurrent)
 
 
+class _ChainedBufferWrite(_TwoLinear):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("run", torch.arange(4.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.run.mul_(self.fc1(x).mean(0)).add_(1.0)  # add_ overwrites mul_'s result: the buffer
+        return (self.fc2(x) * self.run).sum()
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("mul_, add_", [(0, 1), (1, 2)])
+def test_a_write_on_another_device_than_the_write_before_writes_the_buffer(three_cpus, concurrent, mode, mul_,
+                                                                           add_):
+    """`self.run.mul_(m).add_(1)` with add_ on another device than mul_: add_ got a copy of the buffer,
+    which it overwrote, and the buffer kept mul_'s values (fc2's product and the next step read them)."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_ChainedBufferWrite(), (torch.randn(2, 4),), name="chained_buffer_write", mode=mode)
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[g.index["mul_"]], p[g.index["add_"]] = mul_, add_
+    _assert_steps_as_eager(rw, dmap, p, concurrent)
+
+
 def test_backend_measures_with_the_timing_protocol(three_cpus):
     cluster, dmap = three_cpus
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")
