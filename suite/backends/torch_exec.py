@@ -12,7 +12,9 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
   variable's edges) and calls its own replica of the module (same tensors, own attributes), so the
   thread of another device never sees those copies; buffers live with their module (a module called on
   several devices: with its first call), and a call on another device gets copies of them, so what it
-  writes there (a shared BatchNorm's running statistics in a training step) does not reach the module;
+  writes there (a shared BatchNorm's running statistics in a training step) does not reach the module; a
+  tensor that forward reads itself (a buffer `self.mask`, get_attr) lives with the first op that writes it
+  in place, else with its first reader, and a read on another torch device gets a copy;
 * a tensor read on another (logical) device than the one that produced it (alone, or in a list, tuple or
   dict) is copied: `.to(device)` between torch devices, `.clone()` between logical devices mapped to one
   torch device. Each value is copied at most once per step to each device; copies are counted
@@ -356,12 +358,17 @@ class TorchExecutor:
                     for bname, b in list(mod._buffers.items()):
                         if b is not None and b.device != self.tdevs[d]:
                             mod._buffers[bname] = b.to(self.tdevs[d])
-            for i, n in enumerate(eg.nodes):
-                if n.op == "get_attr" and node_dev[i] >= 0:
-                    obj = _fetch_attr(eg.gm, str(n.target))
-                    if isinstance(obj, torch.Tensor) and not isinstance(obj, nn.Parameter):
-                        if obj.device != self.tdevs[node_dev[i]]:
-                            _set_attr_tensor(eg.gm, str(n.target), obj.to(self.tdevs[node_dev[i]]))
+            # a get_attr tensor (self.mask, self.run) once, with its first write, else its first reader; each
+            # get_attr on another torch device reads a copy (see _node_call)
+            written = [j for j in map(eg.pos.get, eg.buffer_written.values()) if eg.nodes[j].op == "get_attr"]
+            home: dict[str, int] = {}
+            for i in [*written, *range(len(eg.nodes))]:
+                if eg.nodes[i].op == "get_attr" and node_dev[i] >= 0:
+                    home.setdefault(str(eg.nodes[i].target), node_dev[i])
+            for target, d in home.items():
+                obj = _fetch_attr(eg.gm, target)
+                if isinstance(obj, torch.Tensor) and not isinstance(obj, nn.Parameter) and obj.device != self.tdevs[d]:
+                    _set_attr_tensor(eg.gm, target, obj.to(self.tdevs[d]))
         # inputs staged on their op's device; forward's *args placeholder takes the rest, as a tuple
         self._staged = []
         rest = list(self.rw.args)
@@ -476,7 +483,16 @@ class TorchExecutor:
 
         if n.op == "get_attr":
             target = str(n.target)
-            return lambda env, cache: _fetch_attr(eg.gm, target)
+            if tdev is None or n in eg.buffer_written.values():  # an in-place write gets the tensor itself
+                return lambda env, cache: _fetch_attr(eg.gm, target)
+
+            def get_attr(env: list[Any], cache: dict) -> Any:
+                t = _fetch_attr(eg.gm, target)
+                if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter) and t.device != tdev:
+                    return move(t, tdev)  # a buffer read on several torch devices lives on one of them
+                return t
+
+            return get_attr
         if n.op == "output":
             return lambda env, cache: map_arg(n.args[0], lambda a: env[pos[sub.get(a, a)]])
         if n.op == "call_module":

@@ -672,6 +672,51 @@ def test_a_write_on_another_device_than_the_write_before_writes_the_buffer(three
     _assert_steps_as_eager(rw, dmap, p, concurrent)
 
 
+class _SharedBuffer(_TwoLinear):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.arange(4.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc1(x) * self.scale + self.fc2(x) * self.scale  # two reads of the buffer: two get_attrs
+
+
+def test_a_buffer_read_on_two_torch_devices_lives_on_one_and_the_other_reads_a_copy(three_cpus):
+    """Each get_attr of the buffer moved it to its reader's torch device in turn: it ended on the last one's,
+    and the first reader got it there (on CPU + GPU: "Expected all tensors to be on the same device"). It
+    lives with its first reader now, and the other reads a counted copy. The meta device stands for the
+    second torch device (its tensors have shapes, no values)."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_SharedBuffer(), (torch.randn(2, 4),), name="shared_buffer")
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[[g.index["mul_1"], g.index["add"]]] = 1
+    ex = TorchExecutor(rw, dmap, concurrent=False)
+    ex.tdevs = [torch.device("cpu"), torch.device("meta"), torch.device("cpu")]
+    ex.apply(p)
+    assert rw.gm.scale.device.type == "cpu"  # with mul, its first reader
+    with torch.no_grad():
+        out = ex.forward()
+    assert out.device.type == "meta" and out.shape == (2, 4)
+    assert (ex.copies.count, ex.copies.bytes) == (3, 32 + 16 + 32)  # fc2's output and the buffer to mul_1, mul's to add
+
+
+@cuda
+def test_a_buffer_read_on_the_cpu_and_the_gpu_computes_as_eager():
+    _, dmap = local_cluster(1)
+    torch.manual_seed(0)
+    rw = from_module(_SharedBuffer(), (torch.randn(2, 4),), name="shared_buffer")
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[[g.index["mul_1"], g.index["add"]]] = 1
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(p)
+    with torch.no_grad():
+        out = ex.forward()
+    torch.testing.assert_close(out.cpu(), rw.eager(), rtol=1e-5, atol=1e-6)
+
+
 def test_backend_measures_with_the_timing_protocol(three_cpus):
     cluster, dmap = three_cpus
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")
