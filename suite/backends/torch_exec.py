@@ -28,7 +28,10 @@ Mapping a placement (one device per `OpGraph` op) onto the fx graph that capture
   forward's order, by the rule of capture's graph (`suite.capture.fx.BufferOrder`): the nodes that read the
   buffer after it wait for it, and it waits for those that read the buffer before it; it writes the buffer
   itself, not a copy on its device (`self.buf.mul_(a).add_(b)` with add_ on another device than mul_);
-* inputs are staged on their input op's device before the timed steps;
+* inputs are staged on their input op's device before the timed steps; an input that forward overwrites
+  in place (`x.div_(255)`, through a view too) is cloned there at each step, so that every step of every
+  placement reads the staged values (the write overwrote the staged input where it ran on the input's
+  device and a copy elsewhere: later steps of some placements read overwritten inputs);
 * the modules run in the mode's state that capture traced them in (`suite.capture.fx.mode_flags`: a training
   step keeps a submodule the user put in eval() in eval), their flags restored after each step.
 
@@ -233,6 +236,7 @@ class ExecGraph:
         readers: dict[Node, list[int]] = {}
         aliases: dict[Node, list[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
         family: dict[Node, list[Node]] = {}  # the nodes that may name one memory, each pointing to one list
+        overwritten: list[Node] = []
 
         def join(a: Node, b: Node) -> None:
             fa, fb = family.setdefault(a, [a]), family.setdefault(b, [b])
@@ -255,6 +259,10 @@ class ExecGraph:
                 join(mutated, n)
             if _shape_only(n):
                 join(n.args[0], n)
+            if mutated is not None:
+                overwritten.append(mutated)
+        # the inputs that forward overwrites in place, by any of their names: each step gets a copy (_forward)
+        self.written_inputs = {self.pos[x] for m in overwritten for x in family.get(m, [m]) if x.op == "placeholder"}
 
     def _buffer_order(self) -> None:
         """In-place writes to buffers (`self.run.copy_(m)`, `self.buf.add_(x)`, `out=self.buf`) in capture's
@@ -579,7 +587,7 @@ class TorchExecutor:
         for i, _ in self.eg.input_ops[len(self._staged):]:  # arguments left at their defaults
             env[i] = self.eg.nodes[i].args[0] if self.eg.nodes[i].args else None
         for (i, _), x in zip(self.eg.input_ops, self._staged, strict=False):
-            env[i] = x
+            env[i] = _clone(x) if i in self.eg.written_inputs else x  # the staged inputs stay as staged
         cache: dict = {}
         if self._concurrent_now and node_hook is None and timer is None:
             return self._forward_lanes(env, cache)
@@ -671,6 +679,17 @@ def _to(v: Any, tdev: torch.device) -> Any:
         return type(v)(_to(x, tdev) for x in v)
     if isinstance(v, dict):
         return {k: _to(x, tdev) for k, x in v.items()}
+    return v
+
+
+def _clone(v: Any) -> Any:
+    """`v` with its tensors (in lists, tuples and dicts too) cloned."""
+    if isinstance(v, torch.Tensor):
+        return v.clone()
+    if isinstance(v, list | tuple):
+        return type(v)(_clone(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _clone(x) for k, x in v.items()}
     return v
 
 

@@ -717,6 +717,38 @@ def test_a_buffer_read_on_the_cpu_and_the_gpu_computes_as_eager():
     torch.testing.assert_close(out.cpu(), rw.eager(), rtol=1e-5, atol=1e-6)
 
 
+class _HalvesItsInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(0.5)  # overwrites the caller's tensor
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+@pytest.mark.parametrize("mul_", [0, 1])
+def test_every_step_reads_the_staged_inputs_whatever_writes_them_in_place(three_cpus, concurrent, mul_):
+    """`x.mul_(0.5)` on x's device overwrote the staged input, so each step halved it again (its output
+    drifted, and after some 126 steps it computed on denormal numbers); on another device it overwrote a copy
+    and every step read the same input. Now every placement's steps read the staged values: each step's
+    output is eager PyTorch's first call's."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_HalvesItsInput(), (torch.randn(2, 4),), name="halves_its_input")
+    want = rw.fresh_copy().eager()
+    p = np.zeros(rw.graph.num_ops, dtype=np.int64)
+    p[rw.graph.index["mul_"]] = mul_
+    ex = TorchExecutor(rw, dmap, concurrent=concurrent)
+    ex.apply(p)
+    staged = ex._staged[0].clone()
+    for _ in range(3):
+        torch.testing.assert_close(ex.step(), want, rtol=0, atol=0)
+    ex.close()
+    torch.testing.assert_close(ex._staged[0], staged, rtol=0, atol=0)
+
+
 def test_backend_measures_with_the_timing_protocol(three_cpus):
     cluster, dmap = three_cpus
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")
