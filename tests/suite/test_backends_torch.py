@@ -506,8 +506,12 @@ def test_a_write_waits_for_the_earlier_readers_of_a_view_of_what_it_writes(three
 
 
 class _Slow(nn.Module):
-    """A leaf op (it has a capture rule) that holds its lane for 0.2 s: an op of another lane that does not
-    wait for it runs first."""
+    """A leaf op (it has a capture rule) that holds its lane for `delay` seconds: an op of another lane that
+    does not wait for it runs first."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
 
     def capture_cost(self, inputs, outputs, training):
         from suite.capture.flops import Cost
@@ -515,7 +519,7 @@ class _Slow(nn.Module):
         return Cost("slow", 1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(0.2)
+        time.sleep(self.delay)
         return x * 1.0
 
 
@@ -523,9 +527,9 @@ class _BufferWrites(_TwoLinear):
     """Reads, overwrites, reads, updates and reads a buffer in forward, the writes without gradients (as a
     running statistic's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.2) -> None:
         super().__init__()
-        self.slow_read, self.slow_write = _Slow(), _Slow()
+        self.slow_read, self.slow_write = _Slow(delay), _Slow(delay)
         self.register_buffer("run", torch.arange(4.0))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -637,7 +641,7 @@ def test_buffer_writes_compute_as_eager_on_random_placements(three_cpus, mode):
     sequential: outputs, parameters and the buffer equal eager PyTorch's."""
     _, dmap = three_cpus
     torch.manual_seed(0)
-    rw = from_module(_BufferWrites(), (torch.randn(2, 4),), name="buffer_writes", mode=mode)
+    rw = from_module(_BufferWrites(delay=0.0), (torch.randn(2, 4),), name="buffer_writes", mode=mode)
     rng = np.random.default_rng(0)
     for _ in range(3):
         p = random_placement(rw.graph, 3, rng)
