@@ -68,6 +68,14 @@ class Backend(Protocol):
     def measure_batch(self, placements: np.ndarray) -> list[Measurement]: ...
 
 
+def _over_capacity(device: str, need: int, capacity: int) -> str:
+    """`device needs X of Y`; when the two round to the same text, the bytes over are added
+    (`needs 11.17 GiB of 11.17 GiB (4096 bytes over)`), so the message shows that need exceeds capacity."""
+    a, b = human_bytes(need), human_bytes(capacity)
+    extra = f" ({human_bytes(need - capacity)} over)" if a == b else ""
+    return f"{device} needs {a} of {b}{extra}"
+
+
 class SimulatorBackend:
     """The built-in simulator as a backend (deterministic: one sample per measurement)."""
 
@@ -86,7 +94,7 @@ class SimulatorBackend:
         msg = ""
         if r.status == "oom":
             over = [
-                f"{n} needs {human_bytes(p)} of {human_bytes(c)}"
+                _over_capacity(n, int(p), int(c))
                 for n, p, c in zip(names, r.peak_memory_bytes, r.capacity_bytes, strict=True)
                 if p > c
             ]

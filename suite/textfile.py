@@ -106,12 +106,16 @@ def as_float(value: Any) -> float:
 
 
 def human_bytes(n: float) -> str:
-    """Bytes with two decimals in the largest unit (GiB, MiB, KiB) that is at most the number."""
+    """Bytes with two decimals in the largest unit (GiB, MiB, KiB) that shows at least 1.00; under 1 KiB,
+    exact bytes. The unit follows the rounded value: 2**20 - 1 bytes is 1.00 MiB, not 1024.00 KiB."""
     n = int(n)
+    if n < 2**10:
+        return f"{n} bytes"
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} bytes"
+        x = float(f"{n / scale:.2f}")
+        if x >= 1.0 or unit == "KiB":
+            return f"{x:.2f} {unit}"
+    raise AssertionError("unreachable")
 
 
 def short_repr(value: Any) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from suite import report
 from suite.report import Cell, ReportError, format_seconds
+from suite.textfile import human_bytes
 
 
 def _row(w, p, status, t=None, seed=0, cluster="c1"):
@@ -153,6 +154,18 @@ def test_latex_and_html_escape_and_mark_failures():
 )
 def test_format_seconds(seconds, text):
     assert format_seconds(seconds) == text
+
+
+@pytest.mark.parametrize(
+    "n, text",
+    [(0, "0 bytes"), (1023, "1023 bytes"), (1024, "1.00 KiB"), (1536, "1.50 KiB"),
+     # the unit follows the rounded value: just under 1 MiB or 1 GiB rounds up to it
+     (2**20 - 6, "1.00 MiB"), (2**20 - 1, "1.00 MiB"), (2**20, "1.00 MiB"),
+     (2**20 - 5300, "1018.82 KiB"), (2**30 - 1, "1.00 GiB"), (2**30 - 6 * 2**20, "1018.00 MiB"),
+     (5 * 2**30, "5.00 GiB")],
+)
+def test_human_bytes(n, text):
+    assert human_bytes(n) == text
 
 
 def test_seed_aggregation():

@@ -247,6 +247,18 @@ def test_the_oom_message_names_only_the_devices_over_capacity(uniform_cluster):
     assert m.peak_memory_bytes == {"d0": 1000, "d1": 1001}
 
 
+def test_the_oom_message_shows_the_overflow_when_need_and_capacity_round_equal(uniform_cluster):
+    # capacity 11.17 GiB (11993692405 bytes, rounded); d1 holds 4096 bytes more: both show as 11.17 GiB.
+    cap = 11993692405
+    g = OpGraph.build("params", [Op("a", "x", flops=G, param_bytes=cap - 1), Op("b", "x", flops=G, param_bytes=cap + 4096)], [])
+    m = Evaluator(g, uniform_cluster(2, memory_bytes=cap)).measure([0, 1])
+    assert m.message == "out of memory: d1 needs 11.17 GiB of 11.17 GiB (4.00 KiB over)"
+    # 2 GiB of 1 GiB: plainly over, no overflow added
+    g = OpGraph.build("params", [Op("a", "x", flops=G, param_bytes=2**31)], [])
+    m = Evaluator(g, uniform_cluster(1, memory_bytes=2**30)).measure([0])
+    assert m.message == "out of memory: d0 needs 2.00 GiB of 1.00 GiB"
+
+
 def test_measure_is_oom_whichever_repetition_is(tiny_graph, tiny_cluster):
     oom = Measurement(status="oom", step_time_s=8.0, samples_s=(8.0,), oom_devices=("gpu:0",), message="over")
     m = Evaluator(tiny_graph, tiny_cluster, backend=Scripted(_ok(1.0), oom, _ok(3.0))).measure([0, 0, 0, 0], repetitions=3)
