@@ -374,7 +374,7 @@ class PlacetoSearch:
             starts = self.features.group_starts(placement.numpy())  # kept for the update: simulated once
             with torch.no_grad():
                 x = self.features(placement, visits, current, starts)
-                a, _, _ = masked_categorical(self.policy(x, current), self.mask[v], generator=self.generator)
+                a, _, _ = masked_categorical(self._logits(x, current), self.mask[v], generator=self.generator)
             states.append((placement.clone(), visits.clone(), starts))
             actions.append(a)
             placement[:, v] = a
@@ -390,6 +390,16 @@ class PlacetoSearch:
         self._update(states, torch.stack(actions, dim=1), rewards, G)
         return True
 
+    def _logits(self, x: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+        """The policy's logits; a `PlacebenchError` if any is not finite (the weights diverged: lr too high)."""
+        logits = self.policy(x, current)
+        if not bool(torch.isfinite(logits).all()):
+            when = f"after update {self.updates}" if self.updates else "before any update"
+            raise PlacebenchError(
+                f"placeto: the policy diverged {when}: its output is not finite "
+                f"(lr {self.params['lr']!r} is too high for this problem; lower it)")
+        return logits
+
     def _update(self, states: list, actions: torch.Tensor, rewards: np.ndarray, G: int) -> None:
         """REINFORCE on the batch, with the per-step baseline over the last batches."""
         p = self.params
@@ -402,7 +412,7 @@ class PlacetoSearch:
         visits = torch.stack([s[1] for s in states], dim=1).reshape(k * T, G)
         starts = np.stack([s[2] for s in states], axis=1).reshape(k * T, G)
         current = torch.as_tensor(self.order).repeat(k)
-        logits = self.policy(self.features(placement, visits, current, starts), current)
+        logits = self._logits(self.features(placement, visits, current, starts), current)
         _, logp, ent = masked_categorical(logits, self.mask[current], actions=actions.reshape(-1))
         weight = torch.as_tensor(adv.reshape(-1), dtype=logp.dtype)
         loss = -(weight * logp).sum() / k - float(p["entropy_coef"]) * ent.sum() / k
@@ -421,7 +431,7 @@ class PlacetoSearch:
         with torch.no_grad():
             for v in self.order:
                 current = torch.tensor([int(v)])
-                logits = self.policy(self.features(placement, visits, current), current)
+                logits = self._logits(self.features(placement, visits, current), current)
                 a, _, _ = masked_categorical(logits, self.mask[v], greedy=True)
                 placement[0, v] = a[0]
                 visits[0, v] += 1

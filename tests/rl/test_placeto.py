@@ -234,6 +234,16 @@ def test_initial_modes_spend_the_budget_exactly(initial, train2, k80x2, make_pro
     assert result.info["episodes"] == result.info["updates"] >= 1
 
 
+def test_a_diverged_policy_ends_the_search_with_a_clear_error(train2, k80x2, make_problem):
+    """At lr 10 (the top of its range) one Adam step makes the message-passing embeddings overflow: the
+    next episode's logits are not finite. The search stops there with a message naming the cause, not
+    torch's 'probability tensor contains either inf, nan or element < 0'."""
+    problem, budget = make_problem(train2, k80x2, max_evaluations=100)
+    with pytest.raises(PlacebenchError, match=r"placeto: the policy diverged after update 1: its output is not "
+                                              r"finite \(lr 10.0 is too high"):
+        PlacetoPlacer(lr=10.0, grouping="colocation").place(problem, budget, seed=0)
+
+
 def test_registered_and_checked():
     assert "placeto" in placer_names()
     assert make_placer("placeto", rounds=2).params["rounds"] == 2
