@@ -825,6 +825,16 @@ def test_evaluate_one(tiny_files):
     assert (rec["status"], rec["step_time_s"], rec["placement"]) == ("ok", 4.0, [0, 0, 0, 0])
 
 
+def test_each_cell_runs_its_placer_with_its_own_seed(tiny_files, write_spec, harness_plugin):
+    """harness_search's one evaluation is its seed's first random placement (numpy's default_rng, 2 devices):
+    seed 1 gives [0, 1, 1, 1], seed 2 [1, 0, 0, 0]; the row of each seed holds its own."""
+    spec = write_spec("seeds", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=[{"name": "harness_search", "params": {"evaluations": 1}}], seeds=[1, 2],
+                      plugins=[harness_plugin])
+    records = [runner.run_cell(c) for c in runner.make_plan(runner.load_spec(str(spec))).cells]
+    assert [(r["seed"], r["placement"]) for r in records] == [(1, [0, 1, 1, 1]), (2, [1, 0, 0, 0])]
+
+
 def test_a_setup_timeout_says_how_long_setup_was_given(tiny_files, monkeypatch):
     """Setup (before the placer starts) may take the boot allowance plus the cell timeout; the row said "took
     over {boot allowance} s", short by the whole cell timeout (180 s said where 1080 s had passed)."""
