@@ -308,7 +308,8 @@ class Evaluator:
         ms = [self.backend.measure(arr) for _ in range(reps)]
         if reps == 1:
             return ms[0]
-        samples = tuple(s for m in ms for s in m.samples_s)
+        # each repetition's samples; its step time where it gave none (samples_s is optional)
+        samples = tuple(s for m in ms for s in (m.samples_s or ((m.step_time_s,) if m.step_time_s is not None else ())))
         worst = next((m for m in ms if m.status != "ok"), ms[0])  # one OOM repetition makes the result OOM
         return Measurement(
             status=worst.status,

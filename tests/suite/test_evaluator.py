@@ -190,6 +190,14 @@ def test_measure_repetitions_take_the_methodologys_statistic(tiny_graph, tiny_cl
     assert ev.measure([0, 0, 0, 0], repetitions=3).step_time_s == 4.0  # not the median, 3.0
 
 
+def test_measure_repetitions_of_a_backend_that_gives_no_samples_take_its_step_times(tiny_graph, tiny_cluster):
+    """samples_s is optional: a backend that gives only step times 1, 3 and 8 s is measured as three samples
+    (median 3 s); it was an 'ok' measurement without a step time, a ValueError."""
+    answers = [Measurement(status="ok", step_time_s=t) for t in (1.0, 3.0, 8.0)]
+    m = Evaluator(tiny_graph, tiny_cluster, backend=Scripted(*answers)).measure([0, 0, 0, 0], repetitions=3)
+    assert (m.status, m.step_time_s, m.samples_s) == ("ok", 3.0, (1.0, 3.0, 8.0))
+
+
 def test_measure_repetitions_default_to_the_methodologys(tiny_graph, tiny_cluster):
     three = replace(load_methodology(), repetitions=3)
     backend = Scripted(_ok(1.0), _ok(3.0), _ok(8.0))
