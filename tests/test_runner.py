@@ -835,6 +835,13 @@ def test_each_cell_runs_its_placer_with_its_own_seed(tiny_files, write_spec, har
     assert [(r["seed"], r["placement"]) for r in records] == [(1, [0, 1, 1, 1]), (2, [1, 0, 0, 0])]
 
 
+def test_a_placement_file_is_measured_under_the_methodology_given(tiny_files, tmp_path):
+    (tmp_path / "p.json").write_text("[0, 0, 0, 0]")
+    rec = runner.measure_placement(str(tiny_files["diamond"]), str(tiny_files["cluster"]), tmp_path / "p.json",
+                                   methodology="v1-fidelity-light")
+    assert (rec["status"], rec["step_time_s"], rec["methodology"]) == ("ok", 4.0, "placebench-methodology-v1-fidelity-light")
+
+
 def test_a_setup_timeout_says_how_long_setup_was_given(tiny_files, monkeypatch):
     """Setup (before the placer starts) may take the boot allowance plus the cell timeout; the row said "took
     over {boot allowance} s", short by the whole cell timeout (180 s said where 1080 s had passed)."""
