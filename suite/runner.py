@@ -754,6 +754,8 @@ def _load_cached(cell: Cell) -> tuple[OpGraph, Cluster]:
     cluster = _CLUSTERS.get(cell.cluster_ref)
     if cluster is None:
         cluster = _CLUSTERS[cell.cluster_ref] = suite.load_cluster(cell.cluster_ref)
+    if cluster.content_hash != cell.key["cluster_hash"]:
+        raise SpecError(f"cluster {cell.cluster_ref!r} changed since the run was planned")
     return graph, cluster
 
 
