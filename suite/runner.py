@@ -1114,7 +1114,8 @@ def execute(
                     w.submit(cell)  # a fresh worker's pipe takes it; if it dies at once, that shows below
                 busy.append(w)
             wait_s = max(0.0, min(w.deadline for w in busy) - time.perf_counter())
-            handles = [w.conn for w in busy] + [w.proc.sentinel for w in busy]
+            # a worker whose first send failed has a closed pipe (wait() would raise): its sentinel shows it
+            handles = [w.conn for w in busy if not w.conn.closed] + [w.proc.sentinel for w in busy]
             multiprocessing.connection.wait(handles, timeout=min(wait_s, 5.0))
             for w in list(busy):
                 cell = w.cell

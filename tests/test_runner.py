@@ -856,6 +856,23 @@ def test_a_placement_file_is_measured_under_the_methodology_given(tiny_files, tm
     assert (rec["status"], rec["step_time_s"], rec["methodology"]) == ("ok", 4.0, "placebench-methodology-v1-fidelity-light")
 
 
+def test_a_worker_gone_before_its_first_cell_arrives_gives_an_error_row(tiny_files, write_spec, monkeypatch):
+    """A fresh worker that is gone when its first cell is sent (its pipe closed by `kill`): the cell is an error
+    row saying how the worker ended; the run raised OSError ('handle is closed') from waiting on that pipe."""
+
+    def send_to_a_dead_worker(self, cell):
+        self.cell, self.submitted, self.started = cell, time.perf_counter(), None
+        self.kill()
+        return False
+
+    monkeypatch.setattr(runner._Worker, "submit", send_to_a_dead_worker)
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])], placers=["single_cpu"])
+    records = []
+    runner.execute(runner.make_plan(runner.load_spec(str(spec))).cells, on_done=records.append, rerun_hint="")
+    assert [(r["status"], r["message"]) for r in records] == [
+        ("error", "worker killed by signal 9 (SIGKILL; the host's out-of-memory killer sends this)")]
+
+
 def test_a_setup_timeout_says_how_long_setup_was_given(tiny_files, monkeypatch):
     """Setup (before the placer starts) may take the boot allowance plus the cell timeout; the row said "took
     over {boot allowance} s", short by the whole cell timeout (180 s said where 1080 s had passed)."""
