@@ -134,6 +134,16 @@ def test_failures_are_statuses_with_penalty_scores(problem, uniform_cluster):
     assert ev.evaluations_used == 2  # invalid placements cost an evaluation too
 
 
+def test_the_penalties_are_the_methodologys_failure_multiple_of_the_serial_bound(problem, uniform_cluster):
+    # failure_multiple 3, serial bound 5 s: invalid 2 x 3 x 5 = 30 s, OOM 3 x 5 = 15 s + its step time
+    g, _ = problem
+    three = replace(load_methodology(), failure_multiple=3.0)
+    ev = Evaluator(g, uniform_cluster(2, memory_bytes=1500), Budget(max_evaluations=10, max_seconds=60), methodology=three)
+    assert ev.failure_score_s == 15.0 and ev.score(ev.evaluate([0, 0])) == 30.0
+    oom = ev.evaluate([0, 1, 0])
+    assert oom.status == "oom" and ev.score(oom) == 15.0 + oom.step_time_s
+
+
 def test_measure_is_outside_the_budget(problem):
     g, c = problem
     ev = Evaluator(g, c, Budget(max_evaluations=1, max_seconds=60))
