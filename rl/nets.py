@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from suite.errors import PlacebenchError
+
 
 class PolicyOutput(NamedTuple):
     actions: torch.Tensor  # int64 [B, G]
@@ -41,7 +43,10 @@ def masked_categorical(
     """Choose from logits [B, D] with a bool mask [B, D] or [D]: (action [B], log_prob [B], entropy [B]).
 
     `actions` given: score them (PPO, teacher forcing); `greedy`: argmax; else sample with `generator`.
+    A logit of an allowed device that is not finite (the policy's weights diverged) is a `PlacebenchError`.
     """
+    if not bool(torch.isfinite(logits.masked_fill(~mask, 0.0)).all()):
+        raise PlacebenchError("the policy's output is not finite: its weights diverged (lower the learning rate)")
     logits = logits.masked_fill(~mask, float("-inf"))
     logp = torch.log_softmax(logits, dim=-1)
     p = logp.exp()

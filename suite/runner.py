@@ -1228,7 +1228,7 @@ def run(
     jobs: int = 1,
     force: bool = False,
     retry_failed: bool = False,
-    on_plan: Callable[[int, int, int], None] | None = None,
+    on_plan: Callable[[int, int, int, int], None] | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
     on_start: Callable[[Cell], None] | None = None,
     select: Callable[[Cell], bool] | None = None,

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rl.nets import Seq2SeqPolicy, masked_categorical
+from suite.errors import PlacebenchError
 
 
 def policy_and_inputs(seed=0):
@@ -104,3 +105,13 @@ def test_attention_context_drives_the_logits():
     for t, a in enumerate(actions[0].tolist()):
         expected += torch.log_softmax(logits.masked_fill(~mask[t], float("-inf")), -1)[a].item()
     assert out.log_prob.item() == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_logit_of_an_allowed_device_is_a_clear_error(bad):
+    mask = torch.tensor([[True, True, False]])
+    with pytest.raises(PlacebenchError, match="not finite"):
+        masked_categorical(torch.tensor([[0.0, bad, 0.0]]), mask)
+    # a masked device's logit is never read: NaN there is fine and the allowed devices are sampled as before
+    a, lp, _ = masked_categorical(torch.tensor([[0.0, 0.0, bad]]), mask, greedy=True)
+    assert a.tolist() == [0] and lp.item() == pytest.approx(math.log(0.5))
