@@ -13,7 +13,11 @@ around it: the ops that read the buffer after it (or a view of it) read it, an e
 read (a data dependence: on another device they need the new values); it follows the ops that read the
 buffer since the write before (or since the start), by edges of 0 bytes (an order only: it reads nothing of
 theirs; no gradient flows along them), and `copy_` follows the write before, which it overwrites unread, the
-same way. Until the first write a buffer is a constant. Example
+same way. Until the first write a buffer is a constant. A value that forward computes from such a buffer
+alone (`self.buf * 2.0`, `self.buf.sum()`, before or after the write) is traced as a node reading the buffer
+where forward reads it (torch.fx would compute it once, while tracing, and keep the stale result), so the
+backends compute it at each step, as eager PyTorch does; a branch on its values (`if self.buf.sum() > 0:`)
+is refused by torch.fx. Example
 inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
 values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which
 keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
@@ -81,6 +85,7 @@ import torch
 import torch.nn as nn
 from torch.fx import GraphModule, Interpreter, Node, Proxy, Tracer
 from torch.fx.node import map_aggregate
+from torch.overrides import TorchFunctionMode
 
 from suite.capture import CAPTURE_VERSION
 from suite.capture.flops import (
@@ -265,19 +270,51 @@ def _resolve(x: Any, info: Mapping[Node, Any]) -> Any:
 
 
 def trace(module: nn.Module, num_inputs: int | None = None, keywords: Collection[str] = (),
-          constants: Mapping[str, Any] | None = None) -> GraphModule:
+          constants: Mapping[str, Any] | None = None, written: Collection[torch.Tensor] = ()) -> GraphModule:
     """Symbolically trace `module` with the capture tracer (GraphError if torch.fx cannot). With `num_inputs`,
     the arguments of `forward` after the first `num_inputs` that have defaults, except those named in
     `keywords` (tensor inputs given by keyword), are traced with their default values (`mask=None`:
-    `if mask is not None` takes the branch the call takes), and those in `constants` with the values given."""
+    `if mask is not None` takes the branch the call takes), and those in `constants` with the values given.
+    A tensor computed from the buffers in `written` (those forward writes) alone is a node (`_BufferReads`)."""
     tracer = CaptureTracer()
     concrete = {**(_defaults_after(module, num_inputs, keywords) or {}), **(constants or {})} or None
+    reads = _BufferReads(tracer, written) if written else contextlib.nullcontext()
     try:
-        with _transformer_layers_traceable(), torch.enable_grad():
+        with _transformer_layers_traceable(), torch.enable_grad(), reads:
             graph = tracer.trace(module, concrete_args=concrete)
     except Exception as exc:  # noqa: BLE001 - fx raises many kinds; report one clear error
         raise GraphError(f"torch.fx cannot trace {type(module).__name__}: {exc}{_where(exc)}") from exc
     return GraphModule(tracer.root, graph)
+
+
+class _BufferReads(TorchFunctionMode):
+    """While tracing: a torch call on tensors none of which is traced, one of them a buffer in `written` (or a view
+    of one), that returns a new tensor (`self.buf * 2.0`, `self.buf.sum()`, `torch.cat([self.buf, c])`) is
+    recorded as a node reading the buffer there (a get_attr made at that call), instead of computed once by
+    torch.fx into a constant that the graph and the backends would read at every step, stale after forward's
+    write. Calls that return no tensor (sizes, dtype), a view of the buffer (`self.buf[0]`, which capture
+    follows as the buffer) or an attribute (`self.buf.T`, `.data`) are left to run."""
+
+    def __init__(self, tracer: Tracer, written: Collection[torch.Tensor]) -> None:
+        super().__init__()
+        self.tracer = tracer
+        self.written = {id(_root(t)) for t in written}
+
+    def _reads(self, x: Any) -> bool:
+        return isinstance(x, torch.Tensor) and id(_root(x)) in self.written
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        given = collect((args, kwargs), torch.Tensor)
+        if collect((args, kwargs), Proxy) or not any(map(self._reads, given)):
+            return result
+        made = collect(result, torch.Tensor)
+        if not made or all(map(self._reads, made)) or getattr(func, "__name__", "") == "__get__":
+            return result  # no tensor, a view of the buffer, an attribute (.data, .T)
+        as_node = lambda x: Proxy(self.tracer.create_arg(x), self.tracer) if self._reads(x) else x  # noqa: E731
+        args, kwargs = map_aggregate((args, kwargs), as_node)
+        return Proxy.__torch_function__(func, (Proxy,), args, kwargs)
 
 
 @contextlib.contextmanager
@@ -515,6 +552,11 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
     try:  # tracing runs forward's Python code: what it does to a buffer is done for real, and not recorded
         gm = trace(root, len(example_inputs), keywords, constants)
         _check_buffers_untouched(what, kept)
+        written = BufferOrder.written(gm)
+        if written:  # again, with what forward computes from those buffers alone as nodes (`_BufferReads`)
+            buffers = dict(gm.named_buffers())
+            gm = trace(root, len(example_inputs), keywords, constants, [buffers[k] for k in written])
+            _check_buffers_untouched(what, kept)
     finally:
         _restore(kept)
     return root, gm, args
@@ -705,6 +747,19 @@ class BufferOrder:
         self.holds: dict[Node, str] = {}  # node -> the buffer whose memory its value is (get_attr, a view, a write)
         self._written: dict[str, Node] = {}  # buffer -> the last write to it
         self._readers: dict[str, list[Node]] = {}  # buffer -> the nodes that read it since that write
+
+    @staticmethod
+    def written(gm: GraphModule) -> list[str]:
+        """The buffers that `gm` writes in place (recorded writes), in order of their first write."""
+        order, out = BufferOrder(gm), []
+        for node in gm.graph.nodes:
+            target, _ = order.write(node)
+            if node.op == "get_attr":
+                order.attr(node, _fetch_attr(gm, str(node.target)))
+            order.visit(node, target, reads=not _is_view(node))
+            if target is not None and target not in out:
+                out.append(target)
+        return out
 
     def write(self, node: Node) -> tuple[str | None, list[Node]]:
         """The buffer that `node` overwrites (None for a node that writes none) and the nodes that read it

@@ -676,6 +676,34 @@ def test_a_write_on_another_device_than_the_write_before_writes_the_buffer(three
     _assert_steps_as_eager(rw, dmap, p, concurrent)
 
 
+class _BufferAlone(_TwoLinear):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("run", torch.arange(4.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        old = self.run * 2.0  # from the buffer alone, before the write: the last step's values
+        with torch.no_grad():
+            self.run.copy_(self.fc1(x).mean(0))
+        return (self.fc2(x) * old + self.run.sum()).sum()  # self.run.sum(): from the buffer alone, after it
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_values_computed_from_a_written_buffer_alone_compute_as_eager(three_cpus, concurrent, mode):
+    """torch.fx computed `self.run * 2.0` and `self.run.sum()` once, while tracing, into constants: every step
+    read the initial buffer's (old: [0, 2, 4, 6] at each step, the sum 6), where eager reads the buffer that
+    the write (this step's, or the last step's) left. Three steps on 3 devices equal eager's."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_BufferAlone(), (torch.randn(2, 4),), name="buffer_alone", mode=mode)
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    for op, d in {"fc1": 1, "mean": 1, "copy_": 1, "fc2": 2}.items():
+        p[g.groups.get(op, [g.index[op]])] = d
+    _assert_steps_as_eager(rw, dmap, p, concurrent, steps=3)
+
+
 class _SharedBuffer(_TwoLinear):
     def __init__(self) -> None:
         super().__init__()

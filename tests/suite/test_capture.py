@@ -1761,6 +1761,53 @@ def test_a_copy_into_a_buffer_follows_the_write_before_and_reads_nothing_of_it()
     }
 
 
+class _ScaledRun(nn.Module):
+    """Writes a buffer, then computes from the buffer alone (`self.run * 2.0`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("run", torch.ones(4))
+
+    def forward(self, x):
+        y = self.fc(x)  # 2 x 4 fp32: 32 bytes
+        self.run.copy_(y.mean(0))  # 16 bytes
+        return y * (self.run * 2.0)
+
+
+def test_a_value_computed_from_a_written_buffer_alone_reads_the_write():
+    """torch.fx computed `self.run * 2.0` once, while tracing, from the buffer's old values, into a constant:
+    the graph had no edge from the write (and no op for the product), and the traced module that the torch
+    backend runs returned the stale product at every call. Now the product is an op reading the write, and
+    the traced module computes it from the buffer at each call, as eager PyTorch."""
+    from suite.capture.fx import traced_module
+
+    x = torch.randn(2, 4)
+    g = capture(_ScaledRun(), (x,), name="scaled")
+    assert _named_edges(g) == {
+        ("x", "fc", 32), ("fc", "mean", 32), ("mean", "copy_", 16),
+        ("copy_", "mul", 16), ("fc", "mul_1", 32), ("mul", "mul_1", 16),
+    }
+    model = _ScaledRun()
+    gm, _ = traced_module(model, (x,))
+    assert not [n.target for n in gm.graph.nodes if n.op == "get_attr" and str(n.target).startswith("_tensor")]
+    with torch.no_grad():
+        y = model.fc(x)
+        torch.testing.assert_close(gm(x), y * (y.mean(0) * 2.0), rtol=0, atol=0)
+
+
+class _BranchOnRun(_ScaledRun):
+    def forward(self, x):
+        y = self.fc(x)
+        self.run.copy_(y.mean(0))
+        return y * 2.0 if self.run.sum() > 0 else y  # a branch tracing would take once, on the old values
+
+
+def test_a_branch_on_a_written_buffers_values_is_refused():
+    with pytest.raises(GraphError, match="control flow"):
+        capture(_BranchOnRun(), (torch.randn(2, 4),), name="branch")
+
+
 def test_buffers_that_forward_only_reads_pass_the_check_whatever_they_hold():
     """The check that tracing left the buffers alone compares their bytes: a NaN buffer is unchanged, and a
     sparse buffer is compared by value (its bytes cannot be viewed: a RuntimeError)."""
