@@ -383,7 +383,11 @@ class _Walk:
         self.vals: dict[Node, Any] = {}  # a Value per node; a list of them for a region's outputs
         # buffer writes, as the fx capture orders them (see there): the buffer whose memory a node's value is
         # (its placeholder, a view of it, an in-place call on it; a list for a region's outputs), and the ops
-        # that read each buffer since its last write
+        # that read each buffer since its last write. The rule is fx's `BufferOrder`, not shared with it: here
+        # a buffer is a placeholder, not a get_attr known by its tensor; a read after a write reads the write's
+        # node (exported graphs thread it as a value), where fx reads a get_attr placed after the write; writes
+        # and views are known by ATen schemas, and some writes return no buffer (batch_norm); regions pass
+        # buffers through their placeholders and outputs
         self.holds: dict[Node, Any] = {}
         self.readers: dict[str, list[str]] = {}
 
