@@ -14,10 +14,10 @@ read (a data dependence: on another device they need the new values); it follows
 buffer since the write before (or since the start), by edges of 0 bytes (an order only: it reads nothing of
 theirs; no gradient flows along them), and `copy_` follows the write before, which it overwrites unread, the
 same way. Until the first write a buffer is a constant. A value that forward computes from such a buffer
-alone (`self.buf * 2.0`, `self.buf.sum()`, before or after the write) is traced as a node reading the buffer
-where forward reads it (torch.fx would compute it once, while tracing, and keep the stale result), so the
-backends compute it at each step, as eager PyTorch does; a branch on its values (`if self.buf.sum() > 0:`)
-is refused by torch.fx. Example
+alone (`self.buf * 2.0`, `self.buf.sum()`, `self.buf.view(1, 4)`, before or after the write) is traced as a
+node reading the buffer where forward reads it (torch.fx would compute it once, while tracing, and keep the
+result, stale after the write), so the backends compute it at each step, as eager PyTorch does; a branch on
+its values (`if self.buf.sum() > 0:`) is refused by torch.fx. Example
 inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
 values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which
 keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
@@ -289,11 +289,12 @@ def trace(module: nn.Module, num_inputs: int | None = None, keywords: Collection
 
 class _BufferReads(TorchFunctionMode):
     """While tracing: a torch call on tensors none of which is traced, one of them a buffer in `written` (or a view
-    of one), that returns a new tensor (`self.buf * 2.0`, `self.buf.sum()`, `torch.cat([self.buf, c])`) is
-    recorded as a node reading the buffer there (a get_attr made at that call), instead of computed once by
-    torch.fx into a constant that the graph and the backends would read at every step, stale after forward's
-    write. Calls that return no tensor (sizes, dtype), a view of the buffer (`self.buf[0]`, which capture
-    follows as the buffer) or an attribute (`self.buf.T`, `.data`) are left to run."""
+    of one), that returns a tensor (`self.buf * 2.0`, `self.buf.sum()`, `torch.cat([self.buf, c])`,
+    `self.buf.view(1, 4)`) is recorded as a node reading the buffer there (a get_attr made at that call),
+    instead of computed once by torch.fx into a constant that the graph and the backends would read at every
+    step: stale after forward's write, and a view (on the buffer's memory) too once a backend moves the
+    buffer to another device. Calls that return no tensor (sizes, dtype), the buffer itself (`.float()` of a
+    float one: torch.fx reads it where it is used) or an attribute (`self.buf.T`, `.data`) are left to run."""
 
     def __init__(self, tracer: Tracer, written: Collection[torch.Tensor]) -> None:
         super().__init__()
@@ -310,10 +311,12 @@ class _BufferReads(TorchFunctionMode):
         if collect((args, kwargs), Proxy) or not any(map(self._reads, given)):
             return result
         made = collect(result, torch.Tensor)
-        if not made or all(map(self._reads, made)) or getattr(func, "__name__", "") == "__get__":
-            return result  # no tensor, a view of the buffer, an attribute (.data, .T)
+        if not made or all(id(t) in self.written for t in made) or getattr(func, "__name__", "") == "__get__":
+            return result  # no tensor, the buffer itself (self.buf.float()), an attribute (.data, .T)
         as_node = lambda x: Proxy(self.tracer.create_arg(x), self.tracer) if self._reads(x) else x  # noqa: E731
         args, kwargs = map_aggregate((args, kwargs), as_node)
+        if func is torch.Tensor.__getitem__:  # as torch.fx records x[i]: operator.getitem
+            return args[0][args[1]]
         return Proxy.__torch_function__(func, (Proxy,), args, kwargs)
 
 

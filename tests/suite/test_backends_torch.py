@@ -540,7 +540,7 @@ class _BufferWrites(_TwoLinear):
         new = self.fc2(x) + self.run  # reads the first write
         with torch.no_grad():
             self.run.add_(self.slow_write(h).sum(0))  # reads the first write, after new's read
-        return (old * new * self.run.view(1, 4)).sum()  # reads the second, through a view tracing took
+        return (old * new * self.run.view(1, 4)).sum()  # reads the second, through a view
 
 
 def test_buffer_writes_and_reads_wait_for_each_other_as_capture_orders_them():
@@ -552,14 +552,14 @@ def test_buffer_writes_and_reads_wait_for_each_other_as_capture_orders_them():
     eg = ExecGraph(rw)
     got = {n.name: sorted(eg.nodes[j].name for j in eg.buffer_after[i]) for i, n in enumerate(eg.nodes)
            if eg.buffer_after[i]}
-    *gets, view = [n.name for n in eg.nodes if n.op == "get_attr"]
-    assert gets == ["run", "run_1", "run_2", "run_3"] and view.startswith("_tensor_constant")  # tracing's view
+    gets = [n.name for n in eg.nodes if n.op == "get_attr"]
+    assert gets == ["run", "run_1", "run_2", "run_3", "run_4"]  # run_4: the view's (a node, not tracing's tensor)
     assert got == {
         "copy_": ["add"],  # reads nothing of old's add, follows its read of the old values
         "run_2": ["copy_"],  # new's read (add_1) of the first write
         "add_": ["add_1"],  # after new's read (and after copy_, through its get_attr run_3)
         "run_3": ["copy_"],
-        view: ["add_"],  # the view of the buffer reads the second write
+        "run_4": ["add_"],  # the view of the buffer reads the second write
     }
     # copy_ and add_ on lanes of their own wait for exactly these nodes (and for their inputs)
     g = rw.graph
@@ -572,7 +572,7 @@ def test_buffer_writes_and_reads_wait_for_each_other_as_capture_orders_them():
              for i, _, w in lane}
     ex.close()
     assert waits["copy_"] == ["add"] and waits["add_"] == ["add_1"]
-    assert waits["run_2"] == ["copy_"] and waits["run_3"] == ["copy_"] and waits[view] == ["add_"]
+    assert waits["run_2"] == ["copy_"] and waits["run_3"] == ["copy_"] and waits["run_4"] == ["add_"]
 
 
 def _eager_steps(rw, steps: int) -> tuple[list[torch.Tensor], nn.Module]:
@@ -747,6 +747,23 @@ def test_a_buffer_read_on_the_cpu_and_the_gpu_computes_as_eager():
     with torch.no_grad():
         out = ex.forward()
     torch.testing.assert_close(out.cpu(), rw.eager(), rtol=1e-5, atol=1e-6)
+
+
+@cuda
+def test_buffer_writes_on_the_gpu_compute_as_eager():
+    """On the GPU the buffer is moved there (a new tensor): the view of it that tracing took stayed on the
+    CPU tensor, and the step read its initial values (see test_capture)."""
+    _, dmap = local_cluster(1)
+    torch.manual_seed(0)
+    rw = from_module(_BufferWrites(delay=0.0), (torch.randn(2, 4),), name="buffer_writes")
+    want, _ = _eager_steps(rw, 2)
+    run = rw.fresh_copy()
+    ex = TorchExecutor(run, dmap)
+    ex.apply(np.ones(rw.graph.num_ops, dtype=np.int64))
+    got = [ex.step() for _ in range(2)]
+    ex.close()
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-5)
 
 
 class _HalvesItsInput(nn.Module):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from collections import deque
 
@@ -1705,7 +1706,7 @@ class _RunningMean(nn.Module):
         new = old + self.run  # reads the first write
         with torch.no_grad() if self.no_grad else contextlib.nullcontext():
             self.run.add_(y.sum(0))  # reads the first write, after `new` read it
-        return (new * self.run.view(1, 4)).sum()  # reads the second write, through a view that tracing took
+        return (new * self.run.view(1, 4)).sum()  # reads the second write, through a view
 
 
 def _named_edges(g: OpGraph) -> set[tuple[str, str, int]]:
@@ -1794,6 +1795,24 @@ def test_a_value_computed_from_a_written_buffer_alone_reads_the_write():
     with torch.no_grad():
         y = model.fc(x)
         torch.testing.assert_close(gm(x), y * (y.mean(0) * 2.0), rtol=0, atol=0)
+
+
+def test_the_traced_module_reads_a_written_buffer_where_a_backend_puts_it():
+    """torch.fx took `self.run.view(1, 4)` while tracing, a tensor on the buffer's memory: a backend that
+    moves the buffer to a device (a new tensor, as `.to("cuda")` makes) left that view on the old memory, so
+    every later read of it saw the initial values (the torch backend on a GPU, whatever the placement). The
+    view is a node on the buffer now: with the buffer rebound, two calls equal eager's."""
+    from suite.capture.fx import traced_module
+
+    torch.manual_seed(0)
+    model, x = _RunningMean(), torch.randn(2, 4)
+    eager = copy.deepcopy(model)
+    gm, _ = traced_module(model, (x,))
+    gm.run = gm.run.clone()  # as a backend moving it to its device
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(gm(x), eager(x), rtol=0, atol=0)
+    torch.testing.assert_close(gm.run, eager.run, rtol=0, atol=0)
 
 
 class _BranchOnRun(_ScaledRun):
