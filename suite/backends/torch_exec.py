@@ -267,7 +267,7 @@ class ExecGraph:
     def _buffer_order(self) -> None:
         """In-place writes to buffers (`self.run.copy_(m)`, `self.buf.add_(x)`, `out=self.buf`) in capture's
         order (`suite.capture.fx.BufferOrder`), node by node: a get_attr of a buffer after a write waits for
-        that write, and a write for the nodes that read the buffer since the write before (any node but a
+        that write (so does a node that reads a view of the buffer taken before the write), and a write for the nodes that read the buffer since the write before (any node but a
         view, which holds the buffer instead: its readers read it): `buffer_after[i]`. The lanes of the
         concurrent mode wait for them as for their inputs. A write gets the tensor it overwrites uncopied
         from any device (`buffer_written[i]`: that argument), so that it writes the buffer itself."""
@@ -280,7 +280,7 @@ class ExecGraph:
             target, earlier = order.write(n)
             if target is not None:
                 self.buffer_written[i] = _mutated(n)
-            after = [self.pos[r] for r in earlier]
+            after = [self.pos[r] for r in earlier] + [self.pos[w] for _, w in order.stale(n)]
             if n.op == "get_attr":
                 write = order.attr(n, _fetch_attr(self.gm, str(n.target)))
                 if write is not None:

@@ -9,8 +9,9 @@ Tracing runs forward's Python code: a buffer update that torch.fx does not recor
 `self.n.add_(1)` on values that are not the inputs', `self.run = ...`) would be done once, while tracing, and
 never by the graph, so it is refused (GraphError naming the buffer); one that it records
 (`self.run.copy_(x.mean(0))`, `self.buf.add_(x)`, `out=self.buf`) is an op, and the graph keeps forward's order
-around it: the ops that read the buffer after it (or a view of it) read it, an edge carrying the bytes they
-read (a data dependence: on another device they need the new values); it follows the ops that read the
+around it: the ops that read the buffer after it (or a view of it, one taken before the write too) read
+it, an edge carrying the bytes they read (a data dependence: on another device they need the new values);
+it follows the ops that read the
 buffer since the write before (or since the start), by edges of 0 bytes (an order only: it reads nothing of
 theirs; no gradient flows along them), and `copy_` follows the write before, which it overwrites unread, the
 same way. Until the first write a buffer is a constant. A value that forward computes from such a buffer
@@ -658,6 +659,8 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
         out_bytes = sum(t.nbytes for t in outs)
         out_shape = outs[0].shape if outs else ()
         ins = [vals[n] for n in _arg_nodes(node)]
+        for a, write in order.stale(node):  # a view taken before a write reads it (read after write)
+            ins[_arg_nodes(node).index(a)] = b.fold([vals[write]], sum(t.nbytes for t in tensors(rec.info.get(a))))
         target, earlier = order.write(node)
         after = [names[r] for r in earlier]
         if target is not None:  # write after read: it follows the ops that read the buffer's old value
@@ -741,13 +744,15 @@ class BufferOrder:
     """Forward's order around the recorded in-place writes to buffers (`self.run.copy_(m)`, `self.buf.add_(x)`,
     `out=self.buf`), the one rule of capture's graph and of the torch backend's lanes: a read of a buffer
     after a write reads that write (read after write), and a write follows the nodes that read the buffer
-    since the write before (write after read; `copy_` follows that write too, through its get_attr). Walk the
-    fx graph's nodes in order: for each, `write(node)`, then `attr(node, tensor)` for a get_attr node, then
-    `visit(node, target, reads)`."""
+    since the write before (write after read; `copy_` follows that write too, through its get_attr); a node
+    that reads a view taken before a write (`v = self.run.view(1, 4)`, then the write, then `x * v`) reads
+    that write (`stale`). Walk the fx graph's nodes in order: for each, `write(node)`, `stale(node)`, then
+    `attr(node, tensor)` for a get_attr node, then `visit(node, target, reads)`."""
 
     def __init__(self, gm: GraphModule) -> None:
         self._buffer_of = {id(_root(t)): name for name, t in gm.named_buffers()}
         self.holds: dict[Node, str] = {}  # node -> the buffer whose memory its value is (get_attr, a view, a write)
+        self._seen: dict[Node, Node | None] = {}  # node in holds -> the last write to its buffer when it was made
         self._written: dict[str, Node] = {}  # buffer -> the last write to it
         self._readers: dict[str, list[Node]] = {}  # buffer -> the nodes that read it since that write
 
@@ -778,7 +783,19 @@ class BufferOrder:
         if buffer is None:
             return None
         self.holds[node] = buffer
-        return self._written.get(buffer)
+        self._seen[node] = self._written.get(buffer)
+        return self._seen[node]
+
+    def stale(self, node: Node) -> list[tuple[Node, Node]]:
+        """The arguments of `node` that hold a buffer written since they were made (a view taken before the
+        write: eager PyTorch reads the new values through it), each with that buffer's last write, which
+        `node` reads."""
+        out = []
+        for a in dict.fromkeys(_arg_nodes(node)):
+            write = self._written.get(self.holds[a]) if a in self.holds else None
+            if write is not None and write is not self._seen.get(a):
+                out.append((a, write))
+        return out
 
     def visit(self, node: Node, target: str | None, reads: bool) -> None:
         """Record `node`, which overwrites buffer `target` (`write`'s); `reads`: whether it reads the data of
@@ -789,9 +806,11 @@ class BufferOrder:
                     self._readers.setdefault(t, []).append(node)
         elif _is_view(node) and node.args and node.args[0] in self.holds:
             self.holds[node] = self.holds[node.args[0]]
+            self._seen[node] = self._written.get(self.holds[node])  # it reads the stale writes of its argument
         if target is not None:
             self._written[target] = node
             self.holds[node] = target
+            self._seen[node] = node
 
 
 def _written_buffer(node: Node, holds: Mapping[Node, str]) -> str | None:

@@ -676,6 +676,34 @@ def test_a_write_on_another_device_than_the_write_before_writes_the_buffer(three
     _assert_steps_as_eager(rw, dmap, p, concurrent)
 
 
+class _EarlyBufferView(_TwoLinear):
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow_write = _Slow(0.2)
+        self.register_buffer("run", torch.arange(4.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = self.run.view(1, 4)  # taken before the write: eager reads the written values through it
+        with torch.no_grad():
+            self.run.copy_(self.slow_write(self.fc1(x)).mean(0))
+        return (self.fc2(x) * v).sum()
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_a_view_of_a_buffer_taken_before_a_write_is_read_after_it_on_another_lane(three_cpus, mode):
+    """The product reading the view, on a lane of its own, waits for copy_, which a slow op holds back on
+    its lane: it did not (the view's get_attr came before the write) and read the old values."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_EarlyBufferView(), (torch.randn(2, 4),), name="early_buffer_view", mode=mode)
+    g = rw.graph
+    p = np.zeros(g.num_ops, dtype=np.int64)  # backward ops with their forward ops (groups)
+    for op in ("slow_write", "mean", "copy_"):
+        p[g.groups.get(op, [g.index[op]])] = 1
+    p[g.groups.get("mul", [g.index["mul"]])] = 2
+    _assert_steps_as_eager(rw, dmap, p, concurrent=True)
+
+
 class _BufferAlone(_TwoLinear):
     def __init__(self) -> None:
         super().__init__()

@@ -1762,6 +1762,27 @@ def test_a_copy_into_a_buffer_follows_the_write_before_and_reads_nothing_of_it()
     }
 
 
+class _EarlyView(nn.Module):
+    """Takes a view of a buffer, then writes the buffer, then reads the view (eager: the new values)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("run", torch.zeros(4))
+
+    def forward(self, x):
+        v = self.run.view(1, 4)  # a view of the buffer's memory, taken before the write
+        self.run.copy_(x.mean(0))  # 16 bytes
+        return x * v  # reads the write through the view
+
+
+def test_a_view_taken_before_a_buffer_write_reads_the_write():
+    """The op reading a view of a buffer taken before a write read the buffer's old values in the graph (no
+    edge from the write: the simulator and split placements could run it first); eager PyTorch reads the
+    written values through the view, so it reads the write: an edge of the view's 16 bytes."""
+    g = capture(_EarlyView(), (torch.randn(2, 4),), name="early_view")
+    assert _named_edges(g) == {("x", "mean", 32), ("x", "mul", 32), ("mean", "copy_", 16), ("copy_", "mul", 16)}
+
+
 class _ScaledRun(nn.Module):
     """Writes a buffer, then computes from the buffer alone (`self.run * 2.0`)."""
 
