@@ -295,7 +295,8 @@ class _BufferReads(TorchFunctionMode):
     instead of computed once by torch.fx into a constant that the graph and the backends would read at every
     step: stale after forward's write, and a view (on the buffer's memory) too once a backend moves the
     buffer to another device. Calls that return no tensor (sizes, dtype), the buffer itself (`.float()` of a
-    float one: torch.fx reads it where it is used) or an attribute (`self.buf.T`, `.data`) are left to run."""
+    float one: torch.fx reads it where it is used) or an attribute that is no view of it (`.data`, `.shape`) are
+    left to run; one that is (`self.buf.T`, `.mT`) is a node too."""
 
     def __init__(self, tracer: Tracer, written: Collection[torch.Tensor]) -> None:
         super().__init__()
@@ -312,9 +313,13 @@ class _BufferReads(TorchFunctionMode):
         if collect((args, kwargs), Proxy) or not any(map(self._reads, given)):
             return result
         made = collect(result, torch.Tensor)
-        if not made or all(id(t) in self.written for t in made) or getattr(func, "__name__", "") == "__get__":
-            return result  # no tensor, the buffer itself (self.buf.float()), an attribute (.data, .T)
+        if not made or all(id(t) in self.written for t in made):
+            return result  # no tensor, the buffer itself (self.buf.float())
         as_node = lambda x: Proxy(self.tracer.create_arg(x), self.tracer) if self._reads(x) else x  # noqa: E731
+        if getattr(func, "__name__", "") == "__get__":  # an attribute: a view of the buffer (.T, .mT) is a node
+            name = getattr(getattr(func, "__self__", None), "__name__", None)
+            view = len(made) == 1 and made[0]._base is not None and self._reads(made[0])
+            return getattr(as_node(args[0]), name) if view and isinstance(name, str) else result  # not .data
         args, kwargs = map_aggregate((args, kwargs), as_node)
         if func is torch.Tensor.__getitem__:  # as torch.fx records x[i]: operator.getitem
             return args[0][args[1]]

@@ -1836,6 +1836,35 @@ def test_the_traced_module_reads_a_written_buffer_where_a_backend_puts_it():
     torch.testing.assert_close(gm.run, eager.run, rtol=0, atol=0)
 
 
+class _TransposedRun(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("run", torch.zeros(4, 4))
+
+    def forward(self, x):
+        y = self.fc(x)
+        self.run.copy_(y.T @ y)
+        return y @ self.run.mT  # an attribute that is a view of the buffer
+
+
+def test_the_traced_module_reads_an_attribute_view_of_a_written_buffer_where_a_backend_puts_it():
+    """`self.run.mT` (an attribute, not a call) was still the tensor torch.fx took while tracing, on the
+    buffer's first memory: with the buffer rebound (as a backend moving it to a GPU does), the traced module
+    read the initial zeros through it. It is a node on the buffer now: two calls equal eager's."""
+    from suite.capture.fx import traced_module
+
+    torch.manual_seed(0)
+    model, x = _TransposedRun(), torch.randn(2, 4)
+    eager = copy.deepcopy(model)
+    gm, _ = traced_module(model, (x,))
+    assert [n.target for n in gm.graph.nodes if n.op == "get_attr"] == ["run", "run"]
+    gm.run = gm.run.clone()  # as a backend moving it to its device
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(gm(x), eager(x), rtol=0, atol=0)
+
+
 class _BranchOnRun(_ScaledRun):
     def forward(self, x):
         y = self.fc(x)
