@@ -35,8 +35,8 @@ while `nn.LSTM` / `GRU` / `RNN` are one fused call each (one op, as in the fx ca
 own `capture_cost` rule (the zoo's LSTM cell and attention step) is traced through too: torch.export keeps
 no module whole (the zoo's workloads have the fx capture's forward MACs, FLOPs and parameters, in more
 ops; their training steps differ by the backward ops of that granularity). Views (view, reshape,
-permute, transpose, select, slice, getitem, flatten, squeeze / unsqueeze, expand, split, contiguous,
-detach) are folded into their producers (indexing by a tensor, `x[:, idx]`, `x[mask]`, is a copy: an op, as
+permute, transpose, `.T` / `.mT` / `.mH`, select, slice, getitem, flatten, squeeze / unsqueeze, expand, split,
+contiguous, detach) are folded into their producers (indexing by a tensor, `x[:, idx]`, `x[mask]`, is a copy: an op, as
 `index_select`, see `flops.GATHERS`), and so is dropout in inference mode (in
 training mode, one that runs with train=False: a dropout module in eval()), as in the fx capture; values computed from no model input and no parameter (shapes, buffers,
 `zeros_like(x)`) are constants. An in-place call (`y.add_(1)`,
@@ -110,7 +110,7 @@ from suite.graph import OpGraph
 # ATen names of the views that torch functions become, beside those of `flops.SHAPE_ONLY`
 EXPORT_SHAPE_ONLY = SHAPE_ONLY | {"slice", "alias", "unsafe_view", "as_strided", "split_with_sizes", "movedim",
                                   "swapaxes", "swapdims", "lift_fresh", "broadcast_tensors",
-                                  "broadcast_to"}
+                                  "broadcast_to", "numpy_T", "mT", "mH", "adjoint"}  # x.T, x.mT, x.mH, x.adjoint()
 EXPORT_DROPOUT = DROPOUT | {"feature_dropout", "native_dropout"}
 # ATen ops with outputs that the torch function calling them drops (embedding_bag's offsets and bag sizes,
 # adaptive max pooling's indices without return_indices, dropout's mask): outputs of the op where read

@@ -73,6 +73,28 @@ def test_small_models_have_the_fx_captures_macs_flops_and_parameters(make, shape
     assert "fallback_cost_kinds" not in b.metadata
 
 
+class _Transposes(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return y.T @ y + y.mT @ y + y.unsqueeze(0).mH.squeeze(0) @ y + y.adjoint() @ y
+
+
+def test_transposes_by_attribute_are_views_as_in_the_fx_capture():
+    """`y.T`, `y.mT`, `y.mH` and `y.adjoint()` are views (ATen numpy_T, mT, mH, adjoint): folded, as the fx
+    capture folds them. They were ops of the fallback cost (8 FLOPs each here) with a warning."""
+    x = (torch.randn(2, 4),)
+    a = fx_capture.capture(_Transposes(), x, name="t")
+    b = capture(_Transposes(), x, name="t")
+    assert [op.kind for op in b.ops] == [op.kind for op in a.ops] == [
+        "input", "linear", *["matmul"] * 2, "add", "matmul", "add", "matmul", "add"]
+    assert b.metadata["forward_flops"] == a.metadata["forward_flops"] == 72 + 4 * 64 + 3 * 16
+    assert "fallback_cost_kinds" not in b.metadata
+
+
 def test_mlp_by_hand_one_op_per_linear():
     g = capture(mlp(), (torch.randn(3, 8),), name="mlp")
     assert [op.kind for op in g.ops] == ["input", "linear", "relu", "linear"]
