@@ -389,7 +389,7 @@ class TorchExecutor:
             else:
                 break
             d = node_dev[i]
-            self._staged.append(_to(x, self.tdevs[d]) if d >= 0 else x)
+            self._staged.append(_map_tensors(x, lambda t, d=d: t.to(self.tdevs[d])) if d >= 0 else x)
         from suite.capture.fx import in_mode, mode_flags
 
         self._flags = mode_flags(self.rw.module, self.rw.training)  # the state capture traced it in
@@ -550,16 +550,14 @@ class TorchExecutor:
         raise GraphError(f"fx node {n.name!r}: unsupported op {n.op!r}")  # pragma: no cover
 
     def _move(self, v: Any, tdev: torch.device) -> Any:
-        if isinstance(v, torch.Tensor):
-            with self._lock:
-                self.copies.count += 1
-                self.copies.bytes += v.numel() * v.element_size()
-            return v.clone() if v.device == tdev else v.to(tdev)
-        if isinstance(v, list | tuple):
-            return type(v)(self._move(x, tdev) for x in v)
-        if isinstance(v, dict):
-            return {k: self._move(x, tdev) for k, x in v.items()}
-        return v
+        """`v`'s tensors copied to `tdev` (a clone where one is already there), each copy counted."""
+        return _map_tensors(v, lambda t: self._copy(t, tdev))
+
+    def _copy(self, t: torch.Tensor, tdev: torch.device) -> torch.Tensor:
+        with self._lock:
+            self.copies.count += 1
+            self.copies.bytes += t.numel() * t.element_size()
+        return t.clone() if t.device == tdev else t.to(tdev)
 
     # -- steps ----------------------------------------------------------------------------------------------
     @property
@@ -587,7 +585,7 @@ class TorchExecutor:
         for i, _ in self.eg.input_ops[len(self._staged):]:  # arguments left at their defaults
             env[i] = self.eg.nodes[i].args[0] if self.eg.nodes[i].args else None
         for (i, _), x in zip(self.eg.input_ops, self._staged, strict=False):
-            env[i] = _clone(x) if i in self.eg.written_inputs else x  # the staged inputs stay as staged
+            env[i] = _map_tensors(x, torch.Tensor.clone) if i in self.eg.written_inputs else x  # the staged inputs stay as staged
         cache: dict = {}
         if self._concurrent_now and node_hook is None and timer is None:
             return self._forward_lanes(env, cache)
@@ -671,25 +669,14 @@ def _loss(out: Any) -> torch.Tensor:
     return found[0]
 
 
-def _to(v: Any, tdev: torch.device) -> Any:
-    """`v` with its tensors (in lists, tuples and dicts too) on `tdev`."""
+def _map_tensors(v: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """`v` with `fn` applied to its tensors (alone, or in lists, tuples and dicts)."""
     if isinstance(v, torch.Tensor):
-        return v.to(tdev)
+        return fn(v)
     if isinstance(v, list | tuple):
-        return type(v)(_to(x, tdev) for x in v)
+        return type(v)(_map_tensors(x, fn) for x in v)
     if isinstance(v, dict):
-        return {k: _to(x, tdev) for k, x in v.items()}
-    return v
-
-
-def _clone(v: Any) -> Any:
-    """`v` with its tensors (in lists, tuples and dicts too) cloned."""
-    if isinstance(v, torch.Tensor):
-        return v.clone()
-    if isinstance(v, list | tuple):
-        return type(v)(_clone(x) for x in v)
-    if isinstance(v, dict):
-        return {k: _clone(x) for k, x in v.items()}
+        return {k: _map_tensors(x, fn) for k, x in v.items()}
     return v
 
 
