@@ -111,11 +111,10 @@ def human_bytes(n: float) -> str:
     n = int(n)
     if n < 2**10:
         return f"{n} bytes"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        x = float(f"{n / scale:.2f}")
-        if x >= 1.0 or unit == "KiB":
-            return f"{x:.2f} {unit}"
-    raise AssertionError("unreachable")
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if float(f"{n / scale:.2f}") >= 1.0:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n / 2**10:.2f} KiB"
 
 
 def short_repr(value: Any) -> str:
