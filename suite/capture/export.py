@@ -512,7 +512,7 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     base = name.removesuffix("_") if name.endswith("_") and not name.endswith("__") else name  # relu_ -> relu
     if base in DROPPED_OUTPUTS:  # as the fx capture: what the torch function returns
         outs = [t for i, t in enumerate(outs) if i == 0 or _read(node, i)]
-    out_bytes, out_shape = sum(t.nbytes for t in outs), outs[0].shape
+    out_bytes = sum(t.nbytes for t in outs)
     # can its result carry a gradient: not one made under torch.inference_mode() (export marks no region for
     # it); where capture is called under inference_mode, every result is an inference tensor: none is told apart
     inference = not torch.is_inference_mode_enabled() and any(
@@ -531,21 +531,7 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     if cost is None:
         cost = elementwise(base, outs)
         b.fallback_kinds.append(base)
-    return b.op(
-        _op_name(node, prefix),
-        cost.kind,
-        _scope(node),
-        ins,
-        flops=cost.flops,
-        macs=cost.macs,
-        output_bytes=out_bytes,
-        output_shape=out_shape,
-        output_numel=sum(t.numel for t in outs),
-        saved_bytes=cost.saved_bytes,
-        weight_bytes_read=cost.weight_bytes_read,
-        differentiable=grad,
-        after=after,
-    )
+    return b.cost_op(_op_name(node, prefix), _scope(node), ins, cost, outs, differentiable=grad, after=after)
 
 
 def _read(node: Node, i: int) -> bool:

@@ -698,8 +698,7 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
         elif not outs:
             vals[node] = b.constant()  # a shape, a dtype, a Python number
         else:
-            vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, out_shape, canon, training,
-                               after)
+            vals[node] = _call(b, gm, node, names[node], rec.info, ins, outs, out_bytes, canon, training, after)
         order.visit(node, target, reads=names.get(node) in vals.get(node, Value()).deps)  # an op reads
         mutated = _mutated_arg(node)
         if mutated is not None:  # later readers of the mutated tensor, by any of its names, read the result
@@ -906,7 +905,7 @@ def _op_names(gm: GraphModule) -> dict[Node, str]:
     return names
 
 
-def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon, training, after=()) -> Value:
+def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, canon, training, after=()) -> Value:
     args = _resolve(node.args, all_info)
     kwargs = _resolve(dict(node.kwargs), all_info)
     params: dict[str, tuple[int, int]] = {}
@@ -955,23 +954,8 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, out_shape, canon
             if cost is None:
                 cost = elementwise(name, outs)
                 b.fallback_kinds.append(name)
-    return b.op(
-        op_name,
-        cost.kind,
-        _scope(node),
-        ins,
-        flops=cost.flops,
-        macs=cost.macs,
-        output_bytes=out_bytes,
-        output_shape=out_shape,
-        output_numel=sum(t.numel for t in outs),
-        saved_bytes=cost.saved_bytes,
-        weight_bytes_read=cost.weight_bytes_read,
-        params=params,
-        frozen=frozen,
-        differentiable=grad,
-        after=after,
-    )
+    return b.cost_op(op_name, _scope(node), ins, cost, outs, params=params, frozen=frozen, differentiable=grad,
+                     after=after)
 
 
 def _data_inputs(name: str, node: Node, arg_nodes: Sequence[Node], ins: Sequence[Value]) -> list[Value]:

@@ -37,12 +37,15 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.errors import GraphError
 from suite.graph import Op, OpGraph
+
+if TYPE_CHECKING:
+    from suite.capture.flops import Cost, TensorInfo
 
 MODES = ("inference", "training")
 
@@ -304,6 +307,25 @@ class ForwardBuilder:
             after=tuple(dict.fromkeys(p for p in after if p != name)),
         )
         return Value(deps={name: int(output_bytes)})
+
+    def cost_op(self, name: str, scope: str, values: Iterable[Value], cost: Cost, outs: Sequence[TensorInfo],
+                **kwargs: Any) -> Value:
+        """`op` with the kind, FLOPs, MACs, saved and weight bytes of `cost`, and the bytes, elements and
+        (the first one's) shape of its outputs `outs`; `kwargs`: `op`'s other arguments."""
+        return self.op(
+            name,
+            cost.kind,
+            scope,
+            values,
+            flops=cost.flops,
+            macs=cost.macs,
+            output_bytes=sum(t.nbytes for t in outs),
+            output_shape=outs[0].shape,
+            output_numel=sum(t.numel for t in outs),
+            saved_bytes=cost.saved_bytes,
+            weight_bytes_read=cost.weight_bytes_read,
+            **kwargs,
+        )
 
     # -- finish ---------------------------------------------------------------------------------------
     def finish(self, outputs: Iterable[Value]) -> ForwardGraph:

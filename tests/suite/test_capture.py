@@ -12,8 +12,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from suite.capture.flops import TensorInfo, einsum_cost, lstm_cell_flops
+from suite.capture.flops import Cost, TensorInfo, einsum_cost, lstm_cell_flops
 from suite.capture.fx import capture
+from suite.capture.ir import ForwardBuilder
 from suite.errors import GraphError
 from suite.graph import OpGraph
 from suite.zoo.layers import AttentionStep, LSTMCell
@@ -30,6 +31,20 @@ def edge_bytes(g: OpGraph, src: str, dst: str) -> int:
 
 
 # -- exact FLOPs -----------------------------------------------------------------------------------------
+def test_cost_op_takes_its_cost_and_outputs():
+    """cost_op (shared by the fx and export captures) records the Cost and the outputs' sizes as op() would."""
+    b = ForwardBuilder()
+    x = b.input("x", 96, (4, 6))
+    outs = [TensorInfo((4, 3), 4), TensorInfo((4, 3), 8, floating=False)]  # values (float32), indices (int64)
+    cost = Cost("topk", 24.0, 2.0, saved_bytes=5, weight_bytes_read=7)
+    v = b.cost_op("s/topk", "s", [x], cost, outs, differentiable=False, after=["x"])
+    op = b._ops["s/topk"]
+    assert v.deps == {"s/topk": 144}
+    assert (op.kind, op.scope, op.flops, op.macs, op.saved_bytes, op.weight_bytes_read) == ("topk", "s", 24.0, 2.0, 5, 7)
+    assert (op.output_bytes, op.output_shape, op.output_numel) == (144, (4, 3), 24)
+    assert (op.inputs, op.differentiable, op.after) == ({"x": 96}, False, ("x",))
+
+
 def test_linear_flops_bytes_params():
     g = capture(nn.Linear(8, 16), (torch.randn(4, 8),), name="lin")
     (op,) = by_kind(g, "linear")
