@@ -425,7 +425,7 @@ def _as_root(module: nn.Module, num_inputs: int, keywords: Sequence[str] = (),
     """A module that is itself a leaf (nn.Linear, an LSTM cell) is wrapped, as submodule "module", so that it
     stays one op instead of being traced through; the wrapper takes `num_inputs` positional arguments, then
     those named in `keywords`, and passes those on by keyword, with the values in `constants`."""
-    if not CaptureTracer().is_leaf_module(module, ""):
+    if not is_leaf(module):
         return module
     try:
         arg_names = list(inspect.signature(module.forward).parameters)
@@ -541,7 +541,6 @@ def in_mode(module: nn.Module, training: bool, flags: Sequence[tuple[nn.Module, 
     finally:
         for m, flag in changed:
             m.training = flag
-
 
 
 def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
