@@ -322,7 +322,7 @@ def _in_leaf(module: nn.Module, scope: str) -> bool:
 def forward_graph(module: nn.Module, example_inputs: Sequence[Any], *,
                   example_kwargs: Mapping[str, Any] | None = None, training: bool = False) -> ForwardGraph:
     """Export `module` on `example_inputs` (and `example_kwargs`, by name) and build the forward IR, with the
-    module in the mode's state (`module.train(training)`, as the fx capture; each module's own flag is
+    module in the mode's state (`fx.mode_flags`, as the fx capture; each module's own flag is
     restored afterwards); a `torch.compile`d module is exported as the module it compiles."""
     if not isinstance(module, nn.Module):
         raise GraphError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
