@@ -563,11 +563,13 @@ def _unknown_shape(where: str, graph: Any, node: Any, i: int, name: str) -> Grap
 
 
 def _attr(node: Any, name: str, default: Any = None) -> Any:
+    """A node's attribute (a string one as str), else `default`."""
     from onnx import helper
 
     for a in node.attribute:
         if a.name == name:
-            return helper.get_attribute_value(a)
+            value = helper.get_attribute_value(a)
+            return value.decode() if isinstance(value, bytes) else value
     return default
 
 
@@ -586,8 +588,7 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         macs = x.numel * math.prod(w.shape[1:])
         return Cost(kind, 2.0 * macs + (outs[0].numel if len(ins) > 2 and ins[2] is not None else 0), float(macs))
     if op == "Einsum" and all(t is not None for t in ins):
-        equation = _attr(node, "equation")
-        cost = einsum_cost(equation.decode() if isinstance(equation, bytes) else equation, ins)
+        cost = einsum_cost(_attr(node, "equation"), ins)
         return Cost(kind, cost.flops, cost.macs) if cost is not None else None
     if op == "Gemm":
         a = ins[0]
@@ -613,8 +614,7 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
     if op in ("MaxPool", "AveragePool", "LpPool"):
         return Cost(kind, float(outs[0].numel * math.prod(_attr(node, "kernel_shape", [1]))))
     if op in ("Resize", "Upsample", "GridSample"):  # as F.interpolate / F.grid_sample: a weighted sum of n neighbours
-        mode = _attr(node, "mode", b"bilinear" if op == "GridSample" else b"nearest")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
+        mode = _attr(node, "mode", "bilinear" if op == "GridSample" else "nearest")
         per_dim = {"nearest": 1, "linear": 2, "bilinear": 2, "cubic": 4, "bicubic": 4}.get(mode)
         rank = len(ins[0].shape)
         dims = len(_attr(node, "axes", None) or ()) or (rank - 2 if rank > 2 else rank)  # the spatial ones
@@ -650,8 +650,7 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
     if op == "CumSum":
         return Cost(kind, float(ins[0].numel))
     if op in ("ScatterElements", "ScatterND", "Scatter"):  # (data, indices, updates): a reduction adds each update in
-        reduction = _attr(node, "reduction", b"none")
-        reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+        reduction = _attr(node, "reduction", "none")
         return Cost(kind, float(ins[2].numel if reduction != "none" else out_numel))
     if op in ("GatherElements", "GatherND"):  # data movement, as torch.gather
         return Cost(kind, float(out_numel))
