@@ -201,6 +201,13 @@ def tensordot_cost(a: TensorInfo, dims: Any, out: TensorInfo) -> Cost | None:
     return Cost("matmul", 2.0 * macs, float(macs))
 
 
+def attention_cost(rows: int, keys: int, d_qk: int, d_v: int, kind: str = "attention") -> Cost:
+    """Scaled dot-product attention of `rows` queries (all heads) over `keys` keys: the products q k^T (`d_qk`)
+    and probabilities v (`d_v`), and the softmax of the scores."""
+    macs = rows * keys * (d_qk + d_v)
+    return Cost(kind, 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * rows * keys, float(macs))
+
+
 def multi_dot_cost(ins: list[TensorInfo]) -> Cost:
     """linalg.multi_dot / chain_matmul: the matrix products in the order of fewest multiply-adds (torch's
     choice); a 1-D first (last) operand is a row (column) vector."""
@@ -541,9 +548,7 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return einsum_cost(args[0] if args else kwargs.get("equation"), ins)
     if name == "scaled_dot_product_attention":
         q, k, v = ins[0], ins[1], ins[2]
-        macs = math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])  # q k^T, then probs v
-        scores = math.prod(q.shape[:-1]) * k.shape[-2]
-        return Cost("attention", 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * scores, float(macs))
+        return attention_cost(math.prod(q.shape[:-1]), k.shape[-2], q.shape[-1], v.shape[-1])
     if name in ELEMENTWISE or base in ELEMENTWISE:
         return elementwise(name, out)
     return None

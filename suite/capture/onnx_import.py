@@ -99,6 +99,7 @@ from suite.capture.flops import (
     SOFTMAX_FLOPS_PER_ELEMENT,
     Cost,
     TensorInfo,
+    attention_cost,
     cross_entropy_cost,
     einsum_cost,
     loss_samples,
@@ -609,8 +610,7 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         else:
             return None
         keys += ins[4].shape[-2] if len(ins) > 4 and ins[4] is not None else 0
-        macs = rows * keys * (d_qk + d_v)  # q k^T, then probabilities v, as scaled_dot_product_attention
-        return Cost(kind, 2.0 * macs + SOFTMAX_FLOPS_PER_ELEMENT * rows * keys, float(macs))
+        return attention_cost(rows, keys, d_qk, d_v, kind)  # as scaled_dot_product_attention
     if op in ("MaxPool", "AveragePool", "LpPool"):
         return Cost(kind, float(outs[0].numel * math.prod(_attr(node, "kernel_shape", [1]))))
     if op in ("Resize", "Upsample", "GridSample"):  # as F.interpolate / F.grid_sample: a weighted sum of n neighbours
