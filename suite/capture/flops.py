@@ -408,14 +408,13 @@ ELEMENTWISE = frozenset(
     signbit copysign float_power heaviside sinc deg2rad rad2deg lgamma digamma i0 fix arccos arcsin arctan
     arctan2 fliplr flipud rot90 diff kron to_copy lift_fresh_copy floor_divide select_scatter slice_scatter
     constant_pad_nd reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d
-    replication_pad3d""".split()
+    replication_pad3d index_copy index_fill masked_scatter masked_select take take_along_dim""".split()
 )
 SCANS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"})
 # ops that take parts of their data input (argument 0) by an index tensor, as ONNX Gather: `x.index_select(1, idx)`,
 # and `x[:, idx]` / `x[mask]` (fx's getitem with a tensor index, ATen's index), a copy, not a view: 1 FLOP per
 # output element, and they read at most their output's bytes of that input (plus the index)
 GATHERS = frozenset({"index_select", "index"})
-DATA_MOVEMENT = frozenset({"index_copy", "index_fill", "masked_scatter", "masked_select", "take", "take_along_dim"})
 ADAPTIVE_POOL = frozenset(
     {"adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
      "adaptive_max_pool2d", "adaptive_max_pool3d"}
@@ -500,8 +499,6 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if base == "index_put":  # (input, indices, values, accumulate=False)
         if _arg(args, kwargs, 3, "accumulate", False):
             return Cost(name, float(_arg(args, kwargs, 2, "values").numel))
-        return elementwise(name, out)
-    if base in DATA_MOVEMENT:
         return elementwise(name, out)
     if name == "dist":  # the p-norm of a - b: 3 per element of the broadcast inputs, as pairwise_distance
         return Cost(name, float(3 * math.prod(_broadcast(ins[0].shape, ins[1].shape))))
