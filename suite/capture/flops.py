@@ -383,8 +383,11 @@ MATMUL = frozenset({"matmul", "bmm", "mm", "baddbmm", "addmm", "addbmm", "mv", "
 REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "var", "std", "logsumexp",
                         "argmax", "argmin", "aminmax", "all", "any", "count_nonzero", "nansum", "nanmean", "median",
                         "var_mean", "std_mean", "linalg_vector_norm"})
-ELEMENTWISE_LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
-                                "binary_cross_entropy_with_logits", "kl_div"})
+# the elementwise losses: their torch.nn module's name -> the function's name (the kind)
+_LOSS_KINDS = {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss",
+               "BCELoss": "binary_cross_entropy", "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
+               "KLDivLoss": "kl_div"}
+ELEMENTWISE_LOSSES = frozenset(_LOSS_KINDS.values())
 SOFTMAX = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
 POOL = {
     "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3, "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3,
@@ -599,9 +602,9 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return cross_entropy_cost(ins[0])
     if isinstance(module, nn.NLLLoss):
         return Cost("nll_loss", float(loss_samples(ins[0])))
-    if isinstance(module, nn.MSELoss | nn.L1Loss | nn.SmoothL1Loss | nn.HuberLoss | nn.BCELoss | nn.BCEWithLogitsLoss
-                  | nn.KLDivLoss):
-        return Cost(_LOSS_KINDS[type(module).__name__], 3.0 * ins[0].numel)
+    loss = next((kind for cls, kind in _LOSS_KINDS.items() if isinstance(module, getattr(nn, cls))), None)
+    if loss is not None:
+        return Cost(loss, 3.0 * ins[0].numel)
     if isinstance(module, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d | nn.AvgPool1d | nn.AvgPool2d | nn.AvgPool3d):
         # spatial dimensions by the class, not by the rank: an unbatched input has one dimension less
         n = (1 if isinstance(module, nn.MaxPool1d | nn.AvgPool1d)
@@ -687,11 +690,6 @@ def _mha_cost(module: Any, ins: list[TensorInfo], training: bool) -> Cost:
     saved = scores * q.itemsize if training else 0
     return Cost("multihead_attention", 2.0 * macs + bias + SOFTMAX_FLOPS_PER_ELEMENT * scores, float(macs),
                 saved_bytes=saved)
-
-
-_LOSS_KINDS = {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss",
-               "BCELoss": "binary_cross_entropy", "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
-               "KLDivLoss": "kl_div"}
 
 
 @functools.cache
