@@ -355,6 +355,19 @@ SHAPE_DATA_OPS = frozenset(
 )
 
 
+def _opset(proto: Any) -> int:
+    """The model's version of the standard ONNX domain."""
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def _small_initializers(graph: Any) -> dict[str, Any]:
+    """The values (numpy arrays) of the initializers small enough to be shape data and stored in the model."""
+    from onnx import TensorProto, numpy_helper
+
+    return {i.name: numpy_helper.to_array(i) for i in graph.initializer
+            if math.prod(i.dims) <= SHAPE_DATA_LIMIT and i.data_location != TensorProto.EXTERNAL}
+
+
 def _result_numel(node: Any, values: Mapping[str, Any]) -> int:
     """Elements of the result of the shape-data ops that can make a large tensor from small inputs (0 for others)."""
     import numpy as np
@@ -376,21 +389,20 @@ def _fold_shape_data(proto: Any) -> bool:
     batch at opset 13 (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) leaves the Reshape's output unknown
     even once the batch is fixed. Returns whether it folded anything."""
     import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
     graph = proto.graph
     shapes = {i.name: tuple(i.dims) for i in graph.initializer}  # a weight's too (in_proj_weight.size(0))
     shapes.update((name, info.shape) for name, info in _known_tensors(graph).items())
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = _opset(proto)
     outputs = {o.name for o in graph.output}
     # float sizes: Resize's and Upsample's roi and scales (F.interpolate's scale_factor, a Concat of Constants
     # when exported without constant folding), which ONNX's inference reads only from a constant
     scales = {n.input[k] for n in graph.node if n.op_type in ("Resize", "Upsample")
               for k in NOT_PARAMETERS[n.op_type] if len(n.input) > k}
     values: dict[str, Any] = {"": None}  # "" = an omitted optional input
-    values.update((i.name, numpy_helper.to_array(i)) for i in graph.initializer
-                  if math.prod(i.dims) <= SHAPE_DATA_LIMIT and i.data_location != TensorProto.EXTERNAL)
+    values.update(_small_initializers(graph))
     folded = []
     for node in graph.node:
         try:
@@ -432,13 +444,12 @@ def _split_sequences(proto: Any) -> bool:
     once its split sizes are known, a list or one size (`_fold_shape_data` evaluates them). Returns whether it
     rewrote one."""
     import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     graph = proto.graph
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = _opset(proto)
     shapes = {name: info.shape for name, info in _known_tensors(graph).items()}
-    known = {i.name: numpy_helper.to_array(i) for i in graph.initializer
-             if math.prod(i.dims) <= SHAPE_DATA_LIMIT and i.data_location != TensorProto.EXTERNAL}
+    known = _small_initializers(graph)
     readers: dict[str, list[Any]] = {}
     for n in graph.node:
         for x in n.input:
