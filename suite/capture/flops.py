@@ -20,10 +20,10 @@ only, the figure papers publish):
   element; reductions (sum, mean, max, argmax, any, var_mean, vector norms, ...): 1 per input element;
 * softmax, log-softmax, softmin and Gumbel softmax: 5 per element (max, subtract, exp, sum, divide);
 * batch norm: 2 per element in inference (scale and shift with running statistics), 4 in training (batch
-  statistics, then normalise; 2 for a module in eval() in a training step, a frozen BatchNorm); layer norm:
-  5 per element; group norm and instance norm compute their statistics from the input in inference too: 5
-  per element, as layer norm (instance norm with running statistics in inference, `track_running_stats` /
-  `use_input_stats=False`: 2, as batch norm); RMS norm: 3 per element (layer norm's less the mean and its
+  statistics, then normalise; 2 for a module in eval() or a call with training=False in a training step, a
+  frozen BatchNorm); layer norm: 5 per element; group norm and instance norm compute their statistics from
+  the input in inference too: 5 per element, as layer norm (instance norm with running statistics,
+  `track_running_stats` in eval() / `use_input_stats=False`: 2, as batch norm); RMS norm: 3 per element (layer norm's less the mean and its
   subtraction). (torch's FlopCounterMode counts no norm.)
 * pooling (max, average, power-average): output elements x kernel elements; adaptive average pooling: 1 per
   input element;
@@ -515,12 +515,14 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return Cost(name, float(ins[0].numel))  # a vector 2-norm or the Frobenius norm: a reduction
     if name == "layer_norm":
         return elementwise("layer_norm", out, LAYER_NORM_FLOPS_PER_ELEMENT)
-    if name == "batch_norm":
-        return elementwise(name, out, BATCH_NORM_FLOPS_PER_ELEMENT[training])
+    if name == "batch_norm":  # (input, running_mean, running_var, weight, bias, training, ...); ATen's too (weight,
+        # bias first): batch statistics only in a training step and where the call computes them (not a frozen one)
+        batch_stats = training and bool(_arg(args, kwargs, 5, "training", False))
+        return elementwise(name, out, BATCH_NORM_FLOPS_PER_ELEMENT[batch_stats])
     if name == "group_norm":
         return elementwise(name, out, LAYER_NORM_FLOPS_PER_ELEMENT)
-    if name == "instance_norm":  # (input, running_mean, running_var, weight, bias, use_input_stats, ...)
-        stats = training or _arg(args, kwargs, 5, "use_input_stats", True)
+    if name == "instance_norm":  # (input, running_mean, running_var, weight, bias, use_input_stats, ...), ATen's too
+        stats = _arg(args, kwargs, 5, "use_input_stats", True)
         return elementwise(name, out, LAYER_NORM_FLOPS_PER_ELEMENT if stats else BATCH_NORM_FLOPS_PER_ELEMENT[False])
     if name == "rms_norm":
         return elementwise(name, out, RMS_NORM_FLOPS_PER_ELEMENT)

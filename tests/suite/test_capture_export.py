@@ -129,6 +129,20 @@ def test_training_step_has_the_fx_captures_parameters_and_forward():
     assert sum(op.flops for op in b.ops) == sum(op.flops for op in a.ops)
 
 
+def test_frozen_norms_in_a_training_step_count_their_running_statistics_as_fx():
+    """A BatchNorm in eval() and an InstanceNorm with running statistics in eval() normalise with those (2
+    FLOPs per element) in a training step too: the call's own training / use_input_stats, as fx's module
+    rule (export counted 4 and 5, from the capture's mode)."""
+    model = nn.Sequential(nn.BatchNorm2d(2), nn.InstanceNorm2d(2, track_running_stats=True))
+    model[0].eval()
+    model[1].eval()
+    x = (torch.randn(1, 2, 3, 3),)  # 18 elements
+    for g in (fx_capture.capture(Loss1(model), x, name="m", mode="training"),
+              capture(Loss1(model), x, name="m", mode="training")):
+        forward = {op.kind: op.flops for op in g.ops if op.phase == "forward"}
+        assert (forward["batch_norm"], forward["instance_norm"]) == (2 * 18, 2 * 18)
+
+
 def test_training_attention_differs_from_fx_only_by_its_granularity():
     """fx keeps nn.MultiheadAttention as one op: reading the model input, it gets only a grad-weight op (1x
     its forward FLOPs). Export traces through it: the input projection likewise, the attention (no weights) a
