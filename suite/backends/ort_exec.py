@@ -34,6 +34,13 @@ Providers are checked, never assumed: a session for a CUDA device must report CU
 records graph assignment, must not have placed floating-point compute nodes on the CPU; otherwise the
 measurement is status "error" with the reason. A silent fallback is an error, not a result.
 
+Peak memory per cluster device, read after the timed steps: on the CPU, the peak resident set of this process
+(as the PyTorch backend's); on a CUDA device the run uses, the memory in use on the whole device
+(`torch.cuda.mem_get_info`'s total - free), which holds ONNX Runtime's arena at its peak (an arena does not
+shrink) but also the CUDA contexts of ONNX Runtime and of torch (made by that query where torch had none
+there: some hundreds of MiB), torch's cached blocks and other processes' memory: an upper bound, not the
+allocator peak that the PyTorch backend reports; on a GPU the run leaves unused, 0.
+
 Out of memory: status "oom" naming the cluster devices on the CUDA device the error names ("GPU=1"), else on
 the torch device of the session or copy that failed (`oom_devices`), with, as their peak memory, what the
 placement is known to need there (`suite.backends.timing.oom_need_bytes`; on CUDA the memory in use on the
@@ -565,7 +572,8 @@ def _itemsize(v: Any) -> int:
 
 
 class OrtBackend:
-    """ONNX Runtime as an evaluator backend (inference workloads; see the module docstring)."""
+    """ONNX Runtime as an evaluator backend (inference workloads; what its peak memory counts: see the module
+    docstring)."""
 
     name = "onnxruntime"
     last_concurrent = False  # the sessions of a step run one after another in the calling thread
@@ -593,7 +601,7 @@ class OrtBackend:
                 peaks[name] = cpu_peak_rss_bytes()
             elif str(td) in used:
                 free, total = torch.cuda.mem_get_info(td)
-                peaks[name] = int(total - free)  # ONNX Runtime's arena keeps its peak
+                peaks[name] = int(total - free)  # the arena keeps its peak; CUDA contexts and others' memory too
             else:  # a GPU the run leaves unused: 0, not what other sessions or processes hold there
                 peaks[name] = 0
         return Measurement(status="ok", step_time_s=statistic_s(samples, self.timing), samples_s=tuple(samples),
