@@ -572,3 +572,53 @@ def test_star_args_inputs_are_each_fed_under_their_own_name(three_cpus):
     rw = from_module(module, (x, a, 3, [c, d], e), name="star_int")
     with pytest.raises(PlacebenchError, match=r"input 'args.1' \(\*args\) is a int"):
         OrtModel(rw)
+
+
+class _Fan(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        b = torch.relu(h) * 2
+        return b + h + torch.sigmoid(h)
+
+
+def test_copied_bytes_count_each_tensor_once_per_step_per_device_it_is_read_on(three_cpus):
+    """Ops x, fc, relu, mul, add, sigmoid, add_1 on devices 2, 0, 1, 0, 1, 2, 1, in float64 (64 bytes a
+    tensor): x is staged on device 2 and copied to fc's device 0; fc's output h is read on devices 1 (relu,
+    then add, two segments apart: one copy) and 2; relu's output goes to 0, mul's and sigmoid's to 1. Six
+    copies, 384 bytes a step, in both backends (no tests counted the bytes exactly)."""
+    cluster, dmap = three_cpus
+    torch.manual_seed(0)
+    module = _Fan().double().eval()
+    rw = from_module(module, (torch.randn(2, 4, dtype=torch.float64),), name="fan")
+    assert [op.name for op in rw.graph.ops] == ["x", "fc", "relu", "mul", "add", "sigmoid", "add_1"]
+    placement = np.array([2, 0, 1, 0, 1, 2, 1])
+    be = OrtBackend(rw, cluster, dmap, timing=FAST)
+    assert [(s.level, s.device) for s in be.model.segments(placement)] == [(0, 0), (1, 1), (1, 2), (2, 0), (3, 1)]
+    m = be.measure(placement)
+    assert m.status == "ok" and m.bytes_transferred == 6 * 64
+    from suite.backends.torch_exec import TorchBackend
+
+    assert TorchBackend(rw, cluster, dmap, timing=FAST).measure(placement).bytes_transferred == 6 * 64
+    np.testing.assert_allclose(be.executor.step()[0], rw.eager().numpy(), rtol=1e-12)
+
+
+class _View(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x.view(2, 4))
+
+
+def test_a_folded_node_that_reads_an_input_runs_with_the_input_op():
+    """x.view(2, 4) is folded into no op: its ONNX Reshape (and the Constant of its shape, which reads nothing)
+    follow the producer of the Reshape's first computed input, the graph input x (op 0), as in the PyTorch
+    backend, not their consumer fc (op 1)."""
+    om = OrtModel(from_module(_View().eval(), (torch.randn(8),), name="view"))
+    assert [nd.op_type for nd in om.model.graph.node] == ["Constant", "Reshape", "Gemm"]
+    assert om.node_op == [0, 0, 1]
