@@ -1235,6 +1235,32 @@ def test_cpu_clock_times_only_one_thread_runs(three_cpus):
         time_steps(lambda: None, FAST, [], clock="sundial")
 
 
+def test_time_steps_runs_the_warm_up_untimed_then_times_each_measured_step_between_synchronisations(monkeypatch):
+    """The timing protocol of both real backends, on a fake clock: warm-up steps untimed, then one sample per
+    measured step, each bracketed by a synchronisation of the CUDA devices alone (none with synchronize
+    false, but the one after the warm-up); the statistic is the median or the mean of the samples."""
+    import suite.backends.timing as timing
+    from suite.backends.timing import statistic_s, time_steps
+
+    now, events = [0.0], []
+    monkeypatch.setattr(timing, "clock_function", lambda clock: lambda: now[0])
+    monkeypatch.setattr(timing, "synchronize", lambda devs: events.append(("sync", [str(d) for d in devs])))
+
+    def step():
+        events.append("step")
+        now[0] += 2.0 ** sum(e == "step" for e in events)
+
+    devices = [torch.device("cpu"), torch.device("cuda", 1)]
+    assert time_steps(step, Timing(warmup_steps=2, measured_steps=3), devices) == [8.0, 16.0, 32.0]
+    sync = ("sync", ["cuda:1"])
+    assert events == ["step", "step", sync, *[sync, "step", sync] * 3]
+    events.clear()
+    assert time_steps(step, Timing(warmup_steps=0, measured_steps=2, synchronize=False), devices) == [2.0, 4.0]
+    assert events == [sync, "step", "step"]
+    assert statistic_s([8.0, 16.0, 48.0], Timing()) == 16.0
+    assert statistic_s([8.0, 16.0, 48.0], Timing(statistic="mean")) == 24.0
+
+
 def test_steps_run_with_the_threads_the_backend_was_made_with(three_cpus):
     """The learned placers search inside `torch_threads(1)`: their evaluations must not run with that one
     thread while the other placers' and the final re-measurement run with the backend's."""
