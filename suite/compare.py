@@ -254,7 +254,9 @@ def summary(pairs: list[Pair], factor: float, lenient: bool = False, memory_fact
 def as_json(pairs: list[Pair], factor: float, lenient: bool = False, memory_factor: float | None = None,
             show_all: bool = True) -> dict[str, Any]:
     """The comparison as JSON: the counts and regressions of every pair, and the cells of those that are not
-    `same` (all of them with show_all)."""
+    `same` (all of them with show_all). Written out (`store.dumps`), a number that is not finite is null:
+    memory_factor inf (memory not judged), and a ratio over a base of 0 s or 0 bytes (its base figure, which
+    each cell carries, says so; a time ratio is null too where either side failed, as its statuses say)."""
     return {
         "factor": factor,
         "memory_factor": factor if memory_factor is None else memory_factor,
@@ -267,6 +269,8 @@ def as_json(pairs: list[Pair], factor: float, lenient: bool = False, memory_fact
              "base_status": p.base["status"] if p.base else None, "new_status": p.new["status"] if p.new else None,
              "base_step_time_s": p.base.get("step_time_s") if p.base else None,
              "new_step_time_s": p.new.get("step_time_s") if p.new else None,
+             "base_max_peak_memory_bytes": p.base.get("max_peak_memory_bytes") if p.base else None,
+             "new_max_peak_memory_bytes": p.new.get("max_peak_memory_bytes") if p.new else None,
              "time_ratio": p.time_ratio, "memory_ratio": p.memory_ratio, "not_comparable_because": p.why or None}
             for p in pairs if show_all or p.verdicts != ("same",)
         ],

@@ -470,9 +470,9 @@ def render(rows: Iterable[Mapping[str, Any]], fmt: str = "text", reference: str 
     if fmt == "csv":
         return to_csv(long_table(res, reference))
     if fmt == "json":
-        import json
+        from suite.store import dumps
 
-        return json.dumps(as_json(res, reference), indent=1, sort_keys=True) + "\n"
+        return dumps(as_json(res, reference)) + "\n"
     sections = tables(res, reference)
     if fmt == "text":
         return "\n\n".join(to_text(t) for _, ts in sections for t in ts) + "\n"
@@ -489,6 +489,8 @@ def _table_json(t: Table) -> dict[str, Any]:
 
 
 def as_json(res: Results, reference: str | None = None) -> dict[str, Any]:
+    """The report for programs. Written out, a number that is not finite (a speedup whose division overflows)
+    is null: `Infinity` and `NaN` are not JSON."""
     ref = res.pick_reference(reference)
     lt = long_table(res, reference)
     return {

@@ -184,6 +184,23 @@ def test_unlike_setups_are_not_compared_and_unmatched_cells_are_listed():
     assert [c["placer"] for c in changed["cells"]] == ["a", "c"] and changed["counts"] == data["counts"]
 
 
+def test_json_is_valid_where_a_ratio_or_the_memory_factor_is_infinite():
+    from suite.store import dumps
+
+    pairs = cmp.compare([row(t=0.0, memory=0)], [row(t=2.0, memory=4096)])
+    assert pairs[0].verdicts == ("slower", "more memory") and pairs[0].time_ratio == float("inf")
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    data = json.loads(dumps(cmp.as_json(pairs, 1.05, memory_factor=float("inf"))), parse_constant=refuse)
+    assert data["memory_factor"] is None  # inf: memory not judged
+    (cell,) = data["cells"]
+    assert (cell["time_ratio"], cell["base_step_time_s"], cell["new_step_time_s"]) == (None, 0.0, 2.0)
+    # the memory ratio over 0 bytes is null too, and the cell carries both peaks that say why
+    assert (cell["memory_ratio"], cell["base_max_peak_memory_bytes"], cell["new_max_peak_memory_bytes"]) == (None, 0, 4096)
+
+
 def test_the_table_lists_regressions_first_and_only_changes():
     pairs = cmp.compare([row("a"), row("b"), row("c", t=2.0), row("d")], [row("b"), row("c"), row("d", t=2.0)])
     t = cmp.table(pairs)

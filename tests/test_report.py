@@ -120,6 +120,20 @@ def test_csv_is_the_long_table_with_numbers():
     assert (w5a["speedup_vs_ref"], w5a["reference_status"]) == ("", "")  # no reference row there
 
 
+def test_json_report_is_valid_json_when_a_speedup_overflows():
+    # 1e300 s / 1e-10 s overflows to inf: written as null, not as Infinity (which jq and JavaScript refuse)
+    rows = [{"cluster": "c", "workload": "w", "placer": "ref", "seed": 0, "status": "ok", "step_time_s": 1e300},
+            {"cluster": "c", "workload": "w", "placer": "a", "seed": 0, "status": "ok", "step_time_s": 1e-10}]
+    text = report.render(rows, "json", "ref")
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    data = json.loads(text, parse_constant=refuse)
+    assert [c["speedup_vs_ref"] for c in data["cells"]] == [None, 1.0]  # a, ref
+    assert data["cells"][0]["step_time_s"] == 1e-10
+
+
 def test_json_report():
     data = json.loads(report.render(ROWS, "json", "ref"))
     assert data["reference"] == "ref" and data["methodologies"] == ["m-v1"]
