@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,8 @@ class Row:
     # method name -> seconds, or a PAPER_STATUSES key; a method absent: not reported; empty: not transcribed
     paper: Mapping[str, float | str]
     note: str = ""
+    # method name -> the figure as the file writes it ("1.30" from a string; 1.3 from the TOML float 1.30)
+    printed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def runnable(self) -> bool:
@@ -176,15 +179,23 @@ def _unknown(where: str, d: Mapping[str, Any], known: set[str]) -> None:
         raise PaperError(f"{where}: unknown field(s) {sorted(extra)}; known: {', '.join(sorted(known))}")
 
 
-def _paper_figure(where: str, v: Any) -> float | str:
+_PRINTED_NUMBER = re.compile(r"\d+(\.\d+)?([eE][+-]?\d+)?")
+
+
+def _paper_figure(where: str, v: Any) -> tuple[float | str, str]:
+    """(seconds or a PAPER_STATUSES key, the figure as printed). A time may be a string ("1.30"), which keeps
+    the digits the paper prints: TOML reads the number 1.30 as 1.3."""
     if isinstance(v, str):
-        if v not in PAPER_STATUSES:
+        if v in PAPER_STATUSES:
+            return v, v
+        if not _PRINTED_NUMBER.fullmatch(v):
             raise PaperError(f"{where}: {v!r} is neither a time in seconds nor one of {', '.join(PAPER_STATUSES)}")
-        return v
-    x = as_float(v)
+        x = float(v)
+    else:
+        x = as_float(v)
     if not (math.isfinite(x) and x > 0):
         raise PaperError(f"{where}: a paper's time must be a positive number of seconds, got {short_repr(v)}")
-    return x
+    return x, v if isinstance(v, str) else str(v) if isinstance(v, int) else repr(x)
 
 
 def paper_from_dict(data: Mapping[str, Any], *, id: str, source: str = "<paper>") -> PaperTable:
@@ -248,7 +259,8 @@ def paper_from_dict(data: Mapping[str, Any], *, id: str, source: str = "<paper>"
             if k not in names:
                 raise PaperError(f"{where}: paper figure for {k!r}, which is not a method; methods: {', '.join(names)}")
         figures = {k: _paper_figure(f"{where}: paper.{k!r}", v) for k, v in paper.items()}
-        rows.append(Row(label, w, c, figures, note))
+        rows.append(Row(label, w, c, {k: x for k, (x, _) in figures.items()}, note,
+                        {k: text for k, (_, text) in figures.items()}))
     placed = [m.name for m in methods if m.placer]
     for key in ("reference", "headline"):
         v = data.get(key)
@@ -369,7 +381,7 @@ def _theirs(row: Row, m: Method) -> Side:
         return Side(None, None, MISSING)
     if isinstance(v, str):  # a failure the paper prints: ranks as infinitely slow
         return Side(math.inf, PAPER_STATUSES[v], v)
-    return Side(float(v), "ok", f"{v:g}")
+    return Side(float(v), "ok", row.printed.get(m.name) or repr(float(v)))
 
 
 def _speedup(side: Side, ref: Side) -> float | None:

@@ -123,6 +123,22 @@ def test_bad_paper_files_name_the_field(path, value, message):
     assert str(exc.value).startswith("t.toml: ") and message in str(exc.value)
 
 
+def test_paper_figures_are_shown_with_the_digits_the_file_gives():
+    """A string keeps the paper's trailing zeros; a number is shown in full (never cut to 6 digits by :g)."""
+    data = _with(("rows", 0, "paper"), {"CPU": "1.30", "GPU": 2, "Oracle": 12345.678})
+    data["rows"][1]["paper"] = {"CPU": "4.0e-3", "GPU": "OOM"}
+    t = paper.paper_from_dict(data, id="t")
+    comp = paper.Comparison.from_rows(t, [])
+    assert [comp.theirs["ResNet"][m].text for m in ("CPU", "GPU", "Oracle")] == ["1.30", "2", "12345.678"]
+    assert [comp.theirs["ResNet"][m].time_s for m in ("CPU", "GPU", "Oracle")] == [1.3, 2.0, 12345.678]
+    assert [(s.text, s.time_s) for s in comp.theirs["BERT"].values()] == [("4.0e-3", 0.004), ("OOM", math.inf),
+                                                                         ("-", None)]
+    assert paper.long_table(comp).raw[0][5:7] == [1.3, "ok"]  # programs get the number
+    for bad in ("1.3 s", " 1.30", "-1.0", "0.0", "nan", "1,30"):
+        with pytest.raises(PaperError, match="paper.'CPU'"):
+            paper.paper_from_dict(_with(("rows", 0, "paper", "CPU"), bad), id="t")
+
+
 # -- the comparison, by hand -----------------------------------------------------------------------------------
 def _rows(*cells):
     """Result rows: (workload, placer, [status or seconds per seed])."""
@@ -343,7 +359,7 @@ def test_paper_command_runs_the_cells_then_reports(capsys, tmp_path):
     assert code == 0, err
     assert "The paper's figures (Table 9" in stdout and "written: " in err
     md, csv = (out / "mine.md").read_text(), (out / "mine.csv").read_text()
-    assert "# Someone et al., 2099: Table 9" in md and "| ResNet | 2 | 1 | 0.5 |" in md
+    assert "# Someone et al., 2099: Table 9" in md and "| ResNet | 2.0 | 1.0 | 0.5 |" in md  # as the file writes them
     assert len(csv.splitlines()) == 1 + 3 * 3  # header + (3 rows x 3 methods)
     # two (workload, cluster) pairs out of a 2 x 2 product, two placers, one seed; NASNet needs no cell
     cells = [json.loads(p.read_text()) for p in (store / "cells").iterdir()]
