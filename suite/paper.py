@@ -22,6 +22,9 @@ paper's table:
 * each method's speedup over the row's reference method;
 * how the methods rank (Kendall's tau-b per row, failures ranked as infinitely slow);
 * which cells fail (OOM);
+
+A cell of ours that is skipped (the placer does not apply there) has no figure, as in the leaderboard's
+ranks: it is not ranked, compared or counted, and shows as "skipped".
 * the margin of the paper's own method over the best other, and placebench's figure for a claim that
   names two methods.
 
@@ -356,8 +359,8 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
 class Side:
     """One method in one row on one side (paper or ours): its time (inf: failed) and how it reads."""
 
-    time_s: float | None  # None: no figure (not reported, not run, no counterpart)
-    status: str | None  # "ok", a failure status, or None with no figure
+    time_s: float | None  # None: no figure (not reported, not run, no counterpart, skipped)
+    status: str | None  # "ok", a failure status, "skipped" (with no figure), or None with no figure
     text: str
     seeds: int | None = None  # ours: how many seeds the cell has, and how many of them are ok
     ok_seeds: int | None = None
@@ -372,7 +375,8 @@ def _ours(paper: PaperTable, res: Results, row: Row, m: Method) -> Side:
     if cell is None:
         return Side(None, None, "not run")
     seeds = len(paper.seeds)
-    return Side(cell.value_s, cell.status, cell.text_among(seeds), cell.n, cell.n_ok)
+    time_s = None if cell.status == "skipped" else cell.value_s  # does not apply: no figure, not a failure
+    return Side(time_s, cell.status, cell.text_among(seeds), cell.n, cell.n_ok)
 
 
 def _theirs(row: Row, m: Method) -> Side:
@@ -395,8 +399,10 @@ def _speedup(side: Side, ref: Side) -> float | None:
 
 
 def _speedup_text(side: Side, ref: Side) -> str:
+    if side.status == "skipped":
+        return STATUS_LABEL["skipped"]
     if side.time_s is None or ref.time_s is None:
-        return MISSING
+        return f"ref {STATUS_LABEL['skipped']}" if side.time_s is not None and ref.status == "skipped" else MISSING
     if not math.isfinite(ref.time_s):
         return f"ref {STATUS_LABEL.get(ref.status or '', ref.status)}"
     if not math.isfinite(side.time_s):
@@ -527,7 +533,8 @@ class Comparison:
     def failures_agree(self, label: str) -> tuple[int, int]:
         """Of the methods with a figure on both sides: how many have the same status (ok, or the paper's OOM
         and our OOM; our invalid, timeout or error never agrees with the paper's OOM), and how many there are."""
-        both = [k for k in self.theirs[label] if self.theirs[label][k].status and self.ours[label][k].status]
+        both = [k for k in self.theirs[label] if self.theirs[label][k].time_s is not None
+                and self.ours[label][k].time_s is not None]
         agree = sum(self.theirs[label][k].status == self.ours[label][k].status for k in both)
         return agree, len(both)
 

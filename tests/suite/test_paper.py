@@ -222,6 +222,27 @@ def test_our_crash_does_not_agree_with_the_papers_oom():
     assert comp.failures_agree("BERT") == (1, 2) and comp.ours["BERT"]["GPU"].text == "error [1 seed]"
 
 
+def test_a_skipped_cell_of_ours_has_no_figure_it_is_not_ranked_as_a_failure():
+    """As in the leaderboard: a placer that does not apply is left out of the ranks, the status agreement and
+    the claims (it is not an infinitely slow failure), and its cells say "skipped"."""
+    t = paper.paper_from_dict(GOOD, id="t")
+    comp = paper.Comparison.from_rows(t, _rows(("resnet50-b1-infer", "single_cpu", [3.0, 3.0, 3.0]),
+                                               ("resnet50-b1-infer", "single_gpu", ["skipped"] * 3),
+                                               ("bert_base-12x768-s128-b1-infer", "single_cpu", ["skipped"] * 3),
+                                               ("bert_base-12x768-s128-b1-infer", "single_gpu", [2.0, 2.0, 2.0])))
+    assert comp.ours["ResNet"]["GPU"].text == "skipped" and comp.ours["ResNet"]["GPU"].time_s is None
+    assert math.isnan(comp.tau("ResNet")[0]) and comp.tau("ResNet")[1] == 1  # was -1.00 over 2
+    assert comp.failures_agree("ResNet") == (1, 1) and comp.failures_agree("BERT") == (0, 1)  # were (1, 2), (0, 2)
+    assert paper.claim_figure(comp, t.claims[0]) == "placebench: no row where GPU and CPU can be compared"
+    tables = {tb.title.split(":")[0].split(" (")[0]: tb for tb in paper.comparison_tables(comp)}
+    speed = tables["Speedup over CPU"].rows
+    assert speed[0][1:3] == ["1.00x / 1.00x", "2.00x / skipped"]
+    assert speed[1][1:3] == ["1.00x / skipped", "OOM / ref skipped"]
+    csv_rows = paper.long_table(comp).raw
+    assert ["ResNet", "resnet50-b1-infer", "xeon_h100", "GPU", "single_gpu", 1.0, "ok", None, "skipped", 2.0, None,
+            3, 0] in csv_rows
+
+
 def test_zero_times_give_undefined_speedups_not_errors():
     t = paper.paper_from_dict(_with(("claims", 0, "over"), ["CPU"]), id="t")
     comp = paper.Comparison.from_rows(t, _rows(("resnet50-b1-infer", "single_cpu", [0.0, 0.0, 0.0]),
