@@ -192,6 +192,10 @@ def test_seed_aggregation():
     assert Cell(("oom", "ok", "oom"), (inf, 2.0, inf)).text == "OOM (1/3 ok)"  # a failed cell still shows its ok seeds
     assert Cell(("error", "ok", "ok"), (inf, 0.5, 0.7)).text == "700.0 ms (2/3 ok)"
     assert Cell(("timeout", "error", "error"), (inf, inf, inf)).status == "error"  # the most frequent failure
+    # a tie between failures shows the first of FAILURE_ORDER: oom, invalid, timeout, error, skipped
+    assert [Cell(pair, (inf, inf)).status for pair in (("invalid", "oom"), ("timeout", "invalid"),
+                                                        ("error", "timeout"), ("skipped", "error"))] == [
+        "oom", "invalid", "timeout", "error"]
 
 
 def test_the_median_of_two_huge_ok_times_is_a_number():
