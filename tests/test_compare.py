@@ -155,7 +155,8 @@ def test_another_placer_under_the_same_label_is_not_comparable():
     assert pair.verdicts == ("not comparable",) and pair.why == "placer_name hsdag -> placeto"
 
 
-@pytest.mark.parametrize("field", cmp.SAME_SETUP)
+@pytest.mark.parametrize("field", ["workload_hash", "cluster_hash", "placer_name", "params_hash", "methodology",
+                                   "budget_evaluations", "budget_seconds", "evaluator"])  # not SAME_SETUP: its own check
 def test_a_pair_measured_another_way_is_not_comparable(field):
     other = {"budget_evaluations": 11, "budget_seconds": 301.0}.get(field, "other")  # the budget: numbers
     (pair,) = cmp.compare([row()], [row(**{field: other})])

@@ -222,6 +222,26 @@ def test_our_crash_does_not_agree_with_the_papers_oom():
     assert comp.failures_agree("BERT") == (1, 2) and comp.ours["BERT"]["GPU"].text == "error [1 seed]"
 
 
+def test_a_row_where_every_method_of_ours_fails_has_no_fastest_and_no_margin():
+    """Fastest and margins are over finite times of the methods with a figure on both sides: all of ours
+    failing is no winner (not a tie of failures), and a headline method the paper gives no figure for has no
+    margin on either side."""
+    data = _with(("rows", 0, "paper"), {"CPU": 2.0, "Oracle": 0.5})  # no paper figure for GPU, the headline
+    t = paper.paper_from_dict(data, id="t")
+    comp = paper.Comparison.from_rows(t, _rows(("resnet50-b1-infer", "single_cpu", [3.0, 3.0, 3.0]),
+                                               ("resnet50-b1-infer", "single_gpu", [1.0, 1.0, 1.0]),
+                                               ("bert_base-12x768-s128-b1-infer", "single_cpu", ["oom"] * 3),
+                                               ("bert_base-12x768-s128-b1-infer", "single_gpu", ["error"] * 3)))
+    per_row = {tb.title: tb for tb in paper.comparison_tables(comp)}["Per row"]
+    assert per_row.rows[0] == ["ResNet", "CPU", "CPU", "-", "1", "1/1", "-", "-"]  # GPU: no paper figure
+    assert per_row.rows[1] == ["BERT", "CPU", "-", "-", "2", "0/2", "-", "-"]  # ours all tie: no tau
+    speed = {tb.title: tb for tb in paper.comparison_tables(comp)}["Speedup over CPU: from the paper's figures / placebench's"]
+    assert speed.rows[1] == ["BERT", "1.00x / ref OOM", "OOM / ref OOM", "- / -"]  # the reference failed: said first
+    # a claim leaves out a row where every method it names failed (BERT): nothing to compare there
+    assert paper.claim_figure(comp, t.claims[0]) == ("placebench: GPU is faster than CPU in 1 of 1 rows; its speedup "
+                                                     "is +200.0% at most (ResNet: step time -66.7%)")
+
+
 def test_a_skipped_cell_of_ours_has_no_figure_it_is_not_ranked_as_a_failure():
     """As in the leaderboard: a placer that does not apply is left out of the ranks, the status agreement and
     the claims (it is not an infinitely slow failure), and its cells say "skipped"."""
