@@ -22,11 +22,11 @@ paper's table:
 * each method's speedup over the row's reference method;
 * how the methods rank (Kendall's tau-b per row, failures ranked as infinitely slow);
 * which cells fail (OOM);
+* the margin of the paper's own method over the best other, and placebench's figure for a claim that
+  names two methods.
 
 A cell of ours that is skipped (the placer does not apply there) has no figure, as in the leaderboard's
 ranks: it is not ranked, compared or counted, and shows as "skipped".
-* the margin of the paper's own method over the best other, and placebench's figure for a claim that
-  names two methods.
 
 A paper's figure is always labelled as the paper's, never as a measurement.
 """
