@@ -11,6 +11,12 @@ totals far below the 32-bit limit of METIS's idx_t.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -27,6 +33,35 @@ def library_seed(seed: int) -> int:
     """A 31-bit seed for a partitioning library (Scotch, METIS) from any integer seed, spread by a hash:
     both libraries turn nearby seeds into the same random choices (seeds 0 and 1 gave one partition)."""
     return int(np.random.SeedSequence(abs(int(seed))).generate_state(1, dtype=np.uint32)[0] >> 1)
+
+
+def _flush_c_streams() -> None:
+    """fflush(NULL): C's stdout is block-buffered when it is not a terminal, so a library's printf stays in
+    the C buffer (and would come out later, wherever stdout then points) until flushed."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def c_stdout() -> Iterator[list[str]]:
+    """Catch what is written to file descriptor 1 inside the block (a C library's printf: METIS prints its
+    complaints there), instead of letting it into the command's stdout; yields a list that holds the
+    caught non-blank lines, stripped, once the block ends. Process-wide while it lasts (file descriptors
+    are): only for short calls into a library."""
+    lines: list[str] = []
+    sys.stdout.flush()
+    _flush_c_streams()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 1)
+        try:
+            yield lines
+        finally:
+            _flush_c_streams()
+            os.dup2(saved, 1)
+            os.close(saved)
+            caught.seek(0)
+            lines += [t.strip() for t in caught.read().decode(errors="replace").splitlines() if t.strip()]
 
 
 @dataclass(frozen=True, eq=False)

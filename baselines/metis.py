@@ -17,6 +17,10 @@
 * Device-kind constraints: METIS ignores them; a node on a device its ops forbid is moved to the allowed
   device it exchanges the most bytes with (`_common.enforce_kinds`; counted in `info["kind_moves"]`).
 * Memory is ignored: an OOM placement stays OOM.
+* What METIS prints (with C's printf, to stdout: "***Cannot bisect a graph with 0 vertices!", "***You are
+  trying to partition a graph into too many parts!" where its bisections leave a part empty, as small
+  graphs with parts of very different sizes do) is caught, not let into the command's output: its distinct
+  lines are `info["metis_messages"]` (absent where METIS printed nothing). The partition is still used.
 
 Single shot: no evaluations of the evaluator.
 """
@@ -44,8 +48,10 @@ def metis_parts(
     part_shares: np.ndarray,
     seed: int,
     recursive: bool = False,
+    messages: list[str] | None = None,
 ) -> np.ndarray:
-    """Part of every vertex (int64), k = len(part_shares) parts sized by the shares."""
+    """Part of every vertex (int64), k = len(part_shares) parts sized by the shares. The distinct lines that
+    METIS prints are appended to `messages` (when given) instead of reaching stdout."""
     n = len(xadj) - 1
     k = len(part_shares)
     if k == 1 or n == 0:
@@ -65,15 +71,18 @@ def metis_parts(
     shares = np.asarray(part_shares, dtype=np.float64)
     shares = np.maximum(shares, MIN_SHARE * shares.max())
     shares = shares / shares.sum()
-    _, parts = pymetis.part_graph(
-        k,
-        adjacency=pymetis.CSRAdjacency(np.asarray(xadj, dtype=np.int64), np.asarray(adjncy, dtype=np.int64)),
-        vweights=np.asarray(vertex_weights, dtype=np.int64),
-        eweights=np.asarray(edge_weights, dtype=np.int64) if len(adjncy) else None,
-        tpwgts=shares.tolist(),
-        recursive=recursive,
-        options=pymetis.Options(seed=_common.library_seed(seed)),
-    )
+    with _common.c_stdout() as printed:
+        _, parts = pymetis.part_graph(
+            k,
+            adjacency=pymetis.CSRAdjacency(np.asarray(xadj, dtype=np.int64), np.asarray(adjncy, dtype=np.int64)),
+            vweights=np.asarray(vertex_weights, dtype=np.int64),
+            eweights=np.asarray(edge_weights, dtype=np.int64) if len(adjncy) else None,
+            tpwgts=shares.tolist(),
+            recursive=recursive,
+            options=pymetis.Options(seed=_common.library_seed(seed)),
+        )
+    if messages is not None:
+        messages += [line for line in dict.fromkeys(printed) if line not in messages]
     return np.asarray(parts, dtype=np.int64)
 
 
@@ -95,7 +104,8 @@ class Metis(BasePlacer):
         _, _, nbytes = con.edges
         xadj, adjncy, ew = con.csr(_common.scale_to_int(nbytes))
         vw = _common.scale_to_int(con.node_sum(cost[:, ref]))
-        parts = metis_parts(xadj, adjncy, vw, ew, speeds, seed, recursive=self.params["recursive"])
+        said: list[str] = []
+        parts = metis_parts(xadj, adjncy, vw, ew, speeds, seed, recursive=self.params["recursive"], messages=said)
         node_device = np.asarray(devices, dtype=np.int64)[parts]
         node_device, moved = _common.enforce_kinds(node_device, con, allowed, _common.speed_order(cluster))
         return PlacementResult.from_search(
@@ -106,4 +116,5 @@ class Metis(BasePlacer):
             device_speeds=[round(float(s), 6) for s in speeds],
             nodes=con.num_nodes,
             kind_moves=moved,
+            **({"metis_messages": said} if said else {}),
         )

@@ -168,3 +168,48 @@ def test_a_device_of_speed_zero_gets_no_work_instead_of_a_metis_error(make_probl
     r = Metis().place(make_problem(g, cluster), Budget(), 0)
     assert r.info["device_speeds"][0] == 0.0
     assert set(validate(r.placement, g, cluster).tolist()) <= {1, 2}
+
+
+def _flush_c_stdout() -> None:
+    import ctypes
+
+    ctypes.CDLL(None).fflush(None)  # METIS's printf output sits in C's buffer until flushed
+
+
+def test_what_metis_prints_is_caught_not_written_to_stdout(capfd):
+    """Recursive bisection of 7 uneven vertices into shares 1:0:0 makes METIS print (C printf, to stdout) that
+    it cannot bisect an empty part: the lines go to `messages`, not into the command's stdout (--json)."""
+    xadj = np.array([0, 0, 1, 1, 2, 3, 4, 4])
+    adjncy = np.array([5, 4, 3, 1])
+    vw = np.array([277, 954, 218, 796, 345, 671, 651])
+    said: list[str] = []
+    parts = metis_parts(xadj, adjncy, vw, np.ones(4, dtype=np.int64), np.array([1.0, 0.0, 0.0]), 0,
+                        recursive=True, messages=said)
+    _flush_c_stdout()
+    assert capfd.readouterr().out == ""
+    assert said == ["***Cannot bisect a graph with 0 vertices!",
+                    "***You are trying to partition a graph into too many parts!"]
+    assert parts.tolist() == [0] * 7  # the partition is still METIS's
+    metis_parts(xadj, adjncy, vw, np.ones(4, dtype=np.int64), np.array([1.0, 0.0, 0.0]), 0, recursive=True)
+    _flush_c_stdout()
+    assert capfd.readouterr().out == ""  # without a list to hold them, the lines are dropped
+
+
+def test_the_placer_reports_what_metis_printed(monkeypatch, random_graph, make_problem, haswell_4k80, capfd):
+    import ctypes
+
+    import baselines.metis as metis_module
+
+    real = metis_module.pymetis.part_graph
+
+    def printing(*a, **kw):
+        ctypes.CDLL(None).printf(b"***METIS says this\n")
+        return real(*a, **kw)
+
+    problem = make_problem(random_graph(40, seed=5), haswell_4k80)
+    assert "metis_messages" not in Metis().place(problem, Budget(), seed=0).info
+    monkeypatch.setattr(metis_module.pymetis, "part_graph", printing)
+    r = Metis().place(problem, Budget(), seed=0)
+    _flush_c_stdout()
+    assert capfd.readouterr().out == ""
+    assert r.info["metis_messages"] == ["***METIS says this"]
