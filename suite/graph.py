@@ -251,6 +251,10 @@ def canonical_order(n: int, edges: Sequence[tuple[int, int]]) -> list[int]:
 
 @dataclass(frozen=True)
 class GraphStats:
+    """Placement-independent statistics. The two critical-path numbers are each the longest over all paths
+    (every source to every sink, an isolated op being a path of one), counting ops or op FLOPs only: edge
+    bytes (communication) count for neither, and the two may come from different paths."""
+
     num_ops: int
     num_edges: int
     average_degree: float  # 2|E| / |V|

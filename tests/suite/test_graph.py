@@ -43,6 +43,18 @@ def test_critical_path_takes_the_longest_path_not_the_shortcut():
     assert s.critical_path_flops == 10.0
 
 
+def test_critical_path_over_every_sink_and_isolated_op():
+    """Chain a -> b -> c (1 + 2 + 3 FLOPs), isolated e (100 FLOPs) and f (0), last in canonical order: the
+    longest path is a -> b -> c (3 ops) and the most FLOPs are e's alone (100), two different paths; edge
+    bytes count for neither. Neither is the last op's (1 op, 0 FLOPs)."""
+    ops = [Op(n, "x", flops=f) for n, f in (("a", 1.0), ("b", 2.0), ("c", 3.0), ("e", 100.0), ("f", 0.0))]
+    g = OpGraph.build("islands", ops, [("a", "b", 10**9), ("b", "c", 10**9)])
+    assert [op.name for op in g.ops][-1] == "f"
+    s = g.stats
+    assert (s.num_ops, s.num_edges, s.average_degree, s.total_flops) == (5, 2, 0.8, 106.0)
+    assert (s.critical_path_ops, s.critical_path_flops) == (3, 100.0)
+
+
 def test_canonical_order_is_topological_and_smallest_index_first():
     ops = [Op("d", "x"), Op("c", "x"), Op("b", "x"), Op("a", "x")]
     g = OpGraph.build("rev", ops, [("a", "b"), ("b", "c"), ("c", "d")])
