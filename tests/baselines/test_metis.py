@@ -176,23 +176,43 @@ def _flush_c_stdout() -> None:
     ctypes.CDLL(None).fflush(None)  # METIS's printf output sits in C's buffer until flushed
 
 
-def test_what_metis_prints_is_caught_not_written_to_stdout(capfd):
+_PRINTING_CALL = """
+import json, sys
+import numpy as np
+from baselines.metis import metis_parts
+xadj, adjncy = np.array([0, 0, 1, 1, 2, 3, 4, 4]), np.array([5, 4, 3, 1])
+vw = np.array([277, 954, 218, 796, 345, 671, 651])
+said = [] if sys.argv[1] == "list" else None
+parts = metis_parts(xadj, adjncy, vw, np.ones(4, dtype=np.int64), np.array([1.0, 0.0, 0.0]), 0, recursive=True,
+                    messages=said)
+print(json.dumps([parts.tolist(), said]), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("messages", ["list", "none"])
+def test_what_metis_prints_is_caught_not_written_to_stdout(messages):
     """Recursive bisection of 7 uneven vertices into shares 1:0:0 makes METIS print (C printf, to stdout) that
-    it cannot bisect an empty part: the lines go to `messages`, not into the command's stdout (--json)."""
-    xadj = np.array([0, 0, 1, 1, 2, 3, 4, 4])
-    adjncy = np.array([5, 4, 3, 1])
-    vw = np.array([277, 954, 218, 796, 345, 671, 651])
-    said: list[str] = []
-    parts = metis_parts(xadj, adjncy, vw, np.ones(4, dtype=np.int64), np.array([1.0, 0.0, 0.0]), 0,
-                        recursive=True, messages=said)
-    _flush_c_stdout()
-    assert capfd.readouterr().out == ""
-    assert said == ["***Cannot bisect a graph with 0 vertices!",
-                    "***You are trying to partition a graph into too many parts!"]
-    assert parts.tolist() == [0] * 7  # the partition is still METIS's
-    metis_parts(xadj, adjncy, vw, np.ones(4, dtype=np.int64), np.array([1.0, 0.0, 0.0]), 0, recursive=True)
-    _flush_c_stdout()
-    assert capfd.readouterr().out == ""  # without a list to hold them, the lines are dropped
+    it cannot bisect an empty part: the lines go to `messages` (dropped without a list), not into the
+    command's stdout (--json). In a process of its own, with stdout a pipe and C's stdio buffered (not
+    PYTHONUNBUFFERED), as in a run: the buffered lines came out when the process ended."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", _PRINTING_CALL, messages], capture_output=True, text=True,
+                          env=env, check=True)
+    assert done.stdout == ""
+    parts, said = json.loads(done.stderr.strip().splitlines()[-1])
+    assert parts == [0] * 7  # the partition is still METIS's
+    if messages == "list":
+        assert said == ["***Cannot bisect a graph with 0 vertices!",
+                        "***You are trying to partition a graph into too many parts!"]
+    else:
+        assert said is None and "Cannot bisect" not in done.stderr
 
 
 def test_the_placer_reports_what_metis_printed(monkeypatch, random_graph, make_problem, haswell_4k80, capfd):
@@ -203,7 +223,8 @@ def test_the_placer_reports_what_metis_printed(monkeypatch, random_graph, make_p
     real = metis_module.pymetis.part_graph
 
     def printing(*a, **kw):
-        ctypes.CDLL(None).printf(b"***METIS says this\n")
+        for text in (b"***METIS says this\n", b"***and this\n", b"***METIS says this\n"):
+            ctypes.CDLL(None).printf(text)
         return real(*a, **kw)
 
     problem = make_problem(random_graph(40, seed=5), haswell_4k80)
@@ -212,4 +233,4 @@ def test_the_placer_reports_what_metis_printed(monkeypatch, random_graph, make_p
     r = Metis().place(problem, Budget(), seed=0)
     _flush_c_stdout()
     assert capfd.readouterr().out == ""
-    assert r.info["metis_messages"] == ["***METIS says this"]
+    assert r.info["metis_messages"] == ["***METIS says this", "***and this"]  # each distinct line once
