@@ -973,7 +973,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("edges", f"{s['num_edges']} (average degree {s['average_degree']:.2f})"),
         ("FLOPs", f"{s['total_flops']:.4g}"),
         ("resident bytes", f"{human_bytes(s['param_bytes'])} (parameters, and optimizer state in training)"),
-        ("critical path", f"{s['critical_path_ops']} ops, {s['critical_path_flops']:.4g} FLOPs"),
+        ("longest path", f"{s['critical_path_ops']} ops; most FLOPs on a path: {s['critical_path_flops']:.4g}"),
         ("colocation groups", str(info["colocation_groups"])),
         ("op kinds", ", ".join(f"{k} {v}" for k, v in list(info["op_kinds"].items())[:12])
          + (f" (12 most frequent of {len(info['op_kinds'])} kinds; --json lists all)" if len(info["op_kinds"]) > 12 else "")),

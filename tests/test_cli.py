@@ -141,6 +141,8 @@ def test_show_workload(capsys, tiny_files):
     assert info["stats"]["num_edges"] == 4 and info["op_kinds"] == {"matmul": 3, "add": 1}
     code, out, _ = _run(capsys, "show", str(tiny_files["diamond"]))
     assert "ops                4 (forward 4" in out and info["published"] == {}  # a file: no published figures
+    # the most ops on a path (a-b-d) and the most FLOPs on a path, which may be two paths
+    assert "longest path       3 ops; most FLOPs on a path: 3e+09\n" in out
     code, out, _ = _run(capsys, "show", "resnet50-b1-infer")
     assert "published.params            25,557,032" in out and "published.source            torchvision" in out
     assert "resident bytes              97.49 MiB (parameters" in out
