@@ -552,6 +552,22 @@ def _warn_if_other_kernels(base_runs: list[Any], new_runs: list[Any]) -> str:
     return text
 
 
+def _warn_if_other_timeouts(base_runs: list[Any], new_runs: list[Any]) -> str:
+    """The runs that made BASE's and NEW's rows had different cell timeouts (a spec's `cell_timeout_s`, else
+    the methodology's; the manifest records each run's). The timeout is not part of a pair's setup
+    (`suite.compare`): it changes no number, only whether a slow cell ends as `timeout`. Say on stderr (and
+    return) that a verdict to or from `timeout` may then come from the timeouts alone."""
+    sides = [sorted({float(run["cell_timeout_s"]) for run in runs if isinstance(run.get("cell_timeout_s"), int | float)})
+             for runs in (base_runs, new_runs)]
+    if not (sides[0] and sides[1]) or sides[0] == sides[1]:
+        return ""
+    text = (f"BASE ran with cell timeouts of {' / '.join(f'{t:g} s' for t in sides[0])} and NEW with "
+            f"{' / '.join(f'{t:g} s' for t in sides[1])}: a cell that ends as timeout on one side may have "
+            f"finished on the other for that alone; compare stores run with one timeout to gate code changes")
+    _write(sys.stderr, f"placebench: warning: {text}\n")
+    return text
+
+
 def _store_root(store: str | Path) -> Path | None:
     """The store directory behind STORE: itself, or the store holding a results table file given instead."""
     from suite.store import is_store_dir
@@ -745,6 +761,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sides.append(rows)
         side_runs.append(report.runs_that_made(runs, rows))
     _warn_if_other_kernels(*side_runs)
+    _warn_if_other_timeouts(*side_runs)
     pairs = compare.compare(sides[0], sides[1], args.factor, args.memory_factor, names=(args.base, args.new),
                             methodologies=(_store_methodologies(args.base), _store_methodologies(args.new)))
     line = compare.summary(pairs, args.factor, args.lenient, args.memory_factor)

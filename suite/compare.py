@@ -9,7 +9,7 @@ unlike numbers). A placer's own code may differ: that is what a comparison is fo
 a run's, not a row's (the manifest's run entries record it), and it changes no number, only whether a slow
 cell ends as `timeout`.
 So a `broke` or `changed` to `timeout`, or a `fixed` from it, may come from runs with different timeouts:
-gate on stores run from one spec.
+gate on stores run from one spec (`placebench compare` warns when the runs' timeouts differ).
 
 Verdicts of a comparable pair:
 

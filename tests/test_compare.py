@@ -514,3 +514,29 @@ def test_the_exit_code_holds_when_the_reader_of_both_streams_leaves(fmt, tmp_pat
                                  "-f", fmt], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         proc.stdout.close()  # before it writes anything
         assert proc.wait(timeout=120) == 1, new
+
+
+def test_compare_warns_when_the_stores_ran_with_other_cell_timeouts(capsys, two_stores):
+    """A timeout is a run's (not part of a pair's setup): only a warning, and only where both stores recorded
+    it."""
+    gpu, cpu = two_stores
+
+    def warning(base_timeouts, new_timeouts):
+        for store, timeouts in ((gpu, base_timeouts), (cpu, new_timeouts)):
+            manifest = json.loads((store / "manifest.json").read_text())
+            run = manifest["runs"][0]
+            manifest["runs"] = [{**run, "cell_timeout_s": t} for t in timeouts]
+            if not timeouts:
+                manifest["runs"] = [{k: v for k, v in run.items() if k != "cell_timeout_s"}]
+            (store / "manifest.json").write_text(json.dumps(manifest))
+        code, out, err = _run(capsys, "compare", str(gpu), str(cpu))
+        assert code == 1 and out.splitlines()[-1].endswith("1 regression")  # the verdicts are the same
+        return [ln for ln in err.splitlines() if "timeout" in ln]
+
+    assert warning([60], [3600.0]) == [
+        "placebench: warning: BASE ran with cell timeouts of 60 s and NEW with 3600 s: a cell that ends as "
+        "timeout on one side may have finished on the other for that alone; compare stores run with one timeout "
+        "to gate code changes"]
+    assert warning([60], [60.0]) == []
+    assert warning([], [3600]) == []  # a store that did not record it
+    assert "BASE ran with cell timeouts of 60 s / 90 s and NEW with 60 s:" in warning([60, 90], [60])[0]
