@@ -37,7 +37,7 @@ no module whole (the zoo's workloads have the fx capture's forward MACs, FLOPs a
 ops; their training steps differ by the backward ops of that granularity). Views (view, reshape,
 permute, transpose, `.T` / `.mT` / `.mH`, select, slice, getitem, flatten, squeeze / unsqueeze, expand, split,
 contiguous, detach) are folded into their producers (indexing by a tensor, `x[:, idx]`, `x[mask]`, is a copy: an op, as
-`index_select`, see `flops.GATHERS`), and so is dropout in inference mode (in
+`index_select`, see `flops.GATHERS`; of a parameter, an embedding lookup), and so is dropout in inference mode (in
 training mode, one that runs with train=False: a dropout module in eval()), as in the fx capture; values computed from no model input and no parameter (shapes, buffers,
 `zeros_like(x)`) are constants. An in-place call (`y.add_(1)`,
 `nn.ReLU(inplace=True)`) is an op that its later readers read; one that writes to memory another value
@@ -103,7 +103,7 @@ from suite.capture.fx import (
     in_mode,
     is_leaf,
 )
-from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
+from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value, is_lookup
 from suite.errors import GraphError
 from suite.graph import OpGraph
 
@@ -520,14 +520,16 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     grad = any(t.floating for t in outs) and not inference
     if base in EXPORT_SHAPE_ONLY or (base in EXPORT_DROPOUT and not (training and _train_arg(node))):
         return b.fold(ins, out_bytes, grad=grad and base != "detach")
+    lookup = False
     if base in GATHERS and arg_nodes and node.args and arg_nodes[0] is node.args[0]:  # reads the part it takes
+        lookup = is_lookup(ins[0])
         ins = [b.fold(ins[:1], out_bytes), *ins[1:]]
     if base in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
         ins = _data_inputs(base, node, arg_nodes, ins)
         if not any(v.deps or v.params for v in ins):
             return b.constant()
     overload = getattr(node.target, "_overloadname", "")
-    cost = _cost(base, overload, _resolve(node.args), _resolve(dict(node.kwargs)), outs, training)
+    cost = Cost("embedding", 0.0) if lookup else _cost(base, overload, _resolve(node.args), _resolve(dict(node.kwargs)), outs, training)
     if cost is None:
         cost = elementwise(base, outs)
         b.fallback_kinds.append(base)

@@ -37,7 +37,8 @@ only, the figure papers publish):
   and linalg.matrix_norm (vector 2-norm, Frobenius) as the reductions;
 * data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, scatter, index_copy,
   masked_scatter, index_put without accumulate, ...): 1 per output element, as elementwise ops; those in
-  `GATHERS` (index_select, indexing by a tensor) read only the part of their data input that they take;
+  `GATHERS` (index_select, indexing by a tensor) read only the part of their data input that they take (of
+  a parameter, `self.weight[idx]`, they are embedding lookups, below);
 * scans (cumsum, cumprod, cummax, cummin, logcumsumexp): 1 per input element (one add, multiply or compare
   each, as the reductions; logcumsumexp as logsumexp);
 * scatter-adds (scatter_add, scatter_reduce, index_add, index_put with accumulate): 1 per source element
@@ -57,7 +58,8 @@ only, the figure papers publish):
   F.embedding_bag): 1 per looked-up element (indices x embedding dim: the adds of sum and mean, the compares
   of max), 1 more per looked-up element with per_sample_weights (the multiply), and for mode "mean" 1 per
   output element (the divide). A lookup reads the rows it gathers, not its whole table (its parameter bytes
-  stay the whole table).
+  stay the whole table); `self.weight[idx]` and `self.weight.index_select(0, idx)` are lookups too (kind
+  "embedding", as ONNX's Gather of a weight).
 
 A module can bring its own rule: give it a method `capture_cost(inputs, outputs, training) -> Cost`
 (`inputs`/`outputs`: lists of `TensorInfo`) and, optionally, a class attribute `capture_kind`; the fx

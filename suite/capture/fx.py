@@ -38,7 +38,8 @@ What becomes an op:
 
 What is folded into its producers (never losing a dependency, see `ForwardBuilder.fold`): view, reshape,
 permute, transpose, getitem (not by a tensor: `x[:, idx]`, `x[mask]` copy what they take, an op of kind
-"index" costed as `index_select`, see `flops.GATHERS`), flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
+"index" costed as `index_select`, see `flops.GATHERS`; of a parameter, `self.weight[idx]`, an embedding lookup),
+flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
 `nn.Identity`/`nn.Flatten`, dropout in inference mode (in training mode dropout is an elementwise op, but a
 dropout module in eval() and a call with `training=False`, `F.dropout(x, p, self.training)` there, are
 folded), and building a dataclass output object (`ModelOutput(loss=..., logits=...)`: its tensors are the
@@ -103,7 +104,7 @@ from suite.capture.flops import (
     module_cost,
     tensors,
 )
-from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value
+from suite.capture.ir import MODES, ForwardBuilder, ForwardGraph, Value, is_lookup
 from suite.errors import GraphError
 from suite.graph import OpGraph
 
@@ -931,7 +932,9 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, canon, training,
         name = _target_name(node)
         if name == "getitem" and isinstance(args[0], TensorInfo) and collect(args[1:], TensorInfo):
             name = "index"  # x[:, idx], x[mask]: advanced indexing copies what it takes (a gather), as index_select
+        lookup = False
         if name in GATHERS and isinstance(node.args[0], Node):  # reads the part it takes (at most its output)
+            lookup = is_lookup(ins[0])
             ins = [b.fold(ins[:1], out_bytes), *ins[1:]]
         if dataclasses.is_dataclass(node.target):  # Output(loss=..., logits=...): an object holding its tensors
             return b.fold(ins, None, grad=grad)
@@ -948,6 +951,8 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, canon, training,
             cost = Cost("dropout", float(n), saved_bytes=n)
         elif name in FACTORIES:
             cost = Cost(name, 0.0)
+        elif lookup:
+            cost = Cost("embedding", 0.0)
         else:
             cost = function_cost(name, args, kwargs, outs, training)
             if cost is None:

@@ -153,6 +153,13 @@ class ForwardGraph:
 LOOKUP_KINDS = ("embedding", "gather")  # ops that read only the rows they gather from their weights
 
 
+def is_lookup(data: Value) -> bool:
+    """Whether a gather's data input (`self.weight[idx]`, `self.weight.index_select(0, idx)`) is a weight table:
+    parameters and no op's output. Such a gather is an embedding lookup (kind "embedding", no FLOPs, as
+    `F.embedding`), as ONNX's Gather of a weight."""
+    return bool(data.params) and not data.deps
+
+
 def _caller_level() -> int:
     """The `stacklevel` of the first caller outside `suite.capture`, for a warning given by its caller: the
     user's capture call, whichever entry point (`suite.capture.capture_module`, `fx.capture`, ...) it used."""

@@ -8,6 +8,7 @@ import contextlib
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from suite import graph_io
 from suite.capture import capture_export
@@ -733,6 +734,45 @@ def test_indexing_by_a_tensor_costs_as_index_select_in_both_front_ends(how):
         assert (op.flops, op.bytes_read, op.output_bytes) == (12.0, 72, 48)
         producer = "fc" if front == "fx" else "fc/linear"
         assert edges_into(g, op.name) == {producer: 48, "idx": 24}
+
+
+class _Table(nn.Module):
+    """Looks rows of a [100, 8] parameter up by ids [2, 3]: as nn.Embedding, F.embedding, `weight[ids]` or
+    `weight.index_select(0, ids)`."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        if how == "module":
+            self.emb = nn.Embedding(100, 8)
+        else:
+            self.weight = nn.Parameter(torch.randn(100, 8))
+
+    def forward(self, ids):
+        if self.how == "module":
+            return self.emb(ids).sum()
+        if self.how == "function":
+            return F.embedding(ids, self.weight).sum()
+        if self.how == "getitem":
+            return self.weight[ids].sum()
+        return self.weight.index_select(0, ids.flatten()).sum()
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("how", ["module", "function", "getitem", "index_select"])
+def test_a_lookup_in_a_parameter_costs_as_an_embedding_however_written(how, mode):
+    """`self.weight[ids]` and `self.weight.index_select(0, ids)` are the embedding lookup `F.embedding(ids,
+    self.weight)`: kind "embedding", no FLOPs, reading the 48 bytes of the ids and the 6 rows of 8 floats it
+    gathers (192), not the table's 3200 (resident: its parameter bytes); in training its weight gradient
+    scatters 48 elements. Before, indexing the parameter counted 48 FLOPs and read 3248 bytes."""
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    for g in (fx_capture.capture(_Table(how), (ids,), name="t", mode=mode),
+              capture(_Table(how), (ids,), name="t", mode=mode)):
+        [op] = [op for op in g.ops if op.phase == "forward" and op.kind not in ("input", "sum")]
+        assert (op.kind, op.flops, op.bytes_read, op.output_bytes, op.param_bytes) == ("embedding", 0.0, 240, 192, 3200)
+        if mode == "training":
+            [grad] = by_kind(g, "embedding_grad_weight")
+            assert grad.flops == 48.0
 
 
 def test_export_reads_a_plain_dataclass_output_as_the_fx_capture_without_registering_it():
