@@ -296,16 +296,17 @@ class _BufferReads(TorchFunctionMode):
     instead of computed once by torch.fx into a constant that the graph and the backends would read at every
     step: stale after forward's write, and a view (on the buffer's memory) too once a backend moves the
     buffer to another device. Calls that return no tensor (sizes, dtype), the buffer itself (`.float()` of a
-    float one: torch.fx reads it where it is used) or an attribute that is no view of it (`.data`, `.shape`) are
-    left to run; one that is (`self.buf.T`, `.mT`) is a node too."""
+    float one: torch.fx reads it where it is used) or an attribute that is no view of it (`.shape`) are
+    left to run; one that is (`self.buf.T`, `.mT`) is a node too, and `.data` is the buffer (its get_attr)."""
 
     def __init__(self, tracer: Tracer, written: Collection[torch.Tensor]) -> None:
         super().__init__()
         self.tracer = tracer
-        self.written = {id(_root(t)) for t in written}
+        self.written = {_memory(t) for t in written}
+        self._buffers = {id(t) for t in written}
 
     def _reads(self, x: Any) -> bool:
-        return isinstance(x, torch.Tensor) and id(_root(x)) in self.written
+        return isinstance(x, torch.Tensor) and _memory(x) in self.written
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -314,13 +315,15 @@ class _BufferReads(TorchFunctionMode):
         if collect((args, kwargs), Proxy) or not any(map(self._reads, given)):
             return result
         made = collect(result, torch.Tensor)
-        if not made or all(id(t) in self.written for t in made):
+        if not made or all(id(t) in self._buffers for t in made):
             return result  # no tensor, the buffer itself (self.buf.float())
         as_node = lambda x: Proxy(self.tracer.create_arg(x), self.tracer) if self._reads(x) else x  # noqa: E731
         if getattr(func, "__name__", "") == "__get__":  # an attribute: a view of the buffer (.T, .mT) is a node
             name = getattr(getattr(func, "__self__", None), "__name__", None)
+            if name == "data":  # the buffer's memory without autograd: the buffer, read where it is used
+                return as_node(args[0])
             view = len(made) == 1 and made[0]._base is not None and self._reads(made[0])
-            return getattr(as_node(args[0]), name) if view and isinstance(name, str) else result  # not .data
+            return getattr(as_node(args[0]), name) if view and isinstance(name, str) else result
         args, kwargs = map_aggregate((args, kwargs), as_node)
         if func is torch.Tensor.__getitem__:  # as torch.fx records x[i]: operator.getitem
             return args[0][args[1]]
@@ -754,7 +757,7 @@ class BufferOrder:
     `attr(node, tensor)` for a get_attr node, then `visit(node, target, reads)`."""
 
     def __init__(self, gm: GraphModule) -> None:
-        self._buffer_of = {id(_root(t)): name for name, t in gm.named_buffers()}
+        self._buffer_of = {_memory(t): name for name, t in gm.named_buffers()}
         self.holds: dict[Node, str] = {}  # node -> the buffer whose memory its value is (get_attr, a view, a write)
         self._seen: dict[Node, Node | None] = {}  # node in holds -> the last write to its buffer when it was made
         self._written: dict[str, Node] = {}  # buffer -> the last write to it
@@ -783,7 +786,7 @@ class BufferOrder:
         """For get_attr `node`, whose value is `obj`: where it is a buffer (or a view of one that tracing
         took, `self.run[0]`, `.view(1, 4)`), the last write to it, which `node` reads; else None (also
         before the buffer's first write)."""
-        buffer = self._buffer_of.get(id(_root(obj))) if isinstance(obj, torch.Tensor) else None
+        buffer = self._buffer_of.get(_memory(obj)) if isinstance(obj, torch.Tensor) else None
         if buffer is None:
             return None
         self.holds[node] = buffer
@@ -828,6 +831,16 @@ def _written_buffer(node: Node, holds: Mapping[Node, str]) -> str | None:
 def _root(t: torch.Tensor) -> torch.Tensor:
     """The tensor whose memory `t` views (its `_base`), else t."""
     return t if t._base is None else t._base
+
+
+def _memory(t: torch.Tensor) -> int:
+    """Which memory `t` is: its storage, so that `.data` of a buffer (no view: no `_base`) is the buffer; for a
+    tensor without any (empty, meta), the tensor it views."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        ptr = 0
+    return ptr if ptr else id(_root(t))
 
 
 def _is_view(node: Node) -> bool:

@@ -1880,6 +1880,49 @@ def test_the_traced_module_reads_an_attribute_view_of_a_written_buffer_where_a_b
             torch.testing.assert_close(gm(x), eager(x), rtol=0, atol=0)
 
 
+class _DataRun(nn.Module):
+    """Writes its running mean through `.data` (`write`) or reads it back through `.data` after the write."""
+
+    def __init__(self, write: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.write = write
+        self.register_buffer("run", torch.zeros(4))
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.write:
+            self.run.data.copy_(y.mean(0))
+            return y + self.run
+        self.run.copy_(y.mean(0))
+        return y + self.run.data
+
+
+@pytest.mark.parametrize("write", [True, False], ids=["write", "read"])
+def test_a_buffer_written_or_read_through_data_is_the_buffer(write):
+    """`self.run.data` is the buffer's memory: a write through it is a write to the buffer, and a read of it
+    after a write reads that write. The add reads the 16 bytes of copy_ (as without `.data`), and the traced
+    module reads the buffer where a backend puts it. Before, `.data` was a constant that torch.fx took while
+    tracing: the graph had no copy_ -> add edge, and with the buffer rebound the traced module read (or
+    wrote) the first memory."""
+    from suite.capture.fx import traced_module
+
+    torch.manual_seed(0)
+    model, x = _DataRun(write), torch.randn(2, 4)
+    g = capture(model, (x,), name="data_run")
+    names = [op.name for op in g.ops]
+    edges = {(names[e.src], names[e.dst], e.bytes) for e in g.edges}
+    assert ("copy_", "add", 16) in edges
+    eager = copy.deepcopy(model)
+    gm, _ = traced_module(model, (x,))
+    assert not [n.target for n in gm.graph.nodes if n.op == "get_attr" and n.target != "run"]
+    gm.run = gm.run.clone()  # as a backend moving it to its device
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(gm(x), eager(x), rtol=0, atol=0)
+        torch.testing.assert_close(gm.run, eager.run, rtol=0, atol=0)
+
+
 class _BranchOnRun(_ScaledRun):
     def forward(self, x):
         y = self.fc(x)
