@@ -44,7 +44,8 @@ flatten, squeeze/unsqueeze, expand, chunk/split, contiguous, size, detach,
 dropout module in eval() and a call with `training=False`, `F.dropout(x, p, self.training)` there, are
 folded), and building a dataclass output object (`ModelOutput(loss=..., logits=...)`: its tensors are the
 outputs).
-In training graphs no gradient flows back through `detach()`, through a folded value without floating-point
+In training graphs no gradient flows back through `detach()` or `.data` (a parameter read only so is not
+trained, as a frozen one), through a folded value without floating-point
 tensors (the indices of `max`), through an op whose outputs are all integer or bool (comparisons, argmax),
 or through what forward computes with gradients off (`with torch.no_grad():`, `torch.inference_mode()`: a
 frozen backbone's ops get no backward and its weights no update, as in eager training).
@@ -953,8 +954,9 @@ def _call(b, gm, node, op_name, all_info, ins, outs, out_bytes, canon, training,
             return b.fold(ins, None, grad=grad)
         if name in SHAPE_ONLY or (name in DROPOUT and not (training and _arg(args, kwargs, 2, "training",
                                                                            kwargs.get("train", True)))):
-            # detach(), or the integer part of a result (the indices of max), passes no gradient back
-            return b.fold(ins, out_bytes, grad=grad and name != "detach")
+            # detach() and .data, or the integer part of a result (the indices of max), pass no gradient back
+            detached = name == "detach" or (name == "getattr" and args[1:2] == ("data",))
+            return b.fold(ins, out_bytes, grad=grad and not detached)
         if name in FACTORIES:  # zeros_like(x), x.new_zeros(n): a new tensor of x's shape, not of its data
             ins = _data_inputs(name, node, _arg_nodes(node), ins)
             if not any(v.deps or v.params for v in ins):

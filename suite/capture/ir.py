@@ -9,7 +9,8 @@ A front end walks its source graph in topological order and calls `ForwardBuilde
 * `fold(values, result_bytes)` for a shape-only node (view, reshape, getitem, permute, ...): the result
   depends on the same producer ops, and reading it reads at most `result_bytes` from each of them, so no
   dependency is ever lost when a node is folded into its producers; `grad=False` for one that stops the
-  gradient (`detach()`, an integer result): a training graph passes no gradient back through it;
+  gradient (`detach()`, an integer result): a training graph passes no gradient back through it (a
+  parameter that every op reads so is not trained, as a frozen one);
 * `op(...)` for a real operation: its inputs are the producer ops of the values it reads (edge bytes = the
   bytes actually read, e.g. one time step's slice of an embedding output), and the parameters it uses;
   `differentiable=False` when its outputs are all integer or bool (no gradient flows back through it);
@@ -57,6 +58,7 @@ class Value:
     deps: Mapping[str, int] = field(default_factory=dict)
     params: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     no_grad: frozenset[str] = frozenset()  # producers in deps read without a gradient path (`x.detach()`)
+    no_grad_params: frozenset[str] = frozenset()  # parameters in params read so (`self.w.detach()`)
 
 
 @dataclass
@@ -224,6 +226,7 @@ class ForwardBuilder:
     def __init__(self) -> None:
         self._ops: dict[str, FwdOp] = {}
         self._frozen: set[str] = set()  # keys of parameters a training step does not update
+        self._with_grad: set[str] = set()  # keys of parameters some op reads with a gradient path
         self.fallback_kinds: list[str] = []
 
     # -- values ---------------------------------------------------------------------------------------
@@ -239,12 +242,16 @@ class ForwardBuilder:
     def fold(self, values: Iterable[Value], result_bytes: int | None, *, grad: bool = True) -> Value:
         """A shape-only node: same producers, at most `result_bytes` read from each; `grad=False`: a node
         that stops the gradient (`x.detach()`), so the ops reading the result pass none back to them."""
-        deps, params, no_grad = self._merge(values)
+        deps, params, no_grad, no_grad_params = self._merge(values)
         if result_bytes is not None:
             deps = {p: min(b, int(result_bytes)) for p, b in deps.items()}
-        return Value(deps=deps, params=params, no_grad=frozenset(deps) if not grad else no_grad)
+        if not grad:
+            no_grad, no_grad_params = frozenset(deps), frozenset(params)
+        return Value(deps=deps, params=params, no_grad=no_grad, no_grad_params=no_grad_params)
 
-    def _merge(self, values: Iterable[Value]) -> tuple[dict[str, int], dict[str, tuple[int, int]], frozenset[str]]:
+    def _merge(self, values: Iterable[Value]) -> tuple[dict[str, int], dict[str, tuple[int, int]], frozenset[str],
+                                                       frozenset[str]]:
+        """The producers and parameters `values` read, and those of each read only without a gradient path."""
         deps: dict[str, int] = {}
         params: dict[str, tuple[int, int]] = {}
         with_grad: set[str] = set()
@@ -254,9 +261,10 @@ class ForwardBuilder:
                 if p not in v.no_grad:
                     with_grad.add(p)
             params.update(v.params)
+            with_grad.update(k for k in v.params if k not in v.no_grad_params)
         for p in deps:  # reading a value twice (x * x) reads the producer's output once
             deps[p] = min(deps[p], self._ops[p].output_bytes)
-        return deps, params, frozenset(deps) - with_grad
+        return deps, params, frozenset(deps) - with_grad, frozenset(params) - with_grad
 
     # -- ops ------------------------------------------------------------------------------------------
     def input(self, name: str, nbytes: int, shape: tuple[int, ...] = ()) -> Value:
@@ -291,9 +299,10 @@ class ForwardBuilder:
             raise GraphError(f"capture: duplicate op name {name!r}")
         if not (math.isfinite(flops) and flops >= 0):
             raise GraphError(f"capture: op {name!r} has invalid FLOPs {flops!r}")
-        deps, uses, no_grad = self._merge(values)
+        deps, uses, no_grad, no_grad_params = self._merge(values)
         uses.update(params or {})
         self._frozen.update(frozen)
+        self._with_grad.update(k for k in uses if k not in no_grad_params or k in (params or {}))
         if output_numel is None:
             output_numel = math.prod(output_shape) if output_shape else 0
         self._ops[name] = FwdOp(
@@ -346,10 +355,11 @@ class ForwardBuilder:
         for op in self._ops.values():
             for key in op.param_uses:
                 users.setdefault(key, []).append(op.name)
-        # parameters with the same set of (several) users and the same trainability form one variable op
+        # parameters with the same set of (several) users and the same trainability form one variable op; one
+        # that every op reads without a gradient path (`self.w.detach()`) gets none, as a frozen one
         shared: dict[tuple[tuple[str, ...], bool], list[str]] = {}
         for key, us in users.items():
-            trainable = key not in self._frozen
+            trainable = key not in self._frozen and key in self._with_grad
             if len(us) == 1:
                 op = self._ops[us[0]]
                 nbytes, count = op.param_uses[key]

@@ -18,7 +18,7 @@ For every active op:
   It reads the output gradient, the saved output and the forward op's inputs (the saved activations).
   Its output is the weight gradient, a live tensor until the update (or accumulation) op consumes it.
   So an op with weights inside the network costs 2x its forward FLOPs backward, the first layer 1x.
-  Frozen parameters (`requires_grad=False`) get no weight gradient: an op whose weights are all frozen
+  Frozen parameters (`requires_grad=False`, or read only through `detach()`) get no weight gradient: an op whose weights are all frozen
   has no grad-weight op (its grad-input op still reads them), and one whose weights are partly frozen
   (a frozen weight, a trainable bias) has one with its forward FLOPs scaled by the trainable share of its
   weight bytes (an approximation) and an output of the trainable weights' size.

@@ -2032,3 +2032,37 @@ def test_torch_transformer_is_captured_with_its_size_checks_run_on_the_example_i
         capture(module, (src, torch.randn(3, 4, 16)), name="t")
     with pytest.raises(GraphError, match="the feature number of src and tgt must be equal to d_model"):
         capture(module, (src, torch.randn(2, 4, 8)), name="t")
+
+
+class _DetachedScale(nn.Module):
+    """Scales x by a parameter w read through `detach()` or `.data` (no gradient reaches w) and by a trainable v."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.w = nn.Parameter(torch.ones(4))
+        self.v = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        w = self.w.detach() if self.how == "detach" else self.w.data
+        return (x * w * self.v).sum()
+
+
+@pytest.mark.parametrize("how", ["detach", "data"])
+def test_a_parameter_read_only_detached_gets_no_gradient_and_no_update(how):
+    """`x * self.w.detach()` (or `.data`) passes no gradient to w: eager training leaves w.grad None, and the
+    optimizer skips it. The training graph has v's weight gradient and update only (mul_1); w stays resident
+    (params 8), counted as not trained (frozen_params 4). Before, w got a grad-weight and an update op."""
+    from suite.capture.export import capture as capture_export
+
+    model, x = _DetachedScale(how), torch.randn(2, 4)
+    model(x).backward()
+    assert model.w.grad is None and model.v.grad is not None
+    fronts = [capture] if how == "data" else [capture, capture_export]  # torch.export refuses .data
+    for front in fronts:
+        g = front(_DetachedScale(how), (x,), name="detached", mode="training")
+        assert sorted(op.name for op in g.ops if op.phase != "forward") == [
+            "mul_1/grad_weight", "mul_1/update", "sum_1/grad"]
+        assert (g.metadata["params"], g.metadata["frozen_params"]) == (8, 4)
+        [update] = [op for op in g.ops if op.phase == "update"]
+        assert update.param_bytes == 16  # v's momentum
