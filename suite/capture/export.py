@@ -145,6 +145,9 @@ def export(module: nn.Module, example_inputs: Sequence[Any],
         ep = torch.export.export(module, args, kwargs, strict=False)
     except Exception as exc:  # noqa: BLE001 - export raises many kinds; report one clear error
         reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        if "fake tensor in the exported program constant" in reason:  # torch's words for `.data` in forward
+            reason += (" (torch.export cannot follow `.data` of a parameter or buffer in forward: use the tensor "
+                       "itself, or `.detach()`, or capture it with capture_module)")
         where = _where(exc, os.path.dirname(torch.__file__))  # the model's line (not torch's)
         raise GraphError(f"torch.export cannot export {type(module).__name__}: {reason}{where}"
                          f"{_dict_hint(example_inputs)}") from exc

@@ -855,3 +855,22 @@ def test_export_refuses_a_size_that_depends_on_the_data_naming_the_node():
     model = _Positive()
     [op] = by_kind(fx_capture.capture(model, (x,), name="positive"), "index")
     assert op.flops == int((model.fc(x) > 0).sum())
+
+
+class _ScaledByData(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.ones(4))
+
+    def forward(self, x):
+        return x * self.scale.data
+
+
+def test_export_names_data_in_forward_when_torch_cannot_export_it():
+    """torch.export refuses `.data` in forward with "We found a fake tensor in the exported program constant's
+    list ... Please file an issue on github", which names neither `.data` nor a way out; the error now does."""
+    with pytest.raises(GraphError, match=r"cannot export _ScaledByData: We found a fake tensor.*cannot follow "
+                                         r"`\.data` of a parameter or buffer in forward: use the tensor itself"):
+        capture(_ScaledByData(), (torch.randn(2, 4),), name="scaled")
+    g = fx_capture.capture(_ScaledByData(), (torch.randn(2, 4),), name="scaled")  # as the error suggests
+    assert [op.kind for op in g.ops] == ["input", "mul"]
