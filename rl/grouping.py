@@ -123,10 +123,17 @@ def allowed_mask(graph: OpGraph, grouping: Grouping, cluster: Cluster) -> np.nda
     mask = np.array([[dk in k for dk in dev_kinds] for k in kinds], dtype=bool).reshape(len(kinds), len(dev_kinds))
     bad = np.flatnonzero(~mask.any(axis=1))
     if len(bad):
+        # name an op that itself allows none of the cluster's kinds (the one that narrows the group), not the
+        # group's first op, which may allow every kind
         g = int(bad[0])
-        op = graph.ops[int(grouping.members[g][0])].name
+        op_kinds = _op_kinds(graph)
+        narrow = [i for i in grouping.members[g].tolist() if not op_kinds[i] & set(dev_kinds)]
+        if not narrow:
+            raise PlacementError(f"group {g} allows no common device kind")
+        op = graph.ops[narrow[0]]
         raise PlacementError(
-            f"group {g} (op {op!r}) allows only {sorted(kinds[g])}, and cluster {cluster.name!r} has no such device"
+            f"group {g}: op {op.name!r} allows only {', '.join(op.allowed_kinds)} device kinds, and cluster "
+            f"{cluster.name!r} has none of them"
         )
     return mask
 

@@ -18,6 +18,7 @@ from rl.grouping import (
     scope_grouping,
 )
 from suite import Op, OpGraph
+from suite.cluster import Cluster, Device, Link
 from suite.errors import PlacementError
 
 
@@ -66,6 +67,15 @@ def test_allowed_mask(train2, k80x2):
 def test_allowed_mask_raises_without_device(train2, two_gpus):
     with pytest.raises(PlacementError, match="allows only"):
         allowed_mask(train2, colocation_grouping(train2), two_gpus)
+
+
+def test_allowed_mask_error_names_the_op_that_narrows_the_group(train2):
+    # mirhoseini: group 1 = l1's colocation group + loss (gpu only); its first op, l1.fwd, allows any kind
+    cpus = Cluster("two_cpus", tuple(Device(f"cpu:{i}", "cpu", 1e11, 1e11, 10**10, 1e-5) for i in range(2)),
+                   (Link(("cpu:0", "cpu:1"), 1e10, 1e-5),))
+    with pytest.raises(PlacementError) as err:
+        allowed_mask(train2, mirhoseini_grouping(train2, 100), cpus)
+    assert str(err.value) == "group 1: op 'loss' allows only gpu device kinds, and cluster 'two_cpus' has none of them"
 
 
 def test_expand_and_contract(train2):
