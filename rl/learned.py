@@ -86,9 +86,15 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 def finish(search: Search, problem: Problem, started: float, params: dict[str, Any]) -> PlacementResult:
-    """The final choice (`RewardEvaluator.final`: best sampled or greedy) and the result of a learned placer."""
+    """The final choice (`RewardEvaluator.final`: best sampled or greedy) and the result of a learned placer.
+
+    Its info: `best_search_score_s`, the best score of the sampled placements (None if none was sampled), and
+    `greedy_score_s`, the greedy placement's (None if it was not evaluated); both are the placer's own scores
+    (`rl.reward.score_s`). The reported step time is the harness's re-measurement of the final placement.
+    """
     rollouts = search.rollouts
     final, source, greedy_score = rollouts.final(search.greedy(), params["final"])
+    best = rollouts.best_score_s if rollouts.best_group_devices is not None else None
     return PlacementResult.from_search(
         search.grouping.expand(final),
         problem,
@@ -96,7 +102,7 @@ def finish(search: Search, problem: Problem, started: float, params: dict[str, A
         final=source,
         groups=search.grouping.num_groups,
         **search.info(),
-        best_search_score_s=rollouts.best_score_s,
+        best_search_score_s=best,
         greedy_score_s=greedy_score,
         hyperparameters=dict(params),
     )

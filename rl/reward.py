@@ -132,7 +132,19 @@ class RewardEvaluator:
         return max(0, self.evaluator.affordable(wanted + reserve) - reserve)
 
     def __call__(self, group_devices: np.ndarray) -> Rollout | None:
-        """Evaluate [B, G] group placements; None if the budget ran out (e.g. its wall clock)."""
+        """Evaluate [B, G] sampled group placements and keep the best; None if the budget ran out (e.g. its
+        wall clock)."""
+        r = self._evaluate(group_devices)
+        if r is None:
+            return None
+        b = int(np.argmin(r.scores_s))
+        if r.scores_s[b] < self.best_score_s:
+            self.best_score_s = float(r.scores_s[b])
+            self.best_group_devices = r.group_devices[b].copy()
+        self.batches += 1
+        return r
+
+    def _evaluate(self, group_devices: np.ndarray) -> Rollout | None:
         gd = np.atleast_2d(np.asarray(group_devices, dtype=np.int64))
         try:
             ms = self.evaluator.evaluate_batch(self.grouping.expand(gd))
@@ -140,11 +152,6 @@ class RewardEvaluator:
             return None
         scores = np.array([score_s(m, self.evaluator, self.config) for m in ms], dtype=np.float64)
         rewards = np.array([reward_of(s, self.config.transform) for s in scores], dtype=np.float64)
-        b = int(np.argmin(scores))
-        if scores[b] < self.best_score_s:
-            self.best_score_s = float(scores[b])
-            self.best_group_devices = gd[b].copy()
-        self.batches += 1
         return Rollout(gd, ms, scores, rewards)
 
     def final(self, greedy: np.ndarray, mode: str) -> tuple[np.ndarray, str, float | None]:
@@ -153,12 +160,13 @@ class RewardEvaluator:
         `mode`: "best" = the best placement sampled; "greedy" = the policy's most likely placement;
         "best_or_greedy" = the greedy one if it scores at least as well as the best sampled. The greedy
         placement is evaluated once (one evaluation of the budget, which the caller keeps back) unless the
-        mode is "best"; with nothing sampled the greedy one is the answer. Either way the harness
-        re-measures the final placement, and that is the number reported.
+        mode is "best"; with nothing sampled the greedy one is the answer. The greedy placement is not a sample:
+        `best_score_s` and `best_group_devices` stay the best sampled. Either way the harness re-measures the
+        final placement, and that is the number reported.
         """
         score = None
         if mode != "best" and self.allowance(1) > 0:
-            r = self(greedy[None])
+            r = self._evaluate(greedy[None])
             score = None if r is None else float(r.scores_s[0])
         if mode == "greedy" or self.best_group_devices is None:
             return greedy, "greedy", score

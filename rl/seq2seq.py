@@ -49,8 +49,9 @@ nmt 294, resnet50-b32 177 groups before and after; inference graphs of branchy m
 (2) `rl.features`: summed log FLOPs, bytes accessed, output bytes and parameter bytes, group size and
 topological position (ours; with them zeroed, 5 seeds on rnnlm-2x2048-b64 / haswell_2k80 at 200
 evaluations ended within noise of the default).
-`info["best_search_score_s"]` is the best of the placer's own scores (OOM shaping included), which can differ
-from the learning curve's methodology scores when every placement fails.
+`info["best_search_score_s"]` is the best of the placer's own scores (OOM shaping included) of the sampled
+placements (the greedy placement's is `greedy_score_s`), which can differ from the learning curve's
+methodology scores when every placement fails.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rl.grouping import colocation_grouping
+from rl.learned import finish
 from rl.reward import RewardConfig, RewardEvaluator, reward_of, score_s
 from suite.evaluator import Measurement
 
@@ -122,3 +123,53 @@ def test_best_or_greedy_keeps_the_better_of_the_two(branchy, k80x2, make_problem
     final, source, score = rollouts.final(split, "best_or_greedy")
     assert score < sampled  # the premise: two GPUs are faster than one
     assert (final.tolist(), source) == (split.tolist(), "greedy")
+
+
+def test_a_better_greedy_placement_is_not_counted_as_the_best_sample(branchy, k80x2, make_problem):
+    """The greedy placement is evaluated for the final choice, not sampled: `best_search_score_s` stays the best
+    sample's score and the greedy one's is `greedy_score_s` (before, both held the greedy score)."""
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=10)
+    rollouts = RewardEvaluator(problem.evaluator, colocation_grouping(branchy))
+    cpu, gpu0 = np.full(8, 0), np.full(8, 1)
+    sampled = float(rollouts(cpu[None]).scores_s[0])
+    greedy = score_s(problem.evaluator.measure(np.full(8, 1)), problem.evaluator)
+    assert greedy < sampled  # the premise: all on a K80 beats all on the CPU
+
+    class Search:
+        grouping = rollouts.grouping
+
+        def __init__(self):
+            self.rollouts = rollouts
+
+        def greedy(self):
+            return gpu0
+
+        def info(self):
+            return {}
+
+    result = finish(Search(), problem, 0.0, {"final": "best_or_greedy"})
+    assert result.placement.tolist() == gpu0.tolist()  # branchy: one group per op
+    assert (result.info["final"], result.info["greedy_score_s"]) == ("greedy", greedy)
+    assert result.info["best_search_score_s"] == sampled
+    assert (rollouts.best_score_s, rollouts.best_group_devices.tolist()) == (sampled, cpu.tolist())
+
+
+def test_best_search_score_is_none_when_nothing_was_sampled(branchy, k80x2, make_problem):
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=1)
+    rollouts = RewardEvaluator(problem.evaluator, colocation_grouping(branchy))
+
+    class Search:
+        grouping = rollouts.grouping
+
+        def __init__(self):
+            self.rollouts = rollouts
+
+        def greedy(self):
+            return np.full(8, 1)
+
+        def info(self):
+            return {}
+
+    result = finish(Search(), problem, 0.0, {"final": "best_or_greedy"})
+    assert result.info["final"] == "greedy" and result.info["greedy_score_s"] is not None
+    assert result.info["best_search_score_s"] is None
