@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -28,10 +29,18 @@ def apply_gradients(optimizer: torch.optim.Optimizer, loss: torch.Tensor, grad_c
 
 
 def scale_advantages(adv: np.ndarray, normalize: bool) -> np.ndarray:
-    """Divide by the batch standard deviation (if asked and not ~0): step-time scales differ by 10^4."""
+    """Divide by the batch standard deviation (if asked and not ~0): step-time scales differ by 10^4.
+
+    Penalty scores as large as 1e300 s (`oom_score_s`) make the squares in the standard deviation overflow; it
+    is then taken of the advantages over their largest magnitude, times that magnitude.
+    """
     adv = np.asarray(adv, dtype=np.float64)
     if normalize and len(adv) > 1:
-        std = float(adv.std())
+        with np.errstate(over="ignore"):
+            std = float(adv.std())
+        if math.isinf(std):
+            top = float(np.abs(adv).max())
+            std = float((adv / top).std()) * top
         if std > 1e-12:
             adv = adv / std
     return adv

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -56,6 +58,14 @@ def test_scale_advantages_divides_by_the_batch_std():
     assert scale_advantages(np.array([0.0, 4.0]), False).tolist() == [0.0, 4.0]
     assert scale_advantages(np.array([3.0, 3.0]), True).tolist() == [3.0, 3.0]  # std 0: left alone
     assert scale_advantages(np.array([4.0]), True).tolist() == [4.0]  # one sample: no std
+
+
+def test_scale_advantages_of_huge_penalties_does_not_overflow():
+    """The squares of 1e300 overflow: the std was inf, every advantage became 0 and the policy never learned."""
+    adv = np.array([-1e300, 1e300])  # std 1e300
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert scale_advantages(adv, True).tolist() == [-1.0, 1.0]
 
 
 def test_reinforce_step_loss_by_hand():
