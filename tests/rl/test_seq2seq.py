@@ -27,13 +27,13 @@ def test_policy_learns(branchy, k80x2, make_problem):
 
 def test_constraints_budget_and_info(train2, k80x2, make_problem, monkeypatch):
     sampled = []
-    inner = RewardEvaluator.__call__
+    inner = RewardEvaluator._evaluate  # every evaluation: the samples and the greedy decode
 
     def spy(self, gd):
         sampled.extend(np.array(gd, copy=True))
         return inner(self, gd)
 
-    monkeypatch.setattr(RewardEvaluator, "__call__", spy)
+    monkeypatch.setattr(RewardEvaluator, "_evaluate", spy)
     problem, budget = make_problem(train2, k80x2, max_evaluations=37)
     result = Seq2SeqPlacer(batch_size=8).place(problem, budget, seed=1)
     validate(result.placement, train2, k80x2)  # colocation groups whole, data on the CPU, loss on a GPU
