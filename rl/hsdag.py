@@ -105,6 +105,7 @@ from rl.learned import (
     torch_threads,
 )
 from rl.nets import masked_categorical, to_tensor
+from rl.trainers import loss_weights
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem, check_choice
 
@@ -355,6 +356,7 @@ class HSDAGSearch:
                 self.baseline = ret
             weight = (ret - self.baseline) / max(abs(self.baseline), 1e-12)
             self.baseline = 0.9 * self.baseline + 0.1 * ret
+        loss_weights(weight)  # raises if the weight is beyond float32's range
         loss = -torch.stack(log_probs).sum() * weight
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -110,7 +110,7 @@ from rl.learned import (
 )
 from rl.nets import masked_categorical
 from rl.reward import reward_of
-from rl.trainers import apply_gradients, build_optimizer, discounted_returns, scale_advantages
+from rl.trainers import apply_gradients, build_optimizer, discounted_returns, loss_weights, scale_advantages
 from suite.errors import PlacebenchError
 from suite.graph import OpGraph
 from suite.methodology import Budget
@@ -414,7 +414,7 @@ class PlacetoSearch:
         current = torch.as_tensor(self.order).repeat(k)
         logits = self._logits(self.features(placement, visits, current, starts), current)
         _, logp, ent = masked_categorical(logits, self.mask[current], actions=actions.reshape(-1))
-        weight = torch.as_tensor(adv.reshape(-1), dtype=logp.dtype)
+        weight = loss_weights(adv.reshape(-1), logp.dtype)
         loss = -(weight * logp).sum() / k - float(p["entropy_coef"]) * ent.sum() / k
         apply_gradients(self.optimizer, loss, p["grad_clip"])
         self.updates += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from rl.trainers.cem import CEMTrainer, CrossEntropyMethod, device_frequencies, elite_indices
-from rl.trainers.common import apply_gradients, build_optimizer, scale_advantages
+from rl.trainers.common import apply_gradients, build_optimizer, loss_weights, scale_advantages
 from rl.trainers.ppo import PPO
 from rl.trainers.reinforce import MovingAverageBaseline, Reinforce
 
@@ -26,6 +26,7 @@ __all__ = [
     "device_frequencies",
     "discounted_returns",
     "elite_indices",
+    "loss_weights",
     "scale_advantages",
 ]
 

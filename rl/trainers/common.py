@@ -8,6 +8,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from suite.errors import PlacebenchError
+
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], lr: float, kind: str = "adam") -> torch.optim.Optimizer:
     params = list(params)
@@ -44,3 +46,20 @@ def scale_advantages(adv: np.ndarray, normalize: bool) -> np.ndarray:
         if std > 1e-12:
             adv = adv / std
     return adv
+
+
+
+def loss_weights(weights: np.ndarray | float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Per-sample weights of an update (advantages, returns) as a tensor of the policy's dtype.
+
+    A `PlacebenchError` if one is beyond that dtype's range (float32: 3.4e38), where the loss and gradients
+    would become inf or NaN and the next logits NaN (penalty scores that large, `oom_score_s` or
+    `invalid_score_s`, unnormalized).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    top = float(np.abs(w).max()) if w.size else 0.0
+    if not top <= torch.finfo(dtype).max:  # NaN too
+        raise PlacebenchError(f"an update's weights (advantages or returns) reach {top:.3g}, beyond {dtype}'s range "
+                              f"({torch.finfo(dtype).max:.3g}), where the update becomes inf or NaN: lower "
+                              f"oom_score_s or invalid_score_s, or normalize the advantages")
+    return torch.as_tensor(w, dtype=dtype)

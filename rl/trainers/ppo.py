@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rl.trainers.common import apply_gradients, build_optimizer, scale_advantages
+from rl.trainers.common import apply_gradients, build_optimizer, loss_weights, scale_advantages
 from rl.trainers.reinforce import MovingAverageBaseline
 
 EvaluateActions = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -75,7 +75,7 @@ class PPO:
         """`epochs` clipped updates on one batch; returns the last loss and the fraction clipped."""
         rewards = np.asarray(rewards, dtype=np.float64)
         old = old_log_prob.detach()
-        adv = torch.as_tensor(scale_advantages(self.baseline.advantages(rewards), self.normalize), dtype=old.dtype)
+        adv = loss_weights(scale_advantages(self.baseline.advantages(rewards), self.normalize), old.dtype)
         n = len(rewards)
         mb = self.minibatch_size or n
         loss = torch.zeros(())

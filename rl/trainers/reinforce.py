@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rl.trainers.common import apply_gradients, build_optimizer, scale_advantages
+from rl.trainers.common import apply_gradients, build_optimizer, loss_weights, scale_advantages
 
 
 class MovingAverageBaseline:
@@ -60,7 +60,7 @@ class Reinforce:
         self.updates = 0
 
     def loss(self, log_prob: torch.Tensor, entropy: torch.Tensor, advantages: np.ndarray) -> torch.Tensor:
-        adv = torch.as_tensor(advantages, dtype=log_prob.dtype)
+        adv = loss_weights(advantages, log_prob.dtype)
         return -(adv * log_prob).mean() - self.entropy_coef * entropy.mean()
 
     def step(self, log_prob: torch.Tensor, entropy: torch.Tensor, rewards: np.ndarray) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from rl.learned import grouped_problem, torch_threads
 from rl.post import PostPlacer
 from rl.seq2seq import Seq2SeqPlacer
 from suite import Op, OpGraph
+from suite.errors import PlacebenchError
+from suite.placer import make_placer
 
 GFLOP = 1e9
 
@@ -82,3 +84,17 @@ def test_torch_threads_restores_the_callers_count(train2, k80x2, make_problem):
         assert torch.get_num_threads() == outer
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name, extra", [("placeto", {"normalize_advantages": False}),
+                                         ("seq2seq", {"reward": "neg", "normalize_advantages": False}),
+                                         ("hsdag", {"reward": "neg"})])
+def test_penalties_beyond_float32_end_the_search_with_a_clear_error(name, extra, tiny_cluster, make_problem):
+    """An OOM score of 1e40 s with unnormalized advantages: the update's weights do not fit float32. Before, the
+    loss became inf or NaN and the search ended with "the policy diverged ... lower the learning rate"."""
+    ops = [Op(x, "matmul", flops=1e9, output_bytes=1000, param_bytes=2**21 if x == "a" else 0) for x in "abcd"]
+    graph = OpGraph.build("big", ops, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])  # a on the 1 MiB GPU: OOM
+    problem, budget = make_problem(graph, tiny_cluster, max_evaluations=30)
+    placer = make_placer(name, oom_score_s=1e40, oom_shaping=False, **extra)
+    with pytest.raises(PlacebenchError, match=r"weights \(advantages or returns\) reach \S+e\+(39|40), beyond torch.float32"):
+        placer.place(problem, budget, seed=0)

@@ -17,8 +17,10 @@ from rl.trainers import (
     Reinforce,
     discounted_returns,
     elite_indices,
+    loss_weights,
     scale_advantages,
 )
+from suite.errors import PlacebenchError
 
 # A 3-group, 3-device bandit: reward = -(number of groups not on their best device); best = [2, 0, 1].
 BEST = np.array([2, 0, 1])
@@ -208,3 +210,14 @@ def test_cem_trainer_learns_bandit():
         a, lp, ent = sample(logits, 16, gen)
         tr.step(lp, ent, bandit_reward(a.numpy()))
     assert logits.argmax(1).tolist() == BEST.tolist()
+
+
+def test_loss_weights_beyond_float32_are_an_error_naming_the_cause():
+    """float32 holds up to 3.4e38: a larger advantage became inf, the loss inf or NaN, and the next logits NaN."""
+    w = loss_weights(np.array([-3e38, 1.0]))
+    assert w.dtype == torch.float32 and w.tolist() == [np.float32(-3e38), 1.0]
+    with pytest.raises(PlacebenchError, match=r"reach 4e\+38, beyond torch.float32's range .*lower oom_score_s"):
+        loss_weights(np.array([1.0, -4e38]))
+    with pytest.raises(PlacebenchError, match="reach nan"):
+        loss_weights(float("nan"))
+    assert loss_weights(np.array([4e38]), torch.float64).tolist() == [4e38]
