@@ -3,13 +3,17 @@ evaluation kept back (or not) for the greedy placement, the final choice, and to
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from rl.grouping import make_grouping
+from rl.hsdag import HSDAGPlacer, HSDAGSearch
 from rl.learned import grouped_problem, torch_threads
-from rl.post import PostPlacer
-from rl.seq2seq import Seq2SeqPlacer
+from rl.placeto import PlacetoPlacer, PlacetoSearch
+from rl.post import PostPlacer, PostSearch
+from rl.reward import RewardEvaluator
+from rl.seq2seq import Seq2SeqPlacer, Seq2SeqSearch
 from suite import Op, OpGraph
 from suite.errors import PlacebenchError
 from suite.placer import make_placer
@@ -98,3 +102,37 @@ def test_penalties_beyond_float32_end_the_search_with_a_clear_error(name, extra,
     placer = make_placer(name, oom_score_s=1e40, oom_shaping=False, **extra)
     with pytest.raises(PlacebenchError, match=r"weights \(advantages or returns\) reach \S+e\+(39|40), beyond torch.float32"):
         placer.place(problem, budget, seed=0)
+
+
+def _sample(search):
+    """One batch of each search's own kind (8 placements, or one Placeto episode)."""
+    if isinstance(search, HSDAGSearch):
+        return search.episode(reserve=0)
+    if isinstance(search, PlacetoSearch):
+        return search.episode(1, reserve=0)
+    return search.step(8)
+
+
+@pytest.mark.parametrize("search_cls, placer_cls, extra", [(Seq2SeqSearch, Seq2SeqPlacer, {}), (PostSearch, PostPlacer, {}),
+                                                           (HSDAGSearch, HSDAGPlacer, {"dropout": 0.0, "steps": 8}),
+                                                           (PlacetoSearch, PlacetoPlacer, {})])
+def test_the_seed_sets_the_sampling_stream_not_only_the_weights(search_cls, placer_cls, extra, branchy, k80x2,
+                                                                 make_problem, monkeypatch):
+    """Two searches with the same weights (and Placeto's start) but seeds 0 and 1 sample different placements;
+    a sampling generator seeded with a constant would draw the same ones for every seed."""
+    sampled: dict[int, list] = {}
+    inner = RewardEvaluator.__call__
+
+    def spy(self, gd):
+        sampled.setdefault(id(self), []).append(np.array(gd).tolist())
+        return inner(self, gd)
+
+    monkeypatch.setattr(RewardEvaluator, "__call__", spy)
+    params = {**placer_cls.defaults, "grouping": "colocation", "max_groups": 64, **extra}
+    a, b = (search_cls(make_problem(branchy, k80x2, max_evaluations=100)[0], params, seed=s) for s in (0, 1))
+    if hasattr(a, "policy") and not isinstance(a, PostSearch):
+        b.policy.load_state_dict(a.policy.state_dict())
+    if isinstance(a, PlacetoSearch):
+        b.initial = a.initial.copy()
+    assert _sample(a) and _sample(b)
+    assert sampled[id(a.rollouts)] != sampled[id(b.rollouts)]
