@@ -12,6 +12,7 @@ import torch
 
 import rl.hsdag
 from rl.hsdag import HSDAGPlacer, HSDAGSearch, episode_return, normalized_adjacency
+from rl.nets import masked_categorical
 from rl.reward import RewardEvaluator
 
 
@@ -115,3 +116,19 @@ def test_clusters_are_reported_only_for_sampled_placements(train2, k80x2, make_p
     assert len(search.clusters) == 3 and all(c >= 1 for c in search.clusters)
     info = search.info()
     assert (info["clusters_mean"], info["clusters_last"]) == (sum(search.clusters) / 3, search.clusters[-1])
+
+
+def test_greedy_is_parsed_without_dropout_and_leaves_the_policy_training(branchy, k80x2, make_problem):
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=10)
+    s = _search(problem, dropout=0.9)
+    with torch.no_grad():  # larger weights: here dropout would move the most likely device (from gpu:1 to cpu:0)
+        for w in s.policy.parameters():
+            w.mul_(3.0)
+    torch.manual_seed(0)  # the draws dropout would take in train mode
+    got = s.greedy()
+    assert s.policy.training
+    s.policy.eval()
+    with torch.no_grad():
+        logits, _, cluster_of = s.policy(s.x0)
+    want, _, _ = masked_categorical(logits, s._cluster_mask(cluster_of), greedy=True)
+    assert got.tolist() == want.numpy()[cluster_of].tolist() == [2] * 8

@@ -204,3 +204,24 @@ def test_episodes_sample_and_score_only_the_devices_a_group_may_use(train2, k80x
     rewards = np.array([[1.0, 0.0, 0.0, 0.0]])  # discount 0: the advantage is 0.5 at the data group's step only
     search._update(states, placement, rewards, 4)
     assert all(p.grad is None or not p.grad.any() for p in search.policy.parameters())
+
+
+@pytest.mark.parametrize("initial", ["best", "random"])
+def test_greedy_episode_starts_where_the_episodes_start(initial, branchy, k80x2, make_problem):
+    """initial "best": the greedy episode starts from the best placement so far; else from the initial one."""
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=100)
+    search = _search(problem, initial=initial)
+    for _ in range(3):
+        assert search.episode(1, reserve=0)
+    best = search.rollouts.best_group_devices
+    assert best.tolist() != search.initial.tolist()  # the premise: the two starts differ
+    seen = []
+    features = search.features
+
+    def spy(placement, *args):
+        seen.append(placement[0].tolist())
+        return features(placement, *args)
+
+    search.features = spy
+    search.greedy()
+    assert seen[0] == (best if initial == "best" else search.initial).tolist()
