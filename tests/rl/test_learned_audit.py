@@ -15,7 +15,8 @@ from rl.post import PostPlacer, PostSearch
 from rl.reward import RewardEvaluator
 from rl.seq2seq import Seq2SeqPlacer, Seq2SeqSearch
 from suite import Op, OpGraph
-from suite.errors import PlacebenchError
+from suite.cluster import Cluster, Device, Link
+from suite.errors import PlacebenchError, PlacementError
 from suite.placer import make_placer
 
 GFLOP = 1e9
@@ -136,3 +137,16 @@ def test_the_seed_sets_the_sampling_stream_not_only_the_weights(search_cls, plac
         b.initial = a.initial.copy()
     assert _sample(a) and _sample(b)
     assert sampled[id(a.rollouts)] != sampled[id(b.rollouts)]
+
+
+@pytest.mark.parametrize("name", ["seq2seq", "post", "placeto", "hsdag"])
+def test_a_cluster_without_a_kind_an_op_needs_is_an_error_naming_that_op(name, train2, make_problem):
+    """train2's loss runs only on a GPU: on CPUs alone every learned placer raises `PlacementError` before any
+    evaluation (the runner's status `error`, as for the classical placers), naming the loss, not the first op
+    of its group (l1.fwd, which allows any kind)."""
+    cpus = Cluster("two_cpus", tuple(Device(f"cpu:{i}", "cpu", 1e11, 1e11, 10**10, 1e-5) for i in range(2)),
+                   (Link(("cpu:0", "cpu:1"), 1e10, 1e-5),))
+    problem, budget = make_problem(train2, cpus, max_evaluations=10)
+    with pytest.raises(PlacementError, match=r"op 'loss' allows only gpu device kinds, and cluster 'two_cpus' has none"):
+        make_placer(name).place(problem, budget, seed=0)
+    assert problem.evaluator.evaluations_used == 0
