@@ -48,7 +48,6 @@ def scale_advantages(adv: np.ndarray, normalize: bool) -> np.ndarray:
     return adv
 
 
-
 def loss_weights(weights: np.ndarray | float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Per-sample weights of an update (advantages, returns) as a tensor of the policy's dtype.
 
