@@ -73,6 +73,12 @@
   scatter_add), without one and GatherElements / GatherND 1 per output element (data movement, as scatter
   and gather). Other op types count 1 per output element, are listed in metadata "fallback_cost_kinds" and
   are named in a warning.
+  An op the exporter writes out as several nodes is costed node by node, so its FLOPs exceed the torch.fx
+  capture's rule for the fused call (MACs are unaffected): GELU before opset 20 (Div, Erf, Add, Mul, Mul) 5 per
+  element, its tanh approximation 9, where fx counts 1; SiLU (Sigmoid, Mul) 2 and Mish (Softplus, Tanh, Mul) 3,
+  against 1; HardSwish before opset 14 2; LayerNorm before opset 17 (two ReduceMeans, Sub, Pow, Div, Mul, Add)
+  7 per element and 2 per row, against 5; GroupNorm (InstanceNormalization of the groups, then Mul and Add) 7,
+  against 5.
 * Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
   names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
   PyTorch exporter writes them): the module path they spell ("layer1.0.conv1"), as the torch.fx capture's.

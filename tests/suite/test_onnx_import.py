@@ -1388,3 +1388,25 @@ def test_random_like_tensors_are_constants_as_in_the_fx_capture():
     assert not [op for op in g.ops if op.kind.startswith("random")]
     assert len(g.ops) == len(g_fx.ops) == 20
     assert g.stats.total_flops == g_fx.stats.total_flops
+
+
+@pytest.mark.parametrize(
+    ("module", "opset", "per_element", "per_row", "fx_per_element"),
+    [(nn.GELU(), 17, 5, 0, 1), (nn.GELU(), 20, 1, 0, 1), (nn.GELU("tanh"), 17, 9, 0, 1), (nn.SiLU(), 17, 2, 0, 1),
+     (nn.Mish(), 17, 3, 0, 1), (nn.Hardswish(), 13, 2, 0, 1), (nn.Hardswish(), 14, 1, 0, 1),
+     (nn.LayerNorm(16), 16, 7, 2, 5), (nn.LayerNorm(16), 17, 5, 0, 5), (nn.GroupNorm(2, 16), 17, 7, 0, 5)],
+    ids=["gelu-17", "gelu-20", "gelu-tanh-17", "silu", "mish", "hardswish-13", "hardswish-14", "layernorm-16",
+         "layernorm-17", "groupnorm"],
+)
+def test_ops_exported_as_several_nodes_cost_node_by_node_as_documented(module, opset, per_element, per_row,
+                                                                        fx_per_element):
+    """The module docstring's figures for an op the exporter writes out: x [2, 10, 16] is 320 elements in 20
+    rows of the normalized dimension (GroupNorm: [2, 16, 10] of 2 groups, 320 elements)."""
+    x = torch.randn(2, 16, 10) if isinstance(module, nn.GroupNorm) else torch.randn(2, 10, 16)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), (x,), buf, dynamo=False, opset_version=opset)
+    g = import_onnx(onnx.load_from_string(buf.getvalue()))
+    assert g.metadata["forward_flops"] == per_element * 320 + per_row * 20
+    assert capture(module, (x,), name="m").metadata["forward_flops"] == fx_per_element * 320
