@@ -1410,3 +1410,47 @@ def test_ops_exported_as_several_nodes_cost_node_by_node_as_documented(module, o
     g = import_onnx(onnx.load_from_string(buf.getvalue()))
     assert g.metadata["forward_flops"] == per_element * 320 + per_row * 20
     assert capture(module, (x,), name="m").metadata["forward_flops"] == fx_per_element * 320
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: nn.ConvTranspose2d(2, 3, 3, stride=2), lambda: nn.Sequential(nn.Conv2d(2, 4, 1), nn.PReLU(4)),
+     lambda: _LstmOutput()],
+    ids=["conv-transpose-bias", "prelu-per-channel", "lstm"],
+)
+def test_bias_slope_and_saved_states_as_in_the_fx_capture(make, mode):
+    """ConvTranspose's bias (+1 per output element), PReLU's per-channel slope (a parameter: [4, 1, 1] as
+    exported) and, in training, an LSTM's saved gate activations (in its output bytes) agree with fx."""
+    model = make().train(mode == "training")
+    x = torch.randn(4, 2, 3) if isinstance(model, _LstmOutput) else torch.randn(1, 2, 4, 4)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, training=torch.onnx.TrainingMode.PRESERVE)
+    g = import_onnx(onnx.load_from_string(buf.getvalue()), mode=mode)
+    fx = capture(nn.Sequential(model, _Sum()) if mode == "training" else model, (x,), name="m", mode=mode)
+    assert (g.metadata["params"], g.metadata["forward_macs"]) == (fx.metadata["params"], fx.metadata["forward_macs"])
+    fwd = [(op.flops, op.output_bytes) for op in g.ops if op.phase == "forward" and op.kind != "input"]
+    fx_fwd = [(op.flops, op.output_bytes) for op in fx.ops if op.phase == "forward" and op.kind != "input"]
+    assert fwd == fx_fwd[:len(fwd)] and len(fx_fwd) == len(fwd) + (mode == "training")  # fx: and the sum (the loss)
+
+
+class _LstmOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(3, 5)
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
+def test_conv_integer_zero_points_are_no_bias():
+    """ConvInteger (x, w, x_zero_point, w_zero_point) has no bias: 2 FLOPs per multiply-add only."""
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], name="conv")]
+    inits = [numpy_helper.from_array(np.zeros((3, 2, 3, 3), np.uint8), "w"),
+             numpy_helper.from_array(np.array(1, np.uint8), "xz"), numpy_helper.from_array(np.array(2, np.uint8), "wz")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits)
+    g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert g.ops[g.index["conv"]].flops == 2 * (3 * 2 * 2) * (2 * 3 * 3)  # 12 outputs x 18 MACs
