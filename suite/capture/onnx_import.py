@@ -50,7 +50,8 @@
   a SplitToSequence read only by SequenceAt at known positions (torch.tensor_split), which is a Split; so is
   an op of another domain that shape inference cannot type (onnxruntime's contrib ops).
 * An output that nothing reads and whose shape inference leaves unknown (Dropout's mask before opset 10) is
-  as omitted.
+  as omitted, and so are a training BatchNormalization's running (and before opset 14 saved) statistics that
+  nothing reads: buffer updates, not activations, as in the torch.fx capture.
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Slice, Expand, and
   Dropout in inference) are folded into their producers, their readers reading the part they take (a Slice
   or a Split's piece: its bytes), as the torch.fx capture folds x[:, 1:4], chunk and split: the TorchScript
@@ -763,6 +764,8 @@ def import_onnx(
         # an output that nothing reads and shape inference leaves unknown is as omitted (Dropout's mask before
         # opset 10, which has no shape inference)
         outputs = [o for o in outputs if o in infos or o in read] or outputs
+        if node.op_type == "BatchNormalization":  # a training one's running (and saved) statistics: buffer
+            outputs = [o for o in outputs if o == node.output[0] or o in read]  # updates, as in fx, unless read
         tensor = _constant_tensor(node)
         if tensor is not None and outputs:  # weights some exporters write as Constant nodes
             vals[outputs[0]] = stored(outputs[0], tensor, constant_node=True)

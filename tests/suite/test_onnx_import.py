@@ -1454,3 +1454,30 @@ def test_conv_integer_zero_points_are_no_bias():
                               [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits)
     g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
     assert g.ops[g.index["conv"]].flops == 2 * (3 * 2 * 2) * (2 * 3 * 3)  # 12 outputs x 18 MACs
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("opset", [12, 14])
+def test_training_batch_norm_running_statistics_are_no_activations(opset, mode):
+    """A training export's BatchNormalization also outputs the updated running mean and variance (and before
+    opset 14 the saved batch statistics), which nothing reads: its output bytes counted them at opset 14
+    (where their shapes are inferred; not at 12), 2 x 8 floats more than fx's batch_norm, and so did the
+    backward ops that read the output. Where a graph output is one, it stays."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)).train()
+    x = torch.randn(2, 3, 4, 4)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                          opset_version=opset)
+    proto = onnx.load_from_string(buf.getvalue())
+    (node,) = [n for n in proto.graph.node if n.op_type == "BatchNormalization"]
+    assert len(node.output) == (5 if opset < 14 else 3)
+    g = import_onnx(proto, mode=mode)
+    fx = capture(nn.Sequential(model, _Sum()) if mode == "training" else model, (x,), name="m", mode=mode)
+    bn, fx_bn = g.ops[g.index[node.name]], [op for op in fx.ops if op.kind == "batch_norm"][0]
+    assert bn.output_bytes == fx_bn.output_bytes == 2 * 8 * 4 * 4 * 4
+    assert bn.flops == fx_bn.flops == (4 if mode == "training" else 2) * 2 * 8 * 4 * 4
+    if opset >= 14:  # the running mean as a graph output: written, counted
+        proto.graph.output.append(helper.make_tensor_value_info(node.output[1], TensorProto.FLOAT, [8]))
+        assert import_onnx(proto).ops[g.index[node.name]].output_bytes == 2 * 8 * 4 * 4 * 4 + 8 * 4
