@@ -1481,3 +1481,37 @@ def test_training_batch_norm_running_statistics_are_no_activations(opset, mode):
     if opset >= 14:  # the running mean as a graph output: written, counted
         proto.graph.output.append(helper.make_tensor_value_info(node.output[1], TensorProto.FLOAT, [8]))
         assert import_onnx(proto).ops[g.index[node.name]].output_bytes == 2 * 8 * 4 * 4 * 4 + 8 * 4
+
+
+def test_gather_at_a_scalar_index_computed_from_the_data_is_an_op_that_reads_it():
+    """x[x.argmax()]: a scalar index, but not a constant: an index op reading the element it takes from x and
+    the index from argmax (folding it as a view, as x[:, -1] is, would lose the dependency on argmax)."""
+    nodes = [helper.make_node("ArgMax", ["x"], ["i"], name="argmax", keepdims=0, axis=0),
+             helper.make_node("Gather", ["x", "i"], ["g"], name="pick", axis=0)]
+    g = import_onnx(_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+                           [helper.make_tensor_value_info("g", TensorProto.FLOAT, None)], []))
+    pick = g.index["pick"]
+    assert g.ops[pick].flops == 1 and g.ops[pick].bytes_read == 4 + 8  # one float32 and one int64
+    assert sorted((g.ops[e.src].name, e.bytes) for e in g.edges if e.dst == pick) == [("argmax", 8), ("x", 4)]
+
+
+def test_a_product_of_constants_is_no_weight_and_an_integer_result_passes_no_gradient():
+    """Rotary angles, positions [8, 1] @ frequencies [1, 4], are a constant: no op and no parameters (only a
+    product with an activation makes its operands weights). In training, argmax's integer result passes no
+    gradient back: argmax and its cast get no backward op, and the MatMul only its weight gradient."""
+    nodes = [helper.make_node("MatMul", ["pos", "freq"], ["ang"], name="outer"),
+             helper.make_node("Cos", ["ang"], ["c"], name="cos"),
+             helper.make_node("Mul", ["x", "c"], ["y"], name="rot"),
+             helper.make_node("MatMul", ["y", "W"], ["z"], name="proj")]
+    inits = [_f32((8, 1), "pos"), _f32((1, 4), "freq"), _f32((4, 3), "W")]
+    g = import_onnx(_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 4])],
+                           [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits))
+    assert [op.name for op in g.ops] == ["x", "rot", "proj"] and g.metadata["params"] == 4 * 3
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+             helper.make_node("ArgMax", ["a"], ["i"], name="argmax", axis=1, keepdims=1),
+             helper.make_node("Cast", ["i"], ["f"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["a", "f"], ["y"], name="mul")]
+    g = import_onnx(_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [_f32((4, 3), "W")]),
+                    mode="training")
+    assert [op.name for op in g.ops if op.phase != "forward"] == ["mul/grad", "mm/grad_weight", "mm/update"]
