@@ -93,6 +93,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -252,9 +253,10 @@ def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: st
                              f"only tensor inputs are supported")
         tensor = inp.type.tensor_type
         if inp.name in input_shapes:
-            shape = list(input_shapes[inp.name])
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape):
+            shape = list(input_shapes[inp.name])  # numpy's integers too (a shape computed with numpy)
+            if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in shape):
                 raise GraphError(f"{where}: input_shapes[{inp.name!r}] = {shape} must be a list of positive integers")
+            shape = [int(v) for v in shape]
             if not tensor.HasField("shape"):  # rank unknown: input_shapes gives it
                 tensor.shape.SetInParent()
                 for _ in shape:

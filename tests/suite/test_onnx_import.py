@@ -158,9 +158,13 @@ def test_dynamic_dimension_needs_input_shapes(exported):
         import_onnx(proto, input_shapes={"y": [1]})
     with pytest.raises(GraphError, match="rank 4"):
         import_onnx(proto, input_shapes={"x": [2, 3]})
-    for shape in (["2", 3, 8, 8], [-1, 3, 8, 8], [2.0, 3, 8, 8]):
+    for shape in (["2", 3, 8, 8], [-1, 3, 8, 8], [2.0, 3, 8, 8], [np.int64(0), 3, 8, 8], [True, 3, 8, 8]):
         with pytest.raises(GraphError, match=r"input_shapes\['x'\] = .* must be a list of positive integers"):
             import_onnx(proto, input_shapes={"x": shape})
+    # numpy's integers are integers (a shape computed with numpy): they were refused as not integers
+    assert import_onnx(proto, input_shapes={"x": np.array([5, 3, 8, 8])}).ops[0].output_shape == (5, 3, 8, 8)
+    with pytest.raises(GraphError, match=r"has rank 4, input_shapes gives \[2, 3\]$"):
+        import_onnx(proto, input_shapes={"x": np.array([2, 3])})
 
 
 def test_input_shapes_changing_a_fixed_dimension_says_so_when_inference_fails(exported):
