@@ -79,7 +79,9 @@
   element, its tanh approximation 9, where fx counts 1; SiLU (Sigmoid, Mul) 2 and Mish (Softplus, Tanh, Mul) 3,
   against 1; HardSwish before opset 14 2; LayerNorm before opset 17 (two ReduceMeans, Sub, Pow, Div, Mul, Add)
   7 per element and 2 per row, against 5; GroupNorm (InstanceNormalization of the groups, then Mul and Add) 7,
-  against 5.
+  against 5; torch.var (ReduceMean, Sub, Mul, ReduceMean, Mul, Div) 4 per input element and 2 per result,
+  against 1 per input element; nn.LPPool1d/2d (Pow, AveragePool, then six nodes on the pooled result) about 5
+  times fx's; F.normalize (ReduceL2, Clip, Div) 2 per element and 1 per norm, fewer than fx's 3.
 * Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
   names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
   PyTorch exporter writes them): the module path they spell ("layer1.0.conv1"), as the torch.fx capture's.

@@ -1394,26 +1394,38 @@ def test_random_like_tensors_are_constants_as_in_the_fx_capture():
     assert g.stats.total_flops == g_fx.stats.total_flops
 
 
+class _Var(nn.Module):
+    def forward(self, x):
+        return x.var(dim=1)
+
+
+class _Normalize(nn.Module):
+    def forward(self, x):
+        return F.normalize(x, dim=-1)
+
+
 @pytest.mark.parametrize(
-    ("module", "opset", "per_element", "per_row", "fx_per_element"),
-    [(nn.GELU(), 17, 5, 0, 1), (nn.GELU(), 20, 1, 0, 1), (nn.GELU("tanh"), 17, 9, 0, 1), (nn.SiLU(), 17, 2, 0, 1),
-     (nn.Mish(), 17, 3, 0, 1), (nn.Hardswish(), 13, 2, 0, 1), (nn.Hardswish(), 14, 1, 0, 1),
-     (nn.LayerNorm(16), 16, 7, 2, 5), (nn.LayerNorm(16), 17, 5, 0, 5), (nn.GroupNorm(2, 16), 17, 7, 0, 5)],
+    ("module", "opset", "onnx_flops", "fx_flops"),
+    [(nn.GELU(), 17, 5 * 320, 320), (nn.GELU(), 20, 320, 320), (nn.GELU("tanh"), 17, 9 * 320, 320),
+     (nn.SiLU(), 17, 2 * 320, 320), (nn.Mish(), 17, 3 * 320, 320), (nn.Hardswish(), 13, 2 * 320, 320),
+     (nn.Hardswish(), 14, 320, 320), (nn.LayerNorm(16), 16, 7 * 320 + 2 * 20, 5 * 320),
+     (nn.LayerNorm(16), 17, 5 * 320, 5 * 320), (nn.GroupNorm(2, 16), 17, 7 * 320, 5 * 320),
+     (_Var(), 17, 4 * 320 + 2 * 32, 320), (nn.LPPool1d(2, 2), 17, 2 * 320 + 6 * 160, 320),
+     (_Normalize(), 17, 2 * 320 + 20, 3 * 320)],
     ids=["gelu-17", "gelu-20", "gelu-tanh-17", "silu", "mish", "hardswish-13", "hardswish-14", "layernorm-16",
-         "layernorm-17", "groupnorm"],
+         "layernorm-17", "groupnorm", "var", "lppool", "normalize"],
 )
-def test_ops_exported_as_several_nodes_cost_node_by_node_as_documented(module, opset, per_element, per_row,
-                                                                        fx_per_element):
+def test_ops_exported_as_several_nodes_cost_node_by_node_as_documented(module, opset, onnx_flops, fx_flops):
     """The module docstring's figures for an op the exporter writes out: x [2, 10, 16] is 320 elements in 20
-    rows of the normalized dimension (GroupNorm: [2, 16, 10] of 2 groups, 320 elements)."""
+    rows of the last dimension (GroupNorm: [2, 16, 10], 2 groups; var over dimension 1: 32 results; the pool:
+    160 outputs)."""
     x = torch.randn(2, 16, 10) if isinstance(module, nn.GroupNorm) else torch.randn(2, 10, 16)
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module.eval(), (x,), buf, dynamo=False, opset_version=opset)
-    g = import_onnx(onnx.load_from_string(buf.getvalue()))
-    assert g.metadata["forward_flops"] == per_element * 320 + per_row * 20
-    assert capture(module, (x,), name="m").metadata["forward_flops"] == fx_per_element * 320
+    assert import_onnx(onnx.load_from_string(buf.getvalue())).metadata["forward_flops"] == onnx_flops
+    assert capture(module, (x,), name="m").metadata["forward_flops"] == fx_flops
 
 
 @pytest.mark.parametrize("mode", ["inference", "training"])
