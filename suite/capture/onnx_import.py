@@ -66,8 +66,9 @@
   global pooling and reductions 1 per input element, Resize / Upsample / GridSample as F.interpolate and
   F.grid_sample (2 n - 1 per output element for n neighbours: linear 2 and cubic 4 per spatial dimension,
   the dimensions after N and C or those `axes` names), LRN size + 5 per element, BatchNormalization 2
-  (inference) or 4 (training) per element, LayerNormalization, InstanceNormalization and GroupNormalization
-  5 (statistics of the input), RMSNormalization 3 (as rms_norm), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas of the fused torch
+  (inference) or 4 (training; but 2 for one in inference mode, training_mode=0, in a model whose other
+  BatchNormalizations compute batch statistics: a frozen BatchNorm, as fx keeps one in eval()) per element,
+  LayerNormalization, InstanceNormalization and GroupNormalization 5 (statistics of the input), RMSNormalization 3 (as rms_norm), Softmax/LogSoftmax 5, LSTM / GRU / RNN the cell formulas of the fused torch
   layers (per step and direction), SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss as cross-entropy
   and NLL loss (the former saving its log-probabilities in training), TopK as topk (k = n:
   a sort, as torch.sort exports), CumSum 1 per element, ScatterElements / ScatterND with a reduction 1 per update (as
@@ -596,6 +597,12 @@ def _attr(node: Any, name: str, default: Any = None) -> Any:
     return default
 
 
+def _batch_stats(node: Any) -> bool:
+    """Whether a BatchNormalization computes batch statistics: training_mode=1 (opset 14 on), or before it
+    the training form, which also outputs the statistics."""
+    return bool(_attr(node, "training_mode", 0)) or sum(1 for o in node.output if o) > 1
+
+
 def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], training: bool) -> Cost | None:
     """Cost of one ONNX node; None when no rule applies."""
     op = node.op_type
@@ -729,6 +736,11 @@ def import_onnx(
     quantized = {n.input[k] for n in graph.node for k in QUANTIZED_WEIGHTS.get(n.op_type, ()) if len(n.input) > k}
     scales = {n.input[k] for n in graph.node for k in QUANTIZATION_SCALES.get(n.op_type, ()) if len(n.input) > k}
     weights, affine = _weight_values(graph)
+    # a training export (a BatchNormalization computes batch statistics) keeps a BatchNormalization in inference
+    # mode frozen, as eager training and the fx capture keep one the user put in eval(); an inference export is
+    # trained as a whole, as the fx capture trains a model in eval()
+    batch_stats = {i: _batch_stats(n) for i, n in enumerate(graph.node) if n.op_type == "BatchNormalization"}
+    frozen_norms = {i for i, s in batch_stats.items() if not s} if any(batch_stats.values()) else set()
     # a norm's scale and bias as the exporter writes them for a norm without (nn.InstanceNorm2d's default,
     # GroupNorm's inner InstanceNormalization, elementwise_affine=False): Constant nodes of ones and zeros
     identity = {n.input[k]: v for n in graph.node if n.op_type in NORMS for k, v in ((1, 1.0), (2, 0.0))
@@ -799,7 +811,7 @@ def import_onnx(
         if node.op_type in SLICING and outs:  # x[:, -1]: reads the slice it takes, not all of x (as fx's getitem)
             ins[0] = b.fold([ins[0]], outs[0].nbytes)
         in_infos = [infos.get(x) if x else None for x in node.input]
-        cost = onnx_cost(node, in_infos, outs, training)
+        cost = onnx_cost(node, in_infos, outs, training and i not in frozen_norms)
         if on_activation and cost is not None:  # x.index_select(1, idx): data movement, as in the fx capture
             cost = Cost(cost.kind, float(sum(t.numel for t in outs)))
         if cost is None:

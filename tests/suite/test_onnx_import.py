@@ -1531,3 +1531,44 @@ def test_a_product_of_constants_is_no_weight_and_an_integer_result_passes_no_gra
                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [_f32((4, 3), "W")]),
                     mode="training")
     assert [op.name for op in g.ops if op.phase != "forward"] == ["mul/grad", "mm/grad_weight", "mm/update"]
+
+
+def _two_batch_norms(modes: tuple[int, int]) -> onnx.ModelProto:
+    """x [2, 3, 2, 2] -> BatchNormalization (training_mode modes[0]) -> BatchNormalization (modes[1])."""
+    nodes = [helper.make_node("BatchNormalization", ["x", "s1", "b1", "m1", "v1"],
+                              ["y1", *(["rm1", "rv1"] if modes[0] else [])], name="bn1", training_mode=modes[0]),
+             helper.make_node("BatchNormalization", ["y1", "s2", "b2", "m2", "v2"],
+                              ["y2", *(["rm2", "rv2"] if modes[1] else [])], name="bn2", training_mode=modes[1])]
+    inits = [_f32((3,), f"{k}{j}") for j in (1, 2) for k in "sbmv"]
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 2, 2])],
+                              [helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+
+
+class _TwoBatchNorms(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn1, self.bn2 = nn.BatchNorm2d(3), nn.BatchNorm2d(3)
+
+    def forward(self, x):
+        return self.bn2(self.bn1(x)).sum()
+
+
+def test_a_frozen_batch_norm_in_a_training_export_costs_as_in_inference():
+    """A training export whose BatchNorms compute batch statistics (training_mode=1) and one reads its running
+    statistics (training_mode=0: the user's frozen BatchNorm, in eval() under a model in train()): the frozen
+    one costs 2 FLOPs per element in a training step, as in the fx capture (it cost 4, the attribute ignored).
+    An export whose BatchNorms are all in inference mode is trained as a whole (4 each), as fx trains a model
+    in eval(); an inference graph costs 2 each."""
+    def flops(modes, mode):
+        g = import_onnx(_two_batch_norms(modes), mode=mode)
+        return [g.ops[g.index[n]].flops for n in ("bn1", "bn2")]
+
+    assert flops((1, 0), "training") == [4 * 24, 2 * 24]
+    assert flops((0, 1), "training") == [2 * 24, 4 * 24]
+    assert flops((0, 0), "training") == flops((1, 1), "training") == [4 * 24, 4 * 24]
+    assert flops((1, 0), "inference") == flops((0, 0), "inference") == [2 * 24, 2 * 24]
+    model = _TwoBatchNorms().train()
+    model.bn2.eval()
+    fx = capture(model, (torch.randn(2, 3, 2, 2),), name="m", mode="training")
+    assert [op.flops for op in fx.ops if op.kind == "batch_norm" and op.phase == "forward"] == [4 * 24, 2 * 24]
