@@ -53,8 +53,9 @@
   as omitted, and so are a training BatchNormalization's running (and before opset 14 saved) statistics that
   nothing reads: buffer updates, not activations, as in the torch.fx capture.
 * Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity, Split, Slice, Expand, and
-  Dropout in inference) are folded into their producers, their readers reading the part they take (a Slice
-  or a Split's piece: its bytes), as the torch.fx capture folds x[:, 1:4], chunk and split: the TorchScript
+  Dropout in inference, or in inference mode in a training export: see BatchNormalization below) are folded
+  into their producers, their readers reading the part they take (a Slice or a Split's piece: its bytes),
+  as the torch.fx capture folds x[:, 1:4], chunk and split: the TorchScript
   exporter writes x.chunk(4, 1) as four Slices from opset 11 on, a Split before. Shape/Size outputs,
   anything computed only from constants and random tensors in the shape of another (RandomNormalLike:
   torch.randn_like, a constant in the fx capture too) are constants.
@@ -603,6 +604,21 @@ def _batch_stats(node: Any) -> bool:
     return bool(_attr(node, "training_mode", 0)) or sum(1 for o in node.output if o) > 1
 
 
+def _drops(node: Any, graph: Any, opset: int) -> bool:
+    """Whether a Dropout drops: from opset 12 its training_mode input is given and not a constant false;
+    before it, the training form, which outputs its mask (and no is_test=1)."""
+    from onnx import numpy_helper
+
+    if opset < 12:
+        return sum(1 for o in node.output if o) > 1 and not _attr(node, "is_test", 0)
+    if len(node.input) < 3 or not node.input[2]:
+        return False
+    mode = node.input[2]
+    tensor = next((i for i in graph.initializer if i.name == mode), None) or next(
+        (_constant_tensor(n) for n in graph.node if n.op_type == "Constant" and mode in n.output), None)
+    return tensor is None or bool(numpy_helper.to_array(tensor).all())
+
+
 def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], training: bool) -> Cost | None:
     """Cost of one ONNX node; None when no rule applies."""
     op = node.op_type
@@ -741,6 +757,9 @@ def import_onnx(
     # trained as a whole, as the fx capture trains a model in eval()
     batch_stats = {i: _batch_stats(n) for i, n in enumerate(graph.node) if n.op_type == "BatchNormalization"}
     frozen_norms = {i for i, s in batch_stats.items() if not s} if any(batch_stats.values()) else set()
+    # so is a Dropout in inference mode folded in a training export, as fx folds F.dropout(x, p, training=False)
+    drops = {i: _drops(n, graph, _opset(proto)) for i, n in enumerate(graph.node) if n.op_type == "Dropout"}
+    identities = {i for i, d in drops.items() if not d} if any(drops.values()) else set()
     # a norm's scale and bias as the exporter writes them for a norm without (nn.InstanceNorm2d's default,
     # GroupNorm's inner InstanceNormalization, elementwise_affine=False): Constant nodes of ones and zeros
     identity = {n.input[k]: v for n in graph.node if n.op_type in NORMS for k, v in ((1, 1.0), (2, 0.0))
@@ -798,7 +817,7 @@ def import_onnx(
             for o in outputs:
                 vals[o] = b.constant()
             continue
-        if node.op_type in SHAPE_ONLY or (node.op_type == "Dropout" and not training):
+        if node.op_type in SHAPE_ONLY or (node.op_type == "Dropout" and (not training or i in identities)):
             for o in outputs:  # an integer or bool result passes no gradient back
                 vals[o] = b.fold(ins, infos[o].nbytes if o in infos else None,
                                  grad=o not in infos or infos[o].floating)

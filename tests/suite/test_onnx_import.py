@@ -1572,3 +1572,43 @@ def test_a_frozen_batch_norm_in_a_training_export_costs_as_in_inference():
     model.bn2.eval()
     fx = capture(model, (torch.randn(2, 3, 2, 2),), name="m", mode="training")
     assert [op.flops for op in fx.ops if op.kind == "batch_norm" and op.phase == "forward"] == [4 * 24, 2 * 24]
+
+
+def _two_dropouts(modes: tuple[bool | None, bool | None], opset: int = 17) -> onnx.ModelProto:
+    """x [2, 3] -> Dropout -> Dropout, each with training_mode a Constant of modes[k] (None: not given)."""
+    nodes, inits = [], [numpy_helper.from_array(np.array(0.5, np.float32), "ratio")]
+    for k, m in enumerate(modes):
+        ins = [["x", "d0"][k], "ratio"]
+        if m is not None:
+            nodes.append(helper.make_node("Constant", [], [f"t{k}"], value=numpy_helper.from_array(np.array(m))))
+            ins.append(f"t{k}")
+        nodes.append(helper.make_node("Dropout", ins, [f"d{k}"], name=f"drop{k}"))
+    nodes.append(helper.make_node("MatMul", ["d1", "W"], ["y"], name="mm"))
+    graph = helper.make_graph(nodes, "drop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [*inits, _f32((3, 4), "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+class _Dropouts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 4, bias=False)
+
+    def forward(self, x):
+        return self.fc(F.dropout(F.dropout(x, 0.5, training=True), 0.5, training=False)).sum()
+
+
+def test_a_dropout_in_inference_mode_in_a_training_export_is_folded():
+    """In a training step a Dropout whose training_mode is false (or not given) in a model whose other Dropouts
+    drop (a training export) is an identity, folded as fx folds F.dropout(x, p, training=False) in training;
+    it was an op of 1 FLOP per element keeping its mask. An export whose Dropouts are all in inference mode is
+    trained as a whole, as fx trains a model in eval()."""
+    def drops(modes):
+        return [op.name for op in import_onnx(_two_dropouts(modes), mode="training").ops if op.kind == "dropout"]
+
+    assert drops((True, False)) == drops((True, None)) == ["drop0"]
+    assert drops((False, True)) == ["drop1"]
+    assert drops((False, None)) == drops((None, None)) == drops((True, True)) == ["drop0", "drop1"]
+    assert not [op for op in import_onnx(_two_dropouts((True, False))).ops if op.kind == "dropout"]
+    fx = capture(_Dropouts().train(), (torch.randn(2, 3),), name="m", mode="training")
+    assert len([op for op in fx.ops if op.kind == "dropout"]) == 1
