@@ -514,8 +514,15 @@ class OrtExecutor:
             self._staged[name] = (ort.OrtValue.ortvalue_from_numpy(arr, kind, index), d)
 
     @property
+    def used_devices(self) -> list[int]:
+        """The cluster devices (indices) the applied placement puts anything on: a segment or a staged input
+        (an input op alone on a GPU holds its input there, and the steps copy it from there)."""
+        return sorted({s.device for s in self.segments} | {d for _, d in self._staged.values()})
+
+    @property
     def devices(self) -> list[torch.device]:
-        return [torch.device(self.device_map.torch_devices[s.device]) for s in self.segments]
+        """The torch devices of `used_devices`: those a step synchronises and reports peak memory of."""
+        return [torch.device(t) for t in dict.fromkeys(self.device_map.torch_devices[d] for d in self.used_devices)]
 
     def step(self) -> list[np.ndarray]:
         """One inference step; returns the graph outputs as numpy arrays."""

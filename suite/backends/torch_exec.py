@@ -417,7 +417,10 @@ class TorchExecutor:
         of the concurrent mode: per device its nodes in order, with the nodes of other lanes each waits for."""
         eg = self.eg
         self._program: list[tuple[int, Callable[[list[Any], dict], Any]]] = []
-        self._devices_used = sorted({self.tdevs[d] for d in set(self.node_dev) if d >= 0}, key=str)
+        # a device holding only inputs or shared weights (a variable op) is used too: it allocates, and in a
+        # training step the weights' update runs there
+        self._used = sorted({d for d in self.node_dev if d >= 0} | set(self.param_dev.values()))
+        self._devices_used = sorted({self.tdevs[d] for d in self._used}, key=str)
         used = sorted({d for d in self.node_dev if d >= 0}) or [0]
         lane_of = [d if d >= 0 else used[0] for d in self.node_dev]
         self._lanes: dict[int, list[tuple[int, Callable[[list[Any], dict], Any], list[int]]]] = {d: [] for d in used}
@@ -561,7 +564,14 @@ class TorchExecutor:
 
     # -- steps ----------------------------------------------------------------------------------------------
     @property
+    def used_devices(self) -> list[int]:
+        """The cluster devices (indices) the applied placement puts anything on: a node, a staged input, a
+        parameter (shared weights on their variable op's device)."""
+        return list(self._used)
+
+    @property
     def devices(self) -> list[torch.device]:
+        """The torch devices of `used_devices`: those a step synchronises and reports peak memory of."""
         return list(self._devices_used)
 
     @property

@@ -622,3 +622,22 @@ def test_a_folded_node_that_reads_an_input_runs_with_the_input_op():
     om = OrtModel(from_module(_View().eval(), (torch.randn(8),), name="view"))
     assert [nd.op_type for nd in om.model.graph.node] == ["Constant", "Reshape", "Gemm"]
     assert om.node_op == [0, 0, 1]
+
+
+def test_a_device_holding_only_an_input_is_a_device_the_step_uses(two_outputs, three_cpus):
+    """An input op placed alone on a device stages its input there and each step copies it from there: that
+    device is used (synchronised, its peak memory reported), though it runs no segment. It was left out: a
+    GPU holding the staged input reported 0 peak memory."""
+    _, dmap = three_cpus
+    g = two_outputs.rw.graph
+    ex = OrtExecutor(two_outputs, dmap)
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[g.index["x"]] = 2
+    ex.apply(p)
+    assert {s.device for s in ex.segments} == {0}
+    assert ex.used_devices == [0, 2]
+    assert ex.devices == [torch.device("cpu")]
+    ex.copies_bytes = 0
+    ex.run()
+    assert ex.copies_bytes == 2 * 4 * 4  # x, 2x4 floats, from cpu:2 to cpu:0
+

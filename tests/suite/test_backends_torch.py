@@ -1528,3 +1528,26 @@ def test_a_submodule_in_eval_stays_in_eval_in_training_steps(three_cpus):
     ex.apply(np.zeros(rw.graph.num_ops, dtype=np.int64))
     ex.step()
     assert int(model.norm.num_batches_tracked) == 1 and not model.training and not model.norm.training
+
+
+def test_a_device_holding_only_inputs_or_shared_weights_is_a_device_the_step_uses(three_cpus, shared_linear):
+    """The devices a step synchronises and reports peak memory of: a GPU that holds only the staged input, or
+    only the shared weights of a variable op (updated there in training), is used. The variable's device was
+    left out: on a GPU, 0 peak memory and its SGD update outside the timed step."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    for mode in ("inference", "training"):
+        rw = from_module(shared_linear(), (torch.randn(2, 4),), name="shared", mode=mode)
+        g = rw.graph
+        ex = TorchExecutor(rw, dmap)
+        p = np.zeros(g.num_ops, dtype=np.int64)
+        p[g.index["x"]] = 1
+        ex.apply(p)
+        assert ex.used_devices == [0, 1]
+        p[:] = 0
+        p[g.groups.get("fc/variable", [g.index["fc/variable"]])] = 2  # the shared fc weights (their update)
+        ex.apply(p)
+        assert ex.used_devices == [0, 2]
+        ex.step()
+        assert (ex.copies.count, ex.copies.bytes) == (2, 4 * 4 * 4 + 4 * 4)  # fc's weights, to cpu:0 once
+        assert ex.devices == [torch.device("cpu")]
