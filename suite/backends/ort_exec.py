@@ -716,7 +716,8 @@ def oom_devices(exc: BaseException, at: str | None, device_map: DeviceMap) -> tu
 
 def native_assignment(om: OrtModel, gpu: str = "cuda:0") -> dict[int, str]:
     """Where ONNX Runtime with the CUDA provider and CPU fallback puts each op: op index -> "gpu" or "cpu"
-    (an op is on the GPU when most of its ONNX nodes are)."""
+    (an op is on the GPU when at least half of its ONNX nodes are: a tie goes to the GPU, the provider asked
+    for first; every node counts, a Constant or a shape computation that ONNX Runtime keeps on the CPU too)."""
     sess = make_session(om.model.SerializeToString(), gpu, record=True)
     if not hasattr(sess, "get_provider_graph_assignment_info"):
         import onnxruntime as ort

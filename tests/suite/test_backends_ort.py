@@ -641,3 +641,22 @@ def test_a_device_holding_only_an_input_is_a_device_the_step_uses(two_outputs, t
     ex.run()
     assert ex.copies_bytes == 2 * 4 * 4  # x, 2x4 floats, from cpu:2 to cpu:0
 
+
+def test_native_assignment_puts_an_op_on_the_gpu_when_at_least_half_of_its_nodes_are(two_outputs, monkeypatch):
+    """ort_gpu's measured rule, read from a (fake) session's assignment record: the op `mul` (a Constant on the
+    CPU, its Mul on CUDA) is a tie and goes to the GPU, the provider asked for first; `relu`, all on the
+    CPU, falls back."""
+    import types
+
+    import suite.backends.ort_exec as ort_exec
+
+    on = {"/pb_op_5/Constant": "CPUExecutionProvider", "/pb_op_4/Relu": "CPUExecutionProvider"}
+    nodes = [nd.name for nd in two_outputs.model.graph.node]
+    subs = [types.SimpleNamespace(ep_name=ep, get_nodes=lambda ep=ep: [
+        types.SimpleNamespace(name=n) for n in nodes if on.get(n, "CUDAExecutionProvider") == ep])
+        for ep in ("CUDAExecutionProvider", "CPUExecutionProvider")]
+    session = types.SimpleNamespace(get_provider_graph_assignment_info=lambda: subs)
+    monkeypatch.setattr(ort_exec, "make_session", lambda *a, **k: session)
+    g = two_outputs.rw.graph
+    got = {g.ops[op].name: where for op, where in ort_exec.native_assignment(two_outputs).items()}
+    assert got == {"a": "gpu", "relu": "cpu", "mul": "gpu", "b": "gpu", "add": "gpu", "c": "gpu"}
