@@ -38,6 +38,9 @@ class Measurement:
     peak_memory_bytes: dict[str, int] = field(default_factory=dict)
     oom_devices: tuple[str, ...] = ()
     message: str = ""
+    # bytes a step moves between devices: the simulator's every link byte (a training step's backward edges
+    # included); the PyTorch backend's forward copies only (a training step's gradient copies are not
+    # counted, see suite.backends.torch_exec), so in training the two are not comparable
     bytes_transferred: int = 0
     busy_s: dict[str, float] = field(default_factory=dict)
 
