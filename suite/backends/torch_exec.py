@@ -799,12 +799,15 @@ class TorchBackend:
 
 
 def _oom_devices(exc: BaseException, device_map: DeviceMap) -> tuple[str, ...]:
-    """Cluster devices an OOM error names: the CUDA device in its message, else every CPU-mapped device."""
+    """Cluster devices an OOM error names: the CUDA device in its message; else, for a CUDA failure (torch's
+    OutOfMemoryError, or a CUDA call's "CUDA error: out of memory"), the one CUDA device of the map (none
+    where there are several); else every CPU-mapped device."""
     import re
 
     text = str(exc)
     m = re.search(r"GPU (\d+)", text) or re.search(r"cuda:(\d+)", text)
-    target = f"cuda:{m.group(1)}" if m else ("cpu" if not isinstance(exc, torch.OutOfMemoryError) else None)
+    on_cuda = isinstance(exc, torch.OutOfMemoryError) or "cuda" in text.lower()
+    target = f"cuda:{m.group(1)}" if m else (None if on_cuda else "cpu")
     if target is None and len(device_map.cuda_devices) == 1:
         target = str(device_map.cuda_devices[0])
     if target is None:

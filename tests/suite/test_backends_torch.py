@@ -1576,3 +1576,23 @@ def test_copied_bytes_are_the_forward_passes_and_the_simulator_charges_the_backw
         assert m.status == "ok", m.message
         assert m.bytes_transferred == 2 * (2 * 8 * 4)
         assert int(simulate(g, cluster, p).link_bytes.sum()) == simulated
+
+
+def test_a_cuda_call_out_of_memory_names_the_gpu_not_the_cpu(monkeypatch):
+    """A CUDA call that runs out of memory raises a RuntimeError ("CUDA error: out of memory"), not torch's
+    OutOfMemoryError, and names no device index: it named every CPU device, which m_etf's retries then took
+    for full."""
+    import suite.backends.devices as devices
+    from suite.backends.torch_exec import _oom_devices
+
+    monkeypatch.setattr(devices, "check_torch_device", lambda *a, **k: None)  # pretend cuda:0, cuda:1 exist
+    one = DeviceMap(("cpu:0", "gpu:0"), ("cpu", "cuda:0"))
+    two = DeviceMap(("cpu:0", "gpu:0", "gpu:1"), ("cpu", "cuda:0", "cuda:1"))
+    cuda_call = RuntimeError("CUDA error: out of memory\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
+                             "assertions.")
+    assert _oom_devices(cuda_call, one) == ("gpu:0",)
+    assert _oom_devices(cuda_call, two) == ()  # which one is not known
+    assert _oom_devices(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
+                                               "total capacity of 79.10 GiB"), two) == ("gpu:1",)
+    cpu = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 123 bytes.")
+    assert _oom_devices(cpu, two) == ("cpu:0",)
