@@ -996,6 +996,7 @@ def test_gpus_left_out_of_a_device_map_take_the_cuda_devices_it_does_not_name(mo
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     cluster = suite.load_cluster("haswell_2k80")
     cpu, g0, g1 = (d.name for d in cluster.devices)
+    assert DeviceMap.default(cluster).as_dict() == {cpu: "cpu", g0: "cuda:0", g1: "cuda:1"}
     assert DeviceMap.parse(cluster, [f"{g0}=cuda:0"]).as_dict() == {cpu: "cpu", g0: "cuda:0", g1: "cuda:1"}
     assert DeviceMap.parse(cluster, [f"{g1}=cuda:0"]).as_dict() == {cpu: "cpu", g0: "cuda:1", g1: "cuda:0"}
     assert DeviceMap.parse(cluster, [f"{g0}=cpu"]).as_dict() == {cpu: "cpu", g0: "cpu", g1: "cuda:0"}
@@ -1596,3 +1597,39 @@ def test_a_cuda_call_out_of_memory_names_the_gpu_not_the_cpu(monkeypatch):
                                                "total capacity of 79.10 GiB"), two) == ("gpu:1",)
     cpu = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 123 bytes.")
     assert _oom_devices(cpu, two) == ("cpu:0",)
+
+
+class _FanOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 3), nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) + self.b(x)
+
+
+def test_a_value_read_on_two_other_devices_is_copied_to_each(three_cpus, shared_linear):
+    """x on cpu:0 read by a on cpu:1 and by b on cpu:2: one copy to each device (sharing one copy went
+    unnoticed: logical devices are one torch device); likewise shared weights used on two other devices."""
+    _, dmap = three_cpus
+    torch.manual_seed(0)
+    rw = from_module(_FanOut(), (torch.randn(2, 4),), name="fan_out")
+    assert [op.name for op in rw.graph.ops] == ["x", "a", "b", "add"]
+    ex = TorchExecutor(rw, dmap)
+    ex.apply(np.array([0, 1, 2, 0], dtype=np.int64))
+    with torch.no_grad():
+        out = ex.forward()
+    # x (2x4 floats) to cpu:1 and to cpu:2; a's and b's outputs (2x3 floats) back to cpu:0
+    assert (ex.copies.count, ex.copies.bytes) == (4, 2 * (2 * 4 * 4) + 2 * (2 * 3 * 4))
+    torch.testing.assert_close(out, rw.eager(), rtol=0, atol=0)
+    rw = from_module(shared_linear(), (torch.randn(2, 4),), name="shared")
+    g = rw.graph
+    ex = TorchExecutor(rw, dmap)
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[g.index["fc/0"]], p[g.index["fc/1"]] = 1, 2  # the variable (fc's weights) on cpu:0
+    ex.apply(p)
+    with torch.no_grad():
+        ex.forward()
+    weights = 4 * 4 * 4 + 4 * 4  # fc.weight and fc.bias, to cpu:1 and to cpu:2
+    # x to cpu:1; fc/0's output to cpu:0 (act); act's to cpu:2; fc/1's to cpu:0 (out)
+    assert (ex.copies.count, ex.copies.bytes) == (2 * 2 + 4, 2 * weights + 4 * (2 * 4 * 4))
