@@ -239,7 +239,8 @@ def _median_time_s(fn, repeats: int = 5, sync: Sequence[torch.device] = ()) -> f
 
 
 def measure_device(device: torch.device) -> dict[str, float]:
-    """Short measurements: matmul FLOP/s, copy bandwidth (bytes/s both ways), small-clone latency."""
+    """Short measurements: matmul FLOP/s, copy bandwidth (bytes read + written per second: what an op's
+    bytes accessed are divided by), small-clone latency."""
     n = 1024
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
@@ -286,9 +287,9 @@ def _cpu_device(name: str, measured: dict[str, float] | None) -> Device:
     cores = os.cpu_count() or 1
     model = f"{cpu_model_name()} ({cores} cores, this machine)"
     if measured:
-        return Device(name, "cpu", peak_flops=measured["peak_flops"], mem_bandwidth=measured["mem_bandwidth"] / 2,
+        return Device(name, "cpu", peak_flops=measured["peak_flops"], mem_bandwidth=measured["mem_bandwidth"],
                       memory_bytes=host_memory_bytes(), op_overhead_s=OP_OVERHEAD_ESTIMATE_S, model=model,
-                      source={"peak_flops": "measured: 1024x1024 fp32 matmul", "mem_bandwidth": "measured: 64 MiB copy",
+                      source={"peak_flops": "measured: 1024x1024 fp32 matmul", "mem_bandwidth": "measured: 64 MiB copy, bytes read + written",
                               "memory_bytes": "os.sysconf physical memory", "op_overhead_s": "estimate"})
     return Device(name, "cpu", peak_flops=cores * CPU_GHZ_ESTIMATE * 1e9 * CPU_FLOPS_PER_CYCLE,
                   mem_bandwidth=CPU_BANDWIDTH_ESTIMATE, memory_bytes=host_memory_bytes(),
@@ -302,9 +303,9 @@ def _gpu_device(name: str, index: int, measured: dict[str, float] | None) -> Dev
     props = torch.cuda.get_device_properties(index)
     model = f"{props.name} (this machine)"
     if measured:
-        return Device(name, "gpu", peak_flops=measured["peak_flops"], mem_bandwidth=measured["mem_bandwidth"] / 2,
+        return Device(name, "gpu", peak_flops=measured["peak_flops"], mem_bandwidth=measured["mem_bandwidth"],
                       memory_bytes=int(props.total_memory), op_overhead_s=OP_OVERHEAD_ESTIMATE_S, model=model,
-                      source={"peak_flops": "measured: 1024x1024 fp32 matmul", "mem_bandwidth": "measured: 64 MiB copy",
+                      source={"peak_flops": "measured: 1024x1024 fp32 matmul", "mem_bandwidth": "measured: 64 MiB copy, bytes read + written",
                               "memory_bytes": "torch.cuda.get_device_properties", "op_overhead_s": "estimate"})
     peak = props.multi_processor_count * GPU_FP32_FLOPS_PER_SM_CYCLE * GPU_GHZ_ESTIMATE * 1e9
     return Device(name, "gpu", peak_flops=peak, mem_bandwidth=GPU_BANDWIDTH_ESTIMATE, memory_bytes=int(props.total_memory),

@@ -1027,6 +1027,24 @@ def test_local_cluster_describes_this_machine():
     assert cluster.routes[1][0, 1] > 0
 
 
+def test_a_measured_local_device_predicts_the_copy_it_was_measured_with(monkeypatch):
+    """measure_device's bandwidth is the copy's traffic (64 MiB read + 64 MiB written in 10 ms: 12.8 GiB/s), and
+    an op's memory time is its bytes read + written over mem_bandwidth: a 64 MiB copy op is predicted at the
+    10 ms it took. The device's mem_bandwidth was half the traffic: memory-bound ops predicted twice as slow."""
+    import suite.backends.devices as devices
+    from suite.costmodel import roofline_time_s
+
+    copy_bytes, copy_s = 64 * 2**20, 0.01
+    measured = {"peak_flops": 1e11, "mem_bandwidth": 2 * copy_bytes / copy_s, "copy_latency_s": 1e-6,
+                "clone_bandwidth": 1e9}
+    monkeypatch.setattr(devices, "measure_device", lambda device: measured)
+    cluster, _ = local_cluster(2, measure=True, gpus=False)
+    cpu = cluster.devices[0]
+    assert cpu.mem_bandwidth == 2 * copy_bytes / copy_s
+    t = roofline_time_s(np.array([0.0]), np.array([2.0 * copy_bytes]), cpu)[0]
+    assert t == pytest.approx(cpu.op_overhead_s + copy_s, rel=1e-12)
+
+
 def test_variants_and_the_zoo_graph():
     rw = real_workload("rnnlm-2x2048-b64", mode="inference", **SMALL_SHAPES["rnnlm"])
     assert rw.graph.name.startswith("rnnlm-2x2048-b64+") and "mode=inference" in rw.graph.name
