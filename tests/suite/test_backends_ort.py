@@ -660,3 +660,33 @@ def test_native_assignment_puts_an_op_on_the_gpu_when_at_least_half_of_its_nodes
     g = two_outputs.rw.graph
     got = {g.ops[op].name: where for op, where in ort_exec.native_assignment(two_outputs).items()}
     assert got == {"a": "gpu", "relu": "cpu", "mul": "gpu", "b": "gpu", "add": "gpu", "c": "gpu"}
+
+
+class _ArgMax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.fc(x))
+        return h * torch.argmax(h, dim=1, keepdim=True).float()
+
+
+def test_only_floating_point_nodes_on_the_cpu_are_a_silent_fallback(monkeypatch):
+    """Of the nodes a CUDA session's record puts on the CPU, those computing floating-point tensors are a
+    fallback (the measurement's error); a Shape, or a node whose outputs are integers (ArgMax), is ONNX
+    Runtime's normal practice. Fake record: every node on the CPU."""
+    import types
+
+    from suite.backends.ort_exec import cpu_assigned_compute_nodes
+
+    torch.manual_seed(0)
+    om = OrtModel(from_module(_ArgMax().eval(), (torch.randn(2, 4),), name="argmax"))
+    nodes = {nd.name: nd.op_type for nd in om.model.graph.node}
+    assert "ArgMax" in nodes.values()
+    record = [types.SimpleNamespace(ep_name="CPUExecutionProvider", get_nodes=lambda: [
+        types.SimpleNamespace(name=n, op_type=t) for n, t in nodes.items()])]
+    session = types.SimpleNamespace(get_provider_graph_assignment_info=lambda: record)
+    got = {nodes[n] for n in cpu_assigned_compute_nodes(session, om)}
+    assert got == set(nodes.values()) - {"ArgMax", "Constant"}
+    assert "Relu" in got and "Cast" in got  # Cast to float computes a float tensor
