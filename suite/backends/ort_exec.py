@@ -50,7 +50,9 @@ failure where none was running, names none ("out of memory on an unknown device"
 Framework placements (`measure_native`): the whole model in one session, with the CPU provider only
 ("ort_cpu") or the CUDA provider with CPU fallback ("ort_gpu"), its inputs staged on the device before the
 timed steps and its outputs bound there, as a placement's steps are: the framework's own device choice (see
-baselines/ort_native.py); `native_assignment` reports where ONNX Runtime put each op.
+baselines/ort_native.py); `native_assignment` reports where ONNX Runtime put each op. Its
+`bytes_transferred` is 0: the copies ONNX Runtime makes inside its one session (ort_gpu: between its CUDA
+nodes and the nodes it falls back to the CPU with) are not seen, so they are not counted.
 
 Inference only: onnxruntime has no training sessions (that is the separate onnxruntime-training
 package), so a training workload is refused with a clear error.
@@ -657,7 +659,8 @@ class OrtBackend:
 
     def measure_native(self, which: str, *, gpu: str | None = None) -> Measurement:
         """The framework's own placement: "ort_cpu" (CPU provider) or "ort_gpu" (CUDA with CPU fallback) on
-        `gpu`, by default the torch device the cluster's fastest GPU is mapped to."""
+        `gpu`, by default the torch device the cluster's fastest GPU is mapped to. Copies inside the session
+        are not seen: `bytes_transferred` is 0 (see the module docstring)."""
         if which not in ("ort_cpu", "ort_gpu"):
             raise PlacebenchError(f"native placement {which!r} is not 'ort_cpu' or 'ort_gpu'")
         if which == "ort_gpu" and gpu is None:
