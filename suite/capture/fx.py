@@ -22,7 +22,9 @@ its values (`if self.buf.sum() > 0:`) is refused by torch.fx. Example
 inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model(input_ids=..., mask=...)`);
 values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which
 keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
-takes). The module is traced and run in the mode's state (`mode_flags`): inference, every module in eval() (an
+takes). Where the positional inputs reach forward's *args (`forward(self, x, *args, c=None)`), they fill
+the arguments before it, then *args, and only its keyword-only arguments can be given by name. The module is
+traced and run in the mode's state (`mode_flags`): inference, every module in eval() (an
 inference graph has no `if self.training:` branch, whether or not the caller called `eval()`); training, every
 module in train(), except the modules that the user put in eval() under a root in train() (a frozen
 BatchNorm), as eager training runs them; each module's flag is restored after.
@@ -412,7 +414,7 @@ def _where(exc: BaseException, skip: str = os.path.dirname(torch.fx.__file__)) -
 
 def _defaults_after(module: nn.Module, num_inputs: int | None, keywords: Collection[str] = ()) -> dict[str, Any] | None:
     """The default values of `module.forward`'s arguments after the first `num_inputs`, by name, except those
-    named in `keywords`."""
+    named in `keywords`; where the inputs reach forward's *args, those of its keyword-only arguments."""
     if num_inputs is None:
         return None
     try:
@@ -420,8 +422,10 @@ def _defaults_after(module: nn.Module, num_inputs: int | None, keywords: Collect
     except (TypeError, ValueError):
         return None
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params[:num_inputs + 1]):
-        return None
-    return {p.name: p.default for p in params[num_inputs:] if p.default is not inspect.Parameter.empty
+        params = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    else:
+        params = params[num_inputs:]
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty
             and p.kind is not inspect.Parameter.VAR_KEYWORD and p.name not in keywords} or None
 
 
@@ -447,10 +451,12 @@ def _as_root(module: nn.Module, num_inputs: int, keywords: Sequence[str] = (),
 
 def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
                   example_kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], list[str], list[str]]:
-    """The values of `forward`'s arguments in order (the positional example inputs, then for each later
-    argument its keyword example input or its default), the names of the positional ones (none where forward
-    takes *args) and the names given by keyword, in forward's order;
-    GraphError naming an argument that is missing, unknown or given twice, or too many positional inputs."""
+    """The values of `forward`'s arguments in the order of the graph's placeholders (the positional example
+    inputs, then for each later argument its keyword example input or its default; where the inputs reach
+    forward's *args, torch.fx's order: the arguments before *args, the keyword-only ones, then *args), the
+    names of the positional ones (none where forward takes *args) and the names given by keyword, in
+    forward's order; GraphError naming an argument that is missing, unknown or given twice, or too many
+    positional inputs."""
     n = len(example_inputs)
     np = sys.modules.get("numpy")
     for where, x in [*((f"example input {i}", x) for i, x in enumerate(example_inputs)),
@@ -461,12 +467,27 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
         params = list(inspect.signature(module.forward).parameters.values())
     except (TypeError, ValueError):
         params = None
-    if params is None or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params[:n + 1]):
+    if params is None:
         if example_kwargs:
             raise GraphError(f"{what}: keyword example inputs need forward's arguments by name, and its forward "
-                             f"takes *args; give them positionally")
+                             f"has no signature; give them positionally")
         return tuple(example_inputs), [], []
-    named = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    var = [i for i, p in enumerate(params[:n + 1]) if p.kind is inspect.Parameter.VAR_POSITIONAL]
+    if var:  # torch.fx puts the keyword-only arguments before *args: forward(x, *args, c=None) is (x, c, *args)
+        kwonly = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        for k in example_kwargs:
+            if k not in [p.name for p in kwonly]:
+                raise GraphError(f"{what}: keyword example input {k!r} is not a keyword-only argument of forward, "
+                                 f"which takes *args; give the others positionally")
+        values = []
+        for p in kwonly:
+            if p.name not in example_kwargs and p.default is inspect.Parameter.empty:
+                raise GraphError(f"{what}.forward needs keyword-only argument {p.name!r}, which the example "
+                                 f"inputs do not give (give it in example_kwargs)")
+            values.append(example_kwargs.get(p.name, p.default))
+        given = [p.name for p in kwonly if p.name in example_kwargs]
+        return (*example_inputs[:var[0]], *values, *example_inputs[var[0]:]), [], given
+    named = [p for p in params if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
     names = [p.name for p in named]
     positional = [p.name for p in named if p.kind is not inspect.Parameter.KEYWORD_ONLY]
     if n > len(positional):

@@ -1386,9 +1386,74 @@ def test_example_inputs_of_a_forward_with_star_args():
         ("x", "input", 0.0), ("_extra", "input", 0.0), ("fc", "linear", 72.0), ("add", "add", 8.0),
         ("add_1", "add", 8.0)]
     assert edge_bytes(g, "_extra", "add") == 2 * 4 * 4
-    with pytest.raises(GraphError, match="keyword example inputs need forward's arguments by name, and its forward "
-                                         "takes \\*args"):
+    with pytest.raises(GraphError, match="keyword example input 'y' is not a keyword-only argument of forward, "
+                                         "which takes \\*args; give the others positionally"):
         capture(Extra(), (torch.randn(2, 4),), example_kwargs={"y": 1}, name="extra")
+
+
+class _StarArgsAndKeyword(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, *args, c=None):
+        y = self.fc(x) + args[0]
+        if c is not None:
+            y = y * c
+        return y
+
+
+@pytest.mark.parametrize("c", [None, "tensor", 2.0])
+def test_star_args_then_a_keyword_only_argument_bind_as_in_eager(c):
+    """forward(x, *args, c=None): torch.fx orders the placeholders (x, c, *args), so the second example input
+    was bound to c: c became an input, `if c is not None` took its branch, and the graph and the torch
+    backend computed fc(x) + args[1] times args[0] instead of fc(x) + args[0] (no error). Now c takes its
+    default, or the keyword example input, and *args the inputs after x."""
+    from suite.backends.devices import local_cluster
+    from suite.backends.torch_exec import TorchExecutor
+    from suite.backends.workload import from_module
+    from suite.capture.fx import traced_module
+
+    torch.manual_seed(0)
+    x, a, b = (torch.randn(2, 4) for _ in range(3))
+    kwargs = {} if c is None else {"c": torch.randn(2, 4) if c == "tensor" else c}
+    model = _StarArgsAndKeyword()
+    g = capture(model, (x, a, b), example_kwargs=kwargs, name="star")
+    names = ["x", "c", "_args", "fc", "add", "mul"]
+    assert [op.name for op in g.ops] == [n for n in names if not (n == "c" and c != "tensor")
+                                          and not (n == "mul" and c is None)]
+    assert edge_bytes(g, "_args", "add") == 2 * 4 * 4  # args[0] alone
+    with torch.no_grad():
+        expected = model(x, a, b, **kwargs)
+        gm, args = traced_module(model, (x, a, b), example_kwargs=kwargs)
+        torch.testing.assert_close(gm(*args), expected, rtol=0, atol=0)
+        rw = from_module(model, (x, a, b), example_kwargs=kwargs, name="star")
+        ex = TorchExecutor(rw, local_cluster(2, gpus=False)[1])
+        ex.apply(torch.arange(rw.graph.num_ops).numpy() % 2)
+        torch.testing.assert_close(ex.forward(), expected, rtol=0, atol=0)
+
+
+def test_star_args_with_a_keyword_only_argument_without_default_or_unknown_keyword_is_named():
+    """A keyword-only argument without a default that the example inputs do not give, or a keyword input that
+    names no keyword-only argument, is named; an argument with a default before *args keeps it."""
+    class Needs(nn.Module):
+        def forward(self, x, *args, c):
+            return x * c
+
+    with pytest.raises(GraphError, match="Needs.forward needs keyword-only argument 'c', which the example inputs "
+                                         "do not give"):
+        capture(Needs(), (torch.randn(2),), name="needs")
+    with pytest.raises(GraphError, match="keyword example input 'd' is not a keyword-only argument of forward"):
+        capture(Needs(), (torch.randn(2),), example_kwargs={"c": torch.randn(2), "d": 1}, name="needs")
+    g = capture(Needs(), (torch.randn(2), torch.randn(2)), example_kwargs={"c": torch.randn(2)}, name="needs")
+    assert [(op.name, op.kind) for op in g.ops] == [("x", "input"), ("c", "input"), ("_args", "input"),
+                                                    ("mul", "mul")]
+
+    class Optional(nn.Module):  # *args after an argument with a default: refused as "needs argument 'args'"
+        def forward(self, x, y=None, *args):
+            return x * 2.0 if y is None else x * y
+
+    assert [op.name for op in capture(Optional(), (torch.randn(2),), name="opt").ops] == ["x", "mul"]
 
 
 @pytest.mark.parametrize(("inputs", "kwargs", "error"), [
