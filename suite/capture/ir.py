@@ -24,7 +24,9 @@ parameters with the same users: it holds them (`param_bytes`), has `output_bytes
 resident, not a live tensor) and an edge to each user carrying the weights' bytes, so a user on another
 device receives a copy, as in TensorFlow, where each device reading a variable gets the tensor once.
 Frozen and trainable parameters with the same users form separate variable ops (only the trainable one gets
-gradient-accumulation and update ops in training mode).
+gradient-accumulation and update ops in training mode), and so do parameters that not the same users read
+through `detach()`: a user that reads a variable's weights only so (`no_grad_variables`) passes them no
+gradient (no grad-weight or accumulation op of its own; `x * self.w.detach() + self.w` trains w by the add).
 
 `ForwardGraph.lower(name, mode, metadata)` turns the IR into an `OpGraph`: in inference mode the forward
 ops as they are; in training mode with backward, gradient-accumulation and update ops (see
@@ -84,6 +86,8 @@ class FwdOp:
     variables: list[str] = field(default_factory=list)  # names of variable ops whose weights this op reads
     differentiable: bool = True  # its output can carry a gradient (False: only integer / bool outputs)
     no_grad_inputs: frozenset[str] = frozenset()  # inputs read only without a gradient path (`x.detach()`)
+    no_grad_params: frozenset[str] = frozenset()  # parameter keys it reads only so (`self.w.detach()`)
+    no_grad_variables: frozenset[str] = frozenset()  # variable ops whose weights it reads only so
     after: tuple[str, ...] = ()  # ops that must run before it, though it reads nothing of theirs (0-byte edges)
 
 
@@ -320,6 +324,7 @@ class ForwardBuilder:
             param_uses=dict(uses),
             differentiable=bool(differentiable),
             no_grad_inputs=no_grad,
+            no_grad_params=frozenset(k for k in no_grad_params if k not in (params or {})),
             after=tuple(dict.fromkeys(p for p in after if p != name)),
         )
         return Value(deps={name: int(output_bytes)})
@@ -355,9 +360,10 @@ class ForwardBuilder:
         for op in self._ops.values():
             for key in op.param_uses:
                 users.setdefault(key, []).append(op.name)
-        # parameters with the same set of (several) users and the same trainability form one variable op; one
-        # that every op reads without a gradient path (`self.w.detach()`) gets none, as a frozen one
-        shared: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+        # parameters with the same set of (several) users, the same trainability and the same users reading
+        # them with a gradient path form one variable op; one that every op reads without a gradient path
+        # (`self.w.detach()`) gets none, as a frozen one
+        shared: dict[tuple[tuple[str, ...], bool, tuple[str, ...]], list[str]] = {}
         for key, us in users.items():
             trainable = key not in self._frozen and key in self._with_grad
             if len(us) == 1:
@@ -368,10 +374,11 @@ class ForwardBuilder:
                 op.trainable_param_bytes += nbytes if trainable else 0
                 op.trainable_param_count += count if trainable else 0
             else:
-                shared.setdefault((tuple(us), trainable), []).append(key)
+                with_grad = tuple(u for u in us if key not in self._ops[u].no_grad_params)
+                shared.setdefault((tuple(us), trainable, with_grad), []).append(key)
         variables: dict[str, FwdOp] = {}
         taken = set(self._ops)
-        for (us, trainable), keys in shared.items():
+        for (us, trainable, with_grad), keys in shared.items():
             prefix = _common_prefix(keys)
             name = f"{prefix}/variable"
             k = 1
@@ -397,6 +404,8 @@ class ForwardBuilder:
             variables[name] = var
             for u in us:
                 self._ops[u].variables.append(name)
+                if u not in with_grad:  # it reads them through detach(): no weight gradient of its own
+                    self._ops[u].no_grad_variables |= {name}
         ordered: list[FwdOp] = []
         placed: set[str] = set()
         for op in self._ops.values():

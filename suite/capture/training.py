@@ -1,7 +1,7 @@
 """Training-step graphs: the forward ops plus backward, gradient-accumulation and parameter-update ops.
 
 Which ops get gradients follows autograd: an op *needs a gradient* when it owns trainable parameters,
-reads a trainable variable, or reads an op that needs one, unless its outputs cannot carry one
+reads a trainable variable (not only through `detach()`), or reads an op that needs one, unless its outputs cannot carry one
 (`differentiable` False: comparisons, argmax, integer casts) or it reads that op only through `detach()`
 (its `no_grad_inputs`); it is *active* when it also has a path to a model output (the loss) along reads a
 gradient flows back through.
@@ -18,7 +18,8 @@ For every active op:
   It reads the output gradient, the saved output and the forward op's inputs (the saved activations).
   Its output is the weight gradient, a live tensor until the update (or accumulation) op consumes it.
   So an op with weights inside the network costs 2x its forward FLOPs backward, the first layer 1x.
-  Frozen parameters (`requires_grad=False`, or read only through `detach()`) get no weight gradient: an op whose weights are all frozen
+  Frozen parameters (`requires_grad=False`, or read only through `detach()`) get no weight gradient, nor do
+  the weights an op reads through `detach()` (`x * self.w.detach() + self.w`: only the add gets one): an op whose weights are all frozen
   has no grad-weight op (its grad-input op still reads them), and one whose weights are partly frozen
   (a frozen weight, a trainable bias) has one with its forward FLOPs scaled by the trainable share of its
   weight bytes (an approximation) and an output of the trainable weights' size.
@@ -65,7 +66,7 @@ def _active_ops(fg: ForwardGraph, consumers: dict[str, list[tuple[str, int]]]) -
     for op in fg.ops:  # a variable op precedes its users
         needs[op.name] = op.differentiable and (
             op.trainable_param_bytes > 0
-            or any(needs[v] for v in op.variables)
+            or any(needs[v] for v in op.variables if v not in op.no_grad_variables)
             or any(needs[p] for p in op.inputs if p not in op.no_grad_inputs)
         )
     reach: set[str] = set(fg.outputs)
@@ -133,7 +134,7 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
     uses_left: dict[str, list[str]] = defaultdict(list)  # variable -> users with a backward op, forward order
     for f in fg.ops:
         for v in f.variables:
-            if f.name in backward and v in trainable_vars:
+            if f.name in backward and v in trainable_vars and v not in f.no_grad_variables:
                 uses_left[v].append(f.name)
     has_acc = {v for v, us in uses_left.items() if us}
 
@@ -170,7 +171,7 @@ def training_ops(fg: ForwardGraph) -> tuple[list[Op], list[tuple[str, str, int]]
             continue
         grad_in = sum(b for p, b in f.inputs.items() if p in active and p not in f.no_grad_inputs)
         has_weights = f.own_param_bytes > 0 or bool(f.variables)  # frozen ones too: grad input reads them
-        trained = [v for v in f.variables if v in trainable_vars]
+        trained = [v for v in f.variables if v in trainable_vars and v not in f.no_grad_variables]
         weights = f.own_param_bytes + sum(var_bytes[v] for v in f.variables)
         trained_bytes = f.trainable_param_bytes + sum(var_bytes[v] for v in trained)
         grad_edges = list(grad_src[f.name].items())

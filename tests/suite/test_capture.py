@@ -2131,3 +2131,37 @@ def test_a_parameter_read_only_detached_gets_no_gradient_and_no_update(how):
         assert (g.metadata["params"], g.metadata["frozen_params"]) == (8, 4)
         [update] = [op for op in g.ops if op.phase == "update"]
         assert update.param_bytes == 16  # v's momentum
+
+
+class _DetachedAndTrained(nn.Module):
+    """Reads the parameter w twice: through `detach()` (no gradient) and as itself (a gradient)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return (x * self.w.detach() + self.w).sum()
+
+
+def test_a_parameter_read_both_detached_and_trained_gets_one_weight_gradient():
+    """`x * self.w.detach() + self.w`: eager autograd gives w the gradient of the add alone. w is a variable op
+    (two users); only the add, which reads it with a gradient, gets a grad-weight and an accumulation op. Before,
+    the mul (its detached use) got a grad-weight and an accumulation op too (8 + 4 FLOPs, 16 bytes of weight
+    gradient more), and an add/grad op passing a gradient to the mul, which needs none."""
+    from suite.capture.export import capture as capture_export
+
+    model, x = _DetachedAndTrained(), torch.randn(2, 4)
+    model(x).backward()
+    torch.testing.assert_close(model.w.grad, torch.full((4,), 2.0))  # the add's, summed over the batch of 2
+    for front in (capture, capture_export):
+        g = front(_DetachedAndTrained(), (x,), name="detached", mode="training")
+        back = {op.name: (op.kind, op.flops, op.bytes_read, op.output_bytes) for op in g.ops if op.phase != "forward"}
+        assert back == {
+            "sum_1/grad": ("sum_grad", 8.0, 4 + 32, 32),  # saved output, the add's output it reads
+            "add/grad_weight": ("add_grad_weight", 8.0, 32 + 32 + 32, 16),  # grad, saved output, the mul's output
+            "w/variable/acc0": ("accumulate_grad", 4.0, 16, 16),
+            "w/variable/update": ("apply_momentum", 16.0, 3 * 16, 0),
+        }
+        assert g.metadata["params"] == 4 and "frozen_params" not in g.metadata
+        assert sum(op.param_bytes for op in g.ops) == 16 + 16  # w once, its momentum once
