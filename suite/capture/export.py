@@ -393,6 +393,7 @@ class _Walk:
         # buffers through their placeholders and outputs
         self.holds: dict[Node, Any] = {}
         self.readers: dict[str, list[str]] = {}
+        self.grad_enabled = True  # False inside a no_grad region: its ops pass no gradient back
 
     def node(self, node: Node, owner: torch.fx.GraphModule, prefix: str) -> None:
         b, vals = self.b, self.vals
@@ -427,7 +428,7 @@ class _Walk:
         elif not outs:
             vals[node] = b.constant()  # a shape, an assertion, a Python number
         else:
-            vals[node] = _call(b, node, prefix, args, ins, outs, self.training, after)
+            vals[node] = _call(b, node, prefix, args, ins, outs, self.training, after, self.grad_enabled)
         if _op_name(node, prefix) in vals[node].deps:  # an op: it reads the buffers its arguments hold
             for t in dict.fromkeys(self.holds[a] for a in args if a in self.holds):
                 if t != target:
@@ -457,12 +458,16 @@ class _Walk:
             if a in self.holds:
                 self.holds[p] = self.holds[a]
         results: list[Value] = []
+        outer = self.grad_enabled
+        if name == "wrap_with_set_grad_enabled":
+            self.grad_enabled = grad
         for n in gm.graph.nodes:
             if n.op == "output":
                 results = [self.vals[x] if isinstance(x, Node) else self.b.constant() for x in n.args[0]]
                 self.holds[node] = [self.holds.get(x) for x in n.args[0]]
             elif n.op != "placeholder":
                 self.node(n, gm, inner)
+        self.grad_enabled = outer
         return results if grad else [self.b.fold([v], None, grad=False) for v in results]
 
     def check_view_writes(self, graph: torch.fx.Graph) -> None:
@@ -510,7 +515,7 @@ def _op_name(node: Node, prefix: str) -> str:
 
 
 def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins: list[Value], outs: list[Any],
-          training: bool, after: Sequence[str] = ()) -> Value:
+          training: bool, after: Sequence[str] = (), grad_enabled: bool = True) -> Value:
     name = _aten_name(node)
     base = name.removesuffix("_") if name.endswith("_") and not name.endswith("__") else name  # relu_ -> relu
     if base in DROPPED_OUTPUTS:  # as the fx capture: what the torch function returns
@@ -520,7 +525,7 @@ def _call(b: ForwardBuilder, node: Node, prefix: str, arg_nodes: list[Node], ins
     # it); where capture is called under inference_mode, every result is an inference tensor: none is told apart
     inference = not torch.is_inference_mode_enabled() and any(
         t.is_inference() for t in collect(node.meta["val"], torch.Tensor))
-    grad = any(t.floating for t in outs) and not inference
+    grad = grad_enabled and any(t.floating for t in outs) and not inference
     if base in EXPORT_SHAPE_ONLY or (base in EXPORT_DROPOUT and not (training and _train_arg(node))):
         return b.fold(ins, out_bytes, grad=grad and base != "detach")
     lookup = False

@@ -62,7 +62,9 @@ while a view of y is still to be read) is refused: the graph would miss the depe
 records `y += 1` as an out-of-place add, so where another name still holds y (`b = a; b += 1; fc2(a)`) the
 graph, and the torch backend that runs it, compute as if the add made a copy (eager PyTorch changes a).
 In training mode a frozen parameter (requires_grad=False) is resident but gets no gradient, no update and no
-optimizer state (`suite.capture.training`); the graph's metadata "frozen_params" counts them.
+optimizer state (`suite.capture.training`); the graph's metadata "frozen_params" counts them, and the
+parameters that forward reads only without a gradient (through `detach()`, under `torch.no_grad()`), which
+are not trained either.
 
 FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds are
 listed in the graph's metadata under "fallback_cost_kinds" and named in a warning (one per capture). Sizes

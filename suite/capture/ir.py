@@ -296,9 +296,10 @@ class ForwardBuilder:
         """A real operation; `params` are parameters it uses besides those in `values` (a module's own), of
         which `frozen` names the keys that training does not update; `weight_bytes_read` for one that reads
         fewer bytes of its weights than all of them (a lookup); `differentiable=False` for one whose
-        outputs carry no gradient (comparisons, argmax, integer casts: autograd passes nothing back through
-        them); `after` names ops that must run before it though it reads nothing of theirs (an in-place write
-        after earlier reads of what it overwrites): 0-byte edges, no gradient."""
+        outputs carry no gradient (comparisons, argmax, integer casts, an op run under torch.no_grad():
+        autograd passes nothing back through them, nor to its parameters); `after` names ops that must run
+        before it though it reads nothing of theirs (an in-place write after earlier reads of what it
+        overwrites): 0-byte edges, no gradient."""
         if name in self._ops:
             raise GraphError(f"capture: duplicate op name {name!r}")
         if not (math.isfinite(flops) and flops >= 0):
@@ -306,7 +307,9 @@ class ForwardBuilder:
         deps, uses, no_grad, no_grad_params = self._merge(values)
         uses.update(params or {})
         self._frozen.update(frozen)
-        self._with_grad.update(k for k in uses if k not in no_grad_params or k in (params or {}))
+        # the parameters it reads without a gradient path: through detach(), or all where it passes none back
+        no_grad_params = frozenset(uses) if not differentiable else no_grad_params - set(params or {})
+        self._with_grad.update(k for k in uses if k not in no_grad_params)
         if output_numel is None:
             output_numel = math.prod(output_shape) if output_shape else 0
         self._ops[name] = FwdOp(
@@ -324,7 +327,7 @@ class ForwardBuilder:
             param_uses=dict(uses),
             differentiable=bool(differentiable),
             no_grad_inputs=no_grad,
-            no_grad_params=frozenset(k for k in no_grad_params if k not in (params or {})),
+            no_grad_params=no_grad_params,
             after=tuple(dict.fromkeys(p for p in after if p != name)),
         )
         return Value(deps={name: int(output_bytes)})

@@ -933,6 +933,18 @@ def test_no_gradient_flows_through_what_forward_computes_under_no_grad(outer_no_
     assert g.metadata["params"] == 4 * 4 + 4 + 4 + 1
 
 
+def test_parameters_read_only_under_no_grad_are_counted_as_frozen():
+    """The backbone's weights get no gradient and no update, so the graph's metadata counts them as not trained
+    (frozen_params 20), as it counts those read only through detach(); both captures. It counted none."""
+    from suite.capture.export import capture as capture_export
+
+    for front in (capture, capture_export):
+        g = front(_FrozenBackbone(), (torch.randn(2, 4),), name="probe", mode="training")
+        assert (g.metadata["params"], g.metadata["frozen_params"]) == (25, 4 * 4 + 4)
+        [update] = [op for op in g.ops if op.phase == "update"]
+        assert update.param_bytes == 5 * 4  # the head's momentum
+
+
 def test_ops_that_do_not_reach_the_loss_get_no_backward():
     class Dead(nn.Module):
         def __init__(self) -> None:

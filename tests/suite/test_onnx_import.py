@@ -874,11 +874,13 @@ def test_per_channel_quantization_scales_are_frozen():
     assert (g.metadata["params"], g.ops[g.index["dq"]].param_bytes) == (12 + 3, 12 + 3 * 4)
     with pytest.raises(GraphError, match="no trainable parameter"):
         import_onnx(proto, mode="training")
-    # the float tensor a QuantizeLinear reads is its data, not a scale: only 's' is frozen (3, not 3 + 12)
+    # the float tensor a QuantizeLinear reads is its data, not a scale: only 's' is frozen (3, not 3 + 12); Wf is
+    # trained by the MatMul that reads it too (QuantizeLinear's integer output passes it no gradient)
     q = _model([helper.make_node("QuantizeLinear", ["Wf", "s"], ["Wq"], name="q", axis=1), *nodes,
-                helper.make_node("Add", ["y", "b"], ["z"], name="add")],
+                helper.make_node("MatMul", ["x", "Wf"], ["y2"], name="mm2"),
+                helper.make_node("Add", ["y", "y2"], ["z"], name="add")],
                proto.graph.input, [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])],
-               [_f32((4, 3), "Wf"), _f32((3,), "s"), _f32((3,), "b")])
+               [_f32((4, 3), "Wf"), _f32((3,), "s")])
     assert import_onnx(q, mode="training").metadata["frozen_params"] == 3
 
 
