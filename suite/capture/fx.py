@@ -64,7 +64,9 @@ graph, and the torch backend that runs it, compute as if the add made a copy (ea
 In training mode a frozen parameter (requires_grad=False) is resident but gets no gradient, no update and no
 optimizer state (`suite.capture.training`); the graph's metadata "frozen_params" counts them, and the
 parameters that forward reads only without a gradient (through `detach()`, under `torch.no_grad()`), which
-are not trained either.
+are not trained either. A parameter that forward never reads (an unused head, an `nn.Parameter` left over) is
+not in the graph: not in "params" or "param_bytes", in no device's memory, and not updated (eager SGD skips
+it too: its grad stays None).
 
 FLOPs follow `suite.capture.flops`. Ops that no rule covers count 1 FLOP per output element; their kinds are
 listed in the graph's metadata under "fallback_cost_kinds" and named in a warning (one per capture). Sizes
@@ -1028,7 +1030,8 @@ def capture(
     `model(input_ids=..., attention_mask=...)`); arguments that neither gives keep their defaults.
 
     `mode` is "inference" (forward ops only) or "training" (forward, backward and update ops; the module's
-    output must then be the loss). Metadata gets the mode, parameter count, forward MACs and FLOPs.
+    output must then be the loss). Metadata gets the mode, parameter count (of the parameters forward reads),
+    forward MACs and FLOPs.
     """
     if mode not in MODES:
         raise GraphError(f"capture mode {mode!r} is not one of {', '.join(MODES)}")
