@@ -2177,3 +2177,28 @@ def test_a_parameter_read_both_detached_and_trained_gets_one_weight_gradient():
         }
         assert g.metadata["params"] == 4 and "frozen_params" not in g.metadata
         assert sum(op.param_bytes for op in g.ops) == 16 + 16  # w once, its momentum once
+
+
+class _DetachedAfterLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return (self.fc(x) * self.w.detach() + self.w).sum()
+
+
+def test_an_op_that_passes_a_gradient_back_gets_none_for_weights_it_reads_detached():
+    """`fc(x) * self.w.detach() + self.w`: the mul passes fc's gradient back (mul/grad, reading w's weights), but
+    w's gradient comes from the add alone: one grad-weight and one accumulation op for w, none at the mul."""
+    from suite.capture.export import capture as capture_export
+
+    for front, mul, add, fc in ((capture, "mul", "add", "fc"), (capture_export, "mul", "add", "fc/linear")):
+        g = front(_DetachedAfterLayer(), (torch.randn(2, 4),), name="detached", mode="training")
+        assert sorted(op.name for op in g.ops if op.phase != "forward") == sorted([
+            "sum_1/grad", f"{add}/grad", f"{add}/grad_weight", "w/variable/acc0", "w/variable/update",
+            f"{mul}/grad", f"{fc}/grad_weight", f"{fc}/update"])
+        assert [g.ops[e.src].name for e in g.edges if e.dst == g.index["w/variable/acc0"]] == [f"{add}/grad_weight"]
+        assert edge_bytes(g, "w/variable", f"{mul}/grad") == 16  # grad input = grad output x w
+        assert g.ops[g.index[f"{mul}/grad"]].output_bytes == 32  # of fc's output only
