@@ -309,7 +309,9 @@ def _check_buffer_updates(what: str, module: nn.Module, ep: torch.export.Exporte
             f"constants in the graph, so the graph (and the backends that run it) would not update the buffer "
             f"at each step as eager PyTorch does; keep the update in a leaf module (one with a capture_cost "
             f"method, as BatchNorm keeps its running statistics), or use a local variable where the value need "
-            f"not outlive the call")
+            f"not outlive the call; an update that mixes in the inputs (a running average: "
+            f"self.n.mul_(0.9).add_(0.1 * m)) is recorded written as one write from them "
+            f"(self.n.copy_(0.9 * self.n + 0.1 * m))")
 
 
 def _in_leaf(module: nn.Module, scope: str) -> bool:

@@ -2202,3 +2202,42 @@ def test_an_op_that_passes_a_gradient_back_gets_none_for_weights_it_reads_detach
         assert [g.ops[e.src].name for e in g.edges if e.dst == g.index["w/variable/acc0"]] == [f"{add}/grad_weight"]
         assert edge_bytes(g, "w/variable", f"{mul}/grad") == 16  # grad input = grad output x w
         assert g.ops[g.index[f"{mul}/grad"]].output_bytes == 32  # of fc's output only
+
+
+class _RunningAverage(nn.Module):
+    """Keeps a running average of fc's output means: in two in-place steps, or as one write from the inputs."""
+
+    def __init__(self, one_write: bool) -> None:
+        super().__init__()
+        self.fc, self.one_write = nn.Linear(4, 4), one_write
+        self.register_buffer("avg", torch.zeros(4), persistent=False)
+
+    def forward(self, x):
+        y = self.fc(x)
+        m = y.mean(0).detach()
+        if self.one_write:
+            self.avg.copy_(0.9 * self.avg + 0.1 * m)
+        else:
+            self.avg.mul_(0.9).add_(0.1 * m)
+        return (y * self.avg).sum()
+
+
+def test_a_running_average_in_two_steps_is_refused_with_the_form_that_is_recorded():
+    """`self.avg.mul_(0.9).add_(0.1 * m)`: the mul_ reads constants only, so both captures refuse it; the error
+    names the form they record (one write from the inputs), which captures as eager PyTorch runs it."""
+    from suite.capture.export import capture as capture_export
+    from suite.capture.fx import traced_module
+
+    x = torch.randn(3, 4)
+    for front in (capture, capture_export):
+        with pytest.raises(GraphError, match=r"recorded written as one write from them \(self\.(avg|n)\.copy_\("):
+            front(_RunningAverage(one_write=False), (x,), name="avg")
+        g = front(_RunningAverage(one_write=True), (x,), name="avg")
+        assert [op.kind for op in g.ops if op.kind.startswith("copy")] in (["copy_"], ["copy"])
+    model, eager = _RunningAverage(one_write=True), _RunningAverage(one_write=False)
+    eager.load_state_dict(model.state_dict())
+    gm, args = traced_module(model, (x,))
+    with torch.no_grad():
+        for _ in range(2):  # the buffer moves at each step as in eager PyTorch
+            torch.testing.assert_close(gm(*args), eager(x))
+    torch.testing.assert_close(gm.avg, eager.avg)
