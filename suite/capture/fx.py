@@ -23,7 +23,9 @@ inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model
 values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which
 keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
 takes). Where the positional inputs reach forward's *args (`forward(self, x, *args, c=None)`), they fill
-the arguments before it, then *args, and only its keyword-only arguments can be given by name. The module is
+the arguments before it, then *args, and only its keyword-only arguments can be given by name. A forward
+that reads its **kwargs (`kwargs.get("mask")`) is refused (torch.fx traces every entry as given): the export
+capture follows them. The module is
 traced and run in the mode's state (`mode_flags`): inference, every module in eval() (an
 inference graph has no `if self.training:` branch, whether or not the caller called `eval()`); training, every
 module in train(), except the modules that the user put in eval() under a root in train() (a frozen
@@ -590,6 +592,7 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
     try:  # tracing runs forward's Python code: what it does to a buffer is done for real, and not recorded
         gm = trace(root, len(example_inputs), keywords, constants)
         _check_buffers_untouched(what, kept)
+        _check_var_keyword_unread(what, gm)
         written = BufferOrder.written(gm)
         if written:  # again, with what forward computes from those buffers alone as nodes (`_BufferReads`)
             buffers = dict(gm.named_buffers())
@@ -598,6 +601,18 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
     finally:
         _restore(kept)
     return root, gm, args
+
+
+def _check_var_keyword_unread(what: str, gm: GraphModule) -> None:
+    """GraphError where forward reads its **kwargs (`kwargs.get("mask")`): torch.fx traces them as an input
+    whose every entry looks given (`if mask is not None` takes the branch of a given mask), and runs the graph
+    with an empty list for them."""
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and str(node.target).startswith("**") and node.users:
+            raise GraphError(f"{what}.forward reads its {node.target}, which torch.fx traces as an input whose "
+                             f"every entry looks given (kwargs.get('mask') is not None), so the graph would not "
+                             f"compute what the call computes: name the arguments forward reads, or capture it "
+                             f"with capture_export, which follows **kwargs")
 
 
 Kept = tuple[str, nn.Module, str, torch.Tensor, torch.Tensor, int]

@@ -1468,6 +1468,32 @@ def test_star_args_with_a_keyword_only_argument_without_default_or_unknown_keywo
     assert [op.name for op in capture(Optional(), (torch.randn(2),), name="opt").ops] == ["x", "mul"]
 
 
+class _ReadsKwargs(nn.Module):
+    def __init__(self, reads: bool) -> None:
+        super().__init__()
+        self.fc, self.reads = nn.Linear(4, 4), reads
+
+    def forward(self, x, **kwargs):
+        mask = kwargs.get("mask") if self.reads else None
+        y = self.fc(x)
+        return y if mask is None else y * mask
+
+
+def test_a_forward_that_reads_its_kwargs_is_refused_by_name():
+    """`kwargs.get("mask")` in forward(x, **kwargs): torch.fx traced it as given, so the graph took the masked
+    branch (eager returns fc(x)), then its run failed with "'list' object has no attribute 'get'". Now the fx
+    capture names **kwargs and the way out; a forward that takes **kwargs and does not read them is captured,
+    and the export capture follows them."""
+    from suite.capture.export import capture as capture_export
+
+    x = torch.randn(2, 4)
+    with pytest.raises(GraphError, match=r"_ReadsKwargs.forward reads its \*\*kwargs, which torch.fx traces as an "
+                                         r"input whose every entry looks given .* capture_export"):
+        capture(_ReadsKwargs(reads=True), (x,), name="kw")
+    assert [op.name for op in capture(_ReadsKwargs(reads=False), (x,), name="kw").ops] == ["x", "fc"]
+    assert [op.name for op in capture_export(_ReadsKwargs(reads=True), (x,), name="kw").ops] == ["x", "fc/linear"]
+
+
 @pytest.mark.parametrize(("inputs", "kwargs", "error"), [
     ((), {"mask": None}, r"OptionalMask.forward needs argument 'x', which the example inputs do not give "
                          r"\(0 positional, keywords: mask\)$"),
