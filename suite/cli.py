@@ -62,7 +62,7 @@ def _row_objects(record: dict[str, Any]) -> dict[str, Any]:
 def _print_json(data: Any) -> None:
     from suite.store import _json_safe
 
-    print(json.dumps(_json_safe(data), indent=1, sort_keys=True))
+    _write(sys.stdout, json.dumps(_json_safe(data), indent=1, sort_keys=True) + "\n")
 
 
 def _print_tables(tables: Sequence[Any]) -> None:
@@ -392,7 +392,8 @@ def _save_placement(record: dict[str, Any], workload: str, cluster: str, path: s
 
 def _print_evaluation(record: dict[str, Any], as_json: bool) -> int:
     """Print the cell's row; the exit code: 0 when its status is ok, EXIT_NOT_OK for any other (a CI step
-    that evaluates a placer fails on an OOM, invalid, timed-out, failed or skipped cell)."""
+    that evaluates a placer fails on an OOM, invalid, timed-out, failed or skipped cell). A reader of stdout
+    that left (`| head`) changes neither the code nor the files that evaluate writes after printing."""
     from suite.report import format_seconds
 
     code = 0 if record["status"] == "ok" else EXIT_NOT_OK
@@ -420,7 +421,7 @@ def _print_evaluation(record: dict[str, Any], as_json: bool) -> int:
         lines.append(("placement hash", record["placement_hash"]))
     lines.append(("methodology", f"{record['methodology']}, evaluator {record['evaluator']}"))
     width = max(len(k) for k, _ in lines)
-    print("\n".join(f"{k.ljust(width)}  {v}" for k, v in lines))
+    _write(sys.stdout, "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines) + "\n")
     return code
 
 
@@ -1196,7 +1197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         args = build_parser().parse_args(argv)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        _write(sys.stdout, "")  # flushed here: a reader that left fails neither the exit code nor Python's exit
+        return code
     except PlacebenchError as exc:
         print(f"placebench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -479,6 +479,38 @@ def test_console_script(tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("placebench: error:") and "Traceback" not in bad.stderr
 
 
+def _with_stdout_gone(args, buffered):
+    """Run placebench with its stdout a pipe whose reader has already left (`| head` done reading)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", "suite.cli", *args], stdout=w, stderr=subprocess.PIPE, text=True,
+                              env=env, timeout=300)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_reader_that_left_changes_neither_the_exit_code_nor_the_files_written(tiny_files, tmp_path, buffered):
+    """Python's stdout is block-buffered on a pipe (its final flush failed: exit 120 and "Exception ignored"),
+    unbuffered under PYTHONUNBUFFERED (the print failed: exit 0 before --save-placement and --trace were
+    written, even for a cell that is not ok)."""
+    cell = ["evaluate", str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]), "-p", "m_etf"]
+    saved, trace = tmp_path / "p.json", tmp_path / "t.json"
+    r = _with_stdout_gone([*cell, "--save-placement", str(saved), "--trace", str(trace)], buffered)
+    assert (r.returncode, r.stderr) == (0, f"trace: {trace} (open it in https://ui.perfetto.dev or chrome://tracing)\n")
+    assert set(json.loads(saved.read_text())["placement"]) == {"a", "b", "c", "d"}  # diamond's ops
+    assert json.loads(trace.read_text())["otherData"]["placer"] == "m_etf"
+    r = _with_stdout_gone(["evaluate", str(tiny_files["big"]), "-c", str(tiny_files["cluster"]), "-p", "single_gpu",
+                           "--json"], buffered)
+    assert (r.returncode, r.stderr) == (1, "")  # oom: the verdict holds
+    r = _with_stdout_gone(["show", "--cluster", str(tiny_files["cluster"])], buffered)
+    assert (r.returncode, r.stderr) == (0, "")
+
+
 def test_module_entry_point():
     r = subprocess.run([sys.executable, "-m", "suite.cli", "--version"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("placebench ")
