@@ -17,6 +17,8 @@ import pytest
 
 from suite.cli import main
 
+README = Path(__file__).resolve().parents[1] / "README.md"
+
 
 def _run(capsys, *argv):
     code = main(list(argv))
@@ -460,6 +462,45 @@ def test_an_interrupt_while_the_command_line_is_read_is_clean(capsys, monkeypatc
     except KeyboardInterrupt:  # not let through: pytest would stop the whole session
         pytest.fail("the interrupt went through main")
     assert result == (130, "", "placebench: interrupted\n")
+
+
+def _readme_commands() -> dict[str, str]:
+    """The README's "Commands" block: the text of each `placebench COMMAND` synopsis (continuation lines included)."""
+    block = README.read_text().split("## Commands", 1)[1].split("```", 2)[1]
+    out: dict[str, str] = {}
+    command = None
+    for line in block.splitlines():
+        if m := re.match(r"placebench (\w+)", line):
+            command = m.group(1)
+        if command is not None:
+            out[command] = out.get(command, "") + " " + line
+    return out
+
+
+def test_the_readme_synopsis_names_every_option_of_every_command_and_no_other():
+    import argparse
+
+    from suite.cli import build_parser
+
+    readme = _readme_commands()
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(readme) == set(sub.choices)
+    for name, parser in sub.choices.items():
+        options = {s for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+        assert set(re.findall(r"--[a-z][a-z-]*", readme[name])) == options, name
+        for action in parser._actions:  # an option with choices is shown with exactly those: --engine fast|reference
+            if action.choices and action.option_strings:
+                flag = next(s for s in action.option_strings if s.startswith("--"))
+                shown = re.findall(re.escape(flag) + r" ([\w|:]+)", readme[name])
+                assert [set(x.split("|")) for x in shown] == [set(action.choices)] * len(shown) and shown, (name, flag)
+
+
+def test_the_readme_states_the_exit_codes_the_command_line_returns():
+    from suite.cli import EXIT_INTERRUPTED, EXIT_NOT_OK, EXIT_TERMINATED, EXIT_USAGE
+
+    text = " ".join(README.read_text().split("## Commands", 1)[1].split("## Concepts", 1)[0].split())
+    assert f"exit code {EXIT_USAGE}" in text and f"and {EXIT_NOT_OK} for any other" in text
+    assert f"Ctrl-C exits {EXIT_INTERRUPTED} and SIGTERM {EXIT_TERMINATED}" in text
 
 
 def test_importing_the_cli_loads_neither_numpy_nor_the_suite():
