@@ -299,6 +299,14 @@ def test_evaluate_writes_the_timeline_of_the_final_placement(capsys, tiny_files,
         _assert_usage_error(*_run(capsys, *args, "-p", "m_etf", "--trace", str(target)), message)
     _assert_usage_error(*_run(capsys, *args, "-p", "m_etf", "--trace", str(trace), "--save-placement", str(trace)),
                         "name the same file")
+    # nor any other input: the placement measured, the cluster file (each left as it was)
+    inputs = {f: f.read_text() for f in (path, tiny_files["cluster"])}
+    _assert_usage_error(*_run(capsys, *args, "--placement", str(path), "--trace", str(path)),
+                        f"--trace {path} is an input of this command")
+    for flag in ("--trace", "--save-placement"):
+        _assert_usage_error(*_run(capsys, *args, "-p", "m_etf", flag, str(tiny_files["cluster"])),
+                            f"{flag} {tiny_files['cluster']} is an input of this command")
+    assert {f: f.read_text() for f in inputs} == inputs
     # a cell without a placement has nothing to trace: a warning, and the file is left as it was
     before = trace.read_text()
     code, _, err = _run(capsys, *args, "-p", "harness_raises", "--plugin", harness_plugin, "--trace", str(trace))
