@@ -347,8 +347,10 @@ def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
     assert code == 0 and (tmp_path / "t.csv").read_text() == out
     for extra, message in ((["-f", "md", "--output", str(tmp_path / "t.csv")], "ask for different formats (md, csv)"),
                            (["-f", "md", "--json"], "--format md and --json ask for different formats"),
-                           (["--chart", str(tmp_path / "c.jpg")], "the chart is a PNG")):
+                           (["--chart", str(tmp_path / "c.jpg")], "the chart is a PNG"),
+                           (["--chart", str(tmp_path / "c.png"), "-o", str(tmp_path / "c.png")], "are the same file")):
         _assert_usage_error(*_run(capsys, "table", str(store), *extra), message)
+    assert not (tmp_path / "c.png").exists()
     shutil.copy(store / "results.csv", tmp_path / "r.csv")
     _assert_usage_error(*_run(capsys, "compare", str(store), str(tmp_path / "r.csv"), "-o", str(tmp_path / "c.html")),
                         "this command writes text, md, csv, json, not html")
@@ -995,6 +997,31 @@ def test_an_interrupted_evaluate_does_not_claim_to_have_stored_cells(capsys, mon
     monkeypatch.setattr(suite.cli, "cmd_evaluate", interrupted)
     code, _, err = _run(capsys, "evaluate", "w", "--cluster", "c", "--placer", "p")
     assert code == suite.cli.EXIT_INTERRUPTED and err == "placebench: interrupted\n"
+
+
+def test_an_interrupted_run_says_what_its_store_keeps(capsys, monkeypatch, tiny_files, write_spec, tmp_path):
+    """Ctrl-C exits 130 and SIGTERM 143; a run that redoes stored cells (--force, --retry-failed) says the cells
+    not redone yet keep their earlier rows."""
+    import suite.cli
+    from suite import runner
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    stop = KeyboardInterrupt
+
+    def interrupted(*args, **kwargs):
+        raise stop
+
+    monkeypatch.setattr(runner, "run", interrupted)
+    run = ["run", str(spec), "--out", str(tmp_path / "store")]
+    resume = "placebench: interrupted; finished cells are stored, rerun the same command to resume\n"
+    assert _run(capsys, *run) == (130, "", resume)
+    redone = ("placebench: interrupted; the cells redone so far are stored and the others keep their earlier rows: "
+              "rerun the same command to redo them all\n")
+    assert _run(capsys, *run, "--force") == (130, "", redone)
+    assert _run(capsys, *run, "--retry-failed") == (130, "", redone)
+    stop = suite.cli.Terminated
+    assert _run(capsys, *run) == (143, "", resume)
 
 
 def test_the_tox_gate_runs_into_an_emptied_store(tmp_path):
