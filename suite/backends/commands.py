@@ -75,7 +75,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=1))
         return 0
     top = sorted(prof.op_times_s.items(), key=lambda kv: -kv[1])[:5]
-    print(f"profiled {rw.graph.name} on {args.device} ({summary['threads']} thread(s)): {len(prof.op_times_s)} ops")
+    print(f"profiled {rw.graph.name} on {args.device} ({summary['threads']} thread(s)): {len(prof.op_times_s)} ops; "
+          f"applies to every cluster device whose name, kind or model is {prof.applies_to!r}")
     print(f"sum of op times {c['raw_sum_s'] * 1e3:.3f} ms, measured step {c['measured_step_s'] * 1e3:.3f} ms, "
           f"calibration {c.get('method')}")
     print("slowest ops: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in top))

@@ -262,6 +262,10 @@ def test_cli_profile_and_fidelity(tmp_path, capsys, monkeypatch):
     assert main(["profile", *args, "--out", str(tmp_path / "p")]) == 2
     assert "exists (a stored profile); pass --force" in capsys.readouterr().err
     assert Path(out["path"]).read_text() == before
+    # the text says what --json does: which cluster devices the profile times
+    assert main(["profile", *args, "--out", str(tmp_path / "p2"), "--applies-to", "cpu:0"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(" ops; applies to every cluster device whose name, kind or model is 'cpu:0'"), first
     assert main(["fidelity", *args, "--profiles", str(tmp_path / "p"), "--out", str(tmp_path / "f"),
                  "--splits", "1", "--random", "1", "--rounds", "1", "--no-png", "--placer", "metis"]) == 0
     text = capsys.readouterr().out
