@@ -44,6 +44,11 @@ class UsageError(PlacebenchError):
 
 
 # -- output helpers -----------------------------------------------------------------------------------------
+def _say(text: str) -> None:
+    """A line on stderr (progress, warnings, errors); a reader that left does not stop the command."""
+    _write(sys.stderr, text + "\n")
+
+
 def _tty(stream: Any) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
@@ -142,15 +147,14 @@ class _Progress:
     def plan(self, total: int, reused: int, stale: int, stale_kernels: int = 0) -> None:
         self.total, self.done = total, reused
         if not self.quiet_notices and stale:
-            print(f"placebench: {stale} stored cell(s) were made by other code of their placer; running them again",
-                  file=sys.stderr)
+            _say(f"placebench: {stale} stored cell(s) were made by other code of their placer; running them again")
         if not self.quiet_notices and stale_kernels:
-            print(f"placebench: {stale_kernels} stored cell(s) were made with other CPU math kernels (another kind "
-                  f"of host, or other math settings); running them again", file=sys.stderr)
+            _say(f"placebench: {stale_kernels} stored cell(s) were made with other CPU math kernels (another kind "
+                 f"of host, or other math settings); running them again")
         if self.quiet:
             return
         if reused:
-            print(f"placebench: {reused} of {total} cells already stored; running {total - reused}", file=sys.stderr)
+            _say(f"placebench: {reused} of {total} cells already stored; running {total - reused}")
         if _tty(sys.stderr) and total > reused:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -181,7 +185,7 @@ class _Progress:
         else:
             wall = record.get("cell_wall_time_s")
             took = f" ({wall:.1f} s)" if isinstance(wall, float) else ""
-            print(f"[{self.done:>{len(str(self.total))}}/{self.total}] {what}{took}", file=sys.stderr, flush=True)
+            _say(f"[{self.done:>{len(str(self.total))}}/{self.total}] {what}{took}")
 
     def close(self) -> None:
         if self.bar is not None:
@@ -230,11 +234,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     if res.cells:
         _print_tables([t for _, ts in report.tables(res, args.reference) for t in ts])
-    print(
-        f"\n{len(result.rows)} cells ({result.ran} run now, {result.reused} from the store) in "
-        f"{result.wall_time_s:.1f} s; results in {out}/ (placebench table {out})",
-        file=sys.stderr,
-    )
+    _say(f"\n{len(result.rows)} cells ({result.ran} run now, {result.reused} from the store) in "
+         f"{result.wall_time_s:.1f} s; results in {out}/ (placebench table {out})")
     return 0
 
 
@@ -265,7 +266,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
         raise UsageError(f"--no-run: {store} holds no result of {table.id}'s cells; leave --no-run out to run them")
     setup = comp.setup_warning()
     if setup:
-        print(f"placebench: warning: {setup}", file=sys.stderr)
+        _say(f"placebench: warning: {setup}")
     warnings = [w for w in (_warn_if_incomplete(store, runs, rows), _warn_if_table_lags(str(store), len(rows)),
                             _warn_if_mixed_code(runs, comp.rows), setup) if w]
     provenance = report.provenance(report.runs_that_made(runs, comp.rows))
@@ -277,7 +278,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
                      "rows": [dict(zip(t.columns, r, strict=True)) for t in [paper.long_table(comp)] for r in t.raw]})
         return 0
     _print_tables(paper.comparison_tables(comp))
-    print(f"\n{paper.summary_line(comp)}\nwritten: {', '.join(written)}", file=sys.stderr)
+    _say(f"\n{paper.summary_line(comp)}\nwritten: {', '.join(written)}")
     return 0
 
 
@@ -343,15 +344,14 @@ def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str,
     from suite.simulator.trace import write_chrome_trace
 
     if record.get("placement") is None:
-        print(f"placebench: warning: no placement to trace in {path}: the cell's status is {record['status']}",
-              file=sys.stderr)
+        _say(f"placebench: warning: no placement to trace in {path}: the cell's status is {record['status']}")
         return
     row = _row_objects(record)  # params as an object, as --json shows them
     meta = {k: row[k] for k in ("placer", "seed", "params", "placement_hash") if row.get(k) is not None}
     profs = [load_profile(p) for p in profiles]  # the evaluation checked that each is this workload's
     write_chrome_trace(path, load_workload(workload), load_cluster(cluster), record["placement"], profiles=profs,
                        metadata={**meta, "evaluator": record.get("evaluator")})
-    print(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
+    _say(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)")
 
 
 def check_output_dir(path: str | Path, flag: str) -> None:
@@ -384,8 +384,7 @@ def _save_placement(record: dict[str, Any], workload: str, cluster: str, path: s
     from suite.placement import save_placement
 
     if record.get("placement") is None:
-        print(f"placebench: warning: no placement to save in {path}: the cell's status is {record['status']}",
-              file=sys.stderr)
+        _say(f"placebench: warning: no placement to save in {path}: the cell's status is {record['status']}")
         return
     save_placement(record["placement"], load_workload(workload), load_cluster(cluster), path)
 
@@ -1198,26 +1197,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         code = int(args.func(args) or 0)
-        _write(sys.stdout, "")  # flushed here: a reader that left fails neither the exit code nor Python's exit
+        for stream in (sys.stdout, sys.stderr):  # flushed here: a reader that left fails neither the exit code
+            _write(stream, "")                    # nor Python's exit
         return code
     except PlacebenchError as exc:
-        print(f"placebench: error: {exc}", file=sys.stderr)
+        _say(f"placebench: error: {exc}")
         return EXIT_USAGE
     except BrokenPipeError:  # `placebench ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # an unwritable --out, a missing directory: the user's input, not a bug
-        print(f"placebench: error: {_os_error_text(exc)}", file=sys.stderr)
+        _say(f"placebench: error: {_os_error_text(exc)}")
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
         if getattr(args, "func", None) not in (cmd_run, cmd_paper):  # only these store cells as they finish
-            print("placebench: interrupted", file=sys.stderr)
+            _say("placebench: interrupted")
         elif getattr(args, "force", False) or getattr(args, "retry_failed", False):
-            print("placebench: interrupted; the cells redone so far are stored and the others keep their earlier "
-                  "rows: rerun the same command to redo them all", file=sys.stderr)
+            _say("placebench: interrupted; the cells redone so far are stored and the others keep their earlier "
+                 "rows: rerun the same command to redo them all")
         else:
-            print("placebench: interrupted; finished cells are stored, rerun the same command to resume",
-                  file=sys.stderr)
+            _say("placebench: interrupted; finished cells are stored, rerun the same command to resume")
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     finally:
         if previous is not None:

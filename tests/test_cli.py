@@ -530,16 +530,16 @@ def test_console_script(tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("placebench: error:") and "Traceback" not in bad.stderr
 
 
-def _with_stdout_gone(args, buffered):
-    """Run placebench with its stdout a pipe whose reader has already left (`| head` done reading)."""
+def _with_stdout_gone(args, buffered, gone="stdout"):
+    """Run placebench with its stdout (or stderr) a pipe whose reader has already left (`| head` done reading)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     if not buffered:
         env["PYTHONUNBUFFERED"] = "1"
     r, w = os.pipe()
     os.close(r)
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, gone: w}
     try:
-        return subprocess.run([sys.executable, "-m", "suite.cli", *args], stdout=w, stderr=subprocess.PIPE, text=True,
-                              env=env, timeout=300)
+        return subprocess.run([sys.executable, "-m", "suite.cli", *args], **streams, text=True, env=env, timeout=300)
     finally:
         os.close(w)
 
@@ -560,6 +560,18 @@ def test_a_reader_that_left_changes_neither_the_exit_code_nor_the_files_written(
     assert (r.returncode, r.stderr) == (1, "")  # oom: the verdict holds
     r = _with_stdout_gone(["show", "--cluster", str(tiny_files["cluster"])], buffered)
     assert (r.returncode, r.stderr) == (0, "")
+
+
+def test_a_run_whose_progress_reader_left_runs_every_cell(tiny_files, write_spec, tmp_path):
+    """`placebench run 2>&1 | head`: the progress line of the first cell failed, the run stopped there (exit 120,
+    "Exception ignored"), its other cells not run."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"]), str(tiny_files["chain"])],
+                      clusters=[str(tiny_files["cluster"])], placers=["single_cpu", "m_etf"])
+    store = tmp_path / "store"
+    r = _with_stdout_gone(["run", str(spec), "--out", str(store), "--jobs", "1"], buffered=True, gone="stderr")
+    assert (r.returncode, "Step time on tiny" in r.stdout) == (0, True)
+    runs = json.loads((store / "manifest.json").read_text())["runs"]
+    assert [(run["complete"], run["cells_run"]) for run in runs] == [(True, 4)]
 
 
 def test_module_entry_point():
