@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 def _fidelity(args: argparse.Namespace) -> int:
     from suite import fidelity
     from suite import methodology as _m
-    from suite.cli import UsageError, check_output_dir
+    from suite.cli import UsageError, _write, check_output_dir
     from suite.profiling import DEFAULT_DIR as PROFILE_DIR
     from suite.profiling import set_threads
 
@@ -209,7 +210,8 @@ def _fidelity(args: argparse.Namespace) -> int:
     cluster, dmap = _cluster_and_map(args)
     concurrent = {"auto": "auto", "on": True, "off": False}[args.concurrent]
     fidelity.check_clock(args.clock, cluster, dmap, backend=args.backend, concurrent=concurrent)  # before profiling
-    log = (lambda *a: None) if args.json else (lambda text: print(text, flush=True))
+    # progress through the CLI's _write: a reader that left (`| head`) does not stop the measurements and report
+    log = (lambda *a: None) if args.json else (lambda text: _write(sys.stdout, text + "\n"))
     profs = profiles_for(rw, cluster, dmap, profiles, threads=threads, methodology=meth,
                          clock=args.clock, log=log, reprofile=args.reprofile)
 

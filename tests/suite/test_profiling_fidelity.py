@@ -4,7 +4,10 @@ sets, statistics, reports, the CLI commands)."""
 from __future__ import annotations
 
 import json
+import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -245,6 +248,23 @@ def test_statistics_ignore_failed_placements():
 
 def _shape_args(family: str) -> list[str]:
     return [a for k, v in SMALL_SHAPES[family].items() for a in ("--set", f"{k}={v}")]
+
+
+def test_fidelity_whose_stdout_reader_left_still_measures_and_writes_its_report(tmp_path):
+    """`placebench fidelity ... | head`: its first progress line ("profiling ...") raised BrokenPipeError, and
+    the command exited 0 having measured nothing and written no report."""
+    r, w = os.pipe()
+    os.close(r)
+    args = ["rnnlm-2x2048-b64", "--mode", "inference", *_shape_args("rnnlm"), "--clock", "cpu", "--profiles",
+            str(tmp_path / "p"), "--out", str(tmp_path / "f"), "--splits", "1", "--random", "0", "--rounds", "1",
+            "--no-png", "--placer", "none"]
+    try:
+        proc = subprocess.run([sys.executable, "-m", "suite.cli", "fidelity", *args], stdout=w, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    finally:
+        os.close(w)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert len(list((tmp_path / "p").glob("*.json"))) == 1 and len(list((tmp_path / "f").glob("*__cpu.md"))) == 1
 
 
 def test_cli_profile_and_fidelity(tmp_path, capsys, monkeypatch):
