@@ -517,14 +517,17 @@ class Comparison:
         """The methods a row's fastest method and margins are taken over: those with a figure on both sides
         when the row has any of the paper's figures (like for like), else those with one of ours."""
         if any(s.time_s is not None for s in self.theirs[label].values()):
-            return [k for k in self.theirs[label] if self.theirs[label][k].time_s is not None
-                    and self.ours[label][k].time_s is not None]
+            return self.both(label)
         return [k for k in self.ours[label] if self.ours[label][k].time_s is not None]
+
+    def both(self, label: str) -> list[str]:
+        """The methods of a row with a figure on both sides (a skipped cell of ours has none)."""
+        return [k for k in self.theirs[label] if self.theirs[label][k].time_s is not None
+                and self.ours[label][k].time_s is not None]
 
     def tau(self, label: str) -> tuple[float, int]:
         """Kendall's tau-b over the methods with a figure on both sides, and how many those are."""
-        both = [k for k in self.theirs[label] if self.theirs[label][k].time_s is not None
-                and self.ours[label][k].time_s is not None]
+        both = self.both(label)
         if len(both) < 2:
             return math.nan, len(both)
         return kendall_tau_b([self.theirs[label][k].time_s for k in both],
@@ -533,8 +536,7 @@ class Comparison:
     def failures_agree(self, label: str) -> tuple[int, int]:
         """Of the methods with a figure on both sides: how many have the same status (ok, or the paper's OOM
         and our OOM; our invalid, timeout or error never agrees with the paper's OOM), and how many there are."""
-        both = [k for k in self.theirs[label] if self.theirs[label][k].time_s is not None
-                and self.ours[label][k].time_s is not None]
+        both = self.both(label)
         agree = sum(self.theirs[label][k].status == self.ours[label][k].status for k in both)
         return agree, len(both)
 
