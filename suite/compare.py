@@ -5,11 +5,11 @@ a placer's seed fixes its search. A matched pair is *not comparable* when what i
 workload's or the cluster's hash, the placer (a label may name another) or its parameters, the methodology,
 the search budget or the evaluator (as asv marks a benchmark whose version changed, instead of comparing
 unlike numbers). A placer's own code may differ: that is what a comparison is for. A spec's cell timeout
-(`cell_timeout_s`, over the methodology's, which is part of its definition) is not part of the setup: it is
-a run's, not a row's (the manifest's run entries record it), and it changes no number, only whether a slow
-cell ends as `timeout`.
-So a `broke` or `changed` to `timeout`, or a `fixed` from it, may come from runs with different timeouts:
-gate on stores run from one spec (`placebench compare` warns when the runs' timeouts differ).
+(`cell_timeout_s`, which overrides the methodology's; the methodology's own is part of its definition, so
+compared) is not part of the setup: it is a run's, not a row's (the manifest's run entries record it), and it
+changes no number, only whether a slow cell ends as `timeout`. So a `broke` or `changed` to `timeout`, or a
+`fixed` from it, may come from runs with different timeouts: gate on stores run from one spec (`placebench
+compare` warns when the runs' timeouts differ).
 
 Verdicts of a comparable pair:
 
