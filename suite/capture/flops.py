@@ -38,7 +38,8 @@ only, the figure papers publish):
 * data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, scatter, index_copy,
   masked_scatter, index_put without accumulate, ...): 1 per output element, as elementwise ops; those in
   `GATHERS` (index_select, indexing by a tensor) read only the part of their data input that they take (of
-  a parameter, `self.weight[idx]`, they are embedding lookups, below);
+  a parameter, `self.weight[idx]`, they are embedding lookups, below), as any op reads only the part of a
+  parameter that a constant index or slice takes (`x + self.e[3]`: one row);
 * scans (cumsum, cumprod, cummax, cummin, logcumsumexp): 1 per input element (one add, multiply or compare
   each, as the reductions; logcumsumexp as logsumexp);
 * scatter-adds (scatter_add, scatter_reduce, index_add, index_put with accumulate): 1 per source element

@@ -7,7 +7,8 @@ A front end walks its source graph in topological order and calls `ForwardBuilde
   `trainable=False` for a frozen one, which a training step reads but neither differentiates nor updates);
 * `constant()` for anything static (shapes, buffers, literals, tensors computed from no input);
 * `fold(values, result_bytes)` for a shape-only node (view, reshape, getitem, permute, ...): the result
-  depends on the same producer ops, and reading it reads at most `result_bytes` from each of them, so no
+  depends on the same producer ops, and reading it reads at most `result_bytes` from each of them and of
+  each parameter (`x + self.e[3]` reads one row of e, whose owner or variable holds all of it), so no
   dependency is ever lost when a node is folded into its producers; `grad=False` for one that stops the
   gradient (`detach()`, an integer result): a training graph passes no gradient back through it (a
   parameter that every op reads so is not trained, as a frozen one);
@@ -61,6 +62,7 @@ class Value:
     params: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     no_grad: frozenset[str] = frozenset()  # producers in deps read without a gradient path (`x.detach()`)
     no_grad_params: frozenset[str] = frozenset()  # parameters in params read so (`self.w.detach()`)
+    param_read: Mapping[str, int] = field(default_factory=dict)  # bytes read of those read in part (`self.e[3]`)
 
 
 @dataclass
@@ -244,20 +246,25 @@ class ForwardBuilder:
         return Value(params={key: (int(nbytes), int(count))})
 
     def fold(self, values: Iterable[Value], result_bytes: int | None, *, grad: bool = True) -> Value:
-        """A shape-only node: same producers, at most `result_bytes` read from each; `grad=False`: a node
-        that stops the gradient (`x.detach()`), so the ops reading the result pass none back to them."""
-        deps, params, no_grad, no_grad_params = self._merge(values)
-        if result_bytes is not None:
+        """A shape-only node: same producers and parameters, at most `result_bytes` read from each;
+        `grad=False`: a node that stops the gradient (`x.detach()`), so the ops reading the result pass none
+        back to them."""
+        deps, params, no_grad, no_grad_params, read = self._merge(values)
+        if result_bytes is not None:  # of a parameter too: `self.e[3]` reads one row of e
             deps = {p: min(b, int(result_bytes)) for p, b in deps.items()}
+            read = {k: min(read.get(k, nb), int(result_bytes)) for k, (nb, _) in params.items()}
         if not grad:
             no_grad, no_grad_params = frozenset(deps), frozenset(params)
-        return Value(deps=deps, params=params, no_grad=no_grad, no_grad_params=no_grad_params)
+        return Value(deps=deps, params=params, no_grad=no_grad, no_grad_params=no_grad_params,
+                     param_read={k: b for k, b in read.items() if b < params[k][0]})
 
     def _merge(self, values: Iterable[Value]) -> tuple[dict[str, int], dict[str, tuple[int, int]], frozenset[str],
-                                                       frozenset[str]]:
-        """The producers and parameters `values` read, and those of each read only without a gradient path."""
+                                                       frozenset[str], dict[str, int]]:
+        """The producers and parameters `values` read, those of each read only without a gradient path, and
+        the bytes read of the parameters read in part."""
         deps: dict[str, int] = {}
         params: dict[str, tuple[int, int]] = {}
+        read: dict[str, int] = {}
         with_grad: set[str] = set()
         for v in values:
             for p, b in v.deps.items():
@@ -265,10 +272,13 @@ class ForwardBuilder:
                 if p not in v.no_grad:
                     with_grad.add(p)
             params.update(v.params)
+            for k, (nb, _) in v.params.items():
+                read[k] = read.get(k, 0) + v.param_read.get(k, nb)
             with_grad.update(k for k in v.params if k not in v.no_grad_params)
         for p in deps:  # reading a value twice (x * x) reads the producer's output once
             deps[p] = min(deps[p], self._ops[p].output_bytes)
-        return deps, params, frozenset(deps) - with_grad, frozenset(params) - with_grad
+        read = {k: b for k, b in read.items() if b < params[k][0]}  # so do its parameters (self.e[3] + self.e)
+        return deps, params, frozenset(deps) - with_grad, frozenset(params) - with_grad, read
 
     # -- ops ------------------------------------------------------------------------------------------
     def input(self, name: str, nbytes: int, shape: tuple[int, ...] = ()) -> Value:
@@ -304,8 +314,11 @@ class ForwardBuilder:
             raise GraphError(f"capture: duplicate op name {name!r}")
         if not (math.isfinite(flops) and flops >= 0):
             raise GraphError(f"capture: op {name!r} has invalid FLOPs {flops!r}")
-        deps, uses, no_grad, no_grad_params = self._merge(values)
+        deps, uses, no_grad, no_grad_params, read = self._merge(values)
         uses.update(params or {})
+        if read:  # it reads a part of a parameter (`x + self.e[3]`): that part, as a lookup its rows
+            part = sum(nb if k in (params or {}) else read.get(k, nb) for k, (nb, _) in uses.items())
+            weight_bytes_read = part if weight_bytes_read is None else min(int(weight_bytes_read), part)
         self._frozen.update(frozen)
         # the parameters it reads without a gradient path: through detach(), or all where it passes none back
         no_grad_params = frozenset(uses) if not differentiable else no_grad_params - set(params or {})

@@ -775,6 +775,31 @@ def test_a_lookup_in_a_parameter_costs_as_an_embedding_however_written(how, mode
             assert grad.flops == 48.0
 
 
+class _Part(nn.Module):
+    """Reads row 3 of a [10, 4] parameter by a constant index and rows 0:2 of a [6, 4] one by a slice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.e = nn.Parameter(torch.randn(10, 4))
+        self.p = nn.Parameter(torch.randn(6, 4))
+
+    def forward(self, x):
+        return ((x + self.e[3]) * self.p[0:2].sum(0)).sum()
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_an_op_reading_a_constant_index_or_slice_of_a_parameter_reads_only_that_part(mode):
+    """`x + self.e[3]` reads x (32 bytes) and one row of e (16), not all of e (160: resident, its parameter
+    bytes); `self.p[0:2].sum(0)` reads two rows (32) of p's 96, as `self.e[idx]` (a lookup) reads only its
+    rows. Before, they read 192 and 96 bytes."""
+    x = torch.randn(2, 4)
+    for g in (fx_capture.capture(_Part(), (x,), name="t", mode=mode), capture(_Part(), (x,), name="t", mode=mode)):
+        f = {op.name: op for op in g.ops if op.phase == "forward"}
+        assert (f["add"].bytes_read, f["add"].param_bytes) == (32 + 16, 160)
+        assert (f["sum_1"].bytes_read, f["sum_1"].param_bytes) == (32, 96)
+        assert f["mul"].bytes_read == 32 + 16
+
+
 def test_export_reads_a_plain_dataclass_output_as_the_fx_capture_without_registering_it():
     """A `@dataclass` output object that torch's pytree does not know made torch.export fail ("Found <class
     Out> in output, which is not a known type ... register a pytree"). It is read as the dict of its fields,

@@ -769,6 +769,21 @@ def test_gather_with_an_index_tensor_is_index_select_and_an_embedding_lookup_is_
     assert f["embed"].bytes_read == 3 * 8 + 3 * 4 * 4  # the ids and the 3 rows
 
 
+def test_a_slice_of_a_weight_reads_only_its_part():
+    """A MatMul of x [2, 4] with a Slice of a [10, 4] weight (rows 3:7) reads x (32 bytes) and those 4 rows
+    (64), not the whole weight (160, resident), as a Gather of it reads its rows and the torch.fx capture's
+    `x @ self.e[3:7]`. Before, it read 192 bytes."""
+    nodes = [helper.make_node("Slice", ["E", "starts", "ends"], ["s"], name="slice"),
+             helper.make_node("MatMul", ["x", "s"], ["y"], name="mm")]
+    inits = [numpy_helper.from_array(np.ones((10, 4), dtype=np.float32), "E"),
+             numpy_helper.from_array(np.array([3], dtype=np.int64), "starts"),
+             numpy_helper.from_array(np.array([7], dtype=np.int64), "ends")]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], inits)
+    [mm] = [op for op in import_onnx(proto).ops if op.kind == "matmul"]
+    assert (mm.bytes_read, mm.param_bytes) == (2 * 4 * 4 + 4 * 4 * 4, 10 * 4 * 4)
+
+
 class _Gates(nn.Module):
     """An LSTM-style cell: one Linear, its output chunked into four gates."""
 
