@@ -100,6 +100,7 @@ from suite.capture.fx import (
     _to_info,
     _uncompiled,
     _where,
+    buffer_update_hint,
     in_mode,
     is_leaf,
 )
@@ -303,15 +304,12 @@ def _check_buffer_updates(what: str, module: nn.Module, ep: torch.export.Exporte
         if _in_leaf(module, _scope(node)):
             continue
         name = buffers[written.name]
+        k = name.rsplit(".", 1)[-1]
         raise GraphError(
-            f"{what}.forward updates its buffer {name!r} from values that are not the inputs' (self.n += 1, "
-            f"self.n.add_(1), self.n = self.n + 1; here {node.name!r}, {_aten_name(node)}): such values are "
-            f"constants in the graph, so the graph (and the backends that run it) would not update the buffer "
-            f"at each step as eager PyTorch does; keep the update in a leaf module (one with a capture_cost "
-            f"method, as BatchNorm keeps its running statistics), or use a local variable where the value need "
-            f"not outlive the call; an update that mixes in the inputs (a running average: "
-            f"self.n.mul_(0.9).add_(0.1 * m)) is recorded written as one write from them "
-            f"(self.n.copy_(0.9 * self.n + 0.1 * m))")
+            f"{what}.forward updates its buffer {name!r} from values that are not the inputs' (self.{k} += 1, "
+            f"self.{k}.add_(1), self.{k} = self.{k} + 1; here {node.name!r}, {_aten_name(node)}): such values "
+            f"are constants in the graph, so the graph (and the backends that run it) would not update the "
+            f"buffer at each step as eager PyTorch does; {buffer_update_hint(k)}")
 
 
 def _in_leaf(module: nn.Module, scope: str) -> bool:

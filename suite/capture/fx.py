@@ -648,11 +648,16 @@ def _check_buffers_untouched(what: str, kept: Sequence[Kept]) -> None:
         raise GraphError(
             f"{what}.forward {how}: "
             f"torch.fx runs that update once while it traces, and does not record it, so the graph (and the "
-            f"backends that run it) would not update the buffer at each step as eager PyTorch does; keep the "
-            f"update in a leaf module (one with a capture_cost method, as BatchNorm keeps its running "
+            f"backends that run it) would not update the buffer at each step as eager PyTorch does; "
+            f"{buffer_update_hint(k)}")
+
+
+def buffer_update_hint(attr: str) -> str:
+    """How to write a buffer update that both captures record, for the error refusing one on buffer `attr`."""
+    return (f"keep the update in a leaf module (one with a capture_cost method, as BatchNorm keeps its running "
             f"statistics), or use a local variable where the value need not outlive the call; an update that "
-            f"mixes in the inputs (a running average: self.{k}.mul_(0.9).add_(0.1 * m)) is recorded written as "
-            f"one write from them (self.{k}.copy_(0.9 * self.{k} + 0.1 * m))")
+            f"mixes in the inputs (a running average: self.{attr}.mul_(0.9).add_(0.1 * m)) is recorded written "
+            f"as one write from them (self.{attr}.copy_(0.9 * self.{attr} + 0.1 * m))")
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
