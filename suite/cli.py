@@ -852,11 +852,8 @@ def _list_placers() -> list[dict[str, Any]]:
 def _list_specs() -> list[dict[str, Any]]:
     from suite import runner
 
-    out = []
-    for name in runner.spec_names():
-        s = runner.load_spec(name)
-        out.append({"name": name, "description": s.description, "path": str(runner.SPEC_DIR / f"{name}.toml")})
-    return out
+    return _list_loaded(runner.spec_names(), runner.load_spec,
+                        lambda s: {"description": s.description, "path": str(s.source)}, {})
 
 
 def _list_papers() -> list[dict[str, Any]]:

@@ -91,6 +91,21 @@ def test_list_placers_with_a_plugin_file(capsys, harness_plugin):
     _assert_usage_error(*_run(capsys, "list", "clusters", "--plugin", harness_plugin), "--plugin applies to")
 
 
+def test_a_broken_spec_is_listed_as_broken(capsys, monkeypatch, tmp_path):
+    """As a broken preset: the others are still listed (it stopped `list specs` with an error)."""
+    from suite import runner
+
+    shutil.copy(runner.SPEC_DIR / "quick.toml", tmp_path)
+    (tmp_path / "bad.toml").write_text("workloads = [\n")
+    monkeypatch.setattr(runner, "SPEC_DIR", tmp_path)
+    code, out, _ = _run(capsys, "list", "specs", "--json")
+    specs = {s["name"]: s for s in json.loads(out)}
+    assert code == 0 and specs["quick"]["status"] == "ok" and specs["quick"]["path"] == str(tmp_path / "quick.toml")
+    assert specs["bad"]["status"] == "broken" and "bad.toml" in specs["bad"]["description"]
+    code, out, _ = _run(capsys, "list", "specs")
+    assert code == 0 and "bad  BROKEN - " in out and "\nquick  " in out
+
+
 def test_list_placers_reports_a_broken_plugin(capsys, broken_entry_point):
     code, out, _ = _run(capsys, "list", "placers", "--json")
     placers = {p["name"]: p for p in json.loads(out)}
