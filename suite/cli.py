@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -235,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if res.cells:
         _print_tables([t for _, ts in report.tables(res, args.reference) for t in ts])
     _say(f"\n{len(result.rows)} cells ({result.ran} run now, {result.reused} from the store) in "
-         f"{result.wall_time_s:.1f} s; results in {out}/ (placebench table {out})")
+         f"{result.wall_time_s:.1f} s; results in {out}/ (placebench table {shlex.quote(str(out))})")
     return 0
 
 

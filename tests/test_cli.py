@@ -690,8 +690,9 @@ def test_run_says_when_it_reruns_cells_whose_placer_changed(capsys, tiny_files, 
 
     spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
                       placers=["single_cpu", "single_gpu"])
-    store = tmp_path / "store"
-    assert _run(capsys, "run", str(spec), "--out", str(store), "--jobs", "1")[0] == 0
+    store = tmp_path / "my store"
+    code, _, err = _run(capsys, "run", str(spec), "--out", str(store), "--jobs", "1")
+    assert code == 0 and err.endswith(f"results in {store}/ (placebench table '{store}')\n")  # a command to paste
     monkeypatch.setattr(runner, "placer_code", lambda name: "0123456789ab" if name == "single_cpu" else None)
     code, _, err = _run(capsys, "run", str(spec), "--out", str(store), "--jobs", "1")
     assert code == 0 and "1 stored cell(s) were made by other code of their placer; running them again" in err

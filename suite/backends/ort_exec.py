@@ -193,7 +193,7 @@ def tensor_inputs(eg: ExecGraph) -> list[tuple[str, int, Any]]:
                 walk(f"{name}.{k}", holder, op, y)
         elif holder.startswith("*"):  # capture traces *args' values as inputs, not constants
             raise PlacebenchError(
-                f"ONNX export of {eg.rw.name!r}: input {name!r} ({holder}) is a {type(x).__name__}; the ONNX "
+                f"ONNX export of {eg.rw.name!r}: input {name!r} ({holder}) is of type {type(x).__name__}; the ONNX "
                 "Runtime backend takes only tensors, lists and tuples of tensors in forward's *args")
         else:
             raise PlacebenchError(

@@ -570,7 +570,7 @@ def test_star_args_inputs_are_each_fed_under_their_own_name(three_cpus):
         ex.apply(p)
         np.testing.assert_allclose(ex.step()[0], expected, rtol=1e-6, atol=1e-6)
     rw = from_module(module, (x, a, 3, [c, d], e), name="star_int")
-    with pytest.raises(PlacebenchError, match=r"input 'args.1' \(\*args\) is a int"):
+    with pytest.raises(PlacebenchError, match=r"input 'args.1' \(\*args\) is of type int"):
         OrtModel(rw)
 
 
