@@ -90,6 +90,24 @@ def test_a_batch_that_affordable_allowed_is_not_refused_for_the_time_spent_makin
         ev.evaluate_batch([[0, 0, 0]] * 3)
 
 
+def test_single_evaluations_use_up_the_grant_of_affordable(problem):
+    """A grant of `affordable` covers the evaluations it allowed, single ones too: after 3 of a grant of 4 were
+    used one at a time, a batch of 3 that the time left does not fit is refused (only 1 is left of the grant)."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=100, max_seconds=11))
+    ev.evaluate([0, 0, 0])
+    ev._measured, ev._measuring_s = 4, 8.0  # 2 s per evaluation
+    ev.started = time.perf_counter()  # 11 s left: 5 fit
+    assert ev.affordable(4) == 4
+    for _ in range(3):
+        ev.evaluate([0, 0, 0])
+    ev._measured, ev._measuring_s = 4, 8.0
+    ev.started -= 6.0  # 5 s left: 2 fit, and 1 of the grant is left
+    with pytest.raises(BudgetExhausted, match="3 evaluations would take about 6 s"):
+        ev.evaluate_batch([[0, 0, 0]] * 3)
+    assert ev.evaluations_used == 4
+
+
 def test_a_profile_reaches_batches_single_evaluations_re_measurement_and_the_failure_score(problem):
     """b measured at 7 s where the analytic model says 2 s: every way a placement is measured uses it."""
     g, c = problem
