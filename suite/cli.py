@@ -350,8 +350,15 @@ def _write_trace(record: dict[str, Any], workload: str, cluster: str, path: str,
     row = _row_objects(record)  # params as an object, as --json shows them
     meta = {k: row[k] for k in ("placer", "seed", "params", "placement_hash") if row.get(k) is not None}
     profs = [load_profile(p) for p in profiles]  # the evaluation checked that each is this workload's
+    evaluator = str(record.get("evaluator") or "")
+    if evaluator.startswith("simulator"):
+        meta["evaluator"] = evaluator
+    else:  # measured by a real backend: the timeline (and its step time) is the simulator's, not the run's
+        meta.update(evaluator="simulator", cell_evaluator=evaluator, cell_step_time_s=record.get("step_time_s"))
+        _say(f"placebench: note: the trace is the simulator's timeline of the placement, not the {evaluator} run "
+             f"that measured the cell (its step time is in the trace as cell_step_time_s)")
     write_chrome_trace(path, load_workload(workload), load_cluster(cluster), record["placement"], profiles=profs,
-                       metadata={**meta, "evaluator": record.get("evaluator")})
+                       metadata=meta)
     _say(f"trace: {path} (open it in https://ui.perfetto.dev or chrome://tracing)")
 
 

@@ -1116,3 +1116,20 @@ def test_a_real_execution_spec_runs_one_cell_at_a_time(tmp_path, capsys, monkeyp
     with pytest.raises(Ran) as ran:
         main(["run", str(spec), "--out", str(tmp_path / "store")])
     assert ran.value.args == (4,)
+
+
+def test_a_trace_of_a_cell_measured_for_real_says_it_is_the_simulators(capsys, tiny_files, tmp_path):
+    """The timeline is always the simulator's: a cell that a real backend measured must not show the simulated
+    step time under that backend's name."""
+    from suite.cli import _write_trace
+
+    trace = tmp_path / "t.json"
+    record = {"status": "ok", "placement": [0, 0, 0, 0], "evaluator": "torch", "step_time_s": 0.125}
+    _write_trace(record, str(tiny_files["diamond"]), str(tiny_files["cluster"]), str(trace))
+    other = json.loads(trace.read_text())["otherData"]
+    assert (other["evaluator"], other["cell_evaluator"], other["cell_step_time_s"]) == ("simulator", "torch", 0.125)
+    assert other["step_time_s"] == 4.0  # the simulator's: 4 ops of 1 s on the CPU
+    assert "the trace is the simulator's timeline of the placement, not the torch run" in capsys.readouterr().err
+    _write_trace({**record, "evaluator": "simulator"}, str(tiny_files["diamond"]), str(tiny_files["cluster"]), str(trace))
+    other = json.loads(trace.read_text())["otherData"]
+    assert other["evaluator"] == "simulator" and "cell_evaluator" not in other and "note" not in capsys.readouterr().err
