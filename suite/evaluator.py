@@ -277,6 +277,12 @@ class Evaluator:
         the seconds per evaluation measured so far) is refused before it starts, unless `affordable` allowed
         it (the time the placer took to make the batch since is not held against it): size batches with
         `affordable`."""
+        if isinstance(placements, np.ndarray) and placements.ndim == 1 or (
+                not isinstance(placements, np.ndarray) and len(placements) > 0
+                and all(isinstance(p, numbers.Integral | str) for p in placements)):
+            # its n entries would be n invalid placements, n evaluations of the budget spent on nothing
+            raise TypeError("evaluate_batch takes a batch (a sequence or 2-D array) of placements; this is one "
+                            "placement (device per op): give [placement], or call evaluate")
         placements = list(placements)
         self._check_budget(len(placements))
         checked = [self._validated(p) for p in placements]

@@ -136,6 +136,19 @@ def test_batch_larger_than_budget_is_refused_whole(problem):
     assert ev.evaluations_used == 0
 
 
+def test_one_placement_given_as_a_batch_is_refused_before_any_evaluation(problem):
+    """evaluate_batch(placement) instead of evaluate_batch([placement]): its 3 entries would be 3 invalid
+    placements, 3 evaluations spent on nothing."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
+    for one in ([0, 0, 0], np.array([0, 1, 0]), ["cpu:0"] * 3, (np.int64(0),) * 3):
+        with pytest.raises(TypeError, match=r"evaluate_batch takes a batch .* this is one placement"):
+            ev.evaluate_batch(one)
+    assert ev.evaluations_used == 0
+    assert len(ev.evaluate_batch([[0, 0, 0]])) == 1 and len(ev.evaluate_batch(np.zeros((2, 3), dtype=int))) == 2
+    assert ev.evaluate_batch([]) == [] and ev.evaluations_used == 3
+
+
 def test_failures_are_statuses_with_penalty_scores(problem, uniform_cluster):
     g, _ = problem
     c = uniform_cluster(2, memory_bytes=1500)
