@@ -516,7 +516,9 @@ def _check_store_matches(store: Store, m: Mapping[str, Any], records: Sequence[M
                          labels: Mapping[str, Any]) -> None:
     """A store (its manifest `m` and stored `records`) holds one setup (methodology, search budget, evaluator;
     with profiles, one evaluator label per workload, of the same base evaluator) and one definition per
-    workload and cluster name: refuse to mix in another, which tables would merge as if it were more seeds."""
+    workload and cluster name: refuse to mix in another, which tables would merge as if it were more seeds.
+    What binds it is what its stored rows were made with: a methodology version, a placer label (`labels`:
+    those its rows carry) or a workload or cluster name whose rows were all removed binds nothing."""
     if plan.cells and records:
         planned = {c.key["workload"]: _setup(c.key) for c in plan.cells}
         for row in records:
@@ -526,7 +528,10 @@ def _check_store_matches(store: Store, m: Mapping[str, Any], records: Sequence[M
             if theirs != ours:
                 raise SpecError(f"{store.root}: its rows{where} were made with {_setup_text(theirs)}; this run has "
                                 f"{_setup_text(ours)}; tables would mix them: use another --out")
+    # the manifest keeps what every past run used; only what the stored rows were made with binds the store
     old_meth = m.get("methodologies", {}).get(plan.methodology.version)
+    if not any(r.get("methodology") == plan.methodology.version for r in records):
+        old_meth = None
     # its budget is the last run's (a spec may set it) and every row carries its own, checked above
     changed = [f for f in _methodology.changed_fields(old_meth, plan.methodology.as_dict())
                if not f.startswith("budget.")] if isinstance(old_meth, Mapping) else []
@@ -542,9 +547,10 @@ def _check_store_matches(store: Store, m: Mapping[str, Any], records: Sequence[M
                             f"tables would show both in one column: give it another label, or use another --out")
     for kind, new in (("workload", plan.workloads), ("cluster", plan.clusters)):
         old = m.get(f"{kind}s", {})
+        with_rows = {r.get(kind) for r in records}
         for x in new.values():
             entry = old.get(x.name)
-            if isinstance(entry, Mapping) and entry.get("hash") not in (None, x.content_hash):
+            if x.name in with_rows and isinstance(entry, Mapping) and entry.get("hash") not in (None, x.content_hash):
                 raise SpecError(
                     f"{store.root}: its rows for {kind} {x.name!r} were made from a different definition (hash "
                     f"{str(entry['hash'])[:12]}, now {x.content_hash[:12]}); tables would mix them: use another --out"
@@ -569,14 +575,15 @@ def _setup_text(setup: Mapping[str, Any]) -> str:
 
 
 def _stored_placer_labels(manifest: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Placer label -> {name, params, params_hash} of a store: from its manifest, or for stores written before
-    the manifest kept them, from its cells."""
-    if isinstance(manifest.get("placers"), Mapping):
-        return dict(manifest["placers"])
+    """Placer label -> {name, params, params_hash} of the labels a store's cells carry: from its manifest, or
+    for stores written before the manifest kept them, from the cells. A label none of its cells carries (they
+    were all removed) binds nothing."""
+    kept = manifest.get("placers") if isinstance(manifest.get("placers"), Mapping) else {}
     labels: dict[str, dict[str, Any]] = {}
     for r in records:
-        labels.setdefault(r["placer"], {"name": r.get("placer_name"), "params": r.get("params"),
-                                        "params_hash": r.get("params_hash")})
+        if r["placer"] not in labels:
+            labels[r["placer"]] = kept.get(r["placer"]) or {"name": r.get("placer_name"), "params": r.get("params"),
+                                                            "params_hash": r.get("params_hash")}
     return labels
 
 

@@ -280,6 +280,62 @@ def test_a_store_without_rows_takes_another_budget_of_the_spec(tiny_files, write
         "budget"]["max_evaluations"] == 20
 
 
+def test_a_definition_whose_rows_were_all_removed_binds_nothing(tiny_files, write_spec, tmp_path, monkeypatch):
+    """A placer label, a workload or cluster name and a methodology version bind a store only while it holds
+    rows of them: once they are moved out (to redo them), a run with a retuned label, a changed graph or
+    cluster, or changed rules under the same version runs; it was refused as if rows of the old ones were
+    still there ("its rows ... were made from a different definition")."""
+    store = tmp_path / "store"
+    ls = {"name": "local_search", "params": {"batch_size": 4}, "label": "ls"}
+    spec = {"workloads": [str(tiny_files["diamond"]), str(tiny_files["chain"])], "clusters": [str(tiny_files["cluster"])],
+            "placers": ["single_cpu", ls], "budget": {"max_evaluations": 10}}
+    assert runner.run(runner.load_spec(str(write_spec("a", **spec))), store).ran == 4
+
+    def remove(**which):
+        for r in Store(store).records():
+            if all(r[k] == v for k, v in which.items()):
+                Store(store).cell_path(r["cell_id"]).unlink()
+
+    remove(placer="ls")
+    retuned = {**spec, "placers": ["single_cpu", {**ls, "params": {"batch_size": 8}}]}
+    result = runner.run(runner.load_spec(str(write_spec("b", **retuned))), store)
+    assert (result.ran, result.reused) == (2, 2)
+    assert sorted((r["workload"], r["placer"], r["params"]) for r in Store(store).records() if r["placer"] == "ls") == [
+        ("chain", "ls", '{"batch_size":8}'), ("diamond", "ls", '{"batch_size":8}')]
+
+    other = graph_io.save(OpGraph.build("diamond", [Op("a", "matmul", flops=2e9)], []), tmp_path / "other.json")
+    changed = {**retuned, "workloads": [str(other), str(tiny_files["chain"])]}
+    with pytest.raises(SpecError, match="its rows for workload 'diamond' were made from a different definition"):
+        runner.run(runner.load_spec(str(write_spec("c", **changed))), store)
+    remove(workload="diamond")
+    result = runner.run(runner.load_spec(str(write_spec("c", **changed))), store)
+    assert (result.ran, result.reused) == (2, 2)
+    assert [r["step_time_s"] for r in result.rows if r["workload"] == "diamond" and r["placer"] == "single_cpu"] == [
+        2.0]  # 2e9 FLOPs at 1e9 FLOP/s
+
+    faster = tmp_path / "tiny.toml"
+    faster.write_text(tiny_files["cluster"].read_text().replace("peak_flops = 1e9", "peak_flops = 2e9"))
+    with pytest.raises(SpecError, match="its rows for cluster 'tiny' were made from a different definition"):
+        runner.run(runner.load_spec(str(write_spec("d", **{**changed, "clusters": [str(faster)]}))), store)
+    remove(cluster="tiny")
+    result = runner.run(runner.load_spec(str(write_spec("d", **{**changed, "clusters": [str(faster)]}))), store)
+    assert (result.ran, result.reused) == (4, 0)
+    assert [r["step_time_s"] for r in result.rows if r["workload"] == "diamond" and r["placer"] == "single_cpu"] == [
+        1.0]  # at 2e9 FLOP/s
+
+    v1 = (Path(suite.__file__).parent / "methodology" / "v1.toml").read_text()
+    rules = tmp_path / "other_v1.toml"
+    rules.write_text(re.sub(r"failure_multiple = [0-9.]+", "failure_multiple = 2.0", v1))
+    monkeypatch.setattr(methodology, "_check_not_built_in", lambda meth, source: None)
+    other_rules = {**changed, "clusters": [str(faster)], "methodology": str(rules)}
+    with pytest.raises(SpecError, match=r"another methodology named 'placebench-methodology-v1' \(differs in "
+                                        r"failure_multiple\)"):
+        runner.run(runner.load_spec(str(write_spec("e", **other_rules))), store)
+    remove()
+    assert runner.run(runner.load_spec(str(write_spec("e", **other_rules))), store).ran == 4
+    assert Store(store).manifest()["methodologies"]["placebench-methodology-v1"]["failure_multiple"] == 2.0
+
+
 # -- running: every way a cell can end --------------------------------------------------------------------
 ALL_PLACERS = [
     "single_cpu",
