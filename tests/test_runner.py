@@ -21,7 +21,7 @@ import suite
 from suite import graph_io, methodology, numerics, report, runner
 from suite.errors import SpecError, UnknownNameError
 from suite.graph import Op, OpGraph
-from suite.store import Store, cpu_simd
+from suite.store import Store, cpu_simd, read_table
 
 
 # -- specs ------------------------------------------------------------------------------------------------
@@ -278,6 +278,40 @@ def test_a_store_without_rows_takes_another_budget_of_the_spec(tiny_files, write
     assert [(r["status"], r["budget_evaluations"]) for r in result.rows] == [("ok", 20)]
     assert json.loads((store / "manifest.json").read_text())["methodologies"]["placebench-methodology-v1"][
         "budget"]["max_evaluations"] == 20
+
+
+def test_a_store_that_fills_up_mid_run_keeps_what_was_written_and_resumes(tiny_files, write_spec, tmp_path,
+                                                                          monkeypatch):
+    """The disk fills up at the third cell: the error reaches the caller, the two cells written are kept, the
+    run is recorded as stopped after 2 of its 6 cells, the results tables hold exactly those 2, and the same
+    run resumes with the other 4."""
+    import errno
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu", "single_gpu"], seeds=[0, 1, 2])
+    store = tmp_path / "store"
+    real, writes = Store.write_cell, []
+
+    def full_disk(self, record):
+        writes.append(record["cell_id"])
+        if len(writes) >= 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, record)
+
+    monkeypatch.setattr(Store, "write_cell", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        runner.run(str(spec), store, jobs=1)
+    monkeypatch.setattr(Store, "write_cell", real)
+    assert sorted(Store(store).cell_ids()) == sorted(writes[:2])
+    run = Store(store).manifest()["runs"][-1]
+    assert (run["cells_to_run"], run["cells_run"], run["complete"]) == (6, 2, False)
+    for table in ("results.csv", "results.parquet"):
+        assert sorted(r["cell_id"] for r in read_table(store / table)) == sorted(writes[:2])
+    resumed = runner.run(str(spec), store, jobs=1)
+    assert (resumed.ran, resumed.reused, len(resumed.rows)) == (4, 2, 6)
+    assert [(r["placer"], r["seed"], r["step_time_s"]) for r in read_table(store / "results.csv")] == [
+        ("single_cpu", 0, 4.0), ("single_cpu", 1, 4.0), ("single_cpu", 2, 4.0),
+        ("single_gpu", 0, 0.4), ("single_gpu", 1, 0.4), ("single_gpu", 2, 0.4)]  # 4 ops of 1e9 FLOPs
 
 
 def test_a_definition_whose_rows_were_all_removed_binds_nothing(tiny_files, write_spec, tmp_path, monkeypatch):
