@@ -939,6 +939,29 @@ def test_each_cell_runs_its_placer_with_its_own_seed(tiny_files, write_spec, har
     assert [(r["seed"], r["placement"]) for r in records] == [(1, [0, 1, 1, 1]), (2, [1, 0, 0, 0])]
 
 
+def test_the_same_spec_gives_the_same_cells_on_one_or_two_workers(tiny_files, write_spec, harness_plugin, tmp_path):
+    """Each cell's search depends only on its own seed: one worker running every cell in turn, or two sharing
+    them, store the same records (placements, statuses, times, learning curves), but for when and how long."""
+    spec = write_spec("jobs", workloads=[str(tiny_files["diamond"]), str(tiny_files["chain"])],
+                      clusters=[str(tiny_files["cluster"])], seeds=[0, 1, 2], plugins=[harness_plugin],
+                      placers=["local_search", {"name": "harness_search", "params": {"evaluations": 3}}],
+                      budget={"max_evaluations": 12})
+    timed = {"run_id", "finished_at", "cell_wall_time_s", "search_wall_time_s"}
+
+    def cells(jobs):
+        runner.run(str(spec), tmp_path / f"jobs{jobs}", jobs=jobs)
+        out = {}
+        for r in Store(tmp_path / f"jobs{jobs}").records():
+            r = {k: v for k, v in r.items() if k not in timed}
+            r["curve"] = [{k: v for k, v in p.items() if k != "wall_time_s"} for p in r["curve"]]
+            out[r["cell_id"]] = r
+        return out
+
+    one, two = cells(1), cells(2)
+    assert len(one) == 12 and one == two
+    assert len({json.dumps(r["placement"]) for r in one.values() if r["placer_name"] == "harness_search"}) > 1  # seeds differ
+
+
 def test_a_placement_file_is_measured_under_the_methodology_given(tiny_files, tmp_path):
     (tmp_path / "p.json").write_text("[0, 0, 0, 0]")
     rec = runner.measure_placement(str(tiny_files["diamond"]), str(tiny_files["cluster"]), tmp_path / "p.json",
