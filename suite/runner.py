@@ -26,12 +26,16 @@ profiles>`, so they are never mixed or compared with the analytic simulator's.
 Each cell runs in a worker process (start method "spawn": torch and fork do not mix) with a timeout. A
 placer that raises gives a row with status `error` and the exception; one that hangs past the cell timeout
 is killed and gives `timeout`; a worker that dies gives `error` naming its signal or exit code; an invalid final
-placement gives `invalid`; a placer that raises `NotApplicable` gives `skipped`. The final placement is
+placement gives `invalid`; a placer that raises `NotApplicable` gives `skipped`. A workload that no placement
+can put on a cluster (an op, or a colocation group, allowing none of the cluster's device kinds) is refused
+when the run is planned, before any cell runs: it is the spec's error, not a result of any placer, and rows
+would store it once per placer and seed as if each had been tried. The final placement is
 always re-measured by a fresh evaluator (outside the search budget), and a simulated one again by the
 runner itself (`check_in_runner`); the search's own numbers are never reported as the result. What a
 placer prints goes to stderr; killing a worker kills its process group, and on Linux a worker dies with
 the runner. Finished cells are stored at once; rerunning a spec skips stored cells, except those whose
-placer's source has changed since (`suite.placer_code`).
+placer's source has changed since (`suite.placer_code`) or that were computed with other CPU math kernels
+(`suite.numerics`; see `run`).
 """
 
 from __future__ import annotations
