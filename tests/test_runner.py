@@ -180,6 +180,20 @@ def test_one_setup_per_store(tiny_files, write_spec, tmp_path):
         report.Results.from_rows(rows + [{**rows[0], "budget_evaluations": 6}])
 
 
+def test_one_setup_per_store_across_workloads(tiny_files, write_spec, tmp_path):
+    """A run of another workload than the stored rows' must still share their budget: tables put every
+    workload of a store in one table, as one experiment."""
+    spec = {"clusters": [str(tiny_files["cluster"])], "placers": ["single_cpu"]}
+    store = tmp_path / "store"
+    runner.run(runner.load_spec(str(write_spec("a", **spec, workloads=[str(tiny_files["diamond"])],
+                                               budget={"max_evaluations": 5}))), store)
+    chain = {**spec, "workloads": [str(tiny_files["chain"])]}
+    with pytest.raises(SpecError, match=r"its rows were made with methodology placebench-methodology-v1, "
+                                        r"budget_evaluations 5, .*; this run has .*budget_evaluations 6, .*use another --out"):
+        runner.run(runner.load_spec(str(write_spec("b", **chain, budget={"max_evaluations": 6}))), store)
+    assert runner.run(runner.load_spec(str(write_spec("c", **chain, budget={"max_evaluations": 5}))), store).ran == 1
+
+
 def test_profiles_in_a_spec_give_their_workload_measured_op_times(tiny_files, write_spec, tmp_path):
     """single_cpu runs the diamond's ops one after another, so b measured at 0.5 s (its estimate: 1 s) makes
     the step 0.5 s shorter; the chain, which no profile is for, is unchanged. The profiled cells name the
