@@ -140,6 +140,18 @@ def test_plan_is_the_cross_product_with_stable_keys(tiny_files, write_spec):
     assert not {c.cell_id for c in slower.cells} & {c.cell_id for c in plan.cells}
 
 
+def test_one_graph_listed_under_two_references_is_one_set_of_cells(tiny_files, write_spec, tmp_path):
+    """A zoo name and its graph file, or two copies of one file, are the same workload: its cells are planned
+    and run once, not once per reference (twice the work, and two writes of each cell file)."""
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(tiny_files["diamond"].read_bytes())
+    spec = runner.load_spec(str(write_spec(workloads=[str(tiny_files["diamond"]), str(copy)],
+                                           clusters=[str(tiny_files["cluster"])], placers=["single_cpu"], seeds=[0, 1])))
+    assert [(c.key["workload"], c.seed) for c in runner.make_plan(spec).cells] == [("diamond", 0), ("diamond", 1)]
+    result = runner.run(spec, tmp_path / "store")
+    assert (result.ran, len(result.rows), Store(tmp_path / "store").manifest()["runs"][-1]["cells_run"]) == (2, 2, 2)
+
+
 def test_unknown_names_are_reported_before_running(tiny_files, write_spec):
     good = {"workloads": [str(tiny_files["diamond"])], "clusters": ["xeon_h100"], "placers": ["single_cpu"]}
     with pytest.raises(UnknownNameError, match="unknown placer 'nope'"):
