@@ -409,6 +409,16 @@ def test_an_output_nothing_produces_is_an_error():
         import_onnx(proto)
 
 
+def _training_export(model: nn.Module, x: torch.Tensor, opset: int) -> onnx.ModelProto:
+    """`model(x)` exported as torch exports a training step's model (TrainingMode.TRAINING)."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buf, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                          opset_version=opset)
+    return onnx.load_from_string(buf.getvalue())
+
+
 def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "hand", inputs, outputs, initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -649,12 +659,7 @@ def test_dropout_with_its_mask_as_an_output_costs_as_in_the_fx_capture(opset):
     output is as omitted, the mask kept as saved bytes."""
     model = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), nn.Linear(6, 2)).train()
     x = torch.randn(3, 4)
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), buf, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                          opset_version=opset)
-    proto = onnx.load_from_string(buf.getvalue())
+    proto = _training_export(model, x, opset)
     (node,) = [n for n in proto.graph.node if n.op_type == "Dropout"]
     assert len(node.output) == 2  # the mask
     (drop,) = [op for op in import_onnx(proto, mode="training").ops if op.kind == "dropout"]
@@ -1498,12 +1503,7 @@ def test_training_batch_norm_running_statistics_are_no_activations(opset, mode):
     backward ops that read the output. Where a graph output is one, it stays."""
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)).train()
     x = torch.randn(2, 3, 4, 4)
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), buf, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                          opset_version=opset)
-    proto = onnx.load_from_string(buf.getvalue())
+    proto = _training_export(model, x, opset)
     (node,) = [n for n in proto.graph.node if n.op_type == "BatchNormalization"]
     assert len(node.output) == (5 if opset < 14 else 3)
     g = import_onnx(proto, mode=mode)
