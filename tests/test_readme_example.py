@@ -73,3 +73,28 @@ def test_the_readme_quotes_the_stored_simulator_benchmark():
     a, b = ms("test_public_simulate_10k_ops_8_devices", "min", 2), ms("test_public_simulate_batch_of_64_10k_ops_8_devices",
                                                                      "min", 0)
     assert f"`suite.simulate` takes {' / '.join(a)} ms and `suite.simulate_batch` {' / '.join(b)} ms for 64" in text
+
+
+def test_the_readme_quotes_the_fidelity_summary_of_the_cpu_machine():
+    """The opening's single-device figures: PyTorch rows of `results/fidelity/summary.md`, less those of the
+    CPU + GPU report (another machine); 25 timed by CPU clock, 2 more by wall clock."""
+    summary = (README.parent / "results" / "fidelity" / "summary.md").read_text().split("## All placements")[0]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in summary.splitlines() if line.endswith("% |")]
+    gpu_reports = {r[0] for r in rows if r[3].startswith("gpu")}
+    rows = [r for r in rows if r[1] == "torch" and r[0] not in gpu_reports]
+
+    def figures(rs):
+        errors = sorted(abs(float(r[6].rstrip("%"))) for r in rs)
+        n = len(errors)
+        median = (errors[(n - 1) // 2] + errors[n // 2]) / 2
+        return n, f"{median:.1f}%", sum(e <= 3 for e in errors), sum(e <= 10 for e in errors)
+
+    cpu = [r for r in rows if r[2] == "cpu"]
+    n, median, within3, within10 = figures(cpu)
+    n_all, median_all, within3_all, within10_all = figures(rows)
+    text = " ".join(README.read_text().split("## Commands", 1)[0].split())
+    assert (f"off by {median} in the median over the {n} rows timed by CPU clock on this project's CPU machine "
+            f"({within3} within 3%, {within10} within 10%; with its {n_all - n} wall-clock rows, {median_all}, "
+            f"{within3_all} and {within10_all} of {n_all};") in text
+    worst = max((r for r in rows), key=lambda r: abs(float(r[6].rstrip("%"))))
+    assert f"the worst {worst[6]}:" in text
