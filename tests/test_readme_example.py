@@ -98,3 +98,15 @@ def test_the_readme_quotes_the_fidelity_summary_of_the_cpu_machine():
             f"{within3_all} and {within10_all} of {n_all};") in text
     worst = max((r for r in rows), key=lambda r: abs(float(r[6].rstrip("%"))))
     assert f"the worst {worst[6]}:" in text
+
+
+def test_the_readme_quotes_the_cpu_gpu_fidelity_report():
+    """"The simulator" quotes the one CPU + GPU report's row of `results/fidelity/summary.md` and its single-GPU row."""
+    summary = (README.parent / "results" / "fidelity" / "summary.md").read_text()
+    lines = [[c.strip() for c in line.split("|")[1:-1]] for line in summary.splitlines() if line.startswith("| ")]
+    workload = "resnet50-b32+batch_size=8+mode=inference"
+    (placements,) = [r for r in lines if r[0] == workload and r[1] == "local_1cpu_1gpu"]
+    (gpu,) = [r for r in lines if r[0] == workload and r[3] == "gpu:0"]
+    text = " ".join(README.read_text().split("## The simulator", 1)[1].split())
+    assert (f"{placements[4].split('/')[0]} placements, median error {placements[5]}, Spearman {placements[6]}; "
+            f"the single-GPU step predicted {gpu[4]} ms, measured {gpu[5]} ms)") in text
