@@ -711,6 +711,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     runs = _manifest_runs(args.store)
     warnings = [w for w in (_warn_if_incomplete(args.store, runs, rows), _warn_if_table_lags(args.store, len(rows)),
                             _warn_if_mixed_code(runs, rows)) if w]
+    old_chart = Path(args.out) / "leaderboard.png"
+    if args.no_chart and old_chart.exists():  # left as it is (never deleted), but it is not of these rows
+        _say(f"placebench: warning: {old_chart} is from an earlier leaderboard, not of these rows (--no-chart): "
+             f"remove it, or drop --no-chart to replace it")
     written = [str(p) for p in report.write_leaderboard(
         rows, args.out, args.reference, source=str(args.store), runs=runs,
         note="\n\n".join(f"**Warning: {w}.**" for w in warnings), chart=not args.no_chart)]

@@ -372,6 +372,10 @@ def test_run_table_leaderboard(capsys, tiny_files, write_spec, tmp_path):
     code, out, _ = _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "results"))
     assert code == 0 and "(spec " in (tmp_path / "results" / "leaderboard.md").read_text()  # names its run
     assert (tmp_path / "results" / "leaderboard.png").exists() and (tmp_path / "results" / "leaderboard.csv").exists()
+    chart = (tmp_path / "results" / "leaderboard.png").read_bytes()
+    code, out, err = _run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "results"), "--no-chart")
+    assert code == 0 and "leaderboard.png" not in out and (tmp_path / "results" / "leaderboard.png").read_bytes() == chart
+    assert f"{tmp_path / 'results' / 'leaderboard.png'} is from an earlier leaderboard, not of these rows" in err
     _assert_usage_error(*_run(capsys, "leaderboard", str(store), "--out", str(tmp_path / "t.csv")),
                         f"--out: cannot write {tmp_path / 't.csv'}: {tmp_path / 't.csv'} is a file, not a directory")
 
