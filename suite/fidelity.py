@@ -25,7 +25,8 @@ placement; ONNX Runtime runs sequentially), and the report's `info` both the set
 what ran (`execution`), which the report and the summary show.
 
 Reports: `<out>/<workload>__<cluster>__<backend>.md` (table; in the file name, a character of the names other
-than a letter, a digit or `._+=-` is `_`), `.png` (predicted vs measured, log-log, with
+than a letter, a digit or `._+=-` is `_`; its `copied MiB/step`, the backend's copies between devices, is
+the forward pass's only in a PyTorch training step, which the table then says), `.png` (predicted vs measured, log-log, with
 the y = x line and a +-15 % band) and `.json` (every number); `write_summary(out)` gathers every JSON of a
 directory into `summary.md` with the single-device predictions.
 """
@@ -412,6 +413,7 @@ def run_fidelity(
         "seed": seed,
         "rounds": rounds,
         "clock": clock,
+        "mode": graph.metadata.get("mode"),  # training: the PyTorch backend counts the forward's copies only
         "concurrent": concurrent if backend == "torch" else False,  # the setting; what ran: "execution"
         "execution": execution(rows),
         "simulator_engine": sim.engine,
@@ -472,6 +474,7 @@ def _pct(x: float | None) -> str:
 
 def markdown(result: FidelityResult) -> str:
     s = result.stats()
+    forward_only = _copies_forward_only(result)
     lines = [
         f"# Simulator fidelity: {result.workload} on {result.cluster} ({result.backend})",
         "",
@@ -482,7 +485,7 @@ def markdown(result: FidelityResult) -> str:
         f"{result.info.get('measured_at')} (load average {result.info.get('load_average', '?')}).",
         "",
         f"| placement | predicted ms | measured ms ({_statistic(result)}) | IQR ms | rel. error | uncalibrated: predicted ms, "
-        "rel. error | copied MiB/step | status |",
+        f"rel. error | copied MiB/step{' (forward only)' if forward_only else ''} | status |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in result.rows:
@@ -500,12 +503,22 @@ def markdown(result: FidelityResult) -> str:
         f"{s['within_15pct']} of {s['measured_ok']} placements within 15%.",
         "",
     ]
+    if forward_only:
+        lines += ["Copied MiB/step counts the forward pass's copies between devices only: in the training step "
+                  "autograd copies the gradients back across the same boundaries (about as many bytes again) "
+                  "uncounted, where the simulator charges both directions.", ""]
     for p in result.profiles:
         c = p.get("calibration", {})
         lines.append(f"Profile for {p['applies_to']} ({p.get('device')}, {p.get('threads')} thread(s)): raw op sum "
                      f"{_ms(c.get('raw_sum_s'))} ms, measured step {_ms(c.get('measured_step_s'))} ms, calibration "
                      f"{c.get('method')} ({_calib_text(c)}); {_provenance(p)}.")
     return "\n".join(lines) + "\n"
+
+
+def _copies_forward_only(result: FidelityResult) -> bool:
+    """The rows' copied bytes are the forward pass's only: a training step measured by the PyTorch backend
+    (see `suite.backends.torch_exec`)."""
+    return result.backend == "torch" and result.info.get("mode") == "training"
 
 
 def _execution_text(result: FidelityResult) -> str:

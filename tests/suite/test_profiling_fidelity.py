@@ -716,3 +716,37 @@ def test_a_clock_the_study_cannot_use_is_refused_before_profiling(tmp_path, caps
         run_fidelity(None, cluster, dmap, [], clock="cpu")  # before the workload is even looked at
     check_clock("wall", cluster, dmap, concurrent=True)  # what can run passes
     check_clock("cpu", cluster, DeviceMap(dmap.cluster_devices, ("cpu", "cpu")), concurrent="auto")
+
+
+@pytest.mark.parametrize("mode, backend, forward_only", [
+    ("training", "torch", True), ("inference", "torch", False), ("inference", "onnxruntime", False)])
+def test_a_training_report_says_its_copied_bytes_are_the_forward_pass_only(mode, backend, forward_only, monkeypatch):
+    """The PyTorch backend counts only the forward pass's copies of a training step (autograd's gradient copies
+    back are not), where the simulator charges both directions; the column was labelled "copied MiB/step"
+    whatever the step. The study now records the workload's mode, and a training report's column and a note
+    under the table say forward only."""
+    import suite.backends.ort_exec as ort_exec
+    import suite.backends.torch_exec as torch_exec
+    from suite.evaluator import Measurement
+    from suite.fidelity import markdown
+
+    class Fake:  # measures nothing: 10 ms, 3 MiB copied
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def measure(self, placement):
+            return Measurement("ok", 0.01, (0.01,), bytes_transferred=3 * 2**20)
+
+        def measure_native(self, which):
+            return Measurement("ok", 0.01, (0.01,))
+
+    monkeypatch.setattr(torch_exec, "TorchBackend", Fake)
+    monkeypatch.setattr(ort_exec, "OrtBackend", Fake)
+    rw = small_workload("rnnlm-2x2048-b64", mode=mode)
+    local, dmap = local_cluster(1)
+    result = run_fidelity(rw, local, dmap, [], backend=backend, timing=FAST, n_split=0, n_random=0, rounds=1)
+    assert result.info["mode"] == mode
+    text = markdown(result)
+    header = "| copied MiB/step (forward only) | status |" if forward_only else "| copied MiB/step | status |"
+    assert header in text and "| 3.00 | ok |" in text
+    assert ("Copied MiB/step counts the forward pass's copies between devices only" in text) is forward_only
