@@ -750,3 +750,84 @@ def test_a_training_report_says_its_copied_bytes_are_the_forward_pass_only(mode,
     header = "| copied MiB/step (forward only) | status |" if forward_only else "| copied MiB/step | status |"
     assert header in text and "| 3.00 | ok |" in text
     assert ("Copied MiB/step counts the forward pass's copies between devices only" in text) is forward_only
+
+
+def test_statistics_by_hand_over_every_kind_of_row(tmp_path):
+    """Only rows with a prediction and a measurement count (a, b, c, h); a row the simulator or the backend
+    could not run, and a native run with no prediction, are placements but not compared; a baseline that
+    placed nothing is neither. By hand: |errors| 0, 1, 0.25, 0.1 (median 0.175, max 1); uncalibrated |errors|
+    0.1, 0.8, 0.5 (h has none: median 0.5); ranks of predicted 1, 3, 4, 2 and of measured 2, 2, 4, 2:
+    Spearman 3 / sqrt(5 * 3)."""
+    from suite.fidelity import markdown
+
+    rows = [Row("a", "single", 1.0, 1.0, "ok", predicted_raw_s=0.9),
+            Row("b", "split", 2.0, 1.0, "ok", predicted_raw_s=1.8),
+            Row("c", "random", 3.0, 4.0, "ok", predicted_raw_s=2.0),
+            Row("d", "random", 1.0, None, "oom"),
+            Row("e", "split", None, 2.0, "sim-oom"),
+            Row("f", "baseline", None, None, "skipped"),
+            Row("native:ort_gpu", "native", None, 1.0, "ok"),
+            Row("h", "single", 1.1, 1.0, "ok")]
+    result = FidelityResult("w", "h", "c", "torch", {}, rows)
+    s = result.stats()
+    assert s == {"placements": 7, "measured_ok": 4, "median_abs_rel_error": pytest.approx(0.175),
+                 "max_abs_rel_error": 1.0, "spearman": pytest.approx(3 / np.sqrt(15)), "within_15pct": 2,
+                 "median_abs_rel_error_uncalibrated": pytest.approx(0.5)}
+    assert ("Median absolute relative error: 17.5% (uncalibrated profile: 50.0%); Spearman rank correlation: "
+            "0.775; 2 of 4 placements within 15%.") in markdown(result)
+    summary = write_report(result, tmp_path, png=False)["summary"].read_text()
+    assert "| w | c | torch | wall | 4/7 | 17.5% | 0.775 | 2 |" in summary
+
+
+def test_a_placement_that_fails_in_a_round_is_not_measured_again_and_has_no_step_time(monkeypatch):
+    """Interleaved rounds: a placement that fails is not run in the later rounds, and one that fails after an
+    ok round has no step time (its status and message are the failure's), so it stays out of the statistics."""
+    import suite.backends.torch_exec as torch_exec
+    from suite.evaluator import Measurement
+
+    results = {"single:cpu:0": iter([Measurement("oom", None, message="out of memory on cpu:0")]),
+               "single:cpu:1": iter([Measurement("ok", 0.01, (0.01,), bytes_transferred=5),
+                                     Measurement("error", None, message="RuntimeError: boom")])}
+    calls = []
+
+    class Fake:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def measure(self, placement):
+            label = f"single:cpu:{int(placement[0])}"
+            calls.append(label)
+            return next(results[label])
+
+    monkeypatch.setattr(torch_exec, "TorchBackend", Fake)
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    cluster, dmap = local_cluster(2)
+    result = run_fidelity(rw, cluster, dmap, [], timing=FAST, n_split=0, n_random=0, rounds=3)
+    assert calls == ["single:cpu:0", "single:cpu:1", "single:cpu:1"]
+    assert [(r.label, r.status, r.measured_s, r.message) for r in result.rows] == [
+        ("single:cpu:0", "oom", None, "out of memory on cpu:0"), ("single:cpu:1", "error", None, "RuntimeError: boom")]
+    assert result.stats()["measured_ok"] == 0 and result.stats()["placements"] == 2
+
+
+@pytest.mark.parametrize("statistic, step", [("median", 0.01), ("mean", 0.02)])
+def test_a_measured_step_is_the_protocols_statistic_of_every_rounds_samples(statistic, step, monkeypatch):
+    """Samples 0.01 and 0.01, then 0.04 (two rounds): median 0.01, mean 0.02 of all three."""
+    import suite.backends.torch_exec as torch_exec
+    from suite.evaluator import Measurement
+
+    samples = iter([(0.01, 0.01), (0.04,)])
+
+    class Fake:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def measure(self, placement):
+            s = next(samples)
+            return Measurement("ok", float(np.median(s)), s)
+
+    monkeypatch.setattr(torch_exec, "TorchBackend", Fake)
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    local, dmap = local_cluster(1)
+    timing = Timing(warmup_steps=1, measured_steps=2, statistic=statistic)
+    (row,) = run_fidelity(rw, local, dmap, [], timing=timing, n_split=0, n_random=0, rounds=2).rows
+    assert row.measured_s == pytest.approx(step)
