@@ -79,7 +79,10 @@ class Row:
     @property
     def placed(self) -> bool:
         """False for the row of a baseline placer that gave no placement to measure (it does not apply, it
-        failed, or it repeats an earlier placement): such rows are listed, not counted as placements."""
+        failed, or it repeats an earlier placement) and for a native run that has no prediction (ort_gpu; a
+        failed simulation says "sim-..."): such rows are listed, not counted as placements compared."""
+        if self.family == "native":
+            return self.predicted_s is not None or self.status.startswith("sim-")
         return not (self.family == "baseline" and self.predicted_s is None and self.status in ("skipped", "error"))
 
     @property
