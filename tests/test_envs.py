@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 
 import suite.envs  # noqa: F401  (registers the environments)
 from suite import Op, OpGraph, load_cluster
+from suite.costmodel import cost_matrix
 from suite.envs import ITERATIVE_ID, ONE_SHOT_ID, IterativePlacementEnv, OneShotPlacementEnv
 from suite.errors import BudgetExhausted, PlacebenchError
 from suite.evaluator import Evaluator, SimulatorBackend
@@ -302,3 +303,40 @@ def test_render_mode_none_is_accepted(env_id):
     assert env.render_mode is None
     with pytest.raises(PlacebenchError, match="render_mode 'human'"):
         gym.make(env_id, evaluator=evaluator(), render_mode="human")
+
+
+def test_observation_features_by_hand():
+    """Groups data, l0 (+bwd), l1 (+bwd), loss: each column scaled log of the group's sum over its largest,
+    the topological position of its first op over the last op's, its time on each device, its mask."""
+    env = OneShotPlacementEnv(evaluator=evaluator())
+    obs, _ = env.reset(seed=0)
+
+    def scaled(xs):
+        return [math.log1p(x) / math.log1p(max(xs)) for x in xs]
+
+    expected = np.column_stack([
+        scaled([1e6, 150 * GFLOP, 150 * GFLOP, 1e7]),  # flops
+        scaled([10**6, 4 * 10**6, 4 * 10**6, 4]),  # output bytes
+        [0.0, 1.0, 1.0, 0.0],  # parameter bytes: 1e7 in each layer group
+        [math.log(2) / math.log(3), 1.0, 1.0, math.log(2) / math.log(3)],  # op count 1, 2, 2, 1
+        [0 / 5, 1 / 5, 2 / 5, 3 / 5],  # first ops data, l0, l1, loss of ops 0..5
+    ])
+    assert obs[:, :5] == pytest.approx(expected, abs=1e-6)
+    c = np.asarray(cost_matrix(env.problem.workload, env.problem.cluster, ())) * 1e6  # microseconds
+    group_us = np.stack([c[0], c[1] + c[5], c[2] + c[4], c[3]])  # ops: data, l0, l1, loss, l1.bwd, l0.bwd
+    assert obs[:, 5:8] == pytest.approx(np.log1p(group_us) / np.log1p(group_us.max()), abs=1e-6)
+    assert obs[:, 8:].tolist() == [[1, 0, 0], [1, 1, 1], [1, 1, 1], [0, 1, 1]]
+
+
+def test_iterative_info_masks_the_next_group_to_place():
+    """After each step the cursor and `info["action_mask"]` are those of the group the next step places;
+    after the last step, group 0's (the episode is over)."""
+    env = IterativePlacementEnv(evaluator=evaluator(), reward="final", initial=np.array([0, 1, 1, 1]))
+    obs, info = env.reset(seed=0)
+    seen = [(obs["cursor"], info["action_mask"].tolist())]
+    for a in [0, 1, 2, 1]:
+        obs, _, terminated, _, info = env.step(a)
+        seen.append((obs["cursor"], info["action_mask"].tolist()))
+    assert terminated
+    assert seen == [(0, [True, False, False]), (1, [True, True, True]), (2, [True, True, True]),
+                    (3, [False, True, True]), (0, [True, False, False])]
