@@ -82,12 +82,17 @@ class PlacementResult:
 
 
 def _integers_or_as_given(placement: Any) -> Any:
-    """`placement` as an int64 array if its entries are integers, else unchanged (floats, NaN, names, None)."""
+    """`placement` as an int64 array if its entries are integers, else unchanged (floats, NaN, names, None, and
+    bools, which numpy would make devices 0 and 1 of in a list of ints but the harness refuses)."""
     try:
         arr = np.asarray(placement)
     except (TypeError, ValueError):  # a ragged list
         return placement
-    return arr.astype(np.int64) if arr.dtype.kind in "iu" and arr.dtype != np.uint64 else placement
+    if arr.dtype.kind not in "iu" or arr.dtype == np.uint64:
+        return placement
+    if arr.ndim == 1 and not isinstance(placement, np.ndarray) and any(isinstance(v, bool | np.bool_) for v in placement):
+        return placement
+    return arr.astype(np.int64)
 
 
 @runtime_checkable
