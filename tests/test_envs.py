@@ -340,3 +340,18 @@ def test_iterative_info_masks_the_next_group_to_place():
     assert terminated
     assert seen == [(0, [True, False, False]), (1, [True, True, True]), (2, [True, True, True]),
                     (3, [False, True, True]), (0, [True, False, False])]
+
+
+def test_caller_groups_are_numbered_by_their_first_op_whatever_their_labels():
+    """The iterative env places groups in topological order (of their first ops), not in the order of the
+    labels a caller gave: labels 3, 2, 1, 0 for data, l0, l1, loss are groups 0, 1, 2, 3."""
+    env = IterativePlacementEnv(evaluator=evaluator(), reward="final", groups=[3, 2, 1, 0, 1, 2],
+                                initial=np.array([0, 1, 1, 1]))
+    assert env.problem.assignment.tolist() == [0, 1, 2, 3, 2, 1]  # ops: data, l0, l1, loss, l1.bwd, l0.bwd
+    _, info = env.reset(seed=0)
+    assert info["action_mask"].tolist() == [True, False, False]  # data first: CPU only
+    for a in [0, 1, 2]:
+        env.step(a)
+    _, _, terminated, _, info = env.step(2)
+    assert terminated and info["status"] == "ok"
+    assert info["step_time_s"] == pytest.approx(env.evaluator.measure([0, 1, 2, 2, 2, 1]).step_time_s)
