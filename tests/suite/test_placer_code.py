@@ -87,6 +87,16 @@ def test_a_placer_module_includes_its_parent_packages(package):
     assert sorted(module_closure("pkgx.c.d", package["d"])) == ["pkgx", "pkgx.c", "pkgx.c.d"]
 
 
+
+def test_a_relative_import_in_a_packages_init_is_relative_to_that_package(package):
+    """In pkgx/c/__init__.py, `from .d import f` names pkgx.c.d (the package itself), not pkgx.d."""
+    package["c"].write_text("from .d import f\n")
+    package["a"].write_text("import pkgx.c\n")
+    assert sorted(module_closure("pkgx.a", package["a"])) == ["pkgx", "pkgx.a", "pkgx.c", "pkgx.c.d"]
+    before = fingerprint("pkgx.a", package["a"])
+    package["d"].write_text("def f():\n    return 2\n")
+    assert fingerprint("pkgx.a", package["a"]) != before
+
 PLUGIN = """from suite.placer import BasePlacer, register_placer
 
 
