@@ -1349,7 +1349,7 @@ def measure_placement(
     meth = _methodology.load(methodology)
     graph, target = suite.load_workload(workload), suite.load_cluster(cluster)
     placement = load_placement(path, graph, target)
-    profs = _profiles_by_workload(profiles, {workload: graph}, "placebench evaluate")[workload]
+    profs = _profiles_by_workload(profiles, {workload: graph}, "--profile")[workload]
     _check_costs(graph, target, cluster, profs)
     backend = SimulatorBackend(graph, target, profs, engine=simulator_engine)
     m = Evaluator(graph, target, meth.budget, methodology=meth, backend=backend).measure(placement)
@@ -1396,7 +1396,7 @@ def evaluate_one(
             **({"simulator_engine": simulator_engine} if simulator_engine else {}),
             **({"profiles": [str(Path(p).resolve()) for p in profiles]} if profiles else {}),
         },
-        source="placebench evaluate",
+        source="evaluate",
         base=Path.cwd(),
     )
     plan = make_plan(spec)

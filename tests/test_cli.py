@@ -276,8 +276,8 @@ def test_evaluate_with_a_profile_takes_its_op_times(capsys, tiny_files, tmp_path
     other = tmp_path / "other.json"
     other.write_text(prof.read_text().replace('"diamond"', '"chain"'))
     _assert_usage_error(*_run(capsys, *args, "--placement", str(path), "--profile", str(other)),
-                        f"profile {other} was measured on workload 'chain' (no hash), which is not the workload "
-                        "'diamond' (sha256:")
+                        f"placebench: error: --profile: profile {other} was measured on workload 'chain' (no hash), "
+                        "which is not the workload 'diamond' (sha256:")  # the command's name once, the flag named
     # the profile is an input: not written over by the command's outputs (checked before any work)
     before = prof.read_text()
     for flag in ("--save-placement", "--trace"):
