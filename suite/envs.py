@@ -183,8 +183,8 @@ class _PlacementProblem:
     def check_device(self, action: Any) -> int:
         """The device of an iterative action, or `PlacebenchError` if it is not in Discrete(D)."""
         D = self.cluster.num_devices
-        try:
-            d = operator.index(action)
+        try:  # a bool is no device index (True would be device 1), as the one-shot env's check says
+            d = None if isinstance(action, bool | np.bool_) else operator.index(action)
         except TypeError:
             d = None
         if d is None or not 0 <= d < D:

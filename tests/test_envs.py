@@ -154,7 +154,7 @@ def test_iterative_step_before_reset_is_refused():
     assert ev.evaluations_used == 0
 
 
-@pytest.mark.parametrize("action", [3, -1, 1.5, "1"])
+@pytest.mark.parametrize("action", [3, -1, 1.5, "1", True, np.bool_(False)])
 def test_iterative_action_outside_the_action_space_is_refused(action):
     """Discrete(3): device 3 used to go into obs["placement"], outside MultiDiscrete([3, 3, 3, 3])."""
     ev = evaluator()
