@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
+from rl.reward import RewardEvaluator
 from suite import Op, OpGraph, load_cluster
 from suite.cluster import Cluster, Device, Link
 from suite.evaluator import Evaluator, SimulatorBackend
@@ -104,3 +106,18 @@ def train2() -> OpGraph:
 @pytest.fixture
 def k80x2() -> Cluster:
     return load_cluster("haswell_2k80")
+
+
+@pytest.fixture
+def evaluated_rows(monkeypatch) -> list[np.ndarray]:
+    """Every group placement the learned placers evaluate (`RewardEvaluator`: samples, a start placement, a
+    greedy decode), one row each, in order."""
+    rows: list[np.ndarray] = []
+    inner = RewardEvaluator._evaluate
+
+    def spy(self, gd):
+        rows.extend(np.atleast_2d(np.array(gd, copy=True)))
+        return inner(self, gd)
+
+    monkeypatch.setattr(RewardEvaluator, "_evaluate", spy)
+    return rows

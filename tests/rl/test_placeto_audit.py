@@ -172,18 +172,11 @@ def test_default_group_cap_is_four_per_device(k80x2, make_problem):
     assert result.info["groups"] == 4 * k80x2.num_devices
 
 
-def test_episodes_sample_and_score_only_the_devices_a_group_may_use(train2, k80x2, make_problem, monkeypatch):
+def test_episodes_sample_and_score_only_the_devices_a_group_may_use(train2, k80x2, make_problem, evaluated_rows):
     """train2's data group may only use cpu:0 and its loss group only the GPUs: every placement an episode
     evaluates obeys that, and the update's log-probabilities are over the allowed devices (the data group's
     forced choice has log-probability 0, so an advantage at its step alone gives every weight a zero gradient)."""
-    evaluated = []
-    inner = RewardEvaluator.__call__
-
-    def spy(self, gd):
-        evaluated.extend(np.array(gd, copy=True))
-        return inner(self, gd)
-
-    monkeypatch.setattr(RewardEvaluator, "__call__", spy)
+    evaluated = evaluated_rows
     problem, _ = make_problem(train2, k80x2, max_evaluations=100)
     search = _search(problem, seed=2, entropy_coef=0.0, discount=0.0)
     assert search.mask.numpy().tolist() == [[True, False, False], [True, True, True], [True, True, True],

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rl.reward import RewardEvaluator
 from rl.seq2seq import Seq2SeqPlacer
 from suite.errors import PlacebenchError
 from suite.placement import validate
@@ -25,15 +24,8 @@ def test_policy_learns(branchy, k80x2, make_problem):
     assert last < 0.8 * first
 
 
-def test_constraints_budget_and_info(train2, k80x2, make_problem, monkeypatch):
-    sampled = []
-    inner = RewardEvaluator._evaluate  # every evaluation: the samples and the greedy decode
-
-    def spy(self, gd):
-        sampled.extend(np.array(gd, copy=True))
-        return inner(self, gd)
-
-    monkeypatch.setattr(RewardEvaluator, "_evaluate", spy)
+def test_constraints_budget_and_info(train2, k80x2, make_problem, evaluated_rows):
+    sampled = evaluated_rows  # every evaluation: the samples and the greedy decode
     problem, budget = make_problem(train2, k80x2, max_evaluations=37)
     result = Seq2SeqPlacer(batch_size=8).place(problem, budget, seed=1)
     validate(result.placement, train2, k80x2)  # colocation groups whole, data on the CPU, loss on a GPU
