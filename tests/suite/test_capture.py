@@ -66,6 +66,29 @@ def test_conv2d_flops_with_groups():
     assert op.param_bytes == 8 * 2 * 3 * 3 * 4
 
 
+def test_conv2d_flops_with_a_bias_and_a_non_square_kernel():
+    """Inception-V3's factorised 1x7 and 7x1 convolutions: MACs use both kernel sizes, and a bias adds 1 per
+    output element, for the module and for F.conv2d."""
+    conv = nn.Conv2d(3, 4, (1, 7), padding=(0, 3))
+    out_elems = 2 * 4 * 5 * 9
+    expected = 2 * out_elems * 3 * 1 * 7 + out_elems
+    g = capture(conv, (torch.randn(2, 3, 5, 9),), name="conv")
+    (op,) = by_kind(g, "conv2d")
+    assert (op.flops, g.metadata["forward_macs"]) == (expected, out_elems * 3 * 7) == (15480, 7560)
+
+    class Functional(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.randn(4, 3, 7, 1)), nn.Parameter(torch.randn(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.conv2d(x, self.w, self.b, padding=(3, 0))
+
+    g = capture(Functional(), (torch.randn(2, 3, 5, 9),), name="f")
+    (op,) = by_kind(g, "conv2d")
+    assert (op.flops, g.metadata["forward_macs"]) == (15480, 7560)
+
+
 def test_lstm_cell_is_one_op_with_the_formula():
     cell = LSTMCell(3, 5)
     g = capture(cell, (torch.randn(2, 3),), name="cell")
@@ -96,6 +119,23 @@ def test_attention_step_formula_matches_its_own_code():
     opened = capture(OpenAttention(4), (h, memory), name="open")
     assert leaf.num_ops == 3  # two inputs, one attention op
     assert leaf.stats.total_flops == opened.stats.total_flops
+
+
+def test_attention_step_saves_probabilities_its_concatenation_and_its_output():
+    """In training the attention op keeps B S probabilities, [context; h] (2 B H) and tanh's output (B H) for
+    its backward pass, held beside its output (B H)."""
+
+    class Loss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.att = AttentionStep(4)
+
+        def forward(self, h: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+            return self.att(h, memory).sum()
+
+    g = capture(Loss(), (torch.randn(2, 4), torch.randn(2, 6, 4)), name="att", mode="training")
+    (op,) = [op for op in by_kind(g, "attention") if op.phase == "forward"]
+    assert op.output_bytes == 2 * 4 * 4 + (2 * 6 + 3 * 2 * 4) * 4 == 176
 
 
 def test_fused_lstm_is_one_op():
