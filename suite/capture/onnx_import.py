@@ -61,7 +61,8 @@
   torch.randn_like, a constant in the fx capture too) are constants.
 * FLOPs follow the conventions of `suite.capture.flops`: Conv / ConvTranspose / Gemm / MatMul / Einsum and
   the quantized ConvInteger / QLinearConv / MatMulInteger / QLinearMatMul (2 per multiply-add, +1 per output
-  element for a bias), Attention (opset 23) as scaled_dot_product_attention (its two products and softmax;
+  element for a bias), DeformConv (opset 19) as Conv plus the bilinear sampling of its input (N x C x kernel
+  elements x output positions samples, 7 FLOPs each as GridSample, 1 more with a mask), Attention (opset 23) as scaled_dot_product_attention (its two products and softmax;
   past keys count), elementwise ops and data movement (Pad, Tile, Trilu, DepthToSpace, OneHot, as the fx
   capture's pad, tile, tril, pixel_shuffle, one_hot) 1 per output element, pooling output elements x kernel,
   global pooling and reductions 1 per input element, Resize / Upsample / GridSample as F.interpolate and
@@ -629,6 +630,15 @@ def onnx_cost(node: Any, ins: list[TensorInfo | None], outs: list[TensorInfo], t
         macs = outs[0].numel * math.prod(ins[w_at].shape[1:])
         bias = bias_at is not None and len(ins) > bias_at and ins[bias_at] is not None
         return Cost(kind, 2.0 * macs + (outs[0].numel if bias else 0), float(macs))
+    if op == "DeformConv":  # (X, W, offset, B, mask): a convolution of the input sampled at learned offsets
+        x, w, out = ins[0], ins[1], outs[0]
+        macs = out.numel * math.prod(w.shape[1:])
+        # every input channel is sampled at each kernel position of each output position, bilinearly (4
+        # neighbours: 7 FLOPs, as GridSample), and multiplied by the mask where one is given
+        samples = x.shape[0] * x.shape[1] * math.prod(w.shape[2:]) * math.prod(out.shape[2:])
+        bias = len(ins) > 3 and ins[3] is not None
+        mask = len(ins) > 4 and ins[4] is not None
+        return Cost(kind, 2.0 * macs + (out.numel if bias else 0) + (7 + mask) * samples, float(macs))
     if op == "ConvTranspose":
         x, w = ins[0], ins[1]
         macs = x.numel * math.prod(w.shape[1:])

@@ -564,6 +564,25 @@ def test_gemm_trans_a_and_conv_transpose_rules_by_hand():
     assert f["deconv"].output_bytes == 1 * 4 * 5 * 5 * 4 and f["deconv"].param_bytes == 2 * 4 * 9 * 4
 
 
+@pytest.mark.parametrize(("inputs", "flops"), [(["x", "W", "off", "B"], 2466), (["x", "W", "off", "", "mask"], 2592)],
+                         ids=["bias", "mask"])
+def test_deform_conv_costs_its_convolution_and_its_sampling(inputs, flops):
+    """DeformConv (opset 19) had no rule: 1 FLOP per output element (36), though its weights are parameters.
+    X [1, 2, 5, 5], W [4, 2, 3, 3]: output [1, 4, 3, 3], 36 x 2 x 9 = 648 MACs; 1 x 2 x 9 x 9 = 162 input
+    values sampled, 7 FLOPs each (bilinear, as GridSample), 8 with a mask. 2 x 648 + 36 (bias) + 7 x 162 = 2466;
+    2 x 648 + 8 x 162 = 2592."""
+    f32 = TensorProto.FLOAT
+    node = helper.make_node("DeformConv", inputs, ["y"], name="dcn", kernel_shape=[3, 3])
+    shapes = {"x": [1, 2, 5, 5], "off": [1, 18, 3, 3], "mask": [1, 9, 3, 3]}
+    graph = helper.make_graph([node], "dcn", [helper.make_tensor_value_info(n, f32, shapes[n]) for n in inputs
+                                             if n in shapes], [helper.make_tensor_value_info("y", f32, None)],
+                              [_f32((4, 2, 3, 3), "W"), _f32((4,), "B")][:1 + ("B" in inputs)])
+    g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
+    dcn = g.ops[g.index["dcn"]]
+    assert (dcn.kind, dcn.flops, g.metadata["forward_macs"]) == ("deformconv", flops, 648)
+    assert "fallback_cost_kinds" not in g.metadata
+
+
 @pytest.mark.parametrize("layout", ["4d", "3d", "past"])
 def test_attention_op_costs_as_scaled_dot_product_attention(layout):
     """ONNX's Attention (opset 23) had no rule: 1 FLOP per output element (240), not its products and softmax.
