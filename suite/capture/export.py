@@ -85,8 +85,6 @@ from suite.capture.flops import (
     Cost,
     _rnn_cost,
     collect,
-    conv_cost,
-    conv_transpose_cost,
     elementwise,
     embedding_bag_cost,
     function_cost,
@@ -557,11 +555,6 @@ def _cost(name: str, overload: str, args: tuple, kwargs: dict, outs: list[Any], 
         return Cost("dropout", float(n), saved_bytes=n)
     if name in FACTORIES:
         return Cost(name, 0.0)
-    if name in ("convolution", "convolution_overrideable"):  # (input, weight, bias, stride, padding, dilation,
-        weight, bias = args[1], args[2] is not None  # transposed, output_padding, groups)
-        if args[6]:
-            return conv_transpose_cost(ins[0], weight.shape, outs[0], bias, "conv_transpose")
-        return conv_cost(outs[0].shape, weight.shape[1], tuple(weight.shape[2:]), bias, "convolution")
     if name == "tensordot":  # (self, other, dims_self, dims_other)
         macs = outs[0].numel * math.prod(ins[0].shape[i] for i in args[2])
         return Cost("matmul", 2.0 * macs, float(macs))

@@ -464,6 +464,12 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return conv_cost(out[0].shape, weight.shape[1], tuple(weight.shape[2:]), bias, name)
     if name in CONV_TRANSPOSE:
         return conv_transpose_cost(ins[0], ins[1].shape, out[0], len(ins) > 2, name)
+    if name in ("convolution", "convolution_overrideable"):  # torch.convolution / torch._convolution / ATen's:
+        weight = ins[1]  # (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+        bias = _arg(args, kwargs, 2, "bias") is not None
+        if _arg(args, kwargs, 6, "transposed", False):
+            return conv_transpose_cost(ins[0], weight.shape, out[0], bias, "conv_transpose")
+        return conv_cost(out[0].shape, weight.shape[1], tuple(weight.shape[2:]), bias, "convolution")
     if name in CONCAT:
         return Cost("concat", 0.0)
     if name == "embedding":

@@ -467,6 +467,33 @@ def test_an_op_without_a_rule_takes_the_fallback_and_is_named():
     assert by_kind(g, "logaddexp")[0].flops == 12
 
 
+class _Convolution(nn.Module):
+    """torch.convolution called directly (input, weight, bias, stride, padding, dilation, transposed, ...)."""
+
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.transposed = transposed
+        self.w = nn.Parameter(torch.randn(3, 5, 2, 2) if transposed else torch.randn(8, 3, 3, 3))
+        self.b = None if transposed else nn.Parameter(torch.randn(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.convolution(x, self.w, self.b, [1, 1], [0, 0], [1, 1], self.transposed, [0, 0], 1)
+
+
+@pytest.mark.parametrize(("transposed", "kind", "flops", "macs"), [
+    (False, "convolution", 2 * 6912 + 256, 2 * 8 * 4 * 4 * 3 * 9),  # out [2, 8, 4, 4]: 256 x 3 x 9, + bias
+    (True, "conv_transpose", 2 * 4320, 2 * 3 * 6 * 6 * 5 * 4),  # each input element x 5 channels x 4
+], ids=["convolution", "transposed"])
+def test_torch_convolution_called_directly_costs_as_a_convolution_in_both_front_ends(transposed, kind, flops, macs):
+    """capture_module had no rule for torch.convolution: 1 FLOP per output element (256, 490) and no MACs,
+    where capture_export (ATen's convolution) counted the convolution."""
+    x = (torch.randn(2, 3, 6, 6),)
+    for g in (fx_capture.capture(_Convolution(transposed), x, name="c"), capture(_Convolution(transposed), x, name="c")):
+        (op,) = by_kind(g, kind)
+        assert (op.flops, g.metadata["forward_macs"]) == (flops, macs)
+        assert "fallback_cost_kinds" not in g.metadata
+
+
 def test_meta_tensors_capture_without_computing():
     with torch.device("meta"):
         model = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
