@@ -82,11 +82,13 @@ def _close(value: float, reference: float, rel: float) -> bool:
 @pytest.mark.parametrize("name", ["resnet50-b32", "resnet50-b1-infer", "inception_v3-b32", "inception_v3-b1-infer",
                                   "bert_base-12x768-s128-b8", "bert_base-12x768-s128-b1-infer"])
 def test_published_figures(graphs, name):
+    """The figures are published to two or three significant digits (4.09 G, 5.71 G, 110 M): the captured
+    totals lie within 0.5 % of them (BERT-base has 109.5 M parameters with its pooler, 0.47 % under 110 M)."""
     g, ref = graphs[name], zoo.spec(name).reference
-    assert _close(g.metadata["params"], ref["params"], 0.03), (g.metadata["params"], ref)
+    assert _close(g.metadata["params"], ref["params"], 0.005), (g.metadata["params"], ref)
     if "macs_per_example" in ref:
         macs = g.metadata["forward_macs"] / g.metadata["batch_size"]
-        assert _close(macs, ref["macs_per_example"], 0.03), (macs, ref)
+        assert _close(macs, ref["macs_per_example"], 0.005), (macs, ref)
 
 
 def test_resnet50_exact_figures(graphs):
@@ -126,12 +128,18 @@ def test_nmt_exact_figures(graphs, name):
 @pytest.mark.parametrize("cluster", ["haswell_2k80", "haswell_4k80"])
 @pytest.mark.parametrize("name", ["rnnlm-4x6144-b64", "nmt-4x4096-b64"])
 def test_large_variants_oom_on_one_gpu_not_on_cpu(graphs, name, cluster):
+    """Why: a training step of 1.33 G (RNNLM) or 1.50 G (NMT) parameters holds weights and momentum (9.9 and
+    11.2 GiB) and, at its peak, the activations of 40 (RNNLM) or 40 + 40 (NMT) unrolled steps and gradients:
+    about 18.7 and 17.9 GiB, far over a K80's 11441 MiB (the OOM does not hang on a detail of the memory
+    model: the peak is over 1.5 times the GPU's memory) and well under the host's 128 GiB."""
     g, c = graphs[name], load_cluster(cluster)
+    cpu, gpu = c.fastest("cpu"), c.fastest("gpu")
     assert zoo.spec(name).large
-    on_gpu = simulate(g, c, np.full(g.num_ops, c.fastest("gpu")), engine="reference")
-    on_cpu = simulate(g, c, np.full(g.num_ops, c.fastest("cpu")), engine="reference")
-    assert on_gpu.status == "oom" and on_gpu.oom_devices == (c.devices[c.fastest("gpu")].name,)
+    on_gpu = simulate(g, c, np.full(g.num_ops, gpu), engine="reference")
+    on_cpu = simulate(g, c, np.full(g.num_ops, cpu), engine="reference")
+    assert on_gpu.status == "oom" and on_gpu.oom_devices == (c.devices[gpu].name,)
     assert on_cpu.status == "ok"
+    assert 1.5 * c.devices[gpu].memory_bytes < on_cpu.peak_memory_bytes[cpu] < c.devices[cpu].memory_bytes / 4
 
 
 @pytest.mark.parametrize("name", ["rnnlm-2x2048-b64", "nmt-2x1024-b64", "inception_v3-b32", "resnet50-b32"])
