@@ -14,8 +14,10 @@ it, an edge carrying the bytes they read (a data dependence: on another device t
 it follows the ops that read the
 buffer since the write before (or since the start), by edges of 0 bytes (an order only: it reads nothing of
 theirs; no gradient flows along them), and `copy_` follows the write before, which it overwrites unread, the
-same way. Until the first write a buffer is a constant. A value that forward computes from such a buffer
-alone (`self.buf * 2.0`, `self.buf.sum()`, `self.buf.view(1, 4)`, before or after the write) is traced as a
+same way. Until the first write a buffer is a constant: an op that reads it there has no edge for it and
+counts none of its bytes read, and the graph, one step, does not show that this read at the next step
+needs the value the write leaves (a transfer where they are on different devices). A value that forward
+computes from such a buffer alone (`self.buf * 2.0`, `self.buf.sum()`, `self.buf.view(1, 4)`, before or after the write) is traced as a
 node reading the buffer where forward reads it (torch.fx would compute it once, while tracing, and keep the
 result, stale after the write), so the backends compute it at each step, as eager PyTorch does; a branch on
 its values (`if self.buf.sum() > 0:`) is refused by torch.fx. Example
