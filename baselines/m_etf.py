@@ -44,7 +44,9 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
 5. OOM feedback (ours, not Baechi's): the placement is evaluated once; if it is OOM, the room the estimate
    allows on each overflowing device becomes 0.95 x the estimate's peak there x capacity / measured peak
    (so that the estimate's error, measured, is allowed for; if that is no smaller than the room it had, the
-   room shrinks by 0.95 x capacity / measured peak instead) and the schedule is made again, at most
+   room shrinks by 0.95 x capacity / measured peak instead, by 0.95 where the measured peak is not above
+   the capacity or is not known: a real device can run out below the cluster file's figure, and the room
+   must not grow) and the schedule is made again, at most
    `oom_retries` times (default 16; 0 gives the single-shot m-ETF with no evaluations; `info["oom_retries"]`
    counts the schedules made again, at most the parameter). A schedule equal to
    the last one measured is not measured again. The evaluations are counted like any search's; a spent
@@ -395,12 +397,14 @@ class METF(BasePlacer):
                 break
             for name in m.oom_devices:
                 d = cluster.index[name]
-                measured = m.peak_memory_bytes[name]
+                measured = float(m.peak_memory_bytes.get(name, 0))
                 # the room that makes the estimate's peak there as far below capacity as the measured peak was
                 # above it (the estimate's error, with a 5% margin); where the estimate already used less,
-                # shrink by the overshoot
-                room = 0.95 * info["estimated_peak_bytes"][d] / measured
-                scale[d] = room if room < scale[d] else scale[d] * 0.95 * cluster.devices[d].memory_bytes / measured
+                # shrink by the overshoot, and by 5% where none was measured (a real device that ran out below
+                # the cluster's capacity, or with no peak known): the room never grows
+                room = 0.95 * info["estimated_peak_bytes"][d] / measured if measured > 0 else scale[d]
+                overshoot = min(1.0, cluster.devices[d].memory_bytes / measured) if measured > 0 else 1.0
+                scale[d] = room if room < scale[d] else scale[d] * 0.95 * overshoot
             placement, info = m_etf_placement(problem, scale, reserve_groups)
             retries += 1
         measured = m is not None and last is not None and np.array_equal(placement, last)

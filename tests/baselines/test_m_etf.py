@@ -103,6 +103,39 @@ def test_an_oom_placement_is_made_again_with_the_estimates_error_allowed_for(mak
     assert measured == [oom.tolist(), fits.tolist()]
 
 
+@pytest.mark.parametrize("measured", [1.0e9, 0])
+def test_a_device_that_ran_out_below_its_capacity_gets_less_room_not_more(make_problem, make_cluster, monkeypatch,
+                                                                          measured):
+    """A real device can run out below the cluster's capacity (a smaller card than the file says, or one
+    shared by two devices of the map); its measured peak (1.0 GB on a 1.5 GB GPU, or none known: 0) then
+    says nothing of the estimate's error. The schedule (estimated 1.0 GB there) stays the same: the room
+    shrinks by 5% each time (the overshoot's 0.95 x 1.5 / 1.0 grew it past the capacity, and a peak of 0
+    divided by zero)."""
+    import baselines.m_etf as m_etf
+
+    g = fork()
+    problem = make_problem(g, make_cluster(2, gpu_memory_bytes=1_500_000_000))
+    oom = np.array([1, 1, 1, 1])
+    scales = []
+
+    def fake(problem, capacity_scale=None, reserve_groups=False):
+        scales.append(None if capacity_scale is None else capacity_scale.tolist())
+        return oom, {"estimated_step_time_s": 1.0, "memory_overflows": 0, "estimated_peak_bytes": [0.0, 1.0e9, 0.0]}
+
+    def measure(placement):
+        class M:
+            status = "oom"
+            oom_devices = ["gpu:0"]
+            peak_memory_bytes = {"gpu:0": measured}
+        return M()
+
+    monkeypatch.setattr(m_etf, "m_etf_placement", fake)
+    monkeypatch.setattr(problem.evaluator, "evaluate", measure)
+    METF(oom_retries=3).place(problem, Budget(), 0)
+    rooms = [s[1] for s in scales[1:4]]  # then the conservative rule's own schedules
+    assert rooms == pytest.approx([0.95, 0.95**2, 0.95**3])
+
+
 def test_fork_uses_both_gpus_by_earliest_finish(make_problem, make_cluster):
     """a on gpu:0 (ends 0.1); b on gpu:0 (ends 1.1); c on gpu:1 (starts 0.101 after a's output, ends
     1.101); d on gpu:1: b's output arrives 1.101, so d runs 1.101..1.201 (on gpu:0 it would end 1.202)."""
