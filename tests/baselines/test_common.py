@@ -32,6 +32,18 @@ def test_contract_nodes_and_summed_edges():
     assert con.node_sum(np.array([1.0, 2.0, 4.0, 8.0])).tolist() == [3.0, 4.0, 8.0]
 
 
+def test_edges_count_the_bytes_a_later_node_sends_to_an_earlier_one():
+    """A training graph's gradients flow back: b1 (node 1, with f1) sends 20 B to b0 (node 0, with f0). The
+    undirected node edge holds both directions, 10 + 20 B (the partitioners' weight of cutting it)."""
+    ops = [Op("f0", "x", output_bytes=1, group="l0"), Op("f1", "x", output_bytes=1, group="l1"),
+           Op("b1", "x", output_bytes=1, group="l1"), Op("b0", "x", output_bytes=1, group="l0")]
+    g = OpGraph.build("back", ops, [("f0", "f1", 10), ("f1", "b1", 5), ("b1", "b0", 20), ("f0", "b0", 3)])
+    con = _common.contract(g)
+    assert con.node_of_op.tolist() == [0, 1, 1, 0]
+    u, v, nbytes = con.edges
+    assert list(zip(u.tolist(), v.tolist(), nbytes.tolist(), strict=True)) == [(0, 1, 30.0)]
+
+
 def test_csr_is_symmetric_and_sorted():
     con = _common.contract(grouped_graph())
     xadj, adj, w = con.csr(np.array([25, 1, 7]))
