@@ -492,3 +492,16 @@ def test_a_conservative_schedule_that_is_oom_too_is_not_taken(make_problem, make
     assert (r.info["oom_retries"], r.info["reserved_groups_oom_retries"]) == (16, 16)
     r = METF(oom_retries=3).place(make_problem(g, c), Budget(), 0)
     assert (r.info["oom_retries"], r.info["reserved_groups_oom_retries"]) == (3, 3)
+
+
+def test_a_groups_reserved_working_set_is_released_with_its_last_op(make_problem, make_cluster):
+    """Point 6 by hand, two GPUs of 10 MB: group g = a1 (4 MB out) -> a2 (4 MB out, reads a1's 4 MB) holds
+    its largest working set, 8 MB, on gpu:0 until a2 is placed. Then b (1 MB out, reads a2) needs a2's live
+    4 MB + 1 MB there, 5 MB: it fits and stays on gpu:0, next to its input (still holding the 8 MB, it
+    would need 13 MB and be sent to gpu:1)."""
+    ops = [Op("a1", "x", flops=1e9, output_bytes=4 * MB, group="g"), Op("a2", "x", flops=1e9, output_bytes=4 * MB, group="g"),
+           Op("b", "x", flops=1e9, output_bytes=MB)]
+    g = OpGraph.build("release", ops, [("a1", "a2"), ("a2", "b")])
+    placement, info = m_etf_placement(make_problem(g, make_cluster(2, cpu=False, gpu_memory_bytes=10 * MB)),
+                                      reserve_groups=True)
+    assert placement.tolist() == [0, 0, 0] and info["memory_overflows"] == 0
