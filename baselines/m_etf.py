@@ -48,7 +48,8 @@ priority and insertion policy with Baechi's memory rule, plus an OOM check again
    the capacity or is not known: a real device can run out below the cluster file's figure, and the room
    must not grow) and the schedule is made again, at most
    `oom_retries` times (default 16; 0 gives the single-shot m-ETF with no evaluations; `info["oom_retries"]`
-   counts the schedules made again, at most the parameter). A schedule equal to
+   counts the schedules made again, at most the parameter; an OOM that names no device, as a real backend's
+   on an unknown device, ends them: there is no room to shrink). A schedule equal to
    the last one measured is not measured again. The evaluations are counted like any search's; a spent
    budget (evaluations or seconds, also one that runs out during the check) ends the retries with the last schedule.
    Received copies sized as the simulator sends them (point 4; they were sized by the producer's output
@@ -393,8 +394,8 @@ class METF(BasePlacer):
                 except BudgetExhausted:  # the time ran out since the check: keep the schedule, as when exhausted
                     break
                 last = placement
-            if m.status != "oom" or retries >= self.params["oom_retries"]:
-                break
+            if m.status != "oom" or retries >= self.params["oom_retries"] or not m.oom_devices:
+                break  # (an OOM that names no device leaves no room to shrink: the schedule would be the same)
             for name in m.oom_devices:
                 d = cluster.index[name]
                 measured = float(m.peak_memory_bytes.get(name, 0))

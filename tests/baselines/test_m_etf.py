@@ -505,3 +505,26 @@ def test_a_groups_reserved_working_set_is_released_with_its_last_op(make_problem
     placement, info = m_etf_placement(make_problem(g, make_cluster(2, cpu=False, gpu_memory_bytes=10 * MB)),
                                       reserve_groups=True)
     assert placement.tolist() == [0, 0, 0] and info["memory_overflows"] == 0
+
+
+def test_an_oom_that_names_no_device_is_not_retried(make_problem, make_cluster, monkeypatch):
+    """A real backend's out of memory on an unknown device names none: no room can shrink, so the schedule
+    made again would be the same one. Each rule makes its schedule once, measures it, and stops."""
+    import baselines.m_etf as m_etf
+
+    problem = make_problem(fork(), make_cluster(2))
+    made = []
+
+    def fake(problem, capacity_scale=None, reserve_groups=False):
+        made.append(reserve_groups)
+        return np.array([1, 1, 1, 1]), {"estimated_step_time_s": 1.0, "memory_overflows": 0,
+                                         "estimated_peak_bytes": [0.0, 1.0, 0.0]}
+
+    class M:
+        status, oom_devices, peak_memory_bytes = "oom", (), {}
+
+    monkeypatch.setattr(m_etf, "m_etf_placement", fake)
+    monkeypatch.setattr(problem.evaluator, "evaluate", lambda placement: M())
+    r = METF().place(problem, Budget(), 0)
+    assert made == [False, True]
+    assert (r.info["oom_retries"], r.info["reserved_groups_oom_retries"]) == (0, 0)
