@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -206,6 +207,35 @@ def placer_class(name: str) -> Callable[..., Placer]:
     if not hasattr(cls, "name") or cls.name != name:
         cls.name = name
     return cls
+
+
+def placer_defaults(cls: Any) -> dict[str, Any]:
+    """A placer class's parameter defaults: its `defaults` (BasePlacer), else its constructor's keyword defaults."""
+    defaults = getattr(cls, "defaults", None)
+    if isinstance(defaults, dict):
+        return dict(defaults)
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return {}
+    return {k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
+
+
+def canonical_params(cls: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """`params` with a whole number given for a parameter whose default is a float made that float (`k = 1` is
+    `k = 1.0`): the placer gets the type of its default, and a cell's identity (its params) is the same however
+    the number was written. Other values are kept as given."""
+    defaults = placer_defaults(cls)
+    out = dict(params)
+    for key, value in params.items():
+        if isinstance(defaults.get(key), float) and isinstance(value, int) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:
+                continue
+            if number == value:  # exactly: a larger integer than a float holds is left for the placer to refuse
+                out[key] = number
+    return out
 
 
 def make_placer(name: str, **params: Any) -> Placer:

@@ -478,7 +478,7 @@ def _expand_clusters(refs: Sequence[str]) -> list[str]:
 
 
 def _expand_placers(entries: Sequence[PlacerEntry]) -> list[PlacerEntry]:
-    from suite.placer import PluginError, make_placer, placer_class, placer_names
+    from suite.placer import PluginError, canonical_params, make_placer, placer_class, placer_names
 
     available = placer_names()
     out: list[PlacerEntry] = []
@@ -491,13 +491,14 @@ def _expand_placers(entries: Sequence[PlacerEntry]) -> list[PlacerEntry]:
             raise UnknownNameError(f"unknown placer {e.name!r}; available: {', '.join(available)}")
         else:
             out.append(e)
-    for e in out:  # parameters are input: check them now (placers without parameters load lazily)
+    for i, e in enumerate(out):  # parameters are input: check them now (placers without parameters load lazily)
         if e.params:
             try:
-                placer_class(e.name)
+                cls = placer_class(e.name)
             except PluginError:
                 continue  # a broken plugin becomes error rows, not a failed run
             make_placer(e.name, **dict(e.params))
+            out[i] = PlacerEntry(e.name, canonical_params(cls, e.params), e.label)  # `k = 1` is `k = 1.0`: one cell
     labels: dict[str, PlacerEntry] = {}
     for e in out:
         if e.shown in labels and labels[e.shown] != e:
