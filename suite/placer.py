@@ -238,14 +238,38 @@ def canonical_params(cls: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+class ParameterError(PlacebenchError, TypeError):
+    """A parameter a placer does not know, or one it needs left out: the spec's error (a TypeError too, as
+    Python's own for a wrong keyword argument)."""
+
+
+class PlacerFailed(PlacebenchError):
+    """A placer's constructor raised for another reason than its parameters' names (a bug in the placer): the
+    placer's error, not the spec's. The runner makes its cells `error` rows; the cause is `__cause__`."""
+
+
 def make_placer(name: str, **params: Any) -> Placer:
-    """Instantiate a placer by name with keyword parameters."""
+    """Instantiate a placer by name with keyword parameters. Unknown or missing parameters, and a placer's own
+    PlacebenchError (a value it refuses), are the caller's error; anything else its constructor raises is
+    `PlacerFailed`, naming the placer's class and module."""
     cls = placer_class(name)
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # no signature to read: the constructor's own errors will tell
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(**params)
+        except TypeError as exc:
+            raise ParameterError(f"placer {name!r}: bad parameters {params}: {exc}") from None
     try:
         with prints_to_stderr():
             return cls(**params)
-    except TypeError as exc:
-        raise PlacebenchError(f"placer {name!r}: bad parameters {params}: {exc}") from None
+    except PlacebenchError:
+        raise
+    except (Exception, SystemExit) as exc:  # sys.exit() too (an argparse in the constructor): not the end of a run
+        raise PlacerFailed(f"placer {name!r} ({origin(cls)}) raised in its constructor: {type(exc).__name__}: "
+                           f"{exc}") from exc
 
 
 def check_parameter(placer: str, key: str, value: Any, default: Any, bounds: tuple[float, float] | None) -> None:
@@ -285,7 +309,8 @@ class BasePlacer:
     def __init__(self, **params: Any):
         unknown = set(params) - set(self.defaults)
         if unknown:
-            raise TypeError(f"unknown parameter(s) {sorted(unknown)}; known: {sorted(self.defaults)}")
+            raise ParameterError(f"placer {self.name!r}: bad parameters {params}: unknown parameter(s) "
+                                 f"{sorted(unknown)}; known: {sorted(self.defaults)}")
         for key, value in params.items():
             check_parameter(self.name, key, value, self.defaults[key], self.bounds.get(key))
         self.params = {**self.defaults, **params}

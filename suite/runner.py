@@ -478,7 +478,14 @@ def _expand_clusters(refs: Sequence[str]) -> list[str]:
 
 
 def _expand_placers(entries: Sequence[PlacerEntry]) -> list[PlacerEntry]:
-    from suite.placer import PluginError, canonical_params, make_placer, placer_class, placer_names
+    from suite.placer import (
+        PlacerFailed,
+        PluginError,
+        canonical_params,
+        make_placer,
+        placer_class,
+        placer_names,
+    )
 
     available = placer_names()
     out: list[PlacerEntry] = []
@@ -497,7 +504,8 @@ def _expand_placers(entries: Sequence[PlacerEntry]) -> list[PlacerEntry]:
                 cls = placer_class(e.name)
             except PluginError:
                 continue  # a broken plugin becomes error rows, not a failed run
-            make_placer(e.name, **dict(e.params))
+            with contextlib.suppress(PlacerFailed):  # a placer whose constructor fails: error rows, not a spec error
+                make_placer(e.name, **dict(e.params))
             out[i] = PlacerEntry(e.name, canonical_params(cls, e.params), e.label)  # `k = 1` is `k = 1.0`: one cell
     labels: dict[str, PlacerEntry] = {}
     for e in out:
@@ -777,7 +785,7 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
     `on_search_start` is called when the setup (plugins, workload, placer) is done and the placer starts:
     the cell timeout counts from there (search + re-measurement), as the methodology says."""
     from suite.placement import validate
-    from suite.placer import NotApplicable, PlacementResult, Problem, make_placer
+    from suite.placer import NotApplicable, PlacementResult, PlacerFailed, Problem, make_placer
 
     started = time.perf_counter()
 
@@ -795,6 +803,8 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
         _warm_up(graph, cluster, backend, (cell.workload_ref, cell.cluster_ref))
         evaluator = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=backend)
         problem = Problem(graph, cluster, evaluator)
+    except PlacerFailed as exc:  # the placer's bug: its traceback, as for one raised in place()
+        return done("error", str(exc), traceback="".join(traceback.format_exception(exc.__cause__, limit=-8)))
     except PlacebenchError as exc:
         return done("error", str(exc))
     except Exception as exc:
