@@ -83,6 +83,7 @@ class SimulatorBackend:
     """The built-in simulator as a backend (deterministic: one sample per measurement)."""
 
     name = "simulator"
+    deterministic = True  # measured once whatever the methodology's repetitions (a subclass must say so itself)
 
     def __init__(
         self, workload: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = (), engine: str | None = None
@@ -306,14 +307,19 @@ class Evaluator:
         return self.score(self.evaluate(placement))
 
     def measure(self, placement: Any, repetitions: int | None = None) -> Measurement:
-        """Re-measure a final placement outside the budget (the harness's call, not a placer's)."""
+        """Re-measure a final placement outside the budget (the harness's call, not a placer's): `repetitions`
+        measurements (default: the methodology's; one where the backend's class declares `deterministic = True`,
+        as the simulator does: repeating it adds equal samples, which rows would count as measurements)."""
         arr, bad = self._validated(placement)
         if bad is not None:
             return bad
         whole = isinstance(repetitions, numbers.Integral) and not isinstance(repetitions, (bool, np.bool_))
         if repetitions is not None and (not whole or repetitions < 1):
             raise ValueError(f"repetitions must be a positive integer, got {repetitions!r}")
-        reps = self.methodology.repetitions if repetitions is None else int(repetitions)
+        if repetitions is None:  # the methodology's, but a deterministic backend would give N equal samples
+            reps = 1 if vars(type(self.backend)).get("deterministic") is True else self.methodology.repetitions
+        else:
+            reps = int(repetitions)
         ms = [self.backend.measure(arr) for _ in range(reps)]
         if reps == 1:
             return ms[0]
