@@ -215,6 +215,7 @@ def _placer_entries(where: str, value: Any) -> tuple[PlacerEntry, ...]:
                 raise SpecError(f"{where}[{i}].name: expected a placer name, got {short_repr(name)}")
             if not isinstance(params, dict):
                 raise SpecError(f"{where}[{i}].params: expected a table, got {short_repr(params)}")
+            _json_values(f"{where}[{i}].params", params)
             if not isinstance(label, str):
                 raise SpecError(f"{where}[{i}].label: expected a string, got {short_repr(label)}")
             out.append(PlacerEntry(name, params, label))
@@ -223,6 +224,20 @@ def _placer_entries(where: str, value: Any) -> tuple[PlacerEntry, ...]:
         if out[-1] in out[:-1]:
             raise SpecError(f"{where}[{i}]: the same placer entry as placers[{out.index(out[-1])}]")
     return tuple(out)
+
+
+def _json_values(where: str, value: Any) -> None:
+    """Parameters are stored as JSON (a row's params, its cell's identity): a TOML date or time is refused,
+    naming its field, not a TypeError when the cell's key is made."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _json_values(f"{where}.{k}", v)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _json_values(f"{where}[{i}]", v)
+    elif value is not None and not isinstance(value, str | int | float):
+        raise SpecError(f"{where}: {short_repr(value)} is not a parameter value (a string, number, boolean, array "
+                        f"or table); write a date or time as a string")
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -68,6 +68,9 @@ def test_spec_fields_are_read(tmp_path):
         ({"cell_timeout_s": -1}, "cell_timeout_s must be a positive number"),
         ({"placers": [{"name": "x", "parms": {}}]}, r"placers\[0\]: unknown field\(s\) \['parms'\]"),
         ({"placers": [{"name": "x", "params": 3}]}, r"placers\[0\].params: expected a table, got 3"),
+        # stored as JSON: a TOML date or time was a TypeError traceback when the cell's key was made
+        ({"placers": [{"name": "x", "params": {"at": [datetime.time(7, 32)]}}]},
+         r"placers\[0\].params.at\[0\]: datetime.time\(7, 32\) is not a parameter value .* write a date or time as a string$"),
         ({"simulator_engine": "turbo"}, "simulator_engine 'turbo'"),
         ({"budget": {"max_evaluations": 99999999999999999999}}, "above the largest allowed count, 2\\*\\*63 - 1"),
         ({"cell_timeout_s": 10**400}, "cell_timeout_s must be a finite number of seconds, got an integer of about "
