@@ -155,7 +155,8 @@ class Spec:
             "description": self.description,
             "workloads": list(self.workloads),
             "clusters": list(self.clusters),
-            "placers": [{"name": p.name, "params": dict(p.params), "label": p.label} for p in self.placers],
+            "placers": [{"name": p.name, "params": dict(p.params), "label": p.label} if p.params or p.label else p.name
+                        for p in self.placers],  # "@all" is a name only: a table may not name it
             "seeds": list(self.seeds) if self.seeds is not None else None,
             "methodology": self.methodology,
             "evaluator": self.evaluator,

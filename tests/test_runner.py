@@ -116,6 +116,8 @@ def test_malformed_spec_file(tmp_path):
 
 def test_built_in_specs_parse():
     quick, full = runner.load_spec("quick"), runner.load_spec("full")
+    for spec in (quick, full):  # as_dict round-trips (it wrote "@all" as a table, which a spec refuses)
+        assert runner.spec_from_dict(spec.as_dict(), source=spec.source).as_dict() == spec.as_dict()
     assert quick.workloads == ("@zoo",) and len(quick.clusters) == 2 and quick.placers[0].name == "@all"
     assert quick.budget["max_evaluations"] < 1000 and quick.cell_timeout_s <= 120
     assert full.clusters == ("@presets",) and full.seeds == (0, 1, 2) and not full.budget
