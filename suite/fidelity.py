@@ -274,8 +274,11 @@ def check_placers(names: Sequence[str]) -> None:
 def check_clock(clock: str, cluster: Cluster, device_map: Any, *, backend: str = "torch",
                 concurrent: bool | str = "auto") -> None:
     """Refuse, before anything is profiled or measured, CPU time where the study would time CUDA work (a device
-    mapped to CUDA) or concurrent threads (forced on over several devices): the backend refuses such a
-    placement only at its turn, after the others were measured, and the study then writes nothing."""
+    mapped to CUDA), concurrent threads (forced on over several devices) or more than one intra-op thread
+    (torch's count now, which both backends run with): the backend refuses such a placement only at its turn,
+    after the placers searched and other placements were measured, and the study then writes nothing."""
+    import torch
+
     from suite.backends.timing import clock_function
 
     clock_function(clock)  # an unknown clock
@@ -289,6 +292,10 @@ def check_clock(clock: str, cluster: Cluster, device_map: Any, *, backend: str =
     if backend == "torch" and concurrent is True and cluster.num_devices > 1:
         raise PlacebenchError("fidelity: clock 'cpu' cannot time concurrent execution (threads add up their CPU "
                               "time): run it sequentially, or with the wall clock")
+    if torch.get_num_threads() != 1:
+        raise PlacebenchError(f"fidelity: clock 'cpu' needs one intra-op thread, torch uses "
+                              f"{torch.get_num_threads()} (threads add up their CPU time): set one thread "
+                              f"(--threads 1), or use the wall clock")
 
 
 def _placer_placement(name: str, graph: OpGraph, cluster: Cluster, seed: int) -> np.ndarray:

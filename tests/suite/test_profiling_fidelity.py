@@ -715,7 +715,31 @@ def test_a_clock_the_study_cannot_use_is_refused_before_profiling(tmp_path, caps
     with pytest.raises(PlacebenchError, match=r"clock 'cpu' cannot time CUDA work, and cpu:1 is mapped to CUDA"):
         run_fidelity(None, cluster, dmap, [], clock="cpu")  # before the workload is even looked at
     check_clock("wall", cluster, dmap, concurrent=True)  # what can run passes
-    check_clock("cpu", cluster, DeviceMap(dmap.cluster_devices, ("cpu", "cpu")), concurrent="auto")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        check_clock("cpu", cluster, DeviceMap(dmap.cluster_devices, ("cpu", "cpu")), concurrent="auto")
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cpu_time_with_several_intra_op_threads_is_refused_before_the_placers_search(monkeypatch):
+    """CPU time with two intra-op threads was refused by the backend at the first measurement, after the
+    placers had searched (up to a minute each) and the backend was made; it is refused before either."""
+    import suite.backends.torch_exec as torch_exec
+
+    made = []
+    monkeypatch.setattr(torch_exec, "TorchBackend", lambda *a, **k: made.append(a))
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    cluster, dmap = local_cluster(2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(PlacebenchError, match=r"clock 'cpu' needs one intra-op thread, torch uses 2"):
+            run_fidelity(rw, cluster, dmap, [], timing=FAST, clock="cpu", placers=["metis"])
+    finally:
+        torch.set_num_threads(before)
+    assert made == []
 
 
 @pytest.mark.parametrize("mode, backend, forward_only", [
