@@ -34,12 +34,13 @@ Providers are checked, never assumed: a session for a CUDA device must report CU
 records graph assignment, must not have placed floating-point compute nodes on the CPU; otherwise the
 measurement is status "error" with the reason. A silent fallback is an error, not a result.
 
-Peak memory per cluster device, read after the timed steps: on the CPU, the peak resident set of this process
-(as the PyTorch backend's); on a CUDA device the run uses, the memory in use on the whole device
+Peak memory per cluster device, read after the timed steps: on a CPU the placement uses, the peak resident set
+of this process (as the PyTorch backend's); on a CUDA device the run uses, the memory in use on the whole device
 (`torch.cuda.mem_get_info`'s total - free), which holds ONNX Runtime's arena at its peak (an arena does not
 shrink) but also the CUDA contexts of ONNX Runtime and of torch (made by that query where torch had none
 there: some hundreds of MiB), torch's cached blocks and other processes' memory: an upper bound, not the
-allocator peak that the PyTorch backend reports; on a GPU the run leaves unused, 0.
+allocator peak that the PyTorch backend reports; on a device the run leaves unused, 0 (a CPU: not
+the process's resident set; the native runs count every CPU as used).
 
 Out of memory: status "oom" naming the cluster devices on the CUDA device the error names ("GPU=1"), else on
 the torch device of the session or copy that failed (`oom_devices`), with, as their peak memory, what the
@@ -598,7 +599,10 @@ class OrtBackend:
         self.executor = OrtExecutor(self.model, self.device_map, threads=threads)
         self.clock = clock
 
-    def _measured(self, run, devices: Sequence[torch.device], names: Sequence[str], copied: int) -> Measurement:
+    def _measured(self, run, devices: Sequence[torch.device], names: Sequence[str], copied: int,
+                  used_devices: Sequence[int] | None = None) -> Measurement:
+        """`used_devices`: the cluster devices the placement puts anything on (None: every CPU device, and the
+        GPUs mapped to `devices`)."""
         check_cpu_clock(self.clock, devices, False, threads=self.executor.threads, runtime="ONNX Runtime")
         reset_peak_memory(devices)
         samples = time_steps(run, self.timing, devices, self.clock)
@@ -606,7 +610,9 @@ class OrtBackend:
         used = {str(t) for t in devices}
         for d, name in enumerate(names):
             td = self.device_map.torch_device(d)
-            if td.type != "cuda":
+            if used_devices is not None and d not in used_devices:
+                peaks[name] = 0  # a device the placement puts nothing on: not the process's resident set
+            elif td.type != "cuda":
                 peaks[name] = cpu_peak_rss_bytes()
             elif str(td) in used:
                 free, total = torch.cuda.mem_get_info(td)
@@ -646,7 +652,7 @@ class OrtBackend:
             ex.copies_bytes = 0
             ex.run()
             copied = ex.copies_bytes
-            return self._measured(ex.run, ex.devices, names, copied)
+            return self._measured(ex.run, ex.devices, names, copied, ex.used_devices)
         except PlacebenchError as exc:
             if isinstance(exc, BackendUnavailable):
                 return self._failed(exc, ex.at)

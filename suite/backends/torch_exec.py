@@ -707,7 +707,7 @@ class TorchBackend:
     warm-up and measured steps, and returns the step time (the methodology's statistic, median or mean) with
     every sample, the peak memory of each cluster device (CUDA:
     allocator peak of its torch device; CPU: peak resident set of this process; logical devices sharing a
-    torch device report the same number) and the bytes the forward pass copies across device boundaries per
+    torch device report the same number; a device the placement puts nothing on, 0) and the bytes the forward pass copies across device boundaries per
     step (training: the gradients copied back are not counted, see the module docstring).
 
     `last_concurrent`: whether the last `measure` ran its steps on concurrent threads (what `concurrent`
@@ -779,12 +779,12 @@ class TorchBackend:
             free_memory(self.device_map.cuda_devices)
             return Measurement(status="oom", step_time_s=None, oom_devices=oom, peak_memory_bytes=need,
                                message=f"out of memory on {', '.join(oom) or 'an unknown device'}: {first}")
-        used = {str(t) for t in devices}
+        used = set(ex.used_devices)
         peaks = {}
         for d, name in enumerate(names):
-            t = self.device_map.torch_device(d)
-            # a GPU this placement leaves unused reports 0, not what earlier placements left allocated there
-            peaks[name] = peak_memory_bytes(t) if t.type != "cuda" or str(t) in used else 0
+            # a device this placement puts nothing on reports 0: not the process's resident set (a CPU) nor
+            # what earlier placements left allocated (a GPU)
+            peaks[name] = peak_memory_bytes(self.device_map.torch_device(d)) if d in used else 0
         return Measurement(
             status="ok",
             step_time_s=statistic_s(samples, self.timing),

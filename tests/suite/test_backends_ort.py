@@ -260,6 +260,16 @@ def test_a_gpu_the_run_leaves_unused_reports_no_peak_memory(two_outputs, three_c
     assert (m.peak_memory_bytes["cpu:1"], m.peak_memory_bytes["cpu:2"]) == (0, 0)
 
 
+def test_a_cpu_the_placement_puts_nothing_on_reports_no_peak_memory(two_outputs, three_cpus):
+    """Every op on cpu:0 of three logical CPUs: cpu:1 and cpu:2 hold nothing and report 0; they reported the
+    process's peak resident set, as cpu:0 does."""
+    cluster, dmap = three_cpus
+    m = OrtBackend(two_outputs.rw, cluster, dmap, timing=FAST).measure(
+        np.zeros(two_outputs.rw.graph.num_ops, dtype=np.int64))
+    assert m.status == "ok" and m.peak_memory_bytes["cpu:0"] > 0
+    assert (m.peak_memory_bytes["cpu:1"], m.peak_memory_bytes["cpu:2"]) == (0, 0)
+
+
 def test_fidelity_refuses_a_training_workload_before_profiling(tmp_path, capsys):
     """The refusal came only when the backend was built, after the workload had been profiled (minutes at full
     size) and its profile stored."""
