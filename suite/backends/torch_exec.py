@@ -47,8 +47,8 @@ eager PyTorch does (CUDA work is still asynchronous, so CPU and GPU ops overlap)
 thread per device runs its device's nodes in order and waits for the nodes of other devices that it
 reads, as TensorFlow's executor (the real execution of the placement papers) runs ready ops of different
 devices at once; torch releases the GIL inside ops. The default, "auto", is concurrent when the placement
-uses more than one torch device (CPU + GPU, several GPUs) and sequential when all its devices are logical
-devices of one torch device: they share the hardware, and thread hand-offs at every boundary only add
+runs nodes on more than one torch device (CPU + GPU, several GPUs; a device holding only staged inputs runs
+none) and sequential when all its devices are logical devices of one torch device: they share the hardware, and thread hand-offs at every boundary only add
 wake-up latency (milliseconds on a loaded machine). The backward pass is autograd's: concurrent across
 CUDA devices (one engine thread per device); CPU backward functions run in the calling thread.
 
@@ -421,7 +421,9 @@ class TorchExecutor:
         # training step the weights' update runs there
         self._used = sorted({d for d in self.node_dev if d >= 0} | set(self.param_dev.values()))
         self._devices_used = sorted({self.tdevs[d] for d in self._used}, key=str)
-        used = sorted({d for d in self.node_dev if d >= 0}) or [0]
+        # lanes: the devices that run a node; one holding only inputs (placeholders) runs nothing in a step
+        used = sorted({d for d, n in zip(self.node_dev, eg.nodes, strict=True)
+                       if d >= 0 and n.op not in ("placeholder", "output")}) or [0]
         lane_of = [d if d >= 0 else used[0] for d in self.node_dev]
         self._lanes: dict[int, list[tuple[int, Callable[[list[Any], dict], Any], list[int]]]] = {d: [] for d in used}
         self._output: tuple[int, Callable[[list[Any], dict], Any]] | None = None

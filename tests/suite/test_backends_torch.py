@@ -1654,3 +1654,37 @@ def test_a_value_read_on_two_other_devices_is_copied_to_each(three_cpus, shared_
     weights = 4 * 4 * 4 + 4 * 4  # fc.weight and fc.bias, to cpu:1 and to cpu:2
     # x to cpu:1; fc/0's output to cpu:0 (act); act's to cpu:2; fc/1's to cpu:0 (out)
     assert (ex.copies.count, ex.copies.bytes) == (2 * 2 + 4, 2 * weights + 4 * (2 * 4 * 4))
+
+
+class _TwoLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_a_device_holding_only_an_input_gets_no_lane_of_its_own():
+    """The input alone on cpu:1, every op on cpu:0: cpu:1 runs no node, so one lane runs the step, not a
+    worker thread per device with an empty lane for cpu:1 (which made the row say it ran concurrently, and
+    "auto" chose threads where an input alone was on another torch device). The input still stages on cpu:1
+    and is copied to cpu:0 each step."""
+    cluster, dmap = local_cluster(2)
+    torch.manual_seed(0)
+    rw = from_module(_TwoLinear().eval(), (torch.randn(2, 4),), name="two_linear")
+    g = rw.graph
+    ex = TorchExecutor(rw, dmap, concurrent=True)
+    p = np.zeros(g.num_ops, dtype=np.int64)
+    p[[i for i, op in enumerate(g.ops) if op.kind == "input"]] = 1
+    ex.apply(p)
+    assert list(ex._lanes) == [0] and ex.concurrent_now is False and ex.used_devices == [0, 1]
+    ex.copies = ex.copies.__class__()
+    with torch.no_grad():
+        torch.testing.assert_close(ex.step(), rw.eager(), rtol=0, atol=0)
+    assert ex.copies.bytes == 2 * 4 * 4  # x, 2x4 floats, from cpu:1 to cpu:0
+    p[g.index["b"]] = 1  # a node on cpu:1 too: two lanes, threads
+    ex.apply(p)
+    assert list(ex._lanes) == [0, 1] and ex.concurrent_now is True
+    ex.close()
