@@ -9,7 +9,8 @@ No search, no evaluations: the framework decides.
 * ort_gpu: where ONNX Runtime with the CUDA provider and CPU fallback runs each op. With a CUDA device and
   onnxruntime-gpu on this machine the assignment is read from a real session
   (`suite.backends.ort_exec.native_assignment`: an op is on the GPU when at least half of its ONNX nodes
-  are, a tie going to the GPU;
+  that compute floating-point tensors are, a tie going to the GPU; the shape computations ONNX Runtime keeps
+  on the CPU do not count;
   `info["assignment"] = "measured"`). Without them it is ONNX Runtime's documented rule for these models
   (`info["assignment"] = "static"`): every compute op on the fastest GPU, since the CUDA provider has
   kernels for every op type the zoo models export to, and the model inputs in host memory (ONNX Runtime is

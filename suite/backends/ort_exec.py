@@ -436,6 +436,16 @@ def make_session(model_bytes: bytes, torch_device: str, *, threads: int = 0, fal
     return sess
 
 
+_NOT_COMPUTE = ("Shape", "Size", "Constant", "ConstantOfShape", "MemcpyToHost", "MemcpyFromHost")
+
+
+def computes_floats(om: OrtModel, j: int) -> bool:
+    """ONNX node j computes a floating-point tensor: not a shape computation (Shape, Gather or Mul of sizes,
+    Constant), which ONNX Runtime keeps on the CPU next to CUDA compute as its normal practice."""
+    nd = om.model.graph.node[j]
+    return nd.op_type not in _NOT_COMPUTE and any(om.float_tensor(o) for o in nd.output)
+
+
 def cpu_assigned_compute_nodes(sess: Any, om: OrtModel | None = None) -> list[str]:
     """Names of nodes ONNX Runtime assigned to the CPU provider that compute floating-point tensors
     (shape computations on the CPU are ONNX Runtime's normal practice, not a fallback)."""
@@ -448,11 +458,11 @@ def cpu_assigned_compute_nodes(sess: Any, om: OrtModel | None = None) -> list[st
         if sub.ep_name != CPU_EP:
             continue
         for nd in sub.get_nodes():
-            if nd.op_type in ("Shape", "Size", "Constant", "ConstantOfShape", "MemcpyToHost", "MemcpyFromHost"):
+            if nd.op_type in _NOT_COMPUTE:
                 continue
             if om is not None:
                 j = _node_by_name(om).get(nd.name)
-                if j is not None and not any(om.float_tensor(o) for o in om.model.graph.node[j].output):
+                if j is not None and not computes_floats(om, j):
                     continue
             out.append(nd.name)
     return out
@@ -725,8 +735,10 @@ def oom_devices(exc: BaseException, at: str | None, device_map: DeviceMap) -> tu
 
 def native_assignment(om: OrtModel, gpu: str = "cuda:0") -> dict[int, str]:
     """Where ONNX Runtime with the CUDA provider and CPU fallback puts each op: op index -> "gpu" or "cpu"
-    (an op is on the GPU when at least half of its ONNX nodes are: a tie goes to the GPU, the provider asked
-    for first; every node counts, a Constant or a shape computation that ONNX Runtime keeps on the CPU too)."""
+    (an op is on the GPU when at least half of its ONNX nodes that compute floating-point tensors are, a tie
+    going to the GPU, the provider asked for first; the shape computations that ONNX Runtime keeps on the CPU
+    next to CUDA compute do not count, as `computes_floats` says: the 16 of an LSTM cell's chunk sizes made
+    its 16 compute nodes a tie. An op with no such node goes by all of its nodes)."""
     sess = make_session(om.model.SerializeToString(), gpu, record=True)
     if not hasattr(sess, "get_provider_graph_assignment_info"):
         import onnxruntime as ort
@@ -735,11 +747,13 @@ def native_assignment(om: OrtModel, gpu: str = "cuda:0") -> dict[int, str]:
                                  "(InferenceSession.get_provider_graph_assignment_info): upgrade onnxruntime-gpu")
     info = sess.get_provider_graph_assignment_info()
     by_name = _node_by_name(om)
-    votes: dict[int, list[int]] = {}
+    votes: dict[int, list[int]] = {}  # the nodes computing floating-point tensors
+    others: dict[int, list[int]] = {}  # shape computations: an op's votes only where it has no compute node
     for sub in info:
         on_gpu = int(sub.ep_name == CUDA_EP)
         for nd in sub.get_nodes():
             j = by_name.get(nd.name)
             if j is not None and om.node_op[j] >= 0:
-                votes.setdefault(om.node_op[j], []).append(on_gpu)
-    return {op: ("gpu" if 2 * sum(v) >= len(v) else "cpu") for op, v in votes.items()}
+                (votes if computes_floats(om, j) else others).setdefault(om.node_op[j], []).append(on_gpu)
+    return {op: ("gpu" if 2 * sum(v) >= len(v) else "cpu")
+            for op, v in ((op, votes.get(op) or others[op]) for op in sorted({*votes, *others}))}

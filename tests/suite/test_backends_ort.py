@@ -654,8 +654,7 @@ def test_a_device_holding_only_an_input_is_a_device_the_step_uses(two_outputs, t
 
 def test_native_assignment_puts_an_op_on_the_gpu_when_at_least_half_of_its_nodes_are(two_outputs, monkeypatch):
     """ort_gpu's measured rule, read from a (fake) session's assignment record: the op `mul` (a Constant on the
-    CPU, its Mul on CUDA) is a tie and goes to the GPU, the provider asked for first; `relu`, all on the
-    CPU, falls back."""
+    CPU, its Mul on CUDA) goes to the GPU, its Constant not voting; `relu`, all on the CPU, falls back."""
     import types
 
     import suite.backends.ort_exec as ort_exec
@@ -670,6 +669,31 @@ def test_native_assignment_puts_an_op_on_the_gpu_when_at_least_half_of_its_nodes
     g = two_outputs.rw.graph
     got = {g.ops[op].name: where for op, where in ort_exec.native_assignment(two_outputs).items()}
     assert got == {"a": "gpu", "relu": "cpu", "mul": "gpu", "b": "gpu", "add": "gpu", "c": "gpu"}
+
+
+def test_native_assignment_leaves_the_shape_computations_on_the_cpu_out_of_the_vote(monkeypatch):
+    """An op whose Reshape runs on CUDA and whose Shape and Gather (of sizes, int64) ONNX Runtime keeps on the
+    CPU ran on the GPU, but was counted on the CPU, 2 nodes to 1 (an LSTM cell's 16 chunk-size nodes tied its
+    16 compute nodes). Only nodes computing floating-point tensors vote; an op with none (an int64 ArgMax on
+    the CPU, a tie of a Gather of sizes on each provider) goes by all its nodes. Fake model and record."""
+    import types
+
+    import suite.backends.ort_exec as ort_exec
+
+    N = types.SimpleNamespace
+    nodes = [N(name="/pb_op_1/Shape", op_type="Shape", output=["s"]),
+             N(name="/pb_op_1/Gather", op_type="Gather", output=["g"]),
+             N(name="/pb_op_1/Reshape", op_type="Reshape", output=["r"]),
+             N(name="/pb_op_2/Relu", op_type="Relu", output=["y"]),
+             N(name="/pb_op_3/ArgMax", op_type="ArgMax", output=["i"]),
+             N(name="/pb_op_4/Gather", op_type="Gather", output=["g4"]),
+             N(name="/pb_op_4/Gather_1", op_type="Gather", output=["g5"])]
+    om = N(model=N(graph=N(node=nodes), SerializeToString=lambda: b""), node_op=[1, 1, 1, 2, 3, 4, 4], float_tensor=lambda o: o in ("r", "y"))
+    cpu = {"/pb_op_1/Shape", "/pb_op_1/Gather", "/pb_op_3/ArgMax", "/pb_op_4/Gather"}
+    subs = [N(ep_name=ep, get_nodes=lambda ep=ep: [nd for nd in nodes if (nd.name in cpu) == (ep == "CPUExecutionProvider")])
+            for ep in ("CUDAExecutionProvider", "CPUExecutionProvider")]
+    monkeypatch.setattr(ort_exec, "make_session", lambda *a, **k: N(get_provider_graph_assignment_info=lambda: subs))
+    assert ort_exec.native_assignment(om) == {1: "gpu", 2: "gpu", 3: "cpu", 4: "gpu"}
 
 
 class _ArgMax(nn.Module):
