@@ -24,8 +24,10 @@ the backend ran it on concurrent threads (the PyTorch backend's `concurrent` set
 placement; ONNX Runtime runs sequentially), and the report's `info` both the setting (`concurrent`) and
 what ran (`execution`), which the report and the summary show.
 
-Reports: `<out>/<workload>__<cluster>__<backend>.md` (table; in the file name, a character of the names other
-than a letter, a digit or `._+=-` is `_`; its `copied MiB/step`, the backend's copies between devices, is
+Reports: `<out>/<workload>__<cluster>__<backend>[__cpu][__concurrent].md` (the clock where it is not the wall
+clock, and concurrent execution forced on; a report of that name measured with other rounds, concurrent
+setting, threads or timing is replaced only when forced, `check_replace`; in the file name, a character of
+the names other than a letter, a digit or `._+=-` is `_`; its `copied MiB/step`, the backend's copies between devices, is
 the forward pass's only in a PyTorch training step, which the table then says), `.png` (predicted vs measured, log-log, with
 the y = x line and a +-15 % band) and `.json` (every number); `write_summary(out)` gathers every JSON of a
 directory into `summary.md` with the single-device predictions.
@@ -627,16 +629,17 @@ def plot_png(result: FidelityResult) -> bytes:
     return buf.getvalue()
 
 
-def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: bool = True) -> dict[str, Path]:
+def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: bool = True,
+                 force: bool = False) -> dict[str, Path]:
     """Write the report's `.md`, `.json` (and `.png`) and then `summary.md` to `out`. Every output is made
     before any is written, so a report that cannot be made (a number JSON cannot hold) writes nothing; the
-    files are replaced whole, all of them or none (`suite.store.atomic_write_files`), in UTF-8."""
+    files are replaced whole, all of them or none (`suite.store.atomic_write_files`), in UTF-8. A report of
+    the same file name measured with other settings (`check_replace`) is replaced only with `force`."""
     out = Path(out)
-    clock = result.info.get("clock", "wall")
-    stem = "__".join(_file_part(x) for x in (result.workload, result.cluster, result.backend))
-    stem += "" if clock == "wall" else f"__{clock}"
-    if result.info.get("concurrent") is True:
-        stem += "__concurrent"
+    stem = report_stem(result.workload, result.cluster, result.backend, result.info.get("clock", "wall"),
+                       result.info.get("concurrent"))
+    if not force:
+        check_replace(out / f"{stem}.json", result.info)
     data = result.to_dict()
     bad = None
     for r in data["rows"]:  # a row names the placement
@@ -653,6 +656,39 @@ def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: 
     atomic_write_files({paths[kind]: data for kind, data in contents.items()})
     paths["summary"] = write_summary(out)
     return paths
+
+
+def report_stem(workload: str, cluster: str, backend: str, clock: str, concurrent: Any) -> str:
+    """A report's file name without its suffix: workload, cluster and backend, then the clock where it is not
+    the wall clock and "concurrent" where concurrent execution was forced on. Other settings (rounds,
+    concurrent "auto" or off, threads, timing) are not in the name: see `check_replace`."""
+    stem = "__".join(_file_part(x) for x in (workload, cluster, backend))
+    stem += "" if clock == "wall" else f"__{clock}"
+    return stem + ("__concurrent" if concurrent is True else "")
+
+
+SETTINGS = ("rounds", "concurrent", "threads", "timing")  # a report's measurement settings (its `info`)
+
+
+def check_replace(path: str | Path, info: dict[str, Any]) -> None:
+    """Refuse to replace the report `path` (its JSON) when it was measured with other `SETTINGS` than
+    `info` says, or cannot be read: a study with 1 round, or the concurrent setting off, writes the same file
+    names as one with 3 rounds, or "auto", and would replace it unseen. A report measured with the same
+    settings is replaced (measured again). Nothing at `path`: nothing to check."""
+    path = Path(path)
+    if not path.exists():
+        return
+    hint = "pass --force (write_report's force=True) to replace it, or --out DIR to keep it"
+    try:
+        old = load_json(path, PlacebenchError, "fidelity report").get("info")
+    except (PlacebenchError, AttributeError):
+        raise PlacebenchError(f"{path}: a fidelity report that cannot be read would be replaced: {hint}") from None
+    if not isinstance(old, dict):
+        raise PlacebenchError(f"{path}: a fidelity report without its settings would be replaced: {hint}")
+    differs = [f"{key} {old[key]!r} (this run {info.get(key)!r})" for key in SETTINGS
+               if key in old and old[key] != info.get(key)]
+    if differs:
+        raise PlacebenchError(f"{path} was measured with {', '.join(differs)}: {hint}")
 
 
 def _file_part(name: str) -> str:

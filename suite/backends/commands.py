@@ -210,6 +210,12 @@ def _fidelity(args: argparse.Namespace) -> int:
     cluster, dmap = _cluster_and_map(args)
     concurrent = {"auto": "auto", "on": True, "off": False}[args.concurrent]
     fidelity.check_clock(args.clock, cluster, dmap, backend=args.backend, concurrent=concurrent)  # before profiling
+    if not args.force:  # a report of the same name measured with other settings: before profiling
+        setting = concurrent if args.backend == "torch" else False  # as the report records it
+        stem = fidelity.report_stem(rw.graph.name, cluster.name, args.backend, args.clock, setting)
+        settings = {"rounds": args.rounds, "concurrent": setting, "threads": threads,
+                    "timing": dict(meth.timing.__dict__)}
+        fidelity.check_replace(Path(args.out or fidelity.DEFAULT_DIR) / f"{stem}.json", settings)
     # progress through the CLI's _write: a reader that left (`| head`) does not stop the measurements and report
     log = (lambda *a: None) if args.json else (lambda text: _write(sys.stdout, text + "\n"))
     profs = profiles_for(rw, cluster, dmap, profiles, threads=threads, methodology=meth,
@@ -230,7 +236,7 @@ def _fidelity(args: argparse.Namespace) -> int:
                                    rounds=args.rounds, clock=args.clock,
                                    concurrent=concurrent,
                                    progress=progress)
-    paths = fidelity.write_report(result, args.out or fidelity.DEFAULT_DIR, png=not args.no_png)
+    paths = fidelity.write_report(result, args.out or fidelity.DEFAULT_DIR, png=not args.no_png, force=args.force)
     if args.json:
         print(json.dumps({**result.to_dict(), "paths": {k: str(v) for k, v in paths.items()}}, indent=1))
         return 0
@@ -291,4 +297,7 @@ def add_commands(sub: Any) -> None:
                     help="a registered placer's placement to include (repeatable; default: "
                          f"{', '.join(DEFAULT_PLACERS)}, and ort_gpu with a GPU; 'none': no baseline)")
     fi.add_argument("--no-png", action="store_true")
+    fi.add_argument("--force", action="store_true",
+                    help="replace a report of the same file name measured with other settings (rounds, concurrent, "
+                         "threads, timing)")
     fi.set_defaults(func=cmd_fidelity)

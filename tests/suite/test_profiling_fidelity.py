@@ -855,3 +855,46 @@ def test_a_measured_step_is_the_protocols_statistic_of_every_rounds_samples(stat
     timing = Timing(warmup_steps=1, measured_steps=2, statistic=statistic)
     (row,) = run_fidelity(rw, local, dmap, [], timing=timing, n_split=0, n_random=0, rounds=2).rows
     assert row.measured_s == pytest.approx(step)
+
+
+def _hand_result(rounds: int, concurrent="auto") -> FidelityResult:
+    info = {"rounds": rounds, "concurrent": concurrent, "threads": 1, "clock": "cpu",
+            "timing": {"warmup_steps": 1, "measured_steps": 3, "statistic": "median", "synchronize": True}}
+    return FidelityResult("w", "h", "c", "torch", {"cpu:0": "cpu"},
+                          [Row("single:cpu:0", "single", 0.011, 0.010, "ok")], [], info)
+
+
+def test_a_report_measured_with_other_settings_is_not_replaced_unseen(tmp_path):
+    """Rounds, the concurrent setting "auto" or off, threads and timing are not in a report's file name: a
+    study with 3 rounds replaced the report of one with 1 round (the same names) without a word. It is
+    refused, naming what differs, unless forced; one measured with the same settings is replaced."""
+    write_report(_hand_result(1), tmp_path, png=False)
+    path = tmp_path / "w__c__torch__cpu.json"
+    before = path.read_text()
+    with pytest.raises(PlacebenchError, match=r"w__c__torch__cpu.json was measured with rounds 1 \(this run 3\): "
+                                              r"pass --force"):
+        write_report(_hand_result(3), tmp_path, png=False)
+    with pytest.raises(PlacebenchError, match=r"concurrent 'auto' \(this run False\)"):
+        write_report(_hand_result(1, concurrent=False), tmp_path, png=False)
+    assert path.read_text() == before
+    write_report(_hand_result(1), tmp_path, png=False)  # the same settings: measured again, replaced
+    write_report(_hand_result(3), tmp_path, png=False, force=True)
+    assert json.loads(path.read_text())["info"]["rounds"] == 3
+    path.write_text("{not json")
+    with pytest.raises(PlacebenchError, match=r"cannot be read would be replaced"):
+        write_report(_hand_result(3), tmp_path, png=False)
+
+
+def test_the_cli_refuses_to_replace_a_report_of_other_settings_before_profiling(tmp_path, capsys):
+    from suite.fidelity import report_stem
+
+    name = small_workload("rnnlm-2x2048-b64", mode="inference").graph.name
+    out = tmp_path / "f"
+    out.mkdir()
+    report = out / f"{report_stem(name, 'local_2cpu', 'torch', 'cpu', 'auto')}.json"
+    report.write_text(json.dumps({"format": "placebench.fidelity", "info": {"rounds": 1, "concurrent": "auto"}}))
+    code = main(["fidelity", "rnnlm-2x2048-b64", "--mode", "inference", *_shape_args("rnnlm"), "--clock", "cpu",
+                 "--logical-cpus", "2", "--rounds", "2", "--profiles", str(tmp_path / "p"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{report} was measured with rounds 1 (this run 2): pass --force" in err
+    assert not (tmp_path / "p").exists()  # refused before profiling
