@@ -108,6 +108,8 @@ def test_uncalibrated_training_profile_times_backward_and_update_ops():
 def test_spearman_by_hand():
     assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
     assert spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(1.5 / np.sqrt(3.0))
+    # tied middle values share rank 2.5: ranks 1, 2.5, 2.5, 4 against 1, 2, 3, 4 (ranks 1, 2, 2, 4 give 0.923)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(3 / np.sqrt(10.0))
     assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 1, 1], [1, 2, 3]) is None
 
