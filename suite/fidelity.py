@@ -347,8 +347,10 @@ def run_fidelity(
     """Predict and measure the fidelity set of `rw` on `cluster` (see the module docstring). Unknown placer
     names and bad counts are refused, and every placement predicted, before anything is measured."""
     from suite import methodology as _m
+    from suite.backends.torch_exec import check_concurrent
     from suite.profiling import uncalibrated
 
+    check_concurrent(concurrent)
     for what, value, low in (("rounds", rounds, 1), ("n_split", n_split, 0), ("n_random", n_random, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise PlacebenchError(f"fidelity: {what} = {value!r} must be a whole number >= {low}")

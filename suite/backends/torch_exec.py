@@ -319,11 +319,19 @@ class Copies:
     bytes: int = 0
 
 
+def check_concurrent(concurrent: Any) -> None:
+    """`concurrent` is True, False or "auto" (see the module docstring): any other value ("on", 1) ran
+    sequentially without a word, while a fidelity report named it as the setting."""
+    if not (isinstance(concurrent, bool) or (isinstance(concurrent, str) and concurrent == "auto")):
+        raise PlacebenchError(f"concurrent {concurrent!r}: expected True, False or 'auto'")
+
+
 class TorchExecutor:
     """Runs steps of a `RealWorkload` under one placement at a time (see the module docstring)."""
 
     def __init__(self, rw: RealWorkload, device_map: DeviceMap, *, exec_graph: ExecGraph | None = None,
                  concurrent: bool | str = "auto"):
+        check_concurrent(concurrent)
         if len(device_map) == 0:
             raise PlacebenchError("device map is empty")
         self.rw = rw

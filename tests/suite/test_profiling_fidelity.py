@@ -900,3 +900,21 @@ def test_the_cli_refuses_to_replace_a_report_of_other_settings_before_profiling(
     err = capsys.readouterr().err
     assert code == 2 and f"{report} was measured with rounds 1 (this run 2): pass --force" in err
     assert not (tmp_path / "p").exists()  # refused before profiling
+
+
+@pytest.mark.parametrize("value", ["on", 1, None])
+def test_a_concurrent_setting_that_is_not_true_false_or_auto_is_refused(value, monkeypatch):
+    """concurrent="on" (the CLI's word) or 1 ran every placement sequentially without a word, while the
+    report said "concurrent setting on"; it is refused before the placers search or the backend is made."""
+    import suite.backends.torch_exec as torch_exec
+    from suite.backends.torch_exec import TorchExecutor
+
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    cluster, dmap = local_cluster(2)
+    with pytest.raises(PlacebenchError, match=r"concurrent .*: expected True, False or 'auto'"):
+        TorchExecutor(rw, dmap, concurrent=value)
+    made = []
+    monkeypatch.setattr(torch_exec, "TorchBackend", lambda *a, **k: made.append(a))
+    with pytest.raises(PlacebenchError, match=r"expected True, False or 'auto'"):
+        run_fidelity(rw, cluster, dmap, [], timing=FAST, concurrent=value, placers=["metis"])
+    assert made == []
