@@ -674,7 +674,8 @@ def test_native_assignment_puts_an_op_on_the_gpu_when_at_least_half_of_its_nodes
 def test_native_assignment_leaves_the_shape_computations_on_the_cpu_out_of_the_vote(monkeypatch):
     """An op whose Reshape runs on CUDA and whose Shape and Gather (of sizes, int64) ONNX Runtime keeps on the
     CPU ran on the GPU, but was counted on the CPU, 2 nodes to 1 (an LSTM cell's 16 chunk-size nodes tied its
-    16 compute nodes). Only nodes computing floating-point tensors vote; an op with none (an int64 ArgMax on
+    16 compute nodes); so was a Relu with two float Constants on the CPU. Only nodes computing floating-point
+    tensors, not Constants, vote; an op with none (an int64 ArgMax on
     the CPU, a tie of a Gather of sizes on each provider) goes by all its nodes. Fake model and record."""
     import types
 
@@ -685,11 +686,15 @@ def test_native_assignment_leaves_the_shape_computations_on_the_cpu_out_of_the_v
              N(name="/pb_op_1/Gather", op_type="Gather", output=["g"]),
              N(name="/pb_op_1/Reshape", op_type="Reshape", output=["r"]),
              N(name="/pb_op_2/Relu", op_type="Relu", output=["y"]),
+             N(name="/pb_op_2/Constant", op_type="Constant", output=["c1"]),  # float constants on the CPU
+             N(name="/pb_op_2/Constant_1", op_type="Constant", output=["c2"]),
              N(name="/pb_op_3/ArgMax", op_type="ArgMax", output=["i"]),
              N(name="/pb_op_4/Gather", op_type="Gather", output=["g4"]),
              N(name="/pb_op_4/Gather_1", op_type="Gather", output=["g5"])]
-    om = N(model=N(graph=N(node=nodes), SerializeToString=lambda: b""), node_op=[1, 1, 1, 2, 3, 4, 4], float_tensor=lambda o: o in ("r", "y"))
-    cpu = {"/pb_op_1/Shape", "/pb_op_1/Gather", "/pb_op_3/ArgMax", "/pb_op_4/Gather"}
+    om = N(model=N(graph=N(node=nodes), SerializeToString=lambda: b""), node_op=[1, 1, 1, 2, 2, 2, 3, 4, 4],
+           float_tensor=lambda o: o in ("r", "y", "c1", "c2"))
+    cpu = {"/pb_op_1/Shape", "/pb_op_1/Gather", "/pb_op_2/Constant", "/pb_op_2/Constant_1", "/pb_op_3/ArgMax",
+           "/pb_op_4/Gather"}
     subs = [N(ep_name=ep, get_nodes=lambda ep=ep: [nd for nd in nodes if (nd.name in cpu) == (ep == "CPUExecutionProvider")])
             for ep in ("CUDAExecutionProvider", "CPUExecutionProvider")]
     monkeypatch.setattr(ort_exec, "make_session", lambda *a, **k: N(get_provider_graph_assignment_info=lambda: subs))
