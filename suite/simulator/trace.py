@@ -7,6 +7,9 @@ chrome://tracing open, so a user can see why a placement is slow or runs out of 
 
 * one process per device, with a `compute` track (one slice per op) and one `to DEVICE` track per
   destination that it sends to (one slice per transfer: the channel carries one at a time);
+* an op or transfer that takes 0 s is an instant event (a marker, no slice) on a track of its own,
+  `compute (0 s)` or `to DEVICE (0 s)`: as a slice of no width it would be drawn nested in, or over, the
+  slice that starts or ends at the same time on its track;
 * a `memory` counter per device: resident bytes (parameters, and optimizer state in training) plus live
   tensors (weight gradients among them), after every change; its largest value is the device's peak
   memory, as the simulator reports it, and the device's capacity is in the process's name.
@@ -66,21 +69,28 @@ def chrome_trace(
         events.append({"ph": "M", "name": "process_name", "pid": d, "args": {"name": label}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": d, "args": {"sort_index": d}})
         events.append({"ph": "M", "name": "thread_name", "pid": d, "tid": 0, "args": {"name": "compute"}})
+    ndev = len(names)
+    tracks: dict[tuple[int, int], str] = {}  # (pid, tid) -> name of each track below
+
+    def span(name: str, cat: str, pid: int, tid: int, track: str, start: float, end: float, args: dict) -> None:
+        if end > start:
+            event = {"ph": "X", "ts": start * US, "dur": (end - start) * US}
+        else:  # 0 s: a marker on the track of the same name + " (0 s)", which holds no slices
+            tid, track = tid + 1 + ndev, f"{track} (0 s)"
+            event = {"ph": "i", "s": "t", "ts": start * US}
+        tracks[(pid, tid)] = track
+        events.append({**event, "name": name, "cat": cat, "pid": pid, "tid": tid, "args": args})
+
     for i, op in enumerate(workload.ops):
-        events.append({
-            "ph": "X", "name": op.name, "cat": op.phase, "pid": int(place[i]), "tid": 0,
-            "ts": sched.start_s[i] * US, "dur": (sched.finish_s[i] - sched.start_s[i]) * US,
-            "args": {"kind": op.kind, "flops": op.flops, "bytes_read": op.bytes_read,
-                     "output_bytes": op.output_bytes, "param_bytes": op.param_bytes},
-        })
-    channels = sorted({(src, dst) for _, src, dst, *_ in sched.transfers})
-    for src, dst in channels:
-        events.append({"ph": "M", "name": "thread_name", "pid": src, "tid": 1 + dst, "args": {"name": f"to {names[dst]}"}})
+        span(op.name, op.phase, int(place[i]), 0, "compute", sched.start_s[i], sched.finish_s[i],
+             {"kind": op.kind, "flops": op.flops, "bytes_read": op.bytes_read, "output_bytes": op.output_bytes,
+              "param_bytes": op.param_bytes})
     for p, src, dst, start, end, nbytes in sched.transfers:
-        events.append({
-            "ph": "X", "name": workload.ops[p].name, "cat": "transfer", "pid": src, "tid": 1 + dst,
-            "ts": start * US, "dur": (end - start) * US, "args": {"bytes": nbytes, "to": names[dst]},
-        })
+        span(workload.ops[p].name, "transfer", src, 1 + dst, f"to {names[dst]}", start, end,
+             {"bytes": nbytes, "to": names[dst]})
+    for (pid, tid), track in sorted(tracks.items()):
+        if tid != 0:  # each device's compute track is named above
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track}})
     for d, points in enumerate(memory_series(sched)):
         events.extend({"ph": "C", "name": "memory", "pid": d, "ts": t * US, "args": {"bytes": b}} for t, b in points)
     peak = sched.peak_memory_bytes

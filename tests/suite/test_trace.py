@@ -59,6 +59,23 @@ def test_the_timeline_of_a_chain_across_two_devices(uniform_cluster, tmp_path):
     assert json.loads(path.read_text()) == json.loads(json.dumps(doc))
 
 
+def test_an_op_or_transfer_of_0_s_is_a_marker_on_a_track_of_its_own(uniform_cluster):
+    # z (0 FLOPs, no overhead) runs [0, 0] on d0, then a [0, 2]: as a slice of no width z was drawn inside a.
+    # z's 0-byte output reaches d1 at once (latency 0): that transfer takes 0 s too; a's 1000 bytes take 1 s.
+    g = OpGraph.build("zero", [Op("z", "x"), Op("a", "x", flops=2 * G, output_bytes=1000), Op("b", "x", flops=G)],
+                      [("z", "a"), ("z", "b"), ("a", "b")])
+    ev = chrome_trace(g, uniform_cluster(2), [0, 0, 1])["traceEvents"]
+    marks = [(e["ph"], e["name"], e["cat"], e["pid"], e["tid"], e["ts"]) for e in ev if e["ph"] in ("X", "i")]
+    assert marks == [
+        ("i", "z", "forward", 0, 3, 0.0), ("X", "a", "forward", 0, 0, 0.0), ("X", "b", "forward", 1, 0, 3e6),
+        ("i", "z", "transfer", 0, 5, 0.0), ("X", "a", "transfer", 0, 2, 2e6),
+    ]
+    assert [e["s"] for e in ev if e["ph"] == "i"] == ["t", "t"]  # thread-scoped: drawn on their track
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    assert tracks == {(0, 0): "compute", (1, 0): "compute", (0, 3): "compute (0 s)", (0, 2): "to d1",
+                      (0, 5): "to d1 (0 s)"}
+
+
 def test_an_oom_placement_has_a_timeline_with_its_status(uniform_cluster):
     g = _chain()
     c = uniform_cluster(2, memory_bytes=1200)
@@ -88,12 +105,16 @@ def test_the_timeline_agrees_with_the_fast_engine(problem):
             assert max(b for _, b in points) == fast.peak_memory_bytes[d]
             assert all(t0 < t1 and b0 != b1 for (t0, b0), (t1, b1) in zip(points, points[1:], strict=False))
         # every op once, on its device; transfers carry the engine's bytes per channel, one at a time
-        compute = [e for e in ev if e["ph"] == "X" and e["tid"] == 0]
+        compute = [e for e in ev if e["ph"] in ("X", "i") and e["cat"] != "transfer"]
+        assert all((e["ph"], e["tid"]) == ("X", 0) and e["dur"] > 0 or (e["ph"], e["tid"]) == ("i", 1 + c.num_devices)
+                   for e in compute)
         assert sorted((e["name"], e["pid"]) for e in compute) == sorted((op.name, int(d)) for op, d in zip(g.ops, p, strict=True))
         link = np.zeros((c.num_devices, c.num_devices), dtype=np.int64)
         for e in ev:
             if e.get("cat") == "transfer":
-                link[e["pid"], e["tid"] - 1] += e["args"]["bytes"]
+                dst = int(e["args"]["to"][1:])  # devices d0, d1, ...
+                assert e["tid"] == (1 + dst if e["ph"] == "X" else 2 + c.num_devices + dst)
+                link[e["pid"], dst] += e["args"]["bytes"]
         assert link.tolist() == fast.link_bytes.tolist()
         spans = defaultdict(list)  # in seconds, as the schedule has them (microseconds round)
         for _, src, dst, start, end, _ in sched.transfers:
