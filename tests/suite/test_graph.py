@@ -83,6 +83,8 @@ def test_cycle_is_named():
         ("flops", math.nan, "'a'.flops: nan is not a finite number"),
         ("flops", math.inf, "'a'.flops: inf is not a finite number"),
         ("output_bytes", -5, "'a'.output_bytes: -5 is negative"),
+        ("flops", True, r"'a'.flops: expected a number, got True$"),  # not 1: JSON true is no count
+        ("output_bytes", False, r"'a'.output_bytes: expected a number, got False$"),
         ("param_bytes", 1.5, "not a whole number of bytes"),
         ("bytes_read", "3", "expected a number"),
         ("phase", "sideways", "'a'.phase: 'sideways' is not one of"),
@@ -168,11 +170,19 @@ def test_edge_endpoints_must_be_op_names():
         OpGraph.build("g", ops, [("a", ["a"])])
     with pytest.raises(GraphError, match=r"edges\[0\]: expected \(src, dst\[, bytes\]\), got 5"):
         OpGraph.build("g", ops, [5])
+    with pytest.raises(GraphError, match=r"edges\[0\].src: expected an op name \(a string\), got 0$"):
+        OpGraph.build("g", ops, [(0, "b")])  # an op index is not an op name
+    with pytest.raises(GraphError, match=r"edges\[0\]: expected \(src, dst\[, bytes\]\), got \('a', 'b', 1, 2\)"):
+        OpGraph.build("g", ops, [("a", "b", 1, 2)])  # not read as ('a', 'b', 1) with a value dropped
+    with pytest.raises(GraphError, match=r"edges\[0\].bytes: expected a number, got True$"):
+        OpGraph.build("g", ops, [("a", "b", True)])
 
 
 def test_graph_name_ops_and_metadata_are_checked():
     with pytest.raises(GraphError, match="graph name: expected a non-empty string, got ''"):
         OpGraph.build("", [Op("a", "x")], [])
+    with pytest.raises(GraphError, match=r"ops\[1\].name: expected a non-empty string, got ''$"):
+        OpGraph.build("g", [Op("a", "x"), Op("", "x")], [])
     with pytest.raises(GraphError, match="graph 'g' has no ops"):
         OpGraph.build("g", [], [])
     with pytest.raises(GraphError, match=r"metadata\['x'\]: not valid JSON"):
@@ -265,6 +275,9 @@ def test_edited_file_fails_hash_check(tmp_path):
         (lambda d: d["ops"][0].update(group=10**400), r"'a'.group: expected a non-empty string or null, got a 1329-bit"),
         (lambda d: d["ops"][0].update(allowed_kinds=[10**400]), r"'a'.allowed_kinds: a 1329-bit integer is not one"),
         (lambda d: d["ops"][0].update(scope=10**400), r"'a'.scope: expected a string, got a 1329-bit integer$"),
+        (lambda d: d["ops"][0].update(flops=True), r"ops\[0\] 'a'.flops: expected a number, got True$"),
+        (lambda d: d["edges"][0].pop(), r"edges\[0\] is not \[src, dst, bytes\]: \['a', 'b'\]$"),  # a file has the bytes
+        (lambda d: d["edges"][0].append(1), r"edges\[0\] is not \[src, dst, bytes\]: \['a', 'b', 4, 1\]$"),
     ],
 )
 def test_malformed_file_errors_name_file_and_field(tmp_path, mutate, message):
@@ -315,6 +328,9 @@ def test_not_json_and_truncated_gzip(tmp_path):
     (tmp_path / "long.json").write_text('{"format": "placebench.opgraph", "x": ' + "9" * 5000 + "}")
     with pytest.raises(GraphError, match="not valid JSON: Exceeds the limit"):  # not a bare ValueError
         graph_io.load(tmp_path / "long.json")
+    (tmp_path / "deep.json").write_text('{"format": "placebench.opgraph", "metadata": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(GraphError, match="deep.json: not valid JSON: maximum recursion depth"):  # not a RecursionError
+        graph_io.load(tmp_path / "deep.json")
 
 
 @settings(max_examples=50, deadline=None)
