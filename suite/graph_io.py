@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import zlib
 from pathlib import Path
@@ -139,19 +140,19 @@ def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> 
 
 
 def save(graph: OpGraph, path: str | Path) -> Path:
-    """Write atomically; a name ending in `.gz` is gzipped (with no time stamp or file name in the gzip
-    header, so the same graph always gives the same bytes)."""
+    """Write atomically (`suite.store.atomic_write_bytes`: a temporary file of its own, removed if the write
+    fails); a name ending in `.gz` is gzipped (with no time stamp or file name in the gzip header, so the
+    same graph always gives the same bytes)."""
+    from suite.store import atomic_write_bytes
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(to_dict(graph), separators=(",", ":"), allow_nan=False)
-    tmp = path.with_name(path.name + ".tmp")
+    data = json.dumps(to_dict(graph), separators=(",", ":"), allow_nan=False).encode("utf-8")
     if path.suffix == ".gz":
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as f:
-            f.write(text.encode("utf-8"))
-    else:
-        tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=6, mtime=0) as f:
+            f.write(data)
+        data = buf.getvalue()
+    return atomic_write_bytes(path, data)
 
 
 def load(path: str | Path, *, check_hash: bool = True) -> OpGraph:

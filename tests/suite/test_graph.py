@@ -226,6 +226,18 @@ def test_json_round_trip_and_hash(tmp_path):
                 OpGraph.build("g", ops, [("a", "b", 4)], {"batch": 2}).content_hash}) == 3
 
 
+def test_saving_a_graph_touches_no_other_file(tmp_path):
+    """save() wrote through a temporary file of a fixed name, PATH.tmp: a file of that name was overwritten and
+    renamed over PATH, two saves at once shared one temporary file, and a failed save left it behind."""
+    (tmp_path / "g.json.tmp").write_text("mine")
+    assert graph_io.load(graph_io.save(diamond(), tmp_path / "g.json")).content_hash == diamond().content_hash
+    assert (tmp_path / "g.json.tmp").read_text() == "mine"
+    (tmp_path / "d.json.gz").mkdir()
+    with pytest.raises(OSError, match=r"d.json.gz: it is a directory"):
+        graph_io.save(diamond(), tmp_path / "d.json.gz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.json.gz", "g.json", "g.json.tmp"]
+
+
 def test_a_byte_count_of_exactly_the_limit_is_accepted():
     g = OpGraph.build("g", [Op("a", "x", param_bytes=MAX_BYTES, output_bytes=MAX_BYTES)], [])
     assert g.stats.param_bytes == MAX_BYTES and g.ops[0].output_bytes == 2**53
