@@ -14,7 +14,10 @@ chrome://tracing open, so a user can see why a placement is slow or runs out of 
   tensors (weight gradients among them), after every change; its largest value is the device's peak
   memory, as the simulator reports it, and the device's capacity is in the process's name.
 
-Times are in microseconds of simulated time, from 0 at the start of the step.
+Times are in microseconds of simulated time, from 0 at the start of the step, each a whole number of
+nanoseconds (`_us`): a viewer reads `ts` and `dur` in nanoseconds, so a slice that ends when the next one on its
+track starts must end at exactly that nanosecond, or the two overlap by one and the next is drawn nested in
+it. An op or transfer shorter than half a nanosecond takes 0 s in the trace.
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ from suite.placement import validate
 from suite.simulator import inputs_for, reference
 from suite.textfile import human_bytes
 
-US = 1e6  # microseconds per second
+
+def _us(t: float) -> float:
+    """Seconds as microseconds rounded to the nanosecond (the same instant always gives the same value)."""
+    return round(t * 1e9) / 1e3
 
 
 def schedule(workload: OpGraph, cluster: Cluster, placement, *, profiles: Iterable[Profile] = ()) -> reference.Schedule:
@@ -73,11 +79,12 @@ def chrome_trace(
     tracks: dict[tuple[int, int], str] = {}  # (pid, tid) -> name of each track below
 
     def span(name: str, cat: str, pid: int, tid: int, track: str, start: float, end: float, args: dict) -> None:
-        if end > start:
-            event = {"ph": "X", "ts": start * US, "dur": (end - start) * US}
+        ns = round(start * 1e9), round(end * 1e9)
+        if ns[1] > ns[0]:
+            event = {"ph": "X", "ts": ns[0] / 1e3, "dur": (ns[1] - ns[0]) / 1e3}
         else:  # 0 s: a marker on the track of the same name + " (0 s)", which holds no slices
             tid, track = tid + 1 + ndev, f"{track} (0 s)"
-            event = {"ph": "i", "s": "t", "ts": start * US}
+            event = {"ph": "i", "s": "t", "ts": ns[0] / 1e3}
         tracks[(pid, tid)] = track
         events.append({**event, "name": name, "cat": cat, "pid": pid, "tid": tid, "args": args})
 
@@ -92,7 +99,7 @@ def chrome_trace(
         if tid != 0:  # each device's compute track is named above
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track}})
     for d, points in enumerate(memory_series(sched)):
-        events.extend({"ph": "C", "name": "memory", "pid": d, "ts": t * US, "args": {"bytes": b}} for t, b in points)
+        events.extend({"ph": "C", "name": "memory", "pid": d, "ts": _us(t), "args": {"bytes": b}} for t, b in points)
     peak = sched.peak_memory_bytes
     capacity = [d.memory_bytes for d in cluster.devices]
     return {

@@ -76,6 +76,19 @@ def test_an_op_or_transfer_of_0_s_is_a_marker_on_a_track_of_its_own(uniform_clus
                       (0, 5): "to d1 (0 s)"}
 
 
+def test_a_slice_ends_at_the_nanosecond_the_next_one_starts(uniform_cluster):
+    # a [0, 1/6 s], b [1/6, 1/3], c [1/3, 4/3] on d0. Written as start * 1e6 and (finish - start) * 1e6, b ended
+    # 1 ns after c started once a viewer rounds ts and dur to nanoseconds (Perfetto: llround(us * 1000)), and c
+    # was drawn nested in b. Now every time is a whole number of nanoseconds.
+    g = OpGraph.build("sixths", [Op("a", "x", flops=G / 6), Op("b", "x", flops=G / 6), Op("c", "x", flops=G)],
+                      [("a", "b"), ("b", "c")])
+    ev = chrome_trace(g, uniform_cluster(2), [0, 0, 0])["traceEvents"]
+    slices = [(e["name"], e["ts"], e["dur"]) for e in ev if e["ph"] == "X"]
+    assert slices == [("a", 0.0, 166666.667), ("b", 166666.667, 166666.666), ("c", 333333.333, 1e6)]
+    ns = [(round(ts * 1000), round(dur * 1000)) for _, ts, dur in slices]
+    assert [ts + dur for ts, dur in ns[:-1]] == [ts for ts, _ in ns[1:]]
+
+
 def test_an_oom_placement_has_a_timeline_with_its_status(uniform_cluster):
     g = _chain()
     c = uniform_cluster(2, memory_bytes=1200)
@@ -108,6 +121,16 @@ def test_the_timeline_agrees_with_the_fast_engine(problem):
         compute = [e for e in ev if e["ph"] in ("X", "i") and e["cat"] != "transfer"]
         assert all((e["ph"], e["tid"]) == ("X", 0) and e["dur"] > 0 or (e["ph"], e["tid"]) == ("i", 1 + c.num_devices)
                    for e in compute)
+        # times are whole nanoseconds, and slices on one track never overlap once a viewer reads them as such
+        track = defaultdict(list)
+        for e in ev:
+            if e["ph"] != "M":
+                assert abs(e["ts"] * 1000 - round(e["ts"] * 1000)) < 1e-6
+            if e["ph"] == "X":
+                track[(e["pid"], e["tid"])].append((round(e["ts"] * 1000), round(e["dur"] * 1000)))
+        for slices in track.values():
+            slices.sort()
+            assert all(a + d <= b for (a, d), (b, _) in zip(slices, slices[1:], strict=False))
         assert sorted((e["name"], e["pid"]) for e in compute) == sorted((op.name, int(d)) for op, d in zip(g.ops, p, strict=True))
         link = np.zeros((c.num_devices, c.num_devices), dtype=np.int64)
         for e in ev:
