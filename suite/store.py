@@ -258,8 +258,8 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist([flat_row(r) for r in rows], schema=ROW_SCHEMA)
 
 
-def write_table(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
-    """Write rows as Parquet (`.parquet`) or CSV (`.csv`), atomically."""
+def table_bytes(rows: Iterable[Mapping[str, Any]], path: Path) -> bytes:
+    """The bytes of a results table of `rows` for `path`: Parquet (`.parquet`) or CSV (`.csv`)."""
     path = Path(path)
     table = rows_to_table(sorted(rows, key=sort_key))
     sink = pa.BufferOutputStream()
@@ -269,7 +269,12 @@ def write_table(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
         pacsv.write_csv(table, sink)
     else:
         raise StoreError(f"{path}: results tables are .parquet or .csv")
-    return atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    return sink.getvalue().to_pybytes()
+
+
+def write_table(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
+    """Write rows as Parquet (`.parquet`) or CSV (`.csv`), atomically."""
+    return atomic_write_bytes(Path(path), table_bytes(rows, path))
 
 
 def read_table(path: Path) -> list[dict[str, Any]]:
@@ -586,9 +591,11 @@ class Store:
 
     # derived tables
     def compact(self) -> tuple[Path, Path]:
-        """Rebuild results.parquet and results.csv from the cell files."""
+        """Rebuild results.parquet and results.csv from the cell files: both are made before either is replaced."""
         rows = self.rows()
-        return write_table(rows, self.root / "results.parquet"), write_table(rows, self.root / "results.csv")
+        paths = (self.root / "results.parquet", self.root / "results.csv")
+        parquet, csv = atomic_write_files({p: table_bytes(rows, p) for p in paths})
+        return parquet, csv
 
 
 def open_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -157,6 +157,25 @@ def test_compacted_tables_round_trip(tmp_path):
     assert expected[1]["message"] == 'boom, "quoted"\nline 2'
 
 
+def test_compact_replaces_both_tables_or_neither(tmp_path, monkeypatch):
+    """results.parquet was written before results.csv was made: a failure (or a kill) while making the CSV left
+    the two tables of different rows."""
+    s = Store(tmp_path)
+    s.write_cell(_record("a1"))
+    s.compact()
+    before = {name: (tmp_path / name).read_bytes() for name in ("results.parquet", "results.csv")}
+    s.write_cell(_record("a2", seed=1))
+
+    def broken(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(st.pacsv, "write_csv", broken)
+    with pytest.raises(KeyboardInterrupt):
+        s.compact()
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert len(st.read_table(tmp_path / "results.parquet")) == 1
+
+
 def test_non_finite_and_numpy_values_are_stored_as_json(tmp_path):
     import numpy as np
 
