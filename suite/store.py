@@ -281,22 +281,26 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     """Rows of a results table written by `write_table` (Parquet or CSV); StoreError naming the file and the
     cell for a row that `row_problem` refuses."""
     path = Path(path)
+    if path.suffix not in (".parquet", ".csv"):
+        raise StoreError(f"{path}: expected a store directory, a .parquet or a .csv results table")
+    try:  # read by Python, not by Arrow: Arrow takes a path for a URI and cannot open one that is not UTF-8
+        data = pa.BufferReader(path.read_bytes())
+    except FileNotFoundError:
+        raise StoreError(f"{path}: no such results table") from None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the results table: {exc.strerror or exc}") from None
     try:
         if path.suffix == ".parquet":
-            table = pq.read_table(path)
-        elif path.suffix == ".csv":
+            table = pq.read_table(data)
+        else:
             opts = pacsv.ConvertOptions(
                 column_types={f.name: f.type for f in ROW_SCHEMA},
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
                 null_values=[""],  # as write_table writes null; "nan", "NA", "null" are not silently null
             )
-            table = pacsv.read_csv(path, convert_options=opts)
-        else:
-            raise StoreError(f"{path}: expected a store directory, a .parquet or a .csv results table")
+            table = pacsv.read_csv(data, convert_options=opts)
         columns = table.column_names  # decodes the names: a non-UTF-8 name fails here
-    except FileNotFoundError:
-        raise StoreError(f"{path}: no such results table") from None
     except UnicodeDecodeError as exc:
         raise StoreError(f"{path}: not a placebench results table: a column name is not valid UTF-8 "
                          f"(byte 0x{exc.object[exc.start]:02x})") from None

@@ -176,6 +176,22 @@ def test_compact_replaces_both_tables_or_neither(tmp_path, monkeypatch):
     assert len(st.read_table(tmp_path / "results.parquet")) == 1
 
 
+def test_a_table_under_a_path_that_is_not_utf8_is_read(tmp_path, capsys):
+    """Arrow was given the path, and cannot encode one with an undecodable byte (Latin-1 "é" on a UTF-8
+    system, which Python holds as "\\udce9"): reading the table was a UnicodeEncodeError traceback."""
+    from suite.cli import main
+
+    s = Store(tmp_path / "runs-\udce9")
+    s.write_cell(_record("a1", placer="ü😀"))
+    for path in s.compact():
+        assert st.read_table(path) == s.rows() and st.read_table(path)[0]["placer"] == "ü😀"
+        assert main(["table", str(path), "--format", "csv"]) == 0
+        assert "ü😀" in capsys.readouterr().out
+    (tmp_path / "dir.csv").mkdir()
+    with pytest.raises(st.StoreError, match=r"dir.csv: cannot read the results table: Is a directory$"):
+        st.read_table(tmp_path / "dir.csv")
+
+
 def test_non_finite_and_numpy_values_are_stored_as_json(tmp_path):
     import numpy as np
 
