@@ -433,6 +433,19 @@ def _print_evaluation(record: dict[str, Any], as_json: bool) -> int:
 
 
 # -- table and leaderboard ----------------------------------------------------------------------------------
+def _text(text: Any) -> str:
+    """`str(text)` with each lone surrogate (a path's byte that is not UTF-8, as Python holds it) as its escape
+    text, "\\udce9": a report, a chart and a file written as UTF-8 cannot hold it."""
+    from suite.store import _text as escaped
+
+    return escaped(str(text))
+
+
+def _utf8(text: str) -> bytes:
+    """A report's text as UTF-8, a path in it that is not UTF-8 with its escapes (`_text`)."""
+    return _text(text).encode("utf-8")
+
+
 def _write(stream: TextIO, text: str) -> None:
     """Write and flush; when the stream's reader has left (`| head`, `2>&1 | head`), point it at /dev/null
     instead of failing, so that an exit code that gives a verdict (compare's) still does."""
@@ -683,7 +696,7 @@ def cmd_table(args: argparse.Namespace) -> int:
             applied.append(f"{flag} {','.join(wanted)}")
     _warn_if_mixed_code(runs, rows)
     # everything is made before anything is written: a failure leaves no half-written output
-    png = report.chart_png(rows, args.reference, note=f"made by placebench table from {args.store}") if args.chart else None
+    png = report.chart_png(rows, args.reference, note=f"made by placebench table from {_text(args.store)}") if args.chart else None
     res = report.Results.from_rows(rows)
     if not res.cells:
         raise report.ReportError(f"{args.store}: no result rows")
@@ -692,7 +705,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     shown = [t for _, ts in report.tables(res, args.reference) for t in ts] if terminal else None
     files = {Path(args.chart): png} if png is not None else {}
     if args.output:
-        files[Path(args.output)] = text.encode()
+        files[Path(args.output)] = _utf8(text)
     atomic_write_files(files)
     if shown is not None:
         _print_tables(shown)
@@ -716,8 +729,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         _say(f"placebench: warning: {old_chart} is from an earlier leaderboard, not of these rows (--no-chart): "
              f"remove it, or drop --no-chart to replace it")
     written = [str(p) for p in report.write_leaderboard(
-        rows, args.out, args.reference, source=str(args.store), runs=runs,
-        note="\n\n".join(f"**Warning: {w}.**" for w in warnings), chart=not args.no_chart)]
+        rows, args.out, args.reference, source=_text(args.store), runs=runs,
+        note="\n\n".join(f"**Warning: {_text(w)}.**" for w in warnings), chart=not args.no_chart)]
     if args.json:
         _print_json({"written": written})
     else:
@@ -789,7 +802,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         body = {"text": report.to_text, "md": report.to_markdown, "csv": report.to_csv}[fmt](t)
         text = body if fmt == "csv" else (body + "\n\n" if t.rows else "") + line + "\n"
     if args.output:
-        atomic_write_files({Path(args.output): text.encode()})
+        atomic_write_files({Path(args.output): _utf8(text)})
     else:
         _write(sys.stdout, text)  # a reader that left does not change the exit code
     if args.output or fmt in ("json", "csv"):  # the summary is not on stdout: say it on stderr

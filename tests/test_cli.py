@@ -1137,3 +1137,26 @@ def test_a_trace_of_a_cell_measured_for_real_says_it_is_the_simulators(capsys, t
     _write_trace({**record, "evaluator": "simulator"}, str(tiny_files["diamond"]), str(tiny_files["cluster"]), str(trace))
     other = json.loads(trace.read_text())["otherData"]
     assert other["evaluator"] == "simulator" and "cell_evaluator" not in other and "note" not in capsys.readouterr().err
+
+
+def test_reports_of_results_under_a_path_that_is_not_utf8(capsys, tmp_path):
+    """A store in a directory named in Latin-1 ("é" is the byte 0xe9; Python holds it as "\\udce9"): the path
+    is in compare's title, the leaderboard's source and the chart's note, which were encoded as UTF-8 (and
+    drawn by matplotlib) with it: a UnicodeEncodeError traceback. It is now written as its escape text."""
+    from suite.store import write_table
+
+    def row(placer, t):
+        return {"cell_id": placer, "cluster": "c", "workload": "w", "placer": placer, "seed": 0, "status": "ok",
+                "step_time_s": t}
+
+    where = tmp_path / "runs-\udce9"
+    base = write_table([row("a", 1.0), row("b", 2.0)], where / "base.csv")
+    new = write_table([row("a", 1.0), row("b", 1.0)], where / "new.csv")
+    code, _, err = _run(capsys, "compare", str(base), str(new), "--output", str(tmp_path / "cmp.md"))
+    assert code == 0 and "Traceback" not in err
+    assert "**Changes: " + str(tmp_path) + "/runs-\\udce9/new.csv against " in (tmp_path / "cmp.md").read_text()
+    code, _, err = _run(capsys, "leaderboard", str(base), "--out", str(tmp_path / "lb"), "--reference", "a")
+    assert code == 0 and "Traceback" not in err
+    assert str(tmp_path) + "/runs-\\udce9/base.csv" in (tmp_path / "lb" / "leaderboard.md").read_text()
+    code, _, err = _run(capsys, "table", str(base), "--reference", "a", "--chart", str(tmp_path / "t.png"))
+    assert code == 0 and (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
