@@ -18,7 +18,9 @@ Registered by explicit import (`import suite.envs`):
 Both take a workload and a cluster (objects or names) and an optional `Budget`, or an evaluator (whose
 workload, cluster and budget they use; a different workload or cluster, or a budget beside it, is
 refused); an argument of another type is refused when the env is made. Every evaluation goes through the evaluator and counts against its budget: past it, `step`
-raises `BudgetExhausted` (the benchmark's rule; an agent must stop) and the episode stays as it was. A
+raises `BudgetExhausted` (the benchmark's rule; an agent must stop) and the episode stays as it was; so
+does an improvement-mode `reset` (which evaluates the start placement): the previous episode, if any, stays
+the env's state, and no new one starts (a "final"-mode reset evaluates nothing and always starts one). A
 vector env made with `gym.make_vec(..., budget=...)` gives each sub-env an evaluator and budget of its own
 (num_envs times the budget in all); to share one budget pass one `evaluator=` with the synchronous vector
 mode (the asynchronous mode copies it into each worker process, whose evaluations it then does not see).
@@ -331,12 +333,12 @@ class IterativePlacementEnv(gym.Env):
         options = _options(options, ("placement",))
         super().reset(seed=seed)
         start = self._start("reset option 'placement'", options.get("placement", self.initial))
-        self._placement = self._random_placement() if isinstance(start, str) else np.array(start, dtype=np.int64)
-        self._cursor = 0
+        placement = self._random_placement() if isinstance(start, str) else np.array(start, dtype=np.int64)
         info: dict[str, Any] = {"action_mask": self.problem.mask[0].copy()}
-        if self.reward_mode == "improvement":
-            m, score, self._last_reward = self.problem.evaluate(self._placement)
+        if self.reward_mode == "improvement":  # may raise BudgetExhausted: the env stays as it was
+            m, score, self._last_reward = self.problem.evaluate(placement)
             info.update(_info(m, score, self.problem.mask[0].copy()))
+        self._placement, self._cursor = placement, 0
         return self._obs(), info
 
     def step(self, action):

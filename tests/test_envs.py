@@ -194,6 +194,31 @@ def test_iterative_step_past_the_budget_leaves_the_episode_as_it_was():
     assert env._obs()["placement"].tolist() == [2, 1, 1, 1] and env._obs()["cursor"] == 1
 
 
+def test_iterative_reset_past_the_budget_starts_no_episode():
+    """An improvement-mode reset evaluates the start placement; past the budget it raises BudgetExhausted and
+    the env keeps its previous episode. It used to install the new start placement and cursor 0 first, so
+    the observation showed an episode whose R(p_0) was never evaluated (the reward baseline the old one's)."""
+    ev = evaluator(max_evaluations=2)
+    env = IterativePlacementEnv(evaluator=ev, reward="improvement", initial=np.array([0, 1, 1, 1]))
+    env.reset(seed=0)
+    env.step(2)
+    with pytest.raises(BudgetExhausted):
+        env.reset(seed=0, options={"placement": [0, 2, 2, 1]})
+    assert env._obs()["placement"].tolist() == [2, 1, 1, 1] and env._obs()["cursor"] == 1
+    assert ev.evaluations_used == 2
+
+    ev = evaluator(max_evaluations=5)  # one whole episode of 4 groups: the start placement and 4 steps
+    env = IterativePlacementEnv(evaluator=ev, reward="improvement", initial=np.array([0, 1, 1, 1]))
+    env.reset(seed=0)
+    for d in (0, 2, 1, 1):
+        env.step(d)
+    with pytest.raises(BudgetExhausted):
+        env.reset(seed=0)
+    with pytest.raises(PlacebenchError, match="no episode is running"):  # the ended episode is still the state
+        env.step(1)
+    assert ev.evaluations_used == 5
+
+
 def test_an_evaluator_with_another_workload_cluster_or_budget_is_refused():
     """The evaluator's workload, cluster and budget are the ones used: a different workload, cluster or a
     budget given beside it used to be dropped without a word."""
