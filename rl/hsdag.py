@@ -105,7 +105,7 @@ from rl.learned import (
     torch_threads,
 )
 from rl.nets import masked_categorical, to_tensor
-from rl.trainers import loss_weights
+from rl.trainers import apply_gradients, loss_weights
 from suite.methodology import Budget
 from suite.placer import BasePlacer, PlacementResult, Problem, check_choice
 
@@ -358,11 +358,7 @@ class HSDAGSearch:
             self.baseline = 0.9 * self.baseline + 0.1 * ret
         loss_weights(weight)  # raises if the weight is beyond float32's range
         loss = -torch.stack(log_probs).sum() * weight
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if p["grad_clip"]:
-            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), float(p["grad_clip"]))
-        self.optimizer.step()
+        apply_gradients(self.optimizer, loss, float(p["grad_clip"]))  # raises if the gradient's norm overflows
         self.episodes += 1
         self.updates += 1
         return True

@@ -21,13 +21,24 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], lr: float, kind: str =
 
 
 def apply_gradients(optimizer: torch.optim.Optimizer, loss: torch.Tensor, grad_clip: float | None) -> float:
-    """Backpropagate `loss`, clip the global gradient norm to `grad_clip`, step; return the norm."""
+    """Backpropagate `loss`, clip the global gradient norm to `grad_clip` (None or 0: no clipping), step; return
+    the norm.
+
+    A `PlacebenchError`, and no step, if the norm is not finite: in float32 its squares overflow from a norm of
+    about 1.8e19, which weights (advantages or returns) from about 1e19 reach, well inside `loss_weights`'
+    range. The step would otherwise do nothing silently (clipping scales the gradient by max_norm / inf = 0)
+    or, unclipped, make the weights NaN (Adam's squared gradients overflow).
+    """
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip else float("inf"))
+    norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip else float("inf")))
+    if not math.isfinite(norm):
+        raise PlacebenchError(f"the policy's gradient norm is {norm} (beyond float32's range; the update would "
+                              "be lost): the update's weights (advantages or returns) are too large, or the policy "
+                              "diverged: lower oom_score_s or invalid_score_s, normalize the advantages, or lower lr")
     optimizer.step()
-    return float(norm)
+    return norm
 
 
 def scale_advantages(adv: np.ndarray, normalize: bool) -> np.ndarray:
@@ -53,7 +64,8 @@ def loss_weights(weights: np.ndarray | float, dtype: torch.dtype = torch.float32
 
     A `PlacebenchError` if one is beyond that dtype's range (float32: 3.4e38), where the loss and gradients
     would become inf or NaN and the next logits NaN (penalty scores that large, `oom_score_s` or
-    `invalid_score_s`, unnormalized).
+    `invalid_score_s`, unnormalized). Smaller weights can still overflow the gradient's norm (from about
+    1e19): `apply_gradients` refuses that update.
     """
     w = np.asarray(weights, dtype=np.float64)
     top = float(np.abs(w).max()) if w.size else 0.0

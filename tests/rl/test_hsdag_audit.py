@@ -14,6 +14,7 @@ import rl.hsdag
 from rl.hsdag import HSDAGPlacer, HSDAGSearch, episode_return, normalized_adjacency
 from rl.nets import masked_categorical
 from rl.reward import RewardEvaluator
+from suite.errors import PlacebenchError
 
 
 def test_normalized_adjacency_by_hand():
@@ -132,3 +133,22 @@ def test_greedy_is_parsed_without_dropout_and_leaves_the_policy_training(branchy
         logits, _, cluster_of = s.policy(s.x0)
     want, _, _ = masked_categorical(logits, s._cluster_mask(cluster_of), greedy=True)
     assert got.tolist() == want.numpy()[cluster_of].tolist() == [2] * 8
+
+
+def test_an_update_whose_gradient_norm_overflows_is_refused(branchy, k80x2, make_problem, monkeypatch):
+    """HSDAG steps Adam itself, unclipped by default: returns of about 1e22 (inside loss_weights' range) made
+    the gradient's squares overflow and the policy's weights NaN. The update is now refused, weights kept."""
+    inner = RewardEvaluator.__call__
+
+    def huge(self, gd):
+        r = inner(self, gd)
+        r.rewards = r.rewards * 1e20
+        return r
+
+    monkeypatch.setattr(RewardEvaluator, "__call__", huge)
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=50)
+    s = _search(problem, steps=3)
+    before = [p.detach().clone() for p in s.policy.parameters()]
+    with pytest.raises(PlacebenchError, match="gradient norm"):
+        s.episode(reserve=0)
+    assert all(torch.equal(p, b) for p, b in zip(s.policy.parameters(), before, strict=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -221,3 +222,22 @@ def test_loss_weights_beyond_float32_are_an_error_naming_the_cause():
     with pytest.raises(PlacebenchError, match="reach nan"):
         loss_weights(float("nan"))
     assert loss_weights(np.array([4e38]), torch.float64).tolist() == [4e38]
+
+
+@pytest.mark.parametrize("grad_clip", [1.0, None])
+def test_an_update_whose_gradient_norm_overflows_float32_is_refused(grad_clip):
+    """Weights of 1e20, inside loss_weights' range, give a gradient norm whose square passes float32's 3.4e38:
+    clipped, the update was scaled by 1 / inf = 0 and did nothing without a word; unclipped, Adam's squared
+    gradients overflowed and the logits became NaN. The update is now refused and the parameters kept."""
+    logits = torch.zeros(3, 3, requires_grad=True)
+    actions = torch.tensor([[2, 0, 1], [0, 1, 2]])
+    rewards = np.array([1e20, -1e20])
+    trainer = Reinforce([logits], lr=0.1, normalize=False, grad_clip=grad_clip)
+    _, lp, ent = sample(logits, 2, torch.Generator().manual_seed(0), actions)
+    with pytest.raises(PlacebenchError, match="gradient norm is (inf|nan).*too large"):
+        trainer.step(lp, ent, rewards)
+    assert torch.equal(logits, torch.zeros(3, 3)) and trainer.updates == 0
+    _, lp, ent = sample(logits, 2, torch.Generator().manual_seed(0), actions)
+    info = trainer.step(lp, ent, rewards / 1e3)  # 1e17: the norm (about 1e17) stays in range; the update moves
+    assert math.isfinite(info["grad_norm"]) and info["grad_norm"] > 1e16
+    assert torch.isfinite(logits).all() and not torch.equal(logits, torch.zeros(3, 3))
