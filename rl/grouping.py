@@ -128,8 +128,13 @@ def allowed_mask(graph: OpGraph, grouping: Grouping, cluster: Cluster) -> np.nda
         g = int(bad[0])
         op_kinds = _op_kinds(graph)
         narrow = [i for i in grouping.members[g].tolist() if not op_kinds[i] & set(dev_kinds)]
-        if not narrow:
-            raise PlacementError(f"group {g} allows no common device kind")
+        if not narrow:  # every op has a kind of the cluster, but not one kind in common: an unchecked grouping
+            first: dict[frozenset[str], int] = {}  # the first op of each narrower set of kinds in the group
+            for i in grouping.members[g].tolist():
+                if op_kinds[i] != frozenset(DEVICE_KINDS):
+                    first.setdefault(op_kinds[i], i)
+            ops = "; ".join(f"op {graph.ops[i].name!r} allows only {'/'.join(sorted(k))}" for k, i in first.items())
+            raise PlacementError(f"group {g} allows no common device kind ({ops}): Grouping.check refuses it")
         op = graph.ops[narrow[0]]
         raise PlacementError(
             f"group {g}: op {op.name!r} allows only {', '.join(op.allowed_kinds)} device kinds, and cluster "

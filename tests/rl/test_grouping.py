@@ -69,6 +69,16 @@ def test_allowed_mask_raises_without_device(train2, two_gpus):
         allowed_mask(train2, colocation_grouping(train2), two_gpus)
 
 
+def test_allowed_mask_of_an_unchecked_grouping_names_the_ops_without_a_common_kind(train2, k80x2):
+    """A grouping made by hand (not checked) that puts data (cpu only) with loss (gpu only): each op has a device
+    in the cluster, the group none. The error said only "allows no common device kind"; no test reached it."""
+    g = Grouping.from_labels([0, 1, 2, 0, 2, 2, 1, 1])  # ops: data, l0.fwd, l1.fwd, loss, l1.bwd, ...
+    with pytest.raises(PlacementError) as err:
+        allowed_mask(train2, g, k80x2)
+    assert str(err.value) == ("group 0 allows no common device kind (op 'data' allows only cpu; op 'loss' allows "
+                              "only gpu): Grouping.check refuses it")
+
+
 def test_allowed_mask_error_names_the_op_that_narrows_the_group(train2):
     # mirhoseini: group 1 = l1's colocation group + loss (gpu only); its first op, l1.fwd, allows any kind
     cpus = Cluster("two_cpus", tuple(Device(f"cpu:{i}", "cpu", 1e11, 1e11, 10**10, 1e-5) for i in range(2)),
