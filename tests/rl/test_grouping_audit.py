@@ -66,6 +66,15 @@ def test_heavy_edge_work_cap_is_twice_the_average_target_group():
     assert coarsen(g, colocation_grouping(g), 2, method="topological").assignment.tolist() == [0, 0, 1]
 
 
+def test_heavy_edge_work_cap_refuses_the_heaviest_pair_when_it_is_too_much_work():
+    # a, b 100 GFLOP; c, d 1: 4 groups to 3, cap 2 x 202 / 3 = 134.7 GFLOP. The heaviest edge (a, b) would make
+    # a group of 200: refused; the next, (b, c), of 101 merges. Without the cap a and b were merged.
+    ops = [Op(n, "x", flops=f * GFLOP, output_bytes=b) for n, f, b in (("a", 100, 10**9), ("b", 100, 10),
+                                                                       ("c", 1, 5), ("d", 1, 0))]
+    g = OpGraph.build("capped_heavy", ops, [("a", "b"), ("b", "c"), ("c", "d")])
+    assert coarsen(g, colocation_grouping(g), 3, method="heavy_edge").assignment.tolist() == [0, 1, 1, 2]
+
+
 def alternating_chain(kinds: list[str]) -> OpGraph:
     """A chain o0 -> o1 -> ... whose op i allows only device kind kinds[i] (equal work)."""
     ops = [Op(f"o{i}", "matmul", flops=1e9, output_bytes=1000, allowed_kinds=(k,)) for i, k in enumerate(kinds)]
