@@ -93,12 +93,16 @@ def test_iterative_improvement_rewards_telescope():
 
 
 def test_iterative_final_reward_evaluates_once():
-    ev = evaluator()
+    """Each episode's last reward is -sqrt(score) of its own complete placement, whatever the episode before
+    (a reward taken relative to the previous episode's went unnoticed: the first episode's is the same)."""
+    ev, ref = evaluator(), evaluator()
     env = IterativePlacementEnv(evaluator=ev, reward="final")
-    env.reset(seed=3)
-    rewards = [env.step(a)[1] for a in [0, 1, 2, 1]]
-    assert rewards[:3] == [0.0, 0.0, 0.0] and rewards[3] < 0
-    assert ev.evaluations_used == 1
+    for episode, (actions, ops) in enumerate([([0, 1, 2, 1], [0, 1, 2, 1, 2, 1]), ([0, 2, 2, 2], [0, 2, 2, 2, 2, 2])]):
+        env.reset(seed=3)
+        rewards = [env.step(a)[1] for a in actions]
+        assert rewards[:3] == [0.0, 0.0, 0.0]  # groups data, l0 (+bwd), l1 (+bwd), loss: ops as `ops`
+        assert rewards[3] == -math.sqrt(ref.score(ref.evaluate(ops)))
+        assert ev.evaluations_used == episode + 1
 
 
 def test_random_initial_placement_respects_masks_and_seed():
