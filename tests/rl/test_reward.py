@@ -18,6 +18,9 @@ def test_reward_transforms():
     assert reward_of(4.0, "neg") == -4.0
     assert reward_of(math.e, "neg_log") == pytest.approx(-1.0)
     assert reward_of(4.0, "inv") == 0.25
+    # sub-millisecond step times keep their value: the floors only keep a zero score finite
+    assert reward_of(1e-4, "inv") == pytest.approx(1e4) and reward_of(1e-4, "neg_log") == pytest.approx(math.log(1e4))
+    assert reward_of(0.0, "inv") == 1e12
     with pytest.raises(ValueError):
         RewardConfig("square")
     with pytest.raises(ValueError):

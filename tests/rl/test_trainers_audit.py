@@ -74,10 +74,11 @@ def test_ppo_step_by_hand():
     trust region, so d loss / d theta_i = -ratio_i A_i / 2 and SGD (lr 0.1) adds 0.05 ratio_i A_i per epoch:
     epoch 1 at ratio 1, epoch 2 at ratio exp(theta_i)."""
     theta, ppo, actions, evaluate = _ppo_bandit(lr=0.1, epochs=2, clip=0.2)
-    ppo.step(evaluate, actions, theta.detach()[actions].clone(), np.array([0.0, 4.0]))
+    stats = ppo.step(evaluate, actions, theta.detach()[actions].clone(), np.array([0.0, 4.0]))
     t1 = np.array([-0.05, 0.05])
     expected = t1 + 0.05 * np.exp(t1) * np.array([-1.0, 1.0])
     np.testing.assert_allclose(theta.detach().numpy(), expected, rtol=1e-6)
+    assert stats["clip_fraction"] == 0.0  # the last epoch's ratios exp(-0.05), exp(0.05) lie within 1 +- 0.2
     # without normalisation the advantages stay [-2, 2]
     theta, ppo, actions, evaluate = _ppo_bandit(lr=0.1, epochs=1, clip=0.2, normalize=False)
     ppo.step(evaluate, actions, theta.detach()[actions].clone(), np.array([0.0, 4.0]))
