@@ -105,6 +105,22 @@ def test_penalties_beyond_float32_end_the_search_with_a_clear_error(name, extra,
         placer.place(problem, budget, seed=0)
 
 
+@pytest.mark.parametrize("name, extra", [("seq2seq", {"reward": "neg", "normalize_advantages": False}),
+                                         ("hsdag", {"reward": "neg"})])
+def test_penalties_that_overflow_the_gradient_norm_end_the_search_with_a_clear_error(name, extra, tiny_cluster,
+                                                                                     make_problem):
+    """An OOM score of 1e25 s: the weights fit float32, the gradient's norm does not. Before, seq2seq's clipped
+    updates were scaled by 1 / inf = 0 and the search ran to its end learning nothing, without a word; in HSDAG's
+    unclipped Adam the weights whose squared gradients overflowed stopped moving for good (second moment inf),
+    the others moved on, also without a word."""
+    ops = [Op(x, "matmul", flops=1e9, output_bytes=1000, param_bytes=2**21 if x == "a" else 0) for x in "abcd"]
+    graph = OpGraph.build("big", ops, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])  # a on the 1 MiB GPU: OOM
+    problem, budget = make_problem(graph, tiny_cluster, max_evaluations=30)
+    placer = make_placer(name, oom_score_s=1e25, oom_shaping=False, **extra)
+    with pytest.raises(PlacebenchError, match=r"gradient norm is (inf|nan) .*too large"):
+        placer.place(problem, budget, seed=0)
+
+
 def _sample(search):
     """One batch of each search's own kind (8 placements, or one Placeto episode)."""
     if isinstance(search, HSDAGSearch):
