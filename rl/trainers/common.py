@@ -24,19 +24,22 @@ def apply_gradients(optimizer: torch.optim.Optimizer, loss: torch.Tensor, grad_c
     """Backpropagate `loss`, clip the global gradient norm to `grad_clip` (None or 0: no clipping), step; return
     the norm.
 
-    A `PlacebenchError`, and no step, if the norm is not finite: in float32 its squares overflow from a norm of
+    A `PlacebenchError`, and no step, if the norm's square is beyond the gradient's dtype (float32: a norm of
     about 1.8e19, which weights (advantages or returns) from about 1e19 reach, well inside `loss_weights`'
-    range. The step would otherwise do nothing silently (clipping scales the gradient by max_norm / inf = 0)
-    or, unclipped, make the weights NaN (Adam's squared gradients overflow).
+    range). The norm then comes out inf and the step would do nothing silently (clipping scales the gradient
+    by max_norm / inf = 0) or make the weights NaN unclipped; and Adam's squared gradients overflow, which
+    stops the weights concerned for good.
     """
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
     norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip else float("inf")))
-    if not math.isfinite(norm):
-        raise PlacebenchError(f"the policy's gradient norm is {norm} (beyond float32's range; the update would "
-                              "be lost): the update's weights (advantages or returns) are too large, or the policy "
-                              "diverged: lower oom_score_s or invalid_score_s, normalize the advantages, or lower lr")
+    limit = math.sqrt(torch.finfo(params[0].grad.dtype).max) if params else math.inf
+    if not norm < limit:  # NaN too
+        raise PlacebenchError(f"the policy's gradient norm is {norm:.3g}, whose square is beyond the range of its "
+                              f"{params[0].grad.dtype} (from {limit:.3g}; the update would be lost): the update's "
+                              "weights (advantages or returns) are too large, or the policy diverged: lower "
+                              "oom_score_s or invalid_score_s, normalize the advantages, or lower lr")
     optimizer.step()
     return norm
 

@@ -16,6 +16,8 @@ from rl.trainers import (
     CrossEntropyMethod,
     MovingAverageBaseline,
     Reinforce,
+    apply_gradients,
+    build_optimizer,
     discounted_returns,
     elite_indices,
     loss_weights,
@@ -241,3 +243,15 @@ def test_an_update_whose_gradient_norm_overflows_float32_is_refused(grad_clip):
     info = trainer.step(lp, ent, rewards / 1e3)  # 1e17: the norm (about 1e17) stays in range; the update moves
     assert math.isfinite(info["grad_norm"]) and info["grad_norm"] > 1e16
     assert torch.isfinite(logits).all() and not torch.equal(logits, torch.zeros(3, 3))
+
+
+def test_apply_gradients_refuses_a_norm_whose_square_overflows_even_when_the_norm_is_finite():
+    """One parameter with gradient 2e19: its norm is 2e19 (finite), but Adam's squared gradient 4e38 is beyond
+    float32, so the second moment became inf and the parameter stopped moving for good, without a word."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = build_optimizer([p], 0.1)
+    with pytest.raises(PlacebenchError, match=r"gradient norm is 2e\+19, whose square is beyond .*float32"):
+        apply_gradients(opt, 2e19 * p.sum(), None)
+    assert p.item() == 0.0 and not opt.state
+    assert apply_gradients(opt, 1e18 * p.sum(), None) == pytest.approx(1e18)  # within range: one Adam step of lr
+    assert p.item() == pytest.approx(-0.1)
