@@ -5,14 +5,25 @@ update ops carry their forward op's scope). They are applied per colocation grou
 of the group's first op, so colocation holds by construction. G = the cluster's GPUs in index order.
 
 `human_expert` (the papers' "Human Experts" rows):
-* rnnlm, nmt — Mirhoseini et al. 2017, Sec. 4.2 ("Human Experts"), after Sutskever et al. 2014 (each
-  LSTM layer on its own GPU) and Wu et al. 2016 (GNMT: one LSTM layer per GPU): the LSTM layers, numbered
-  encoder first then decoder, go round-robin over G (layer k on G[k mod |G|]; round-robin rather than
-  contiguous blocks is our choice when layers outnumber GPUs); the embeddings go on the first GPU;
-  attention and softmax on the last GPU. Sutskever et al. also spread the softmax over the GPUs left
-  spare; this rule does not (rnnlm with 2 layers on 4 GPUs leaves one GPU idle).
-* inception_v3, resnet50 — Mirhoseini et al. 2017, Sec. 4.2: at the papers' batch sizes the common
-  practice is the whole model on a single GPU (here the fastest GPU).
+* rnnlm, nmt — the "Human Experts" rows of Mirhoseini et al. 2017 (arXiv 1706.04972). The paper's
+  baseline section could not be read from the stored copies this project reaches (title, abstract and
+  Sec. 1 only), so the rule is not checked against it. Sec. 1 names the practice: "in a neural translation
+  network, each layer, including all LSTM layers, the attention layer, and the softmax layer, is computed
+  by a GPU (Sutskever et al., 2014; Wu et al., 2016)". Sutskever et al. 2014, Sec. 3.5 (8 GPUs): "Our
+  models have 4 layers of LSTMs, each of which resides on a separate GPU. The remaining 4 GPUs were used
+  to parallelize the softmax" (4 GPUs for the 4 encoder and 4 decoder layers: layer k of both on GPU k).
+  Wu et al. 2016 (GNMT), Fig. 1: 8 encoder and 8 decoder layers, "one model replica is partitioned 8-ways
+  and is placed on 8 different GPUs". Our rule: the LSTM layers, numbered encoder first then decoder, go
+  round-robin over G (layer slot k on G[k mod |G|]); the embeddings on the first GPU; attention and
+  softmax on the last GPU. Ours, not the sources': numbering the decoder's layers after the encoder's
+  (the sources' "layer k of both on GPU k" only where |G| divides the layers per side: not nmt-2x1024 on
+  4 or 8 GPUs, nor nmt-4x4096 on 8, where the decoder gets GPUs of its own); attention and softmax on
+  G[-1], with the top LSTM layer when no GPU is spare, rather than on the spare GPUs, and the softmax
+  not split; round-robin rather than contiguous blocks when layers outnumber GPUs (the sources have GPUs
+  enough). rnnlm with 2 layers on 4 GPUs leaves one GPU idle.
+* inception_v3, resnet50 — the whole model on a single GPU (here the fastest GPU): the practice this
+  project takes for the papers' Inception-V3 "Human Experts" row at their batch sizes (Mirhoseini et al.
+  2017, Sec. 4; not re-read, as above).
 * bert_base — contiguous blocks of encoder layers per GPU (equal layer counts, `numpy.array_split`), the
   embeddings with the first block, pooler and head with the last (the last non-empty one: with more GPUs
   than layers the GPUs after it stay idle): layer-wise model parallelism as in GPipe (Huang et al. 2019).

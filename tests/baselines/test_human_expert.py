@@ -231,3 +231,31 @@ def test_a_rule_that_finds_none_of_its_layers_is_not_named(layered_graph, make_p
     # one layer found is enough for the rule's name
     g = layered_graph("rnnlm", ["embedding", "lstm.0", "rnn.1", "softmax"])
     assert HumanExpert().place(make_problem(g, haswell_4k80), Budget(), 0).info["rule"] == "lstm_per_gpu"
+
+
+def test_nmt_layer_slots_and_spare_gpus_as_the_docstring_states(layered_graph, make_problem, make_cluster):
+    """The rule pinned where it departs from Sutskever et al. / GNMT (layer k of the encoder and of the
+    decoder on GPU k, spare GPUs for the softmax) and where it agrees. Devices: cpu 0, GPUs 1..|G|."""
+    def nmt(n):
+        return (["encoder.embedding", *[f"encoder.lstm.{k}" for k in range(n)], "decoder.embedding",
+                 *[f"decoder.lstm.{k}" for k in range(n)], "attention", "softmax"])
+
+    def place(scopes, gpus):
+        g = layered_graph("nmt", scopes)
+        devs = forward_devices(HumanExpert().place(make_problem(g, make_cluster(gpus)), Budget(), 0), g)
+        return [devs[s] for s in scopes]
+
+    # 2+2 layers on 8 GPUs: the decoder gets GPUs of its own (3, 4), attention and softmax share the last
+    # GPU (8), GPUs 5..7 stay idle
+    assert place(nmt(2), 8) == [1, 1, 2, 1, 3, 4, 8, 8]
+    # 4+4 layers on 4 GPUs: slots 4..7 wrap round, so layer k of both is on GPU k, as in the sources;
+    # attention and softmax go with the top decoder layer (no GPU spare)
+    assert place(nmt(4), 4) == [1, 1, 2, 3, 4, 1, 1, 2, 3, 4, 4, 4]
+    # 4+4 layers on 2 GPUs (more layers than GPUs): round-robin, not contiguous blocks
+    assert place(nmt(4), 2) == [1, 1, 2, 1, 2, 1, 1, 2, 1, 2, 2, 2]
+
+
+def test_rnnlm_softmax_on_the_last_gpu_when_gpus_outnumber_layers(layered_graph, make_problem, make_cluster):
+    g = layered_graph("rnnlm", RNNLM)
+    devs = forward_devices(HumanExpert().place(make_problem(g, make_cluster(8)), Budget(), 0), g)
+    assert devs == {"embedding": 1, "lstm.0": 1, "lstm.1": 2, "softmax": 8}
