@@ -854,7 +854,14 @@ def _list_clusters() -> list[dict[str, Any]]:
 
 
 def _list_placers() -> list[dict[str, Any]]:
-    from suite.placer import _entry_points, placer_class, placer_families, placer_names, placer_order
+    from suite.placer import (
+        _entry_points,
+        placer_class,
+        placer_defaults,
+        placer_families,
+        placer_names,
+        placer_order,
+    )
 
     eps = _entry_points()
     families = placer_families()
@@ -866,7 +873,7 @@ def _list_placers() -> list[dict[str, Any]]:
             cls = placer_class(name)
             entry["status"] = "ok"
             entry["description"] = ((cls.__doc__ or "").strip().splitlines() or [""])[0]
-            entry["parameters"] = dict(getattr(cls, "defaults", {}))
+            entry["parameters"] = placer_defaults(cls)
         except PlacebenchError as exc:  # a broken plugin is reported, not fatal
             entry["status"] = "broken"
             entry["description"] = str(exc)
@@ -912,7 +919,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         if item.get("description"):
             extra.append(item["description"])
         if item.get("parameters"):
-            extra.append("parameters: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in item["parameters"].items()))
+            extra.append("parameters: " + ", ".join(f"{k}={json.dumps(v, default=str)}"
+                                                    for k, v in item["parameters"].items()))
         family = f"  [{item['family']}]" if item.get("family") else ""
         print(item["name"] + family + ("  " + " - ".join(extra) if extra else ""))
     return 0

@@ -151,6 +151,44 @@ def test_what_a_plugin_prints_in_this_process_does_not_reach_the_json_document(c
         unregister_placer("test_chatty")
         runner._PLUGINS.pop(str(plugin), None)
 
+PLAIN_PLUGIN = '''\
+from suite.placer import PlacementResult, register_placer
+
+@register_placer("test_plain_ctor")
+class Plain:
+    """A placer that is not a BasePlacer: its parameters are its constructor's."""
+
+    def __init__(self, steps=10, rate=0.5, mode=None, order=(1, 2), tag=object):
+        self.steps = steps
+
+    def place(self, problem, budget, seed):
+        return PlacementResult(placement=[0] * problem.workload.num_ops, evaluations=0, wall_time_s=0.0)
+'''
+
+
+def test_list_placers_shows_a_plain_constructors_parameters(capsys, tmp_path):
+    """A plugin placer with a plain constructor (no `defaults`) was listed with no parameters; its keyword
+    defaults are listed, as for a BasePlacer (`placer_defaults`). A default that JSON cannot write (a class)
+    is shown as text instead of stopping the listing."""
+    from suite import runner
+    from suite.placer import unregister_placer
+
+    plugin = tmp_path / "plain.py"
+    plugin.write_text(PLAIN_PLUGIN)
+    try:
+        code, out, _ = _run(capsys, "list", "placers", "--plugin", str(plugin), "--json")
+        placers = {p["name"]: p for p in json.loads(out)}
+        assert code == 0 and placers["test_plain_ctor"]["parameters"] == {
+            "steps": 10, "rate": 0.5, "mode": None, "order": [1, 2], "tag": "<class 'object'>"}
+        code, out, _ = _run(capsys, "list", "placers", "--plugin", str(plugin))
+        line = next(ln for ln in out.splitlines() if ln.startswith("test_plain_ctor"))
+        assert code == 0 and line.endswith(
+            'parameters: steps=10, rate=0.5, mode=null, order=[1, 2], tag="<class \'object\'>"')
+    finally:
+        unregister_placer("test_plain_ctor")
+        runner._PLUGINS.pop(str(plugin), None)
+
+
 def test_show_workload(capsys, tiny_files):
     code, out, _ = _run(capsys, "show", str(tiny_files["diamond"]), "--json")
     info = json.loads(out)
