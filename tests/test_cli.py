@@ -1129,6 +1129,25 @@ def test_tox_installs_the_checkout_for_every_env_that_runs_placebench():
         assert tox[section].get("package", tox["testenv"].get("package")) == "editable", section
 
 
+def test_tox_passes_on_the_variables_that_change_what_runs():
+    """tox passes few of the caller's variables on: OMP_NUM_THREADS, ATEN_CPU_CAPABILITY=default or
+    CUDA_VISIBLE_DEVICES given to `tox -e results` or `tox -e gate` were dropped without a word, and the run
+    recorded the math pins as if the caller had set nothing. Every env passes on the runner's thread and
+    kernel variables, numba's, the visible GPUs and the zoo's cache folder."""
+    import configparser
+    import fnmatch
+
+    from suite import numerics, runner
+
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(Path(__file__).parent.parent / "tox.ini")
+    assert [s for s in tox.sections() if s.startswith("testenv:") and "passenv" in tox[s]] == []  # inherited
+    passenv = tox["testenv"]["passenv"].split()
+    wanted = [*runner._THREAD_VARS, *numerics.VARIABLES, "NUMBA_CACHE_DIR", "CUDA_VISIBLE_DEVICES",
+              "XDG_CACHE_HOME", "PLACEBENCH_GRAPH_DIR"]
+    assert [v for v in wanted if not any(fnmatch.fnmatchcase(v, p) for p in passenv)] == []
+
+
 def test_a_real_execution_spec_runs_one_cell_at_a_time(tmp_path, capsys, monkeypatch):
     """`run` started usable-CPUs workers by default: with evaluator torch each cell's steps were timed while
     the others ran theirs on the same cores (each worker on cores / jobs threads)."""
