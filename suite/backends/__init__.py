@@ -10,6 +10,21 @@ REAL_BACKENDS = ("torch", "onnxruntime")
 ORT_INSTALL = 'pip install -e ".[cpu]" (or ".[gpu]" with CUDA; never both in one environment)'
 
 
+def ort_distributions() -> list[str]:
+    """The ONNX Runtime distributions installed here, of "onnxruntime" and "onnxruntime-gpu". Both install
+    the one module `onnxruntime`, so with both the files of the one installed last hide the other's."""
+    from importlib import metadata
+
+    out = []
+    for dist in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        out.append(dist)
+    return out
+
+
 def check_available(name: str, what: str) -> None:
     """Raise a clear error, naming the extra to install, when backend `name` needs a package not installed
     here (ONNX Runtime is an optional dependency). `what` names the option or setting that asked for it."""

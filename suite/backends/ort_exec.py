@@ -422,9 +422,14 @@ def make_session(model_bytes: bytes, torch_device: str, *, threads: int = 0, fal
         providers: list[Any] = [CPU_EP]
     else:
         if CUDA_EP not in ort.get_available_providers():
+            from suite.backends import ort_distributions
+
+            fix = ("both onnxruntime and onnxruntime-gpu are installed (one module: the CPU one's files may hide the "
+                   'GPU one\'s): uninstall both, then pip install -e ".[gpu]"' if len(ort_distributions()) == 2
+                   else "install the gpu extra (onnxruntime-gpu)")
             raise BackendUnavailable(
                 f"{torch_device}: onnxruntime has no {CUDA_EP} here (available: {', '.join(ort.get_available_providers())}); "
-                "install the gpu extra (onnxruntime-gpu)"
+                + fix
             )
         providers = [(CUDA_EP, {"device_id": index}), CPU_EP]
     sess = ort.InferenceSession(model_bytes, so, providers=providers)

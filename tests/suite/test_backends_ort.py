@@ -103,6 +103,30 @@ def test_cuda_session_without_the_cuda_provider_is_an_error(three_cpus):
     assert m.status == "error" and "CUDAExecutionProvider" in m.message
 
 
+@pytest.mark.parametrize("installed, fix", [
+    (("onnxruntime",), "install the gpu extra (onnxruntime-gpu)"),
+    (("onnxruntime", "onnxruntime-gpu"), "both onnxruntime and onnxruntime-gpu are installed (one module: the CPU "
+                                         'one\'s files may hide the GPU one\'s): uninstall both, then pip install -e '
+                                         '".[gpu]"'),
+])
+def test_a_missing_cuda_provider_says_what_to_do(monkeypatch, installed, fix):
+    """`pip install -e ".[test,gpu]"` installs both distributions, which share the module `onnxruntime`; the
+    error told such a user to install the gpu extra, which they had. It now says both are there."""
+    from importlib import metadata
+
+    def version(dist):
+        if dist not in installed:
+            raise metadata.PackageNotFoundError(dist)
+        return "1.20.0"
+
+    monkeypatch.setattr(metadata, "version", version)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    with pytest.raises(BackendUnavailable) as info:
+        make_session(b"", "cuda:0")
+    assert str(info.value) == ("cuda:0: onnxruntime has no CUDAExecutionProvider here (available: "
+                               "CPUExecutionProvider); " + fix)
+
+
 def test_training_workloads_are_refused():
     with pytest.raises(BackendUnavailable, match="inference only"):
         export_onnx(small_workload("rnnlm-2x2048-b64", mode="training"))
