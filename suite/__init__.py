@@ -39,15 +39,23 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    """The module's names with the lazy ones, so that `dir(suite)` and `help(suite)` show them."""
+    return sorted({*globals(), *_LAZY})
+
+
 def load_cluster(name_or_path: str) -> Cluster:
-    """A preset by name (`placebench list clusters`) or a TOML file by path."""
+    """A preset by name (`placebench list clusters`) or a TOML file by path. An unknown name raises
+    `suite.errors.UnknownNameError`, which lists the presets."""
     from suite.registry import load_cluster as _load
 
     return _load(name_or_path)
 
 
 def load_workload(name_or_path: str) -> OpGraph:
-    """A zoo workload by versioned name (`placebench list workloads`) or a graph JSON file by path."""
+    """A zoo workload by versioned name (`placebench list workloads`), a shape variant of one by its name
+    (`nmt-2x1024-b64+batch_size=1+mode=inference`), or a graph JSON file by path. An unknown name raises
+    `suite.errors.UnknownNameError`, which lists the zoo's names."""
     from suite.registry import load_workload as _load
 
     return _load(name_or_path)

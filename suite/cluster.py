@@ -38,6 +38,9 @@ MAX_MEMORY_BYTES = 2**62  # fits int64 with room for the simulator's sums
 
 @dataclass(frozen=True)
 class Device:
+    """One device: its kind, peak FLOP/s and memory bandwidth (with the fractions of them real kernels reach),
+    memory capacity and per-op overhead; `source` says where each number comes from."""
+
     name: str
     kind: str  # "cpu" or "gpu"
     peak_flops: float  # FLOP/s at the precision the workloads use (fp32)
@@ -52,6 +55,9 @@ class Device:
 
 @dataclass(frozen=True)
 class Link:
+    """A link between the devices named in `between` (more than two: every pair of them, as a switch), with
+    its bandwidth per direction, latency and `sharing` (see the module docstring)."""
+
     between: tuple[str, ...]
     bandwidth: float  # bytes/s per direction
     latency_s: float
@@ -62,6 +68,8 @@ class Link:
 
 @dataclass(frozen=True, eq=False)
 class Cluster:
+    """Devices and the links between them, validated when made (`suite.load_cluster` loads a preset or file)."""
+
     name: str
     devices: tuple[Device, ...]
     links: tuple[Link, ...]

@@ -56,6 +56,9 @@ class Op:
 
 @dataclass(frozen=True)
 class Edge:
+    """A data dependency between ops, by their indices in the graph's order: `bytes` go from `src` to `dst`
+    (by default the producer's `output_bytes`)."""
+
     src: int
     dst: int
     bytes: int
