@@ -17,6 +17,8 @@ executor, so exactly the code the real measurements run) and times each op:
   proportion to their parameter bytes.
 
 Each op's time is the median over `timing.measured_steps` profiled steps, after `timing.warmup_steps`.
+An op that ran too briefly for the clock (or that ran in no fx node: folded into its producer) takes 0 s,
+which the simulator uses as its time; a run in which every op took 0 s measured nothing and is an error.
 
 Calibration. The simulator's single-device step time is the sum of the op times; the real step also pays
 framework work between ops (argument handling, zero_grad, autograd engine start, the output) and the
@@ -324,6 +326,9 @@ def _profile_with(ex: TorchExecutor, rw: RealWorkload, device: str, timing: Timi
         del loss
     raw = np.median(np.stack(per_step), axis=0)
     raw_sum = float(raw.sum())
+    if raw_sum == 0:  # every single-device step would be simulated as 0 s, and every failure score 0 too
+        raise ProfileError(f"profiling {graph.name} on {device}: every op took 0 s by the {clock!r} clock (below its "
+                           "resolution?): nothing was measured, no profile written")
     del tracer
     samples = time_steps(ex.step, timing, [tdev], clock)
     measured = statistic_s(samples, timing)

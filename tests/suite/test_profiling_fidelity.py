@@ -918,3 +918,14 @@ def test_a_concurrent_setting_that_is_not_true_false_or_auto_is_refused(value, m
     with pytest.raises(PlacebenchError, match=r"expected True, False or 'auto'"):
         run_fidelity(rw, cluster, dmap, [], timing=FAST, concurrent=value, placers=["metis"])
     assert made == []
+
+
+def test_a_profile_in_which_every_op_took_zero_seconds_is_refused(monkeypatch):
+    """A clock too coarse for every op gave an all-zero profile (calibration `none`): with it every single-device
+    step was simulated as 0 s, and the evaluator's failure score (a multiple of the summed op times) was 0."""
+    import suite.profiling as profiling
+
+    monkeypatch.setattr(profiling, "clock_function", lambda clock: lambda: 1.0)  # a clock that never moves
+    rw = small_workload("bert_base-12x768-s128-b8", mode="inference")
+    with pytest.raises(ProfileError, match=r"every op took 0 s by the 'wall' clock .* no profile written"):
+        profile_workload(rw, "cpu", timing=FAST, threads=1)
