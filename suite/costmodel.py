@@ -6,7 +6,9 @@ Analytic mode (a roofline): on device d, op i takes
                                       bytes_accessed[i] / (mem_bandwidth[d] * memory_efficiency[d]))
 
 Profile mode: a `Profile` holds measured per-op times for one device (by device name, or for every
-device of a kind or model); where it has a time for an op, that time replaces the estimate. A profile
+device of a kind or model); where it has a time for an op, that time replaces the estimate, 0 s included
+(an op below the clock's resolution). An op it has no time for keeps the roofline estimate, so a profile
+of some ops mixes measured and estimated times in one step: `profiled_mask` says which are measured. A profile
 belongs to one workload: its content hash must be the graph's, and one without a hash (written by hand)
 must name the graph's workload. Two profiles that both give one device a time for the same op are an
 error (which one counted would depend on the order they were given in), not the later one silently
@@ -215,6 +217,25 @@ def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = 
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked at the end
         for d, dev in enumerate(cluster.devices):
             out[:, d] = roofline_time_s(a.flops, a.bytes_accessed.astype(np.float64), dev)
+    _apply_profiles(out, graph, cluster, profiles)
+    _check_finite(out, graph, cluster)
+    out.setflags(write=False)
+    return out
+
+
+def profiled_mask(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> np.ndarray:
+    """bool [num_ops, num_devices]: True where `cost_matrix` takes the op's time on the device from a profile,
+    False where it is the roofline estimate (the profiles are checked as there)."""
+    mask = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
+    for i, d in _apply_profiles(np.zeros(mask.shape), graph, cluster, profiles):
+        mask[i, d] = True
+    return mask
+
+
+def _apply_profiles(out: np.ndarray, graph: OpGraph, cluster: Cluster,
+                    profiles: Iterable[Profile]) -> dict[tuple[int, int], Profile]:
+    """Write the profiles' times into `out` [num_ops, num_devices]; returns (op, device) -> the profile that
+    gave that time."""
     timed_by: dict[tuple[int, int], Profile] = {}  # (op, device) -> the profile that gave its time
     for prof in profiles:
         where = f"{prof.source}: profile" if prof.source else "profile"
@@ -249,6 +270,4 @@ def cost_matrix(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = 
                         "give each device's time for an op in one profile only"
                     )
             out[i, cols] = t
-    _check_finite(out, graph, cluster)
-    out.setflags(write=False)
-    return out
+    return timed_by

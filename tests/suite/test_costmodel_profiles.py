@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 import pytest
 
-from suite.costmodel import Profile, cost_matrix, load_profile
+from suite.costmodel import Profile, cost_matrix, load_profile, profiled_mask
 from suite.errors import ProfileError
 from suite.graph import Op, OpGraph
 
@@ -106,3 +106,18 @@ def test_load_matching_refuses_a_profile_without_hash_of_another_workload(tmp_pa
         load_matching([path], _graph())
     Profile("g", "cpu", {"a": 1.0}).save(path)
     assert [p.op_times_s["a"] for p in load_matching([path], _graph())] == [1.0]
+
+
+def test_profiled_mask_says_which_times_are_measured_and_the_rest_stay_estimated(uniform_cluster):
+    # a profile of op a on the kind "gpu" (d0, d1) and one of b on d2 alone, on a cluster of two GPUs and a CPU:
+    # a's time is measured on d0 and d1 (0 s is a time), b's on d2; every other time is the roofline's
+    # (1e9 FLOPs at 1 GFLOP/s: 1 s).
+    g = _graph()
+    c = uniform_cluster(3, kinds=("gpu", "gpu", "cpu"))
+    profs = [Profile("g", "gpu", {"a": 0.0}), Profile("g", "d2", {"b": 4.0})]
+    assert [op.name for op in g.ops] == ["a", "b"]
+    assert profiled_mask(g, c, profs).tolist() == [[True, True, False], [False, False, True]]
+    assert cost_matrix(g, c, profs).tolist() == [[0.0, 0.0, 1.0], [1.0, 1.0, 4.0]]
+    assert profiled_mask(g, c).tolist() == [[False] * 3] * 2
+    with pytest.raises(ProfileError, match="'nosuch' is not in graph"):  # checked as cost_matrix checks them
+        profiled_mask(g, c, [Profile("g", "gpu", {"nosuch": 1.0})])
