@@ -14,10 +14,10 @@ chrome://tracing open, so a user can see why a placement is slow or runs out of 
   tensors (weight gradients among them), after every change; its largest value is the device's peak
   memory, as the simulator reports it, and the device's capacity is in the process's name.
 
-Times are in microseconds of simulated time, from 0 at the start of the step, each a whole number of
-nanoseconds (`_us`): a viewer reads `ts` and `dur` in nanoseconds, so a slice that ends when the next one on its
-track starts must end at exactly that nanosecond, or the two overlap by one and the next is drawn nested in
-it. An op or transfer shorter than half a nanosecond takes 0 s in the trace.
+Times (`ts`, `dur`) are in microseconds of simulated time, from 0 at the start of the step, each a whole
+number of nanoseconds: a viewer rounds them to whole nanoseconds (Perfetto does), so a slice that ends when
+the next one on its track starts must end at exactly that nanosecond, or the two overlap by one and the next
+is drawn nested in it. An op or transfer shorter than half a nanosecond takes 0 s in the trace.
 """
 
 from __future__ import annotations
