@@ -88,7 +88,7 @@ def test_iterative_improvement_rewards_telescope():
     assert terminated
     assert total == pytest.approx(-math.sqrt(info["score_s"]) - first)
     assert ev.evaluations_used == 5  # the initial placement and one per step
-    with pytest.raises(PlacebenchError):
+    with pytest.raises(PlacebenchError, match="no episode is running"):
         env.step(0)
 
 
@@ -144,7 +144,7 @@ def test_custom_groups_must_keep_colocation():
     assert env.action_space.nvec.tolist() == [3, 3, 3]
     with pytest.raises(PlacebenchError, match="colocation"):
         OneShotPlacementEnv(g, c, groups=[0, 1, 2, 3, 4, 1])
-    with pytest.raises(PlacebenchError):
+    with pytest.raises(PlacebenchError, match=r"groups must be 6 integer labels \(one per op of 'tiny_train'\), got shape \(2,\)"):
         OneShotPlacementEnv(g, c, groups=[0, 1])
 
 

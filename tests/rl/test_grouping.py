@@ -94,7 +94,7 @@ def test_expand_and_contract(train2):
     assert g.expand(gd).tolist() == [0, 1, 2, 1, 2, 2, 1, 1]
     assert g.contract(g.expand(gd)).tolist() == gd.tolist()
     assert g.expand(np.stack([gd, gd])).shape == (2, 8)
-    with pytest.raises(PlacementError):
+    with pytest.raises(PlacementError, match=r"expected 4 group devices, got shape \(2,\)"):
         g.expand([0, 1])
 
 
@@ -126,9 +126,9 @@ def test_scope_grouping(train2):
 
 
 def test_unknown_methods_raise(train2):
-    with pytest.raises(GroupingError):
+    with pytest.raises(GroupingError, match="unknown grouping 'nope'; choose from mirhoseini, "):
         make_grouping(train2, "nope")
-    with pytest.raises(GroupingError):
+    with pytest.raises(GroupingError, match="unknown coarsening method 'nope'; choose from topological, heavy_edge"):
         coarsen(train2, colocation_grouping(train2), 1, method="nope")
 
 

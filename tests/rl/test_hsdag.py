@@ -227,7 +227,7 @@ def test_parameter_errors():
         HSDAGPlacer(baseline="mean")
     with pytest.raises(PlacebenchError, match="grouping"):
         HSDAGPlacer(grouping="nope")
-    with pytest.raises(PlacebenchError):
+    with pytest.raises(PlacebenchError, match=r"steps=0: must be in \[1, 100000\]"):
         HSDAGPlacer(steps=0)
     with pytest.raises(PlacebenchError, match="max_groups"):
         HSDAGPlacer(max_groups=0)

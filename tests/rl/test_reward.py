@@ -21,10 +21,12 @@ def test_reward_transforms():
     # sub-millisecond step times keep their value: the floors only keep a zero score finite
     assert reward_of(1e-4, "inv") == pytest.approx(1e4) and reward_of(1e-4, "neg_log") == pytest.approx(math.log(1e4))
     assert reward_of(0.0, "inv") == 1e12
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown reward transform 'square'"):
         RewardConfig("square")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="oom_score_s must be a positive number of seconds, got -1.0"):
         RewardConfig(oom_score_s=-1.0)
+    with pytest.raises(ValueError, match="invalid_score_s must be a positive number of seconds, got 0.0"):
+        RewardConfig(invalid_score_s=0.0)  # a zero penalty would rank a failing placement as the fastest
 
 
 def test_penalties(branchy, k80x2, make_problem):

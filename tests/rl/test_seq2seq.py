@@ -40,14 +40,15 @@ def test_constraints_budget_and_info(train2, k80x2, make_problem, evaluated_rows
 def test_registered_and_parameters_checked(train2, k80x2, make_problem):
     assert "seq2seq" in placer_names()
     assert isinstance(make_placer("seq2seq", hidden_size=32), Seq2SeqPlacer)
-    with pytest.raises(PlacebenchError):
+    with pytest.raises(PlacebenchError, match=r"unknown parameter\(s\) \['nonsense'\]"):
         make_placer("seq2seq", nonsense=1)
     problem, budget = make_problem(train2, k80x2, max_evaluations=5)
     with pytest.raises(PlacebenchError, match="grouping"):
         Seq2SeqPlacer(grouping="bogus").place(problem, budget, seed=0)
     for bad, match in (({"lr": 0.0}, "lr=0.0: must be in"), ({"batch_size": 2.0}, "batch_size=2.0: expected an integer"),
                        ({"max_groups": 0}, "max_groups"), ({"reward": "pos"}, "reward 'pos'"),
-                       ({"oom_score_s": float("nan")}, "oom_score_s"), ({"bidirectional": 1}, "expected a bool"),
+                       ({"oom_score_s": float("nan")}, "oom_score_s"),
+                       ({"oom_score_s": 0}, "oom_score_s must be None or a finite number > 0, got 0"), ({"bidirectional": 1}, "expected a bool"),
                        ({"oom_score_s": 10**400}, "oom_score_s must be None or a finite number > 0, got an integer of"),
                        ({"lr": 10**400}, "lr=an integer of about 401 digits: expected a finite number"),
                        ({"baseline_decay": 1.0}, "baseline_decay must be below 1"),

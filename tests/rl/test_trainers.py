@@ -132,7 +132,7 @@ def test_reinforce_learns_bandit():
 
 def test_reinforce_rejects_mismatched_shapes():
     logits = torch.zeros(3, requires_grad=True)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"log_prob has shape \(3,\), rewards \(2,\)"):
         Reinforce([logits]).step(logits, logits, np.zeros(2))
 
 
@@ -188,7 +188,7 @@ def test_cem_respects_mask():
     cem = CrossEntropyMethod(mask, seed=0)
     s = cem.sample(100)
     assert (s[:, 0] == 0).all() and (s[:, 1] == 1).all()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="every group needs at least one allowed device"):
         CrossEntropyMethod(np.zeros((1, 2), dtype=bool))
 
 
