@@ -144,6 +144,7 @@ def test_timing_made_in_code_is_checked_when_made(kw, message):
     ({"repetitions": True}, r"Methodology.repetitions must be a whole number >= 1, got True"),
     ({"seeds": ()}, r"Methodology.seeds must be a non-empty list of integers in \[0, 2\*\*32\), got \[\]"),
     ({"seeds": (1, 1)}, r"Methodology.seeds: seed 1 is listed twice"),
+    ({"seeds": (0, 2**32)}, r"Methodology.seeds must be a non-empty list of integers in \[0, 2\*\*32\); entry 1 is 4294967296$"),
     ({"seeds": (0.5,)}, r"Methodology.seeds must be a tuple of integer seeds, got \(0.5,\)"),
     ({"failure_multiple": 0.5}, r"Methodology.failure_multiple must be a number in \[1, 1e\+06\], got 0.5"),
     ({"failure_multiple": float("inf")}, r"Methodology.failure_multiple must be a number in \[1, 1e\+06\], got inf"),
