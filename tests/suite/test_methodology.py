@@ -171,3 +171,13 @@ def test_a_bad_repetitions_methodology_never_reaches_the_re_measurement(tiny_gra
         Evaluator(tiny_graph, tiny_cluster, Budget(), methodology=dataclasses.replace(methodology.load(), repetitions=0))
     with pytest.raises(ValueError, match=r"repetitions must be a positive integer, got nan"):
         Evaluator(tiny_graph, tiny_cluster, Budget()).measure([0, 0, 0, 0], repetitions=float("nan"))
+
+
+def test_changed_fields_names_a_field_that_either_side_lacks():
+    """A manifest written before a rule existed lacks its key: that is a difference, whichever side lacks it."""
+    old = {"budget": {"max_evaluations": 5}, "seeds": [0], "timing": {"statistic": "median"}}
+    new = {"budget": {"max_evaluations": 5, "max_seconds": 1.0}, "seeds": [1], "timing": {"statistic": "median"},
+           "repetitions": 2}
+    assert methodology.changed_fields(old, new) == ["budget.max_seconds", "repetitions", "seeds"]
+    assert methodology.changed_fields(new, old) == ["budget.max_seconds", "repetitions", "seeds"]
+    assert methodology.changed_fields(new, new) == []
