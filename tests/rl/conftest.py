@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from rl.reward import RewardEvaluator
 from suite import Op, OpGraph, load_cluster
@@ -76,6 +77,17 @@ def brute_force_optimum_s(graph: OpGraph, cluster: Cluster) -> float:
     """The best step time over every placement (reference simulator)."""
     everything = itertools.product(range(cluster.num_devices), repeat=graph.num_ops)
     return min(simulate(graph, cluster, p, engine="reference").step_time_s for p in everything)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Searches built in a test (HSDAGSearch, PlacetoSearch, ...) run on one torch thread, as the placers do
+    (`threads` = 1 by default); torch's default of one per core made them 10 to 50 times slower on a busy
+    machine, without testing anything more."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture
