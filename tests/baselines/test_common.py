@@ -135,6 +135,18 @@ def test_enforce_kinds_sees_the_nodes_it_already_moved():
     assert fixed.tolist() == [0, 0, 1] and moved == 2
 
 
+def test_enforce_kinds_weighs_neighbours_by_bytes_not_by_count():
+    """x sits on device 2, which it forbids; it sends 100 B to a (device 1) and 1 B each to b and c (device 0):
+    100 B outweigh two neighbours, so x goes to device 1 (counting neighbours would pick device 0)."""
+    ops = [Op(n, "x", output_bytes=100) for n in ("x", "a", "b", "c")]
+    con = _common.contract(OpGraph.build("star", ops, [("x", "a", 100), ("x", "b", 1), ("x", "c", 1)]))
+    names = [con.graph.ops[i].name for i in con.first_op]
+    where = {"x": 2, "a": 1, "b": 0, "c": 0}
+    allowed = np.array([[True, True, name != "x"] for name in names])
+    fixed, moved = _common.enforce_kinds(np.array([where[n] for n in names]), con, allowed)
+    assert dict(zip(names, fixed.tolist(), strict=True)) == {**where, "x": 1} and moved == 1
+
+
 def test_problem_costs_use_the_evaluators_profiles(make_cluster):
     from suite.costmodel import Profile
     from suite.placer import Problem
