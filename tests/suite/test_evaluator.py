@@ -108,6 +108,24 @@ def test_single_evaluations_use_up_the_grant_of_affordable(problem):
     assert ev.evaluations_used == 4
 
 
+def test_the_rest_of_a_grant_still_covers_a_batch_after_single_evaluations(problem):
+    """A grant of 4, one used by `evaluate`: the 3 left cover a batch of 3 that the time left (1 fits) would
+    refuse. Without a grant, a batch of one is not refused for time while any is left, as `evaluate` is not."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=100, max_seconds=11))
+    ev.evaluate([0, 0, 0])
+    ev._measured, ev._measuring_s = 4, 8.0  # 2 s per evaluation
+    ev.started = time.perf_counter()  # 11 s left: 5 fit
+    assert ev.affordable(4) == 4
+    ev.evaluate([0, 0, 0])
+    ev._measured, ev._measuring_s = 4, 8.0
+    ev.started -= 8.0  # 3 s left: 1 fits, 3 of the grant are left
+    assert len(ev.evaluate_batch([[0, 0, 0]] * 3)) == 3 and ev.evaluations_used == 5
+    ev._measured, ev._measuring_s = 4, 8.0  # the grant is spent; 2 s per evaluation
+    ev.started = time.perf_counter() - 10.0  # 1 s left
+    assert len(ev.evaluate_batch([[0, 0, 0]])) == 1 and ev.evaluations_used == 6
+
+
 def test_a_profile_reaches_batches_single_evaluations_re_measurement_and_the_failure_score(problem):
     """b measured at 7 s where the analytic model says 2 s: every way a placement is measured uses it."""
     g, c = problem
