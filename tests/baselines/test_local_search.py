@@ -59,6 +59,15 @@ def test_finds_the_brute_force_optimum_in_90_percent_of_small_problems(random_gr
     assert hits >= 0.9 * BRUTE_FORCE_CASES, misses
 
 
+def test_without_evaluations_it_returns_its_first_start_and_no_score(random_graph, make_problem, haswell_2k80):
+    """A budget of 0 evaluations: the first start (every op on the fastest GPU, gpu:0 = device 1 of haswell_2k80) is the
+    answer, and the best score seen is None (nothing was scored), not inf, which JSON cannot hold."""
+    g = random_graph(6, 1)
+    r = LocalSearch().place(make_problem(g, haswell_2k80, max_evaluations=0), Budget(max_evaluations=0), 0)
+    assert r.placement.tolist() == [1] * 6 and r.evaluations == 0
+    assert r.info == {"best_score_s": None, "climbs": 0, "kicks": 0, "stop": "budget", "distinct_placements": 0}
+
+
 def test_stays_within_the_evaluation_budget(random_graph, make_problem, haswell_2k80):
     g = random_graph(60, 3, groups=True, kinds=True)
     p = make_problem(g, haswell_2k80, max_evaluations=7)
