@@ -507,6 +507,19 @@ def test_a_groups_reserved_working_set_is_released_with_its_last_op(make_problem
     assert placement.tolist() == [0, 0, 0] and info["memory_overflows"] == 0
 
 
+def test_an_op_outside_a_group_reserves_no_working_set(make_problem, make_cluster):
+    """Point 6 reserves working sets for groups of several ops only. The graph above on GPUs of 8 MB: the
+    group's 8 MB fit gpu:0; then b needs a2's live 4 MB + its own 1 MB output there, 5 MB, and stays. A working
+    set reserved for b alone (1 MB out + 4 MB read, on top of the live 4 MB: 9 MB) would send it to gpu:1."""
+    ops = [Op("a1", "x", flops=1e9, output_bytes=4 * MB, group="g"), Op("a2", "x", flops=1e9, output_bytes=4 * MB, group="g"),
+           Op("b", "x", flops=1e9, output_bytes=MB)]
+    g = OpGraph.build("release", ops, [("a1", "a2"), ("a2", "b")])
+    placement, info = m_etf_placement(make_problem(g, make_cluster(2, cpu=False, gpu_memory_bytes=8 * MB)),
+                                      reserve_groups=True)
+    assert placement.tolist() == [0, 0, 0] and info["memory_overflows"] == 0
+    assert info["estimated_peak_bytes"] == [8 * MB, 0.0]
+
+
 def test_an_oom_that_names_no_device_is_not_retried(make_problem, make_cluster, monkeypatch):
     """A real backend's out of memory on an unknown device names none: no room can shrink, so the schedule
     made again would be the same one. Each rule makes its schedule once, measures it, and stops."""
