@@ -6,6 +6,7 @@ import numpy as np
 
 from rl.features import NUMERIC_NAMES, cost_features, depths, device_features, group_features, op_features
 from rl.grouping import colocation_grouping
+from suite.graph import Op, OpGraph
 
 
 def test_op_features_values(train2):
@@ -38,6 +39,20 @@ def test_group_features_values(train2):
     assert m.shape == (4, 5 + 6 + 4 + 2 * 4)
     assert 0.0 <= m.min() and m.max() <= 1.0
     assert f.matrix(adjacency=False).shape == (4, 15)
+
+
+def test_group_adjacency_counts_op_edges_and_output_shapes_keep_the_first_dims():
+    """Groups a = {a1, a2} and b = {b1, b2}, then c: two op edges from a to b, one from b to c, so the adjacency
+    is log1p(2) / log1p(2) = 1 and log1p(1) / log1p(2). An output shape of 5 dims keeps its first 4."""
+    ops = [Op("a1", "x", group="a", output_shape=(2, 3, 4, 5, 6)), Op("a2", "x", group="a"),
+           Op("b1", "x", group="b"), Op("b2", "x", group="b"), Op("c", "x", output_shape=(7,))]
+    g = OpGraph.build("pairs", ops, [("a1", "b1"), ("a2", "b2"), ("b2", "c")])
+    assert [op.name for op in g.ops] == ["a1", "a2", "b1", "b2", "c"]
+    f = group_features(g, colocation_grouping(g))
+    assert f.edge_index.T.tolist() == [[0, 1], [1, 2]]
+    assert np.allclose(f.adjacency, [[0, 1, 0], [0, 0, np.log(2) / np.log(3)], [0, 0, 0]], rtol=1e-6, atol=0)
+    shapes = op_features(g).output_shape
+    assert np.allclose(shapes[[0, 4]], [np.log1p([2, 3, 4, 5]) / np.log1p(7), [1, 0, 0, 0]], rtol=1e-6, atol=0)
 
 
 def test_group_features_sum_numeric_features_and_average_output_shapes(train2):
