@@ -113,6 +113,21 @@ def test_the_least_latency_is_taken_among_routes_of_the_final_width_not_the_wide
     assert (c.routes[0][0, 2], c.routes[1][0, 2]) == (2.0, 5.0)
 
 
+def test_of_equal_routes_the_first_in_breadth_first_order_by_device_index_is_taken():
+    """Two routes 0-1-4-5 and 0-2-3-5, alike in links, width and latency: the route through the lower device
+    index at the last layer (3, before 4) is taken, though 4 is reached first (from 1); and the same route
+    wherever it is listed. Which links a transfer takes sets the simulated link bytes and contention."""
+    devs = [dict(name=f"d{i}", kind="gpu", peak_flops=1, mem_bandwidth=1, memory_bytes=1, op_overhead_s=0)
+            for i in range(6)]
+    pairs = [("d0", "d1"), ("d0", "d2"), ("d1", "d4"), ("d2", "d3"), ("d3", "d5"), ("d4", "d5")]
+    for order in (pairs, pairs[::-1]):
+        links = [dict(between=list(p), bandwidth=1.0, latency_s=0.5) for p in order]
+        c = from_dict({"name": "ring", "devices": devs, "links": links})
+        j = {p: k for k, p in enumerate(order)}
+        assert c.route(0, 5) == [(0, 2, j["d0", "d2"]), (2, 3, j["d2", "d3"]), (3, 5, j["d3", "d5"])]
+        assert (c.routes[0][0, 5], c.routes[1][0, 5]) == (1.5, 1.0)
+
+
 def _best_route_by_enumeration(c, s, t):
     """(links, -width, latency) of the best simple route from s to t, trying every one."""
     best = None
