@@ -168,6 +168,10 @@ def _check_step_bound(graph: OpGraph, cluster: Cluster, cost: np.ndarray, worst_
 
 @dataclass(frozen=True)
 class SimResult:
+    """One simulated step of a placement: status "ok", or "oom" where a device's peak memory exceeds its
+    capacity (`oom_devices` names them), the step time, and per device its compute time, peak memory and
+    capacity; `link_bytes` counts the bytes each device sent to each other one."""
+
     status: str  # "ok" or "oom"
     step_time_s: float
     busy_s: np.ndarray  # [D] seconds of compute per device
