@@ -64,15 +64,21 @@ def test_batches_are_sized_to_the_time_left(problem):
         ev.evaluate_batch([[0, 0, 0]] * 2)
 
 
+def _two_seconds_each_eleven_left(problem) -> Evaluator:
+    """An evaluator that has measured 2 s per evaluation so far and has 11 s of its budget left."""
+    g, c = problem
+    ev = Evaluator(g, c, Budget(max_evaluations=100, max_seconds=11))
+    ev.evaluate([0, 0, 0])
+    ev._measured, ev._measuring_s = 4, 8.0
+    ev.started = time.perf_counter()
+    return ev
+
+
 def test_a_batch_that_affordable_allowed_is_not_refused_for_the_time_spent_making_it(problem):
     """README's loop `while (k := ev.affordable(n)) > 0: ev.evaluate_batch(make(k))`: the time spent making and
     validating the k placements must not turn the grant into a refusal (it ended every time-bound search with
     BudgetExhausted, an error cell). A batch larger than the grant, or one with no grant, is still refused."""
-    g, c = problem
-    ev = Evaluator(g, c, Budget(max_evaluations=100, max_seconds=11))
-    ev.evaluate([0, 0, 0])
-    ev._measured, ev._measuring_s = 4, 8.0  # 2 s per evaluation
-    ev.started = time.perf_counter()  # 11 s left: 5 fit
+    ev = _two_seconds_each_eleven_left(problem)  # 5 fit
     assert ev.affordable(16) == 5
     ev.started -= 1.5  # the placer took 1.5 s to make them: 9.5 s left
     assert len(ev.evaluate_batch([[0, 0, 0]] * 5)) == 5
@@ -93,11 +99,7 @@ def test_a_batch_that_affordable_allowed_is_not_refused_for_the_time_spent_makin
 def test_single_evaluations_use_up_the_grant_of_affordable(problem):
     """A grant of `affordable` covers the evaluations it allowed, single ones too: after 3 of a grant of 4 were
     used one at a time, a batch of 3 that the time left does not fit is refused (only 1 is left of the grant)."""
-    g, c = problem
-    ev = Evaluator(g, c, Budget(max_evaluations=100, max_seconds=11))
-    ev.evaluate([0, 0, 0])
-    ev._measured, ev._measuring_s = 4, 8.0  # 2 s per evaluation
-    ev.started = time.perf_counter()  # 11 s left: 5 fit
+    ev = _two_seconds_each_eleven_left(problem)  # 5 fit
     assert ev.affordable(4) == 4
     for _ in range(3):
         ev.evaluate([0, 0, 0])
@@ -111,11 +113,7 @@ def test_single_evaluations_use_up_the_grant_of_affordable(problem):
 def test_the_rest_of_a_grant_still_covers_a_batch_after_single_evaluations(problem):
     """A grant of 4, one used by `evaluate`: the 3 left cover a batch of 3 that the time left (1 fits) would
     refuse. Without a grant, a batch of one is not refused for time while any is left, as `evaluate` is not."""
-    g, c = problem
-    ev = Evaluator(g, c, Budget(max_evaluations=100, max_seconds=11))
-    ev.evaluate([0, 0, 0])
-    ev._measured, ev._measuring_s = 4, 8.0  # 2 s per evaluation
-    ev.started = time.perf_counter()  # 11 s left: 5 fit
+    ev = _two_seconds_each_eleven_left(problem)  # 5 fit
     assert ev.affordable(4) == 4
     ev.evaluate([0, 0, 0])
     ev._measured, ev._measuring_s = 4, 8.0
