@@ -494,14 +494,19 @@ def test_a_conservative_schedule_that_is_oom_too_is_not_taken(make_problem, make
     assert (r.info["oom_retries"], r.info["reserved_groups_oom_retries"]) == (3, 3)
 
 
+def _group_then_one_op() -> OpGraph:
+    """Group g = a1 (4 MB out) -> a2 (4 MB out), then b (1 MB out) reading a2."""
+    ops = [Op("a1", "x", flops=1e9, output_bytes=4 * MB, group="g"), Op("a2", "x", flops=1e9, output_bytes=4 * MB, group="g"),
+           Op("b", "x", flops=1e9, output_bytes=MB)]
+    return OpGraph.build("release", ops, [("a1", "a2"), ("a2", "b")])
+
+
 def test_a_groups_reserved_working_set_is_released_with_its_last_op(make_problem, make_cluster):
     """Point 6 by hand, two GPUs of 10 MB: group g = a1 (4 MB out) -> a2 (4 MB out, reads a1's 4 MB) holds
     its largest working set, 8 MB, on gpu:0 until a2 is placed. Then b (1 MB out, reads a2) needs a2's live
     4 MB + 1 MB there, 5 MB: it fits and stays on gpu:0, next to its input (still holding the 8 MB, it
     would need 13 MB and be sent to gpu:1)."""
-    ops = [Op("a1", "x", flops=1e9, output_bytes=4 * MB, group="g"), Op("a2", "x", flops=1e9, output_bytes=4 * MB, group="g"),
-           Op("b", "x", flops=1e9, output_bytes=MB)]
-    g = OpGraph.build("release", ops, [("a1", "a2"), ("a2", "b")])
+    g = _group_then_one_op()
     placement, info = m_etf_placement(make_problem(g, make_cluster(2, cpu=False, gpu_memory_bytes=10 * MB)),
                                       reserve_groups=True)
     assert placement.tolist() == [0, 0, 0] and info["memory_overflows"] == 0
@@ -511,9 +516,7 @@ def test_an_op_outside_a_group_reserves_no_working_set(make_problem, make_cluste
     """Point 6 reserves working sets for groups of several ops only. The graph above on GPUs of 8 MB: the
     group's 8 MB fit gpu:0; then b needs a2's live 4 MB + its own 1 MB output there, 5 MB, and stays. A working
     set reserved for b alone (1 MB out + 4 MB read, on top of the live 4 MB: 9 MB) would send it to gpu:1."""
-    ops = [Op("a1", "x", flops=1e9, output_bytes=4 * MB, group="g"), Op("a2", "x", flops=1e9, output_bytes=4 * MB, group="g"),
-           Op("b", "x", flops=1e9, output_bytes=MB)]
-    g = OpGraph.build("release", ops, [("a1", "a2"), ("a2", "b")])
+    g = _group_then_one_op()
     placement, info = m_etf_placement(make_problem(g, make_cluster(2, cpu=False, gpu_memory_bytes=8 * MB)),
                                       reserve_groups=True)
     assert placement.tolist() == [0, 0, 0] and info["memory_overflows"] == 0

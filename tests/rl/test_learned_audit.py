@@ -91,15 +91,19 @@ def test_torch_threads_restores_the_callers_count(train2, k80x2, make_problem):
         torch.set_num_threads(before)
 
 
+def _big_weights() -> OpGraph:
+    """A diamond whose first op holds 2 MiB of weights: on the 1 MiB GPU of `tiny_cluster`, OOM."""
+    ops = [Op(x, "matmul", flops=1e9, output_bytes=1000, param_bytes=2**21 if x == "a" else 0) for x in "abcd"]
+    return OpGraph.build("big", ops, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+
+
 @pytest.mark.parametrize("name, extra", [("placeto", {"normalize_advantages": False}),
                                          ("seq2seq", {"reward": "neg", "normalize_advantages": False}),
                                          ("hsdag", {"reward": "neg"})])
 def test_penalties_beyond_float32_end_the_search_with_a_clear_error(name, extra, tiny_cluster, make_problem):
     """An OOM score of 1e40 s with unnormalized advantages: the update's weights do not fit float32. Before, the
     loss became inf or NaN and the search ended with "the policy diverged ... lower the learning rate"."""
-    ops = [Op(x, "matmul", flops=1e9, output_bytes=1000, param_bytes=2**21 if x == "a" else 0) for x in "abcd"]
-    graph = OpGraph.build("big", ops, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])  # a on the 1 MiB GPU: OOM
-    problem, budget = make_problem(graph, tiny_cluster, max_evaluations=30)
+    problem, budget = make_problem(_big_weights(), tiny_cluster, max_evaluations=30)
     placer = make_placer(name, oom_score_s=1e40, oom_shaping=False, **extra)
     with pytest.raises(PlacebenchError, match=r"weights \(advantages or returns\) reach \S+e\+(39|40), beyond torch.float32"):
         placer.place(problem, budget, seed=0)
@@ -113,9 +117,7 @@ def test_penalties_that_overflow_the_gradient_norm_end_the_search_with_a_clear_e
     updates were scaled by 1 / inf = 0 and the search ran to its end learning nothing, without a word; in HSDAG's
     unclipped Adam the weights whose squared gradients overflowed stopped moving for good (second moment inf),
     the others moved on, also without a word."""
-    ops = [Op(x, "matmul", flops=1e9, output_bytes=1000, param_bytes=2**21 if x == "a" else 0) for x in "abcd"]
-    graph = OpGraph.build("big", ops, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])  # a on the 1 MiB GPU: OOM
-    problem, budget = make_problem(graph, tiny_cluster, max_evaluations=30)
+    problem, budget = make_problem(_big_weights(), tiny_cluster, max_evaluations=30)
     placer = make_placer(name, oom_score_s=1e25, oom_shaping=False, **extra)
     with pytest.raises(PlacebenchError, match=r"gradient norm is (inf|nan), whose square .*too large"):
         placer.place(problem, budget, seed=0)
