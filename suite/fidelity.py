@@ -25,8 +25,9 @@ placement; ONNX Runtime runs sequentially), and the report's `info` both the set
 what ran (`execution`), which the report and the summary show.
 
 Reports: `<out>/<workload>__<cluster>__<backend>[__cpu][__concurrent].md` (the clock where it is not the wall
-clock, and concurrent execution forced on; a report of that name measured with other rounds, concurrent
-setting, threads or timing is replaced only when forced, `check_replace`; in the file name, a character of
+clock, and concurrent execution forced on; a report of that name of another workload, cluster, backend or
+clock, or measured with other rounds, concurrent setting, threads or timing, is replaced only when forced,
+`check_replace`; in the file name, a character of
 the names other than a letter, a digit or `._+=-` is `_`; its `copied MiB/step`, the backend's copies between devices, is
 the forward pass's only in a PyTorch training step, which the table then says), `.png` (predicted vs measured, log-log, with
 the y = x line and a +-15 % band) and `.json` (every number); `write_summary(out)` gathers every JSON of a
@@ -641,7 +642,8 @@ def write_report(result: FidelityResult, out: str | Path = DEFAULT_DIR, *, png: 
     stem = report_stem(result.workload, result.cluster, result.backend, result.info.get("clock", "wall"),
                        result.info.get("concurrent"))
     if not force:
-        check_replace(out / f"{stem}.json", result.info)
+        names = report_names(result.workload, result.cluster, result.backend, result.info.get("clock", "wall"))
+        check_replace(out / f"{stem}.json", result.info, names)
     data = result.to_dict()
     bad = None
     for r in data["rows"]:  # a row names the placement
@@ -672,21 +674,35 @@ def report_stem(workload: str, cluster: str, backend: str, clock: str, concurren
 SETTINGS = ("rounds", "concurrent", "threads", "timing")  # a report's measurement settings (its `info`)
 
 
-def check_replace(path: str | Path, info: dict[str, Any]) -> None:
-    """Refuse to replace the report `path` (its JSON) when it was measured with other `SETTINGS` than
-    `info` says, or cannot be read: a study with 1 round, or the concurrent setting off, writes the same file
-    names as one with 3 rounds, or "auto", and would replace it unseen. A report measured with the same
-    settings is replaced (measured again). Nothing at `path`: nothing to check."""
+def report_names(workload: str, cluster: str, backend: str, clock: str) -> dict[str, str]:
+    """What a report is of, as its JSON records it (`clock` in its `info`): two names can give one file name."""
+    return {"workload": workload, "cluster": cluster, "backend": backend, "clock": clock}
+
+
+def check_replace(path: str | Path, info: dict[str, Any], names: dict[str, str]) -> None:
+    """Refuse to replace the report `path` (its JSON) when it is of another workload, cluster, backend or clock
+    than `names` (`report_names`) says, was measured with other `SETTINGS` than `info` says, or cannot be
+    read: clusters "lab/2cpu" and "lab_2cpu" give one file name, and a study with 1 round, or the concurrent
+    setting off, writes the same file names as one with 3 rounds, or "auto"; either would replace it unseen.
+    A report of the same names measured with the same settings is replaced (measured again). Nothing at
+    `path`: nothing to check."""
     path = Path(path)
     if not path.exists():
         return
     hint = "pass --force (write_report's force=True) to replace it, or --out DIR to keep it"
     try:
-        old = load_json(path, PlacebenchError, "fidelity report").get("info")
+        data = load_json(path, PlacebenchError, "fidelity report")
+        old = data.get("info")
     except (PlacebenchError, AttributeError):
         raise PlacebenchError(f"{path}: a fidelity report that cannot be read would be replaced: {hint}") from None
     if not isinstance(old, dict):
         raise PlacebenchError(f"{path}: a fidelity report without its settings would be replaced: {hint}")
+    recorded = {**{k: data[k] for k in ("workload", "cluster", "backend") if k in data},
+                **({"clock": old["clock"]} if "clock" in old else {})}
+    other = [f"{key} {recorded[key]!r} (this run {names[key]!r})" for key in names
+             if key in recorded and recorded[key] != names[key]]
+    if other:
+        raise PlacebenchError(f"{path} is the report of {', '.join(other)}: {hint}")
     differs = [f"{key} {old[key]!r} (this run {info.get(key)!r})" for key in SETTINGS
                if key in old and old[key] != info.get(key)]
     if differs:

@@ -215,7 +215,8 @@ def _fidelity(args: argparse.Namespace) -> int:
         stem = fidelity.report_stem(rw.graph.name, cluster.name, args.backend, args.clock, setting)
         settings = {"rounds": args.rounds, "concurrent": setting, "threads": threads,
                     "timing": dict(meth.timing.__dict__)}
-        fidelity.check_replace(Path(args.out or fidelity.DEFAULT_DIR) / f"{stem}.json", settings)
+        names = fidelity.report_names(rw.graph.name, cluster.name, args.backend, args.clock)
+        fidelity.check_replace(Path(args.out or fidelity.DEFAULT_DIR) / f"{stem}.json", settings, names)
     # progress through the CLI's _write: a reader that left (`| head`) does not stop the measurements and report
     log = (lambda *a: None) if args.json else (lambda text: _write(sys.stdout, text + "\n"))
     profs = profiles_for(rw, cluster, dmap, profiles, threads=threads, methodology=meth,
@@ -298,6 +299,6 @@ def add_commands(sub: Any) -> None:
                          f"{', '.join(DEFAULT_PLACERS)}, and ort_gpu with a GPU; 'none': no baseline)")
     fi.add_argument("--no-png", action="store_true")
     fi.add_argument("--force", action="store_true",
-                    help="replace a report of the same file name measured with other settings (rounds, concurrent, "
-                         "threads, timing)")
+                    help="replace a report of the same file name of other names (workload, cluster, backend, clock) "
+                         "or measured with other settings (rounds, concurrent, threads, timing)")
     fi.set_defaults(func=cmd_fidelity)

@@ -24,8 +24,10 @@ from suite.fidelity import (
     FidelityResult,
     Row,
     check_clock,
+    check_replace,
     placements_for,
     random_split_placement,
+    report_names,
     run_fidelity,
     shown_path,
     spearman,
@@ -859,10 +861,10 @@ def test_a_measured_step_is_the_protocols_statistic_of_every_rounds_samples(stat
     assert row.measured_s == pytest.approx(step)
 
 
-def _hand_result(rounds: int, concurrent="auto") -> FidelityResult:
+def _hand_result(rounds: int, concurrent="auto", cluster="c") -> FidelityResult:
     info = {"rounds": rounds, "concurrent": concurrent, "threads": 1, "clock": "cpu",
             "timing": {"warmup_steps": 1, "measured_steps": 3, "statistic": "median", "synchronize": True}}
-    return FidelityResult("w", "h", "c", "torch", {"cpu:0": "cpu"},
+    return FidelityResult("w", "h", cluster, "torch", {"cpu:0": "cpu"},
                           [Row("single:cpu:0", "single", 0.011, 0.010, "ok")], [], info)
 
 
@@ -885,6 +887,24 @@ def test_a_report_measured_with_other_settings_is_not_replaced_unseen(tmp_path):
     path.write_text("{not json")
     with pytest.raises(PlacebenchError, match=r"cannot be read would be replaced"):
         write_report(_hand_result(3), tmp_path, png=False)
+
+
+def test_a_report_of_another_cluster_of_the_same_file_name_is_not_replaced_unseen(tmp_path):
+    """Clusters "lab/2cpu" and "lab_2cpu" both write w__lab_2cpu__torch__cpu.json: with the same settings the
+    second replaced the first's report without a word. It is refused, naming both, unless forced."""
+    write_report(_hand_result(1, cluster="lab/2cpu"), tmp_path, png=False)
+    path = tmp_path / "w__lab_2cpu__torch__cpu.json"
+    before = path.read_text()
+    with pytest.raises(PlacebenchError, match=r"w__lab_2cpu__torch__cpu.json is the report of cluster 'lab/2cpu' "
+                                              r"\(this run 'lab_2cpu'\): pass --force"):
+        write_report(_hand_result(1, cluster="lab_2cpu"), tmp_path, png=False)
+    assert path.read_text() == before
+    write_report(_hand_result(1, cluster="lab_2cpu"), tmp_path, png=False, force=True)
+    assert json.loads(path.read_text())["cluster"] == "lab_2cpu"
+    names = report_names("w", "lab_2cpu", "onnxruntime", "wall")
+    with pytest.raises(PlacebenchError, match=r"report of backend 'torch' \(this run 'onnxruntime'\), "
+                                              r"clock 'cpu' \(this run 'wall'\): pass --force"):
+        check_replace(path, _hand_result(1).info, names)
 
 
 def test_the_cli_refuses_to_replace_a_report_of_other_settings_before_profiling(tmp_path, capsys):
