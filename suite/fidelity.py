@@ -418,18 +418,19 @@ def run_fidelity(
             progress(rows[-1])
     import torch
 
-    info = {
-        "timing": dict(timing.__dict__),
-        "threads": torch.get_num_threads(),
+    settings = report_settings(backend, rounds, concurrent, torch.get_num_threads(), timing)
+    info = {  # this key order is the written JSON's
+        "timing": settings["timing"],
+        "threads": settings["threads"],
         "machine": platform.node(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seed": seed,
-        "rounds": rounds,
+        "rounds": settings["rounds"],
         "clock": clock,
         "mode": graph.metadata.get("mode"),  # training: the PyTorch backend counts the forward's copies only
-        "concurrent": concurrent if backend == "torch" else False,  # the setting; what ran: "execution"
+        "concurrent": settings["concurrent"],  # the setting; what ran: "execution"
         "execution": execution(rows),
         "simulator_engine": sim.engine,
     }
@@ -672,6 +673,13 @@ def report_stem(workload: str, cluster: str, backend: str, clock: str, concurren
 
 
 SETTINGS = ("rounds", "concurrent", "threads", "timing")  # a report's measurement settings (its `info`)
+
+
+def report_settings(backend: str, rounds: int, concurrent: bool | str, threads: int, timing: Timing) -> dict[str, Any]:
+    """A report's `SETTINGS` as its `info` records them (the concurrent setting is False but with the PyTorch
+    backend: ONNX Runtime runs sequentially); `run_fidelity` and the CLI's early `check_replace` use it."""
+    return {"rounds": rounds, "concurrent": concurrent if backend == "torch" else False, "threads": threads,
+            "timing": dict(timing.__dict__)}
 
 
 def report_names(workload: str, cluster: str, backend: str, clock: str) -> dict[str, str]:

@@ -211,10 +211,8 @@ def _fidelity(args: argparse.Namespace) -> int:
     concurrent = {"auto": "auto", "on": True, "off": False}[args.concurrent]
     fidelity.check_clock(args.clock, cluster, dmap, backend=args.backend, concurrent=concurrent)  # before profiling
     if not args.force:  # a report of the same name measured with other settings: before profiling
-        setting = concurrent if args.backend == "torch" else False  # as the report records it
-        stem = fidelity.report_stem(rw.graph.name, cluster.name, args.backend, args.clock, setting)
-        settings = {"rounds": args.rounds, "concurrent": setting, "threads": threads,
-                    "timing": dict(meth.timing.__dict__)}
+        settings = fidelity.report_settings(args.backend, args.rounds, concurrent, threads, meth.timing)
+        stem = fidelity.report_stem(rw.graph.name, cluster.name, args.backend, args.clock, settings["concurrent"])
         names = fidelity.report_names(rw.graph.name, cluster.name, args.backend, args.clock)
         fidelity.check_replace(Path(args.out or fidelity.DEFAULT_DIR) / f"{stem}.json", settings, names)
     # progress through the CLI's _write: a reader that left (`| head`) does not stop the measurements and report

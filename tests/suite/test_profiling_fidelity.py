@@ -21,6 +21,7 @@ from suite.costmodel import load_profile
 from suite.errors import PlacebenchError, ProfileError, UnknownNameError
 from suite.evaluator import SimulatorBackend
 from suite.fidelity import (
+    SETTINGS,
     FidelityResult,
     Row,
     check_clock,
@@ -905,6 +906,50 @@ def test_a_report_of_another_cluster_of_the_same_file_name_is_not_replaced_unsee
     with pytest.raises(PlacebenchError, match=r"report of backend 'torch' \(this run 'onnxruntime'\), "
                                               r"clock 'cpu' \(this run 'wall'\): pass --force"):
         check_replace(path, _hand_result(1).info, names)
+
+
+@pytest.mark.parametrize("backend, concurrent", [("torch", "on"), ("torch", "off"), ("onnxruntime", "auto")])
+def test_the_clis_early_check_and_the_written_report_agree_on_settings_and_names(backend, concurrent, tmp_path,
+                                                                                 monkeypatch):
+    """The CLI checks a stored report before profiling with the settings and names the report will record:
+    built apart, they could drift, and the early check refuse wrongly or miss a conflict."""
+    import suite.backends.commands as commands
+    import suite.backends.ort_exec as ort_exec
+    import suite.backends.torch_exec as torch_exec
+    import suite.fidelity as fidelity
+    from suite.evaluator import Measurement
+
+    class Fake:
+        last_concurrent = False
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def measure(self, placement):
+            return Measurement("ok", 0.01, (0.01,))
+
+        def measure_native(self, which):
+            return Measurement("ok", 0.01, (0.01,))
+
+    monkeypatch.setattr(torch_exec, "TorchBackend", Fake)
+    monkeypatch.setattr(ort_exec, "OrtBackend", Fake)
+    monkeypatch.setattr(commands, "profiles_for", lambda *a, **k: [])
+    checked = []
+    real_check = fidelity.check_replace
+    monkeypatch.setattr(fidelity, "check_replace", lambda *a: checked.append(a) or real_check(*a))
+    out = tmp_path / "f"
+    out.mkdir()
+    code = main(["fidelity", "rnnlm-2x2048-b64", "--mode", "inference", *_shape_args("rnnlm"),
+                 "--logical-cpus", "2", "--rounds", "2", "--backend", backend, "--concurrent", concurrent,
+                 "--splits", "0", "--random", "0", "--placer", "none", "--no-png", "--json",
+                 "--profiles", str(tmp_path / "p"), "--out", str(out)])
+    assert code == 0
+    (early_path, early, early_names), (path, info, names) = checked  # the CLI's, then write_report's
+    report = json.loads(path.read_text())
+    assert early_path == path and early_names == names
+    assert early == {key: report["info"][key] for key in SETTINGS}
+    assert names == {"workload": report["workload"], "cluster": "local_2cpu", "backend": backend, "clock": "wall"}
+    assert report["info"]["concurrent"] == {"on": True, "off": False, "auto": False}[concurrent]
 
 
 def test_the_cli_refuses_to_replace_a_report_of_other_settings_before_profiling(tmp_path, capsys):
