@@ -19,7 +19,7 @@ from suite.backends.workload import SMALL_SHAPES, from_module, small_workload
 from suite.cli import main
 from suite.costmodel import load_profile
 from suite.errors import PlacebenchError, ProfileError, UnknownNameError
-from suite.evaluator import SimulatorBackend
+from suite.evaluator import Measurement, SimulatorBackend
 from suite.fidelity import (
     SETTINGS,
     FidelityResult,
@@ -587,6 +587,22 @@ def test_backward_time_of_unattributed_functions_is_counted_as_unattributed():
     assert rest == 4.0  # 1.0-3.0 (no op) + 4.0-6.0 (after the last mark)
 
 
+class _TenMilliseconds:
+    """A real backend that measures nothing: every placement and every native run take 10 ms, one after
+    another (as ONNX Runtime's sessions run)."""
+
+    last_concurrent = False
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def measure(self, placement):
+        return Measurement("ok", 0.01, (0.01,))
+
+    def measure_native(self, which):
+        return self.measure(None)
+
+
 def test_a_native_row_whose_prediction_is_out_of_memory_is_not_counted(monkeypatch):
     """The native ort_cpu row is predicted by simulating every op on the CPU. Where that simulation runs out of
     memory, its step time is no prediction: the placement rows then say sim-oom and stay out of the
@@ -595,19 +611,8 @@ def test_a_native_row_whose_prediction_is_out_of_memory_is_not_counted(monkeypat
 
     import suite.backends.ort_exec as ort_exec
     from suite.cluster import Cluster
-    from suite.evaluator import Measurement
 
-    class FakeOrt:  # measures nothing: every placement and the native run take 10 ms
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def measure(self, placement):
-            return Measurement("ok", 0.01, (0.01,))
-
-        def measure_native(self, which):
-            return Measurement("ok", 0.01, (0.01,))
-
-    monkeypatch.setattr(ort_exec, "OrtBackend", FakeOrt)
+    monkeypatch.setattr(ort_exec, "OrtBackend", _TenMilliseconds)
     rw = small_workload("rnnlm-2x2048-b64", mode="inference")
     local, dmap = local_cluster(1)
     tiny = Cluster("tiny", (replace(local.devices[0], memory_bytes=1),), ())  # 1 byte: every placement is oom
@@ -917,22 +922,9 @@ def test_the_clis_early_check_and_the_written_report_agree_on_settings_and_names
     import suite.backends.ort_exec as ort_exec
     import suite.backends.torch_exec as torch_exec
     import suite.fidelity as fidelity
-    from suite.evaluator import Measurement
 
-    class Fake:
-        last_concurrent = False
-
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def measure(self, placement):
-            return Measurement("ok", 0.01, (0.01,))
-
-        def measure_native(self, which):
-            return Measurement("ok", 0.01, (0.01,))
-
-    monkeypatch.setattr(torch_exec, "TorchBackend", Fake)
-    monkeypatch.setattr(ort_exec, "OrtBackend", Fake)
+    monkeypatch.setattr(torch_exec, "TorchBackend", _TenMilliseconds)
+    monkeypatch.setattr(ort_exec, "OrtBackend", _TenMilliseconds)
     monkeypatch.setattr(commands, "profiles_for", lambda *a, **k: [])
     checked = []
     real_check = fidelity.check_replace
