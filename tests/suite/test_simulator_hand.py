@@ -197,6 +197,26 @@ def test_received_copy_is_allocated_when_its_transfer_starts(engine, uniform_clu
     assert r.link_bytes.tolist() == [[0, 1000], [0, 0]]
 
 
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_producers_copy_is_freed_when_its_transfer_ends_not_when_the_remote_consumer_does(engine, uniform_cluster):
+    # p (1 s, 1000 B), q (1 s), r (1 s, 2000 B) on d0; c (5 s) on d1 reads p.
+    # d0: p [0, 1], q [1, 2], r [2, 3]; p->d1 1000 B [1, 2]; c [2, 7]. Step 7.
+    # d0: p's output 1000 [0, 2) (its transfer ends at 2; c is on d1), r's output 2000 [2, 3): at 2 the free
+    # comes first, so peak 2000. (Held until c ends at 7, it would be 3000.) d1: p's copy 1000 [1, 7).
+    g = OpGraph.build(
+        "remotefree",
+        [Op("p", "x", flops=G, output_bytes=1000), Op("q", "x", flops=G), Op("r", "x", flops=G, output_bytes=2000),
+         Op("c", "x", flops=5 * G)],
+        [("p", "c")],
+    )
+    assert [op.name for op in g.ops] == ["p", "q", "r", "c"]
+    r = simulate(g, uniform_cluster(2), [0, 0, 0, 1], engine=engine)
+    assert r.step_time_s == 7.0
+    assert r.peak_memory_bytes.tolist() == [2000, 1000]
+    assert r.busy_s.tolist() == [3.0, 5.0]
+    assert r.link_bytes.tolist() == [[0, 1000], [0, 0]]
+
 def _same_instant_graph() -> OpGraph:
     """o0 (1 s, 1000 B) -> o1 (2 s); o2 (2 s) and o3 (2 s, 2000 B) independent."""
     return OpGraph.build(
