@@ -24,6 +24,16 @@ def test_a_route_too_slow_for_the_largest_tensor_is_an_error(uniform_cluster):
     with pytest.raises(ClusterError, match=r"a 1000-byte tensor of 'pair' takes an infinite time from d0 to d1"):
         simulate(_pair(1000), slow, [0, 1])
     assert simulate(_pair(0), slow, [0, 1]).step_time_s == 2.0  # nothing to send: 1 s + 0 s + 1 s
+    # the check is on the largest edge, whatever the others carry (a 0-byte one crosses in 0 s)
+    three = OpGraph.build("three", [Op("a", "matmul", flops=1e9, output_bytes=1000), Op("b", "matmul", flops=1e9),
+                                    Op("c", "matmul", flops=1e9)], [("a", "b", 0), ("a", "c", 1000)])
+    with pytest.raises(ClusterError, match=r"a 1000-byte tensor of 'three' takes an infinite time from d0 to d1"):
+        simulate(three, slow, [0, 1, 0])
+
+
+def test_an_unknown_engine_is_refused(uniform_cluster):
+    with pytest.raises(ValueError, match=r"unknown simulator engine 'refernce'; choose from fast, reference"):
+        simulate(_pair(1000), uniform_cluster(2), [0, 1], engine="refernce")
 
 
 @pytest.mark.parametrize("t", [math.inf, math.nan, -1.0, None])
@@ -100,6 +110,19 @@ def test_times_that_would_add_up_to_infinity_are_refused(uniform_cluster, field,
     with pytest.raises(ClusterError, match=r"'chain' on 'uniform2': its op and transfer times add up to more than"):
         simulate(chain, c, [0, 1, 0])
     assert simulate(chain, uniform_cluster(2), [0, 1, 0]).step_time_s == 5.0
+
+
+def test_the_step_bound_takes_each_ops_slowest_device(uniform_cluster):
+    """Only d1's overhead is huge: three ops placed there take 3e308 s, an infinite step, though on d0 they
+    would take 3 s; the bound adds each op's slowest time, so the cluster is refused."""
+    import dataclasses
+
+    c = uniform_cluster(2)
+    c = dataclasses.replace(c, devices=(c.devices[0], dataclasses.replace(c.devices[1], op_overhead_s=1e308)))
+    chain = OpGraph.build("chain", [Op(x, "matmul", flops=1e9, output_bytes=1000) for x in "abc"],
+                          [("a", "b"), ("b", "c")])
+    with pytest.raises(ClusterError, match=r"'chain' on 'uniform2': its op and transfer times add up to more than"):
+        simulate(chain, c, [0, 0, 0])
 
 
 def test_send_caps_by_hand():
