@@ -68,10 +68,14 @@ V1 = (methodology.METHODOLOGY_DIR / "v1.toml").read_text()
          "timing.synchronize: expected true or false, got an integer of about 401 digits$"),
         (V1.replace("failure_multiple = 10.0", "failure_multiple = 1e308"),
          r"scoring.failure_multiple: 1e\+308 is above the maximum 1000000.0"),
+        (V1.replace("max_evaluations = 1000", "max_evaluations = 0"), r"budget.max_evaluations: 0 is below the minimum 1"),
+        (V1.replace("max_evaluations = 1000", "max_evaluations = 9223372036854775808"),
+         r"budget.max_evaluations: 9223372036854775808 is above the largest allowed count, 2\*\*63 - 1"),
     ],
     ids=["budget-scalar", "seeds-top-level", "key-typo", "section-typo", "unknown-key", "bool-string", "bool-int",
          "huge-float", "float-count", "bool-number", "negative-seed", "seeds-scalar", "statistic-number", "version-number",
-         "5000-digits", "huge-seed", "huge-version", "huge-bool", "huge-failure-multiple"],
+         "5000-digits", "huge-seed", "huge-version", "huge-bool", "huge-failure-multiple", "no-evaluations",
+         "count-above-int64"],
 )
 def test_methodology_file_errors(tmp_path, text, message):
     path = tmp_path / "m.toml"
@@ -142,6 +146,7 @@ def test_timing_made_in_code_is_checked_when_made(kw, message):
     ({"repetitions": float("nan")}, r"Methodology.repetitions must be a whole number >= 1, got nan"),
     ({"repetitions": "3"}, r"Methodology.repetitions must be a whole number >= 1, got '3'"),
     ({"repetitions": True}, r"Methodology.repetitions must be a whole number >= 1, got True"),
+    ({"repetitions": 2**63}, r"Methodology.repetitions must be a whole number >= 1, got 9223372036854775808$"),
     ({"seeds": ()}, r"Methodology.seeds must be a non-empty list of integers in \[0, 2\*\*32\), got \[\]"),
     ({"seeds": (1, 1)}, r"Methodology.seeds: seed 1 is listed twice"),
     ({"seeds": (0, 2**32)}, r"Methodology.seeds must be a non-empty list of integers in \[0, 2\*\*32\); entry 1 is 4294967296$"),
@@ -181,3 +186,26 @@ def test_changed_fields_names_a_field_that_either_side_lacks():
     assert methodology.changed_fields(old, new) == ["budget.max_seconds", "repetitions", "seeds"]
     assert methodology.changed_fields(new, old) == ["budget.max_seconds", "repetitions", "seeds"]
     assert methodology.changed_fields(new, new) == []
+
+
+def test_a_file_that_leaves_out_sections_gets_the_defaults_of_v1():
+    """Every rule left out of a file takes its default, which is v1's value."""
+    assert methodology.from_dict({"version": "mine"}).as_dict() == {
+        "version": "mine", "budget": {"max_evaluations": 1000, "max_seconds": 300.0}, "seeds": [0], "repetitions": 1,
+        "timing": {"warmup_steps": 3, "measured_steps": 10, "statistic": "median", "synchronize": True},
+        "failure_multiple": 10.0, "cell_timeout_s": 900.0}
+    v1 = methodology.load("v1").as_dict()
+    assert {**v1, "version": "mine"} == methodology.from_dict({"version": "mine"}).as_dict()
+
+
+def test_as_dict_writes_each_rule_under_its_own_name():
+    """as_dict is what a store's manifest records; every rule has a different value here, so a value written
+    under another rule's name shows."""
+    data = {"version": "mine", "budget": {"max_evaluations": 7, "max_seconds": 8.5}, "seeds": {"seeds": [4, 2]},
+            "remeasure": {"repetitions": 3}, "timing": {"warmup_steps": 5, "measured_steps": 6, "statistic": "mean",
+                                                       "synchronize": False},
+            "scoring": {"failure_multiple": 11.0}, "timeout": {"cell_timeout_s": 12.0}}
+    assert methodology.from_dict(data).as_dict() == {
+        "version": "mine", "budget": {"max_evaluations": 7, "max_seconds": 8.5}, "seeds": [4, 2], "repetitions": 3,
+        "timing": {"warmup_steps": 5, "measured_steps": 6, "statistic": "mean", "synchronize": False},
+        "failure_multiple": 11.0, "cell_timeout_s": 12.0}
