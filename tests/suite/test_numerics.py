@@ -61,6 +61,9 @@ def test_worker_env_pins_simulated_runs_and_keeps_the_callers_settings():
     env = {"MKL_CBWR": "AUTO", "PATH": "/bin"}  # only the math variables are taken from the caller
     assert nm.worker_env(True, "AVX2", env) == {**pins, "MKL_CBWR": "AUTO"}
     assert nm.worker_env(False, "AVX2", env) == {"MKL_CBWR": "AUTO"}
+    own_numpy = {nm.NUMPY_VAR: "AVX512_SKX"}  # numpy's variable is the caller's too
+    assert nm.worker_env(True, "AVX2", own_numpy) == {**pins, nm.NUMPY_VAR: "AVX512_SKX"}
+    assert nm.worker_env(False, "AVX2", own_numpy) == own_numpy
 
 
 def test_labels_tell_pinned_runs_apart_from_the_hosts_own_kernels():
@@ -75,6 +78,9 @@ def test_labels_tell_pinned_runs_apart_from_the_hosts_own_kernels():
     assert nm.kernels_label("AVX2", {**BASE, "ATEN_CPU_CAPABILITY": "default"}) == (
         "AVX2 CPUs (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE, ONEDNN_MAX_CPU_ISA=AVX2, "
         "OPENBLAS_CORETYPE=Haswell)")
+    # sorted by name whatever order the run recorded them in, so that equal settings read alike
+    assert nm.kernels_label("AVX2", {"OPENBLAS_CORETYPE": "Haswell", "MKL_CBWR": "AUTO"}) == (
+        "AVX2 CPUs (MKL_CBWR=AUTO, OPENBLAS_CORETYPE=Haswell)")
 
 
 def test_a_runs_kernels_are_read_from_its_manifest_entry():
