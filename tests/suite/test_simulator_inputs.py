@@ -93,6 +93,9 @@ def test_a_batch_without_per_placement_checks_still_refuses_unknown_devices(unif
         simulate_batch(g, c, np.array([[0, 2]]), validate_each=False)
     with pytest.raises(PlacementError, match="integer device indices, got dtype float64"):
         simulate_batch(g, c, np.array([[0.0, 1.5]]), validate_each=False)
+    for short_or_long in ([[0]], [[0, 1, 1]]):  # the engine would read past the end of a short row
+        with pytest.raises(PlacementError, match=r"batch of placements must have shape \[B, 2\], got \(1, [13]\)"):
+            simulate_batch(g, c, np.array(short_or_long), validate_each=False)
 
 
 @pytest.mark.parametrize("field, value", [("op_overhead_s", 1e308), ("latency_s", 1e308)])
