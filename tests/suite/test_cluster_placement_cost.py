@@ -4,6 +4,7 @@ import copy
 import datetime
 import hashlib
 import json
+import struct
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from suite import Op, OpGraph, load_cluster, simulate
 from suite.cluster import DEVICE_NUMBERS, from_dict, preset_names, unsourced
 from suite.costmodel import Profile, cost_matrix, load_profile
 from suite.errors import ClusterError, GraphError, PlacementError, ProfileError, UnknownNameError
-from suite.placement import load_placement, save_placement, validate
+from suite.placement import load_placement, placement_hash, save_placement, validate
 
 PRESETS = ["dgx_a100x8", "haswell_2k80", "haswell_4k80", "hgx_a100x4", "xeon_h100"]
 
@@ -30,6 +31,12 @@ def test_presets_exist_and_every_number_has_a_source():
 def test_the_fastest_device_of_a_kind_is_the_first_on_ties():
     c = load_cluster("haswell_2k80")  # gpu:0 and gpu:1 are the same K80 chip
     assert (c.fastest("gpu"), c.fastest("cpu")) == (1, 0)
+    # effective peak: 2e12 FLOP/s at 25% (5e11) is slower than 1e12 at 100%
+    devs = [dict(name="g0", kind="gpu", peak_flops=2e12, compute_efficiency=0.25, mem_bandwidth=1e9, memory_bytes=10,
+                 op_overhead_s=0), dict(name="g1", kind="gpu", peak_flops=1e12, mem_bandwidth=1e9, memory_bytes=10,
+                                        op_overhead_s=0)]
+    assert from_dict({"name": "eff", "devices": devs, "links": [dict(between=["g0", "g1"], bandwidth=1.0,
+                                                                       latency_s=0.0)]}).fastest("gpu") == 1
 
 
 def test_unsourced_numbers_are_named():
@@ -217,6 +224,8 @@ GOOD_CLUSTER = {"name": "c", "devices": [
         (lambda d: d["devices"][0].update(kind="tpu"), "'tpu' is not one of"),
         (lambda d: d["devices"][1].update(name="a"), "duplicate device name 'a'"),
         (lambda d: d["devices"][0].pop("memory_bytes"), "no field 'memory_bytes'"),
+        (lambda d: d["devices"][1].pop("op_overhead_s"), r"devices\[1\] has no field 'op_overhead_s'$"),
+        (lambda d: d["links"][0].pop("latency_s"), r"links\[0\] has no field 'latency_s'$"),
         (lambda d: d["devices"][0].update(compute_efficiency=1.5), "must be at most 1"),
         (lambda d: d["links"][0].update(between=["a", "zz"]), "unknown device 'zz'"),
         (lambda d: d.update(links=[]), "no link route from 'a' to 'b'"),
@@ -390,6 +399,13 @@ def test_validation_copies_and_names_bad_entries_of_arrays():
         validate([0, 1.5, 1], g, c)
 
 
+
+def test_a_placement_hash_is_of_its_int64_device_indices_whatever_their_dtype():
+    """Result rows record it: it must not change with the dtype a placer returns, nor across versions."""
+    assert hashlib.sha256(struct.pack("<3q", 0, 2, 2)).hexdigest()[:16] == "66f9e39629bf76af"
+    for p in ([0, 2, 2], np.array([0, 2, 2], dtype=np.int32), np.array([0, 2, 2], dtype=np.uint8)):
+        assert placement_hash(p) == "sha256:66f9e39629bf76af"
+
 def test_placement_file_round_trip_and_errors(tmp_path):
     g, c = small(), load_cluster("haswell_2k80")
     p = validate(["cpu:0", "gpu:1", "gpu:1"], g, c)
@@ -397,6 +413,9 @@ def test_placement_file_round_trip_and_errors(tmp_path):
     path = save_placement(p, g, c, tmp_path / "p.json")
     assert load_placement(path, g, c).tolist() == [0, 2, 2]
     data = json.loads(path.read_text())
+    assert data == {"format": "placebench.placement", "schema_version": 1, "workload": "small",
+                    "workload_hash": g.content_hash, "cluster": "haswell_2k80",
+                    "placement": {"emb": "cpu:0", "fwd": "gpu:1", "bwd": "gpu:1"}}
     data["placement"]["emb"] = "gpu:0"
     path.write_text(json.dumps(data))
     with pytest.raises(PlacementError, match="p.json: op 'emb' is placed on gpu:0"):
@@ -526,7 +545,7 @@ def test_cost_matrix_is_read_only_and_roofline():
     cm = cost_matrix(g, c)
     cpu = c.devices[0]
     assert cm[1, 0] == pytest.approx(cpu.op_overhead_s + 2e9 / (cpu.peak_flops * cpu.compute_efficiency))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="read-only"):
         cm[0, 0] = 1.0
     assert np.all(cm > 0)
 
