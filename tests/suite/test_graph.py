@@ -1,6 +1,7 @@
 """Graph IR: validation errors name what is wrong, canonical order, statistics, JSON round trip and hash."""
 
 import gzip
+import hashlib
 import json
 import math
 
@@ -62,6 +63,20 @@ def test_canonical_order_is_topological_and_smallest_index_first():
     g2 = OpGraph.build("free", [Op("y", "x"), Op("x", "x")], [])
     assert [op.name for op in g2.ops] == ["y", "x"]  # no constraint: file order is kept
 
+
+
+def test_edges_are_ordered_by_source_then_destination_and_hashed_in_that_order():
+    """The order of `edges` is part of a graph's hash: the zoo's recorded hashes depend on it."""
+    g = OpGraph.build("cross", [Op(n, "x", output_bytes=1) for n in "abcd"], [("b", "c"), ("a", "d")])
+    assert [op.name for op in g.ops] == ["a", "b", "c", "d"]
+    assert [(e.src, e.dst, e.bytes) for e in g.edges] == [(0, 3, 1), (1, 2, 1)]
+    op = {"kind": "x", "flops": 0.0, "bytes_read": 0, "bytes_written": 0, "output_bytes": 1, "param_bytes": 0,
+          "phase": "forward", "group": None, "allowed_kinds": [], "output_shape": [], "scope": ""}
+    body = {"name": "cross", "metadata": {}, "ops": [{"name": n, **op} for n in "abcd"],
+            "edges": [["a", "d", 1], ["b", "c", 1]]}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert g.content_hash == "sha256:" + hashlib.sha256(canon).hexdigest()
+    assert g.content_hash == "sha256:3f20b579cae875d8ecf933089dbf8587d4c41ebca47658fda54c5f11c1f07867"
 
 def test_edge_defaults_to_producer_output_bytes():
     g = diamond()
