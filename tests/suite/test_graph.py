@@ -33,6 +33,24 @@ def test_stats_by_hand():
     assert s.param_bytes == 150
     assert s.critical_path_ops == 3
     assert s.critical_path_flops == 32.0  # a -> c -> d = 10 + 20 + 2
+    assert s.ops_by_phase == {"forward": 4, "backward": 0, "update": 0}
+
+
+def test_ops_by_phase_counts_each_phase():
+    ops = [Op("f", "x"), Op("b1", "x", phase="backward"), Op("b2", "x", phase="backward"), Op("u", "x", phase="update")]
+    g = OpGraph.build("phases", ops, [("f", "b1"), ("b1", "b2"), ("b2", "u")])
+    assert g.stats.ops_by_phase == {"forward": 1, "backward": 2, "update": 1}
+
+
+def test_adjacency_arrays_and_neighbours_by_hand():
+    # ops a0 b1 c2 d3; edges a->d (5 B), b->c (7 B), a->c (9 B). By (src, dst): a->c, a->d, b->c; by (dst, src):
+    # a->c, b->c, a->d.
+    g = OpGraph.build("cross", [Op(n, "x") for n in "abcd"], [("a", "d", 5), ("b", "c", 7), ("a", "c", 9)])
+    a = g.arrays
+    assert (a.succ_ptr.tolist(), a.succ_idx.tolist(), a.succ_bytes.tolist()) == ([0, 2, 3, 3, 3], [2, 3, 2], [9, 5, 7])
+    assert (a.pred_ptr.tolist(), a.pred_idx.tolist(), a.pred_bytes.tolist()) == ([0, 0, 0, 2, 3], [0, 1, 0], [9, 7, 5])
+    assert [g.successors(i) for i in range(4)] == [[2, 3], [2], [], []]
+    assert [g.predecessors(i) for i in range(4)] == [[], [], [0, 1], [0]]
 
 
 def test_critical_path_takes_the_longest_path_not_the_shortcut():
@@ -219,6 +237,9 @@ def test_group_with_no_common_device_kind():
     ops = [Op("a", "x", group="g", allowed_kinds=("cpu",)), Op("b", "x", group="g", allowed_kinds=("gpu",))]
     with pytest.raises(GraphError, match="group 'g'"):
         OpGraph.build("g", ops, [])
+    # an op without allowed kinds allows every kind: it narrows nothing
+    ops = [Op("a", "x", group="g", allowed_kinds=("cpu",)), Op("b", "x", group="g"), Op("c", "x", group="g")]
+    assert OpGraph.build("g", ops, []).groups == {"g": [0, 1, 2]}
 
 
 def test_json_round_trip_and_hash(tmp_path):
