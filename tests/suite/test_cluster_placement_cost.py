@@ -47,6 +47,9 @@ def test_unsourced_numbers_are_named():
     data["devices"][0]["source"] = {k: "datasheet" for k in DEVICE_NUMBERS if k != "memory_bytes"}
     data["links"][0]["source"] = {"bandwidth": "spec", "latency_s": "measured"}
     assert unsourced(from_dict(data)) == ["a.memory_bytes", *(f"b.{k}" for k in DEVICE_NUMBERS)]
+    data["devices"][0]["source"]["memory_bytes"] = ""  # an empty source is none
+    data["links"][0]["source"]["latency_s"] = ""
+    assert unsourced(from_dict(data)) == ["a.memory_bytes", *(f"b.{k}" for k in DEVICE_NUMBERS), "links[0].latency_s"]
 
 
 def test_an_efficiency_left_at_its_default_needs_a_source():
@@ -397,6 +400,8 @@ def test_validation_copies_and_names_bad_entries_of_arrays():
     assert validate(np.array([0.0, 1.0, 1.0]), g, c).tolist() == [0, 1, 1]
     with pytest.raises(PlacementError, match=r"placement\[1\] \(op 'fwd'\): 1.5 is not a device index"):
         validate([0, 1.5, 1], g, c)
+    with pytest.raises(PlacementError, match=r"placement must be one-dimensional, got shape \(3, 1\)"):
+        validate(np.zeros((3, 1), dtype=np.int64), g, c)
 
 
 
