@@ -135,6 +135,9 @@ def test_send_caps_by_hand():
     succ_ptr = np.array([0, 2, 2, 3])  # op 0 -> two edges, op 1 none, op 2 -> one edge
     caps = send_caps(np.array([1000, 70, 0]), succ_ptr, np.array([400, 1500, 300]))
     assert caps.tolist() == [1500, 70, 300]
+    # each op's own edges only, the largest wherever it is among them: op 0 [1500, 400], op 2 [300, 200]
+    caps = send_caps(np.array([1000, 70, 0]), np.array([0, 2, 2, 4]), np.array([1500, 400, 300, 200]))
+    assert caps.tolist() == [1500, 70, 300]
 
 
 def test_a_batch_is_validated_placement_by_placement_by_default(uniform_cluster):
