@@ -69,13 +69,15 @@ V1 = (methodology.METHODOLOGY_DIR / "v1.toml").read_text()
         (V1.replace("failure_multiple = 10.0", "failure_multiple = 1e308"),
          r"scoring.failure_multiple: 1e\+308 is above the maximum 1000000.0"),
         (V1.replace("max_evaluations = 1000", "max_evaluations = 0"), r"budget.max_evaluations: 0 is below the minimum 1"),
+        (V1.replace("seeds = [0]", "seeds = 5"), r"seeds.seeds must be a non-empty list of integers in \[0, 2\*\*32\), got 5$"),
+        (V1.replace("cell_timeout_s = 900.0", "cell_timeout_s = 0"), r"timeout.cell_timeout_s: 0 is below the minimum 0.001$"),
         (V1.replace("max_evaluations = 1000", "max_evaluations = 9223372036854775808"),
          r"budget.max_evaluations: 9223372036854775808 is above the largest allowed count, 2\*\*63 - 1"),
     ],
     ids=["budget-scalar", "seeds-top-level", "key-typo", "section-typo", "unknown-key", "bool-string", "bool-int",
          "huge-float", "float-count", "bool-number", "negative-seed", "seeds-scalar", "statistic-number", "version-number",
          "5000-digits", "huge-seed", "huge-version", "huge-bool", "huge-failure-multiple", "no-evaluations",
-         "count-above-int64"],
+         "seeds-number", "no-timeout", "count-above-int64"],
 )
 def test_methodology_file_errors(tmp_path, text, message):
     path = tmp_path / "m.toml"
