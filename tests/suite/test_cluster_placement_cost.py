@@ -353,16 +353,26 @@ def _reference_violation(p, graph, cluster):
 
 
 def _draw_ruled_graph(data, max_ops: int) -> OpGraph:
-    """A graph of up to max_ops ops, some in colocation groups g1 and g2, some allowing only cpu or gpu."""
+    """A graph of up to max_ops ops, some in colocation groups g1 and g2, some allowing only cpu or gpu, some
+    naming both."""
     n = data.draw(st.integers(1, max_ops))
     groups = data.draw(st.lists(st.sampled_from(["", "", "g1", "g2"]), min_size=n, max_size=n))
-    kinds = data.draw(st.lists(st.sampled_from([(), (), ("cpu",), ("gpu",)]), min_size=n, max_size=n))
+    kinds = data.draw(st.lists(st.sampled_from([(), (), ("cpu",), ("gpu",), ("gpu", "cpu")]), min_size=n, max_size=n))
     ops = [Op(f"o{i}", "x", flops=1.0, group=groups[i] or None, allowed_kinds=kinds[i]) for i in range(n)]
     try:
         return OpGraph.build("v", ops, [])
     except GraphError:  # a group whose ops allow no common device kind
         assume(False)
 
+
+
+def test_an_op_allowing_several_kinds_may_go_on_any_of_them():
+    c = load_cluster("haswell_2k80")  # cpu:0, gpu:0, gpu:1
+    g = OpGraph.build("kinds", [Op("both", "x", allowed_kinds=("gpu", "cpu")), Op("gpu", "x", allowed_kinds=("gpu",))], [])
+    for d in range(3):
+        assert validate([d, 1], g, c).tolist() == [d, 1]
+    with pytest.raises(PlacementError, match=r"op 'gpu' is placed on cpu:0 \(cpu\), but allows only gpu$"):
+        validate([1, 0], g, c)
 
 @settings(max_examples=200, deadline=None)
 @given(st.data())
