@@ -46,6 +46,7 @@ def test_a_numpy_built_for_avx512_is_not_pinned(baseline):
     """Its AVX-512 loops are its baseline, which cannot be disabled: the run could not match other hosts."""
     assert nm.pins("AVX-512", NEW_NUMPY, baseline) == {}
     assert nm.pins("AVX-512", NEW_NUMPY, ["X86_V2"]) != {}
+    assert nm.pins("AVX-512", baseline=baseline) == {}  # given alone, with the installed numpy's dispatch list
 
 
 @pytest.mark.parametrize("simd", ["NEON", "SVE", ""])
