@@ -21,6 +21,8 @@ refused); an argument of another type is refused when the env is made. Every eva
 raises `BudgetExhausted` (the benchmark's rule; an agent must stop) and the episode stays as it was; so
 does an improvement-mode `reset` (which evaluates the start placement): the previous episode, if any, stays
 the env's state, and no new one starts (a "final"-mode reset evaluates nothing and always starts one). A
+reset that raises leaves the env's random generator as it was too (its `seed` is not taken, and the draws of
+a random start placement are undone), so a caller that catches the error goes on from the same stream. A
 vector env made with `gym.make_vec(..., budget=...)` gives each sub-env an evaluator and budget of its own
 (num_envs times the budget in all); to share one budget pass one `evaluator=` with the synchronous vector
 mode (the asynchronous mode copies it into each worker process, whose evaluations it then does not see).
@@ -331,14 +333,23 @@ class IterativePlacementEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         options = _options(options, ("placement",))
-        super().reset(seed=seed)
         start = self._start("reset option 'placement'", options.get("placement", self.initial))
-        placement = self._random_placement() if isinstance(start, str) else np.array(start, dtype=np.int64)
+        rng, rng_seed = self._np_random, self._np_random_seed
+        rng_state = None if rng is None else rng.bit_generator.state
+        super().reset(seed=seed)
         info: dict[str, Any] = {"action_mask": self.problem.mask[0].copy()}
-        if self.reward_mode == "improvement":  # may raise BudgetExhausted: the env stays as it was
-            m, score, self._last_reward = self.problem.evaluate(placement)
-            info.update(_info(m, score, self.problem.mask[0].copy()))
-        self._placement, self._cursor = placement, 0
+        last_reward = self._last_reward
+        try:
+            placement = self._random_placement() if isinstance(start, str) else np.array(start, dtype=np.int64)
+            if self.reward_mode == "improvement":  # may raise BudgetExhausted
+                m, score, last_reward = self.problem.evaluate(placement)
+                info.update(_info(m, score, self.problem.mask[0].copy()))
+        except BaseException:  # the env stays as it was, its RNG (generator, seed and state) included
+            self._np_random, self._np_random_seed = rng, rng_seed
+            if rng is not None:
+                rng.bit_generator.state = rng_state
+            raise
+        self._placement, self._cursor, self._last_reward = placement, 0, last_reward
         return self._obs(), info
 
     def step(self, action):

@@ -223,6 +223,36 @@ def test_iterative_reset_past_the_budget_starts_no_episode():
     assert ev.evaluations_used == 5
 
 
+def test_a_failed_iterative_reset_leaves_the_random_generator_as_it_was():
+    """Gymnasium's reset(seed) seeds, then resets; if the reset raises, the env is as before the call, its RNG
+    included. It used to keep the new seed (and the draws of the random start placement) after a
+    BudgetExhausted, so a caller that caught it went on from another random stream."""
+    ev = evaluator(max_evaluations=2)
+    env = IterativePlacementEnv(evaluator=ev, reward="improvement")  # random start placements
+    env.reset(seed=0)
+    env.step(1)
+    generator, state = env.np_random, env.np_random.bit_generator.state
+    with pytest.raises(BudgetExhausted):
+        env.reset(seed=5)
+    with pytest.raises(BudgetExhausted):
+        env.reset()  # draws a start placement from the env's own generator before evaluating it
+    with pytest.raises(PlacebenchError, match="reset option 'placement'"):
+        env.reset(seed=6, options={"placement": [0, 1, 2, 7]})
+    assert env.np_random is generator and env.np_random_seed == 0
+    assert env.np_random.bit_generator.state == state
+    fresh = IterativePlacementEnv(evaluator=evaluator(), reward="improvement")
+    fresh.reset(seed=0)
+    fresh.step(1)
+    assert env.np_random.integers(1 << 30, size=4).tolist() == fresh.np_random.integers(1 << 30, size=4).tolist()
+
+    ev = evaluator(max_evaluations=1)
+    ev.evaluate(np.zeros(6, dtype=np.int64))  # the shared budget is spent before the env's first reset
+    env = IterativePlacementEnv(evaluator=ev, reward="improvement")
+    with pytest.raises(BudgetExhausted):
+        env.reset(seed=3)
+    assert env._np_random is None and env._np_random_seed is None
+
+
 def test_an_evaluator_with_another_workload_cluster_or_budget_is_refused():
     """The evaluator's workload, cluster and budget are the ones used: a different workload, cluster or a
     budget given beside it used to be dropped without a word."""
