@@ -24,6 +24,8 @@ and the groups on a cycle with the current one count as both its ancestors and i
 Every evaluated placement counts against the methodology's budget, so an episode of G groups costs G
 evaluations (plus one for the initial placement): at 1000 evaluations and the default grouping a search
 runs about 1000 / G episodes. That is Placeto's per-step reward measured the way every placer here is.
+With `batch_size` k > 1 a step evaluates k placements; where the budget's last evaluations cannot pay for a
+whole step, they go to its first placements (no update follows), so the budget is spent exactly.
 Placeto's other claim, a policy trained on one family of graphs placing unseen graphs without retraining,
 is not what a benchmark cell measures: like the other learned placers, Placeto here trains from scratch
 on each (workload, cluster, seed).
@@ -349,7 +351,7 @@ class PlacetoSearch:
         if mode != "random_each" and self.initial_reward is not None:
             return np.repeat(self.initial[None], k, axis=0), np.full(k, self.initial_reward)
         starts = np.stack([self._random_placement() for _ in range(k)]) if mode == "random_each" else self.initial[None]
-        if rollouts.allowance(len(starts), reserve=reserve) < len(starts):
+        if not self._affordable(starts, reserve):
             return None
         r = rollouts(starts)
         if r is None:
@@ -379,7 +381,7 @@ class PlacetoSearch:
             actions.append(a)
             placement[:, v] = a
             visits[:, v] += 1
-            if self.rollouts.allowance(k, reserve=reserve) < k:
+            if not self._affordable(placement.numpy(), reserve):
                 return False
             r = self.rollouts(placement.numpy())
             if r is None:
@@ -388,6 +390,16 @@ class PlacetoSearch:
             prev = r.rewards
         self.episodes += k
         self._update(states, torch.stack(actions, dim=1), rewards, G)
+        return True
+
+    def _affordable(self, placements: np.ndarray, reserve: int) -> bool:
+        """Whether the budget pays for evaluating all of `placements` [k, G]; if not, the first ones it pays for
+        are evaluated (kept as candidates for the final placement), so that the budget is spent exactly."""
+        n = self.rollouts.allowance(len(placements), reserve=reserve)
+        if n < len(placements):
+            if n > 0:
+                self.rollouts(placements[:n])
+            return False
         return True
 
     def _logits(self, x: torch.Tensor, current: torch.Tensor) -> torch.Tensor:

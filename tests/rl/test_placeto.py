@@ -227,6 +227,16 @@ def test_initial_modes_spend_the_budget_exactly(initial, train2, k80x2, make_pro
     assert result.info["episodes"] == result.info["updates"] >= 1
 
 
+@pytest.mark.parametrize("initial", ["random", "random_each", "best"])
+def test_episodes_side_by_side_spend_the_budget_exactly(initial, branchy, k80x2, make_problem, evaluated_rows):
+    """batch_size 4: the last evaluations, fewer than a step's 4, go to that step's first placements. They used
+    to be left unspent (30 or 29 of 31 evaluations used)."""
+    problem, budget = make_problem(branchy, k80x2, max_evaluations=31)
+    result = PlacetoPlacer(initial=initial, grouping="colocation", batch_size=4, rounds=1).place(problem, budget,
+                                                                                                   seed=0)
+    assert result.evaluations == 31 == len(result.curve) == len(evaluated_rows)
+
+
 def test_a_diverged_policy_ends_the_search_with_a_clear_error(train2, k80x2, make_problem):
     """At lr 10 (the top of its range) one Adam step makes the message-passing embeddings overflow: the
     next episode's logits are not finite. The search stops there with a message naming the cause, not
