@@ -28,7 +28,7 @@ the paper's tables were not reachable, so no paper figure is quoted here):
 Since the states of an episode depend on the policy's embeddings only (not on the sampled devices or their
 run times), the episode's placements are evaluated together in one batch; that changes nothing but speed.
 Every placement counts against the methodology's budget: at 1000 evaluations a search runs 50 episodes of
-20, the authors' 25 x 20 doubled.
+20, the authors' 25 x 20 doubled (the last of 19: one evaluation is kept back for the greedy placement).
 
 Final placement: the best placement evaluated during search, or the greedy one (the most likely device of
 every cluster, parsed from the initial features, no dropout) if it scores at least as well; one evaluation

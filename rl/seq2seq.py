@@ -37,7 +37,7 @@ haswell_4k80 (on the crossbar links the presets had before d0b28ba) at 1000-2000
 | entropy bonus     | none                                               | 0 (available)                      |
 | advantage scaling | none                                               | divided by the batch std (B >= 2)  |
 | group features    | op types, output shapes, adjacency (paper); raw    | kind shares, mean shapes, adjacency,|
-|                   | kind counts and summed shapes / (row max + 1)      | and 6 cost columns (2)             |
+|                   | kind counts and summed shapes / (row max + 1)      | and 6 size columns (2)             |
 | baseline start    | the failing signal (authors' code)                 | the first batch's mean reward      |
 | learning rate     | x0.95 every 50 steps after step 400 (authors')     | constant                           |
 | failing samples   | dropped from loss and baseline after 1000 steps    | kept                               |
