@@ -43,7 +43,8 @@ allocator peak that the PyTorch backend reports; on a device the run leaves unus
 the process's resident set; the native runs count every CPU as used).
 
 Out of memory: status "oom" naming the cluster devices on the CUDA device the error names ("GPU=1"), else on
-the torch device of the session or copy that failed (`oom_devices`), with, as their peak memory, what the
+the torch device of the session or copy that failed (`oom_devices`), of them those the placement puts anything
+on (host memory: not the CPU devices it leaves idle), with, as their peak memory, what the
 placement is known to need there (`suite.backends.timing.oom_need_bytes`; on CUDA the memory in use on the
 device, ONNX Runtime's arena included, plus the failed request); a message that names no device, from a
 failure where none was running, names none ("out of memory on an unknown device").
@@ -85,6 +86,7 @@ from suite.backends.devices import (
 from suite.backends.timing import (
     backend_setup,
     check_cpu_clock,
+    held_by,
     is_oom,
     oom_need_bytes,
     statistic_s,
@@ -501,6 +503,7 @@ class OrtExecutor:
         self.segments: list[Segment] = []
         self.copies_bytes = 0
         self._staged: dict[str, tuple[Any, int]] = {}
+        self._used: list[int] = []
         self.at: str | None = None  # the torch device of the session being made or run, or of the copy made
 
     def apply(self, placement: np.ndarray) -> None:
@@ -509,6 +512,10 @@ class OrtExecutor:
         placement = device_indices(placement, self.om.rw.graph.num_ops, len(self.device_map))
         self.release()  # the last placement's sessions and their memory pools go before this one's are made
         segs = self.om.segments(placement)
+        inputs = {name: int(placement[op]) if op >= 0 else 0
+                  for name, op in ((n, self.om.input_op.get(n, -1)) for n in self.om.input_values)}
+        # known before anything is allocated: an out-of-memory failure below names only these devices
+        self._used = sorted({s.device for s in segs} | set(inputs.values()))
         for seg in segs:
             td = self.device_map.torch_devices[seg.device]
             data = self.om.submodel(seg).SerializeToString()
@@ -524,8 +531,7 @@ class OrtExecutor:
         self.segments = segs
         self._staged = {}
         for name, x in self.om.input_values.items():
-            op = self.om.input_op.get(name, -1)
-            d = int(placement[op]) if op >= 0 else 0
+            d = inputs[name]
             self.at = self.device_map.torch_devices[d]
             kind, index = _device_spec(self.at)
             arr = x.detach().cpu().numpy()
@@ -534,8 +540,9 @@ class OrtExecutor:
     @property
     def used_devices(self) -> list[int]:
         """The cluster devices (indices) the applied placement puts anything on: a segment or a staged input
-        (an input op alone on a GPU holds its input there, and the steps copy it from there)."""
-        return sorted({s.device for s in self.segments} | {d for _, d in self._staged.values()})
+        (an input op alone on a GPU holds its input there, and the steps copy it from there); set by `apply`
+        before it makes the sessions, emptied by `release`."""
+        return list(self._used)
 
     @property
     def devices(self) -> list[torch.device]:
@@ -579,6 +586,7 @@ class OrtExecutor:
             seg.session = None
         self.segments = []
         self._staged = {}
+        self._used = []
 
 
 _ITEMSIZE = {"float": 4, "double": 8, "int64": 8, "int32": 4, "float16": 2, "bfloat16": 2, "bool": 1, "uint8": 1,
@@ -637,12 +645,15 @@ class OrtBackend:
         return Measurement(status="ok", step_time_s=statistic_s(samples, self.timing), samples_s=tuple(samples),
                            peak_memory_bytes=peaks, bytes_transferred=int(copied))
 
-    def _failed(self, exc: BaseException, at: str | None = None) -> Measurement:
-        """The status of a failure; `at`: the torch device of the session or copy that failed, if known."""
+    def _failed(self, exc: BaseException, at: str | None = None, used: Sequence[int] | None = None) -> Measurement:
+        """The status of a failure; `at`: the torch device of the session or copy that failed, if known;
+        `used`: the cluster devices the placement puts anything on, the only ones an OOM names (None: all)."""
         first = str(exc).splitlines()[0] if str(exc) else ""
         oom, need = (), {}
         if is_oom(exc):  # before the sessions are released: ONNX Runtime's arenas still hold what they took
             oom = oom_devices(exc, at, self.device_map)
+            if used is not None:
+                oom = held_by(oom, used, self.device_map.cluster_devices)
             for name in oom:
                 td = self.device_map.torch_device(self.device_map.cluster_devices.index(name))
                 if td.type == "cuda":
@@ -670,10 +681,10 @@ class OrtBackend:
             return self._measured(ex.run, ex.devices, names, copied, ex.used_devices)
         except PlacebenchError as exc:
             if isinstance(exc, BackendUnavailable):
-                return self._failed(exc, ex.at)
+                return self._failed(exc, ex.at, ex.used_devices)
             raise
         except Exception as exc:  # noqa: BLE001 - failures are statuses
-            return self._failed(exc, ex.at)
+            return self._failed(exc, ex.at, ex.used_devices)
 
     def measure_batch(self, placements: np.ndarray) -> list[Measurement]:
         return [self.measure(p) for p in placements]

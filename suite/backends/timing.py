@@ -112,6 +112,16 @@ def oom_need_bytes(peak: int, in_use: int, exc: BaseException) -> int:
     return max(int(peak), int(in_use) + requested_bytes(exc))
 
 
+def held_by(oom: Sequence[str], used: Sequence[int], names: Sequence[str]) -> tuple[str, ...]:
+    """The devices of an out-of-memory verdict (`oom`, cluster device names) that the placement puts anything
+    on (`used`: cluster device indices into `names`): host memory is shared by every CPU device of a cluster,
+    and an allocation failure there names them all, but those the placement leaves idle hold nothing. All of
+    `oom` where it names none of them (the failure is still reported where it happened)."""
+    held = {names[d] for d in used}
+    kept = tuple(n for n in oom if n in held)
+    return kept or tuple(oom)
+
+
 def backend_setup(cluster, device_map, methodology, timing):
     """The device map (checked against the cluster) and timing protocol a real backend runs with."""
     from suite import methodology as _m

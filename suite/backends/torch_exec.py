@@ -54,7 +54,8 @@ CUDA devices (one engine thread per device); CPU backward functions run in the c
 
 `TorchBackend` implements the evaluator's `Backend` protocol with the methodology's timing protocol;
 allocation failures become status "oom" (memory freed, the run goes on), naming the devices that ran out
-(`oom_devices`) with, as their peak memory, what the placement is known to need there
+(`oom_devices`; of a torch device's cluster devices, those the placement puts anything on: host memory
+running out names the CPU devices in use, not the idle ones) with, as their peak memory, what the placement is known to need there
 (`suite.backends.timing.oom_need_bytes`: what m_etf's OOM retries compare with the capacity).
 """
 
@@ -83,6 +84,7 @@ from suite.backends.devices import (
 from suite.backends.timing import (
     backend_setup,
     check_cpu_clock,
+    held_by,
     is_oom,
     oom_need_bytes,
     statistic_s,
@@ -347,6 +349,8 @@ class TorchExecutor:
         self._lock = threading.Lock()
         self._step_grad = False  # the grad mode of the step running (its caller's)
         self._flags: list[tuple[nn.Module, bool]] = []  # each module's train / eval flag in a step
+        self._used: list[int] = []  # the cluster devices the placement puts anything on (`used_devices`)
+        self._devices_used: list[torch.device] = []
 
     # -- placement ----------------------------------------------------------------------------------------
     def apply(self, placement: np.ndarray) -> None:
@@ -356,8 +360,13 @@ class TorchExecutor:
         self.optimizer = None
         node_dev = [int(placement[a]) if a >= 0 else -1 for a in eg.attr]
         self.node_dev = node_dev
+        self.param_dev = {k: int(placement[v]) for k, v in eg.param_home_op.items()}
+        # a device holding only inputs or shared weights (a variable op) is used too: it allocates, and in a
+        # training step the weights' update runs there. Known before anything moves: an out-of-memory
+        # failure in the moves below names only these devices
+        self._used = sorted({d for d in node_dev if d >= 0} | set(self.param_dev.values()))
+        self._devices_used = sorted({self.tdevs[d] for d in self._used}, key=str)
         with torch.no_grad():
-            self.param_dev = {k: int(placement[v]) for k, v in eg.param_home_op.items()}
             for k, p in eg.params.items():
                 p.grad = None  # a gradient (of an earlier placement) must not outlive a move
                 d = self.param_dev.get(k)
@@ -425,10 +434,6 @@ class TorchExecutor:
         of the concurrent mode: per device its nodes in order, with the nodes of other lanes each waits for."""
         eg = self.eg
         self._program: list[tuple[int, Callable[[list[Any], dict], Any]]] = []
-        # a device holding only inputs or shared weights (a variable op) is used too: it allocates, and in a
-        # training step the weights' update runs there
-        self._used = sorted({d for d in self.node_dev if d >= 0} | set(self.param_dev.values()))
-        self._devices_used = sorted({self.tdevs[d] for d in self._used}, key=str)
         # lanes: the devices that run a node; one holding only inputs (placeholders) runs nothing in a step
         used = sorted({d for d, n in zip(self.node_dev, eg.nodes, strict=True)
                        if d >= 0 and n.op not in ("placeholder", "output")}) or [0]
@@ -676,6 +681,7 @@ class TorchExecutor:
         self.optimizer = None
         self._staged = []
         self.placement = None
+        self._used, self._devices_used = [], []
         for p in self.eg.params.values():
             p.grad = None
 
@@ -777,7 +783,7 @@ class TorchBackend:
                 free_memory(self.device_map.cuda_devices)
                 return Measurement(status="error", step_time_s=None,
                                    message=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            oom = _oom_devices(exc, self.device_map)
+            oom = held_by(_oom_devices(exc, self.device_map), ex.used_devices, names)
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             need = {n: oom_need_bytes(peak_memory_bytes(self.device_map.torch_device(d)),
                                       memory_in_use_bytes(self.device_map.torch_device(d)), exc)

@@ -889,9 +889,26 @@ def test_allocation_failure_is_status_oom_and_the_run_goes_on(three_cpus):
     model.hungry.extra = 2**60  # an allocation no machine can make: a real allocator failure
     m = be.measure(p)
     assert m.status == "oom" and m.step_time_s is None
-    assert set(m.oom_devices) == {"cpu:0", "cpu:1", "cpu:2"}  # the CPU, shared by the logical devices
+    assert m.oom_devices == ("cpu:0",)  # of the logical devices sharing the CPU, the one in use
     model.hungry.extra = 1
     assert be.measure(p).status == "ok"
+
+
+def test_host_memory_running_out_names_only_the_cpu_devices_the_placement_uses(three_cpus):
+    """The host's allocator failing named every CPU device of the cluster (cpu:1 too, which this placement
+    leaves idle), and m_etf's OOM retries then took cpu:1 for full: now the devices holding something."""
+    cluster, dmap = three_cpus
+    model = WithHungry()
+    rw = from_module(model, (torch.randn(2, 4),), name="hungry")
+    assert [op.name for op in rw.graph.ops] == ["x", "fc", "hungry"]
+    model.hungry.extra = 2**60
+    m = TorchBackend(rw, cluster, dmap, timing=FAST).measure(np.array([0, 2, 0]))
+    assert m.status == "oom" and m.oom_devices == ("cpu:0", "cpu:2")
+    assert set(m.peak_memory_bytes) == {"cpu:0", "cpu:2"}
+    assert m.message.startswith("out of memory on cpu:0, cpu:2: ")
+    from suite.backends.timing import held_by
+
+    assert held_by(("gpu:0",), [0], ["cpu:0", "gpu:0"]) == ("gpu:0",)  # none in use: still where it happened
 
 
 def test_an_out_of_memory_measurement_reports_what_the_placement_needs_and_m_etf_retries(three_cpus):
@@ -906,7 +923,7 @@ def test_an_out_of_memory_measurement_reports_what_the_placement_needs_and_m_etf
     be = TorchBackend(rw, cluster, dmap, timing=FAST)
     model.hungry.extra = 2**60
     m = be.measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
-    assert m.status == "oom" and set(m.peak_memory_bytes) == {"cpu:0", "cpu:1", "cpu:2"}
+    assert m.status == "oom" and set(m.peak_memory_bytes) == {"cpu:0"}
     assert all(2**62 < v < 2**62 + 2**40 for v in m.peak_memory_bytes.values())
     budget = Budget(max_evaluations=4)
     result = make_placer("m_etf").place(Problem.make(rw.graph, cluster, budget, backend=be), budget, 0)
