@@ -484,12 +484,15 @@ def _node_by_name(om: OrtModel) -> dict[str, int]:
 
 
 def _copy_ortvalue(v: Any, torch_device: str) -> Any:
+    """`v` copied to `torch_device`: one copy, as a step's boundary copy makes. A CPU value's `numpy()` is a
+    view of its memory (copied here: a real copy between logical devices), a CUDA value's is already a new
+    host copy (copied again, a GPU-to-CPU copy was timed as two)."""
     import onnxruntime as ort
 
     kind, index = _device_spec(torch_device)
     arr = v.numpy()
     if kind == "cpu":
-        return ort.OrtValue.ortvalue_from_numpy(np.array(arr, copy=True))
+        return ort.OrtValue.ortvalue_from_numpy(arr.copy() if v.device_name().lower() == "cpu" else arr)
     return ort.OrtValue.ortvalue_from_numpy(arr, "cuda", index)
 
 

@@ -757,3 +757,27 @@ def test_only_floating_point_nodes_on_the_cpu_are_a_silent_fallback(monkeypatch)
     got = {nodes[n] for n in cpu_assigned_compute_nodes(session, om)}
     assert got == set(nodes.values()) - {"ArgMax", "Constant"}
     assert "Relu" in got and "Cast" in got  # Cast to float computes a float tensor
+
+
+def test_a_boundary_copy_to_the_cpu_copies_once():
+    """A CUDA value's numpy() is already a new host copy, which the copy to a CPU device copied again: a
+    GPU-to-CPU boundary copy was timed as two. Between CPU devices numpy() is a view: that one is copied."""
+    from suite.backends.ort_exec import _copy_ortvalue
+
+    class FromCuda:  # what a CUDA OrtValue gives: its data in a new host array
+        def __init__(self) -> None:
+            self.host = np.arange(6, dtype=np.float32)
+
+        def device_name(self) -> str:
+            return "Cuda"
+
+        def numpy(self) -> np.ndarray:
+            return self.host
+
+    gpu = FromCuda()
+    out = _copy_ortvalue(gpu, "cpu")
+    assert np.shares_memory(out.numpy(), gpu.host)
+    src = ort.OrtValue.ortvalue_from_numpy(np.arange(6, dtype=np.float32))
+    out = _copy_ortvalue(src, "cpu")
+    assert not np.shares_memory(out.numpy(), src.numpy())
+    np.testing.assert_array_equal(out.numpy(), np.arange(6, dtype=np.float32))
