@@ -55,8 +55,9 @@ CUDA devices (one engine thread per device); CPU backward functions run in the c
 `TorchBackend` implements the evaluator's `Backend` protocol with the methodology's timing protocol;
 allocation failures become status "oom" (memory freed, the run goes on), naming the devices that ran out
 (`oom_devices`; of a torch device's cluster devices, those the placement puts anything on: host memory
-running out names the CPU devices in use, not the idle ones) with, as their peak memory, what the placement is known to need there
-(`suite.backends.timing.oom_need_bytes`: what m_etf's OOM retries compare with the capacity).
+running out names the CPU devices in use, not the idle ones) with, as their peak memory, what the placement
+is known to need there (`suite.backends.timing.oom_need_bytes`: what m_etf's OOM retries compare with the
+capacity).
 """
 
 from __future__ import annotations
