@@ -21,7 +21,7 @@ import numpy as np
 
 from suite.cluster import Cluster
 from suite.costmodel import Profile
-from suite.errors import BudgetExhausted, PlacementError
+from suite.errors import BudgetExhausted, PlacementError, ProfileError
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
 from suite.placement import validate
@@ -136,6 +136,23 @@ def serial_bound_s(workload: OpGraph, cluster: Cluster, profiles: Iterable[Profi
     return float(inputs_for(workload, cluster, profiles).cost.max(axis=1).sum())
 
 
+def profiled_serial_bound_s(workload: OpGraph, cluster: Cluster, profiles: Iterable[Profile]) -> float:
+    """`serial_bound_s`; a `ProfileError` when profiles make it 0 s (every op 0 s on every device): every
+    step would take 0 s, and the failure penalty, a multiple of the bound, would score an OOM or invalid
+    placement as well as the best one."""
+    profiles = tuple(profiles)
+    bound = serial_bound_s(workload, cluster, profiles)
+    if bound == 0 and profiles:
+        files = ", ".join(p.source or f"(for {p.applies_to!r}, not from a file)" for p in profiles)
+        raise ProfileError(
+            f"profile(s) {files} make every op of workload {workload.name!r} take 0 s on every device of cluster "
+            f"{cluster.name!r}: every step would take 0 s, and the penalty of an OOM or invalid placement (a "
+            "multiple of the slowest single-device step) would be 0 s, scoring it as well as the best placement; "
+            "give profiles with measured (non-zero) times"
+        )
+    return bound
+
+
 @dataclass
 class CurvePoint:
     evaluations: int
@@ -169,7 +186,8 @@ class Evaluator:
         self.backend = backend or SimulatorBackend(workload, cluster, profiles)
         # a simulator backend's own op times, with or without profiles, bound the failure score
         bound_profiles = getattr(self.backend, "profiles", profiles)
-        self.failure_score_s = self.methodology.failure_multiple * serial_bound_s(workload, cluster, bound_profiles)
+        bound = profiled_serial_bound_s(workload, cluster, bound_profiles)
+        self.failure_score_s = self.methodology.failure_multiple * bound
         self.evaluations_used = 0
         self.started = time.perf_counter()
         self.curve: list[CurvePoint] = []

@@ -73,7 +73,7 @@ from suite.backends import check_available
 from suite.cluster import Cluster
 from suite.costmodel import Profile, load_profile
 from suite.errors import BudgetExhausted, ClusterError, PlacebenchError, SpecError, UnknownNameError
-from suite.evaluator import Evaluator, Measurement, SimulatorBackend
+from suite.evaluator import Evaluator, Measurement, SimulatorBackend, profiled_serial_bound_s
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
 from suite.numerics import run_kernels
@@ -709,11 +709,13 @@ def _evaluator_label(evaluator: str, profiles: Sequence[Profile]) -> str:
 
 
 def _check_costs(graph: OpGraph, cluster: Cluster, cluster_ref: str, profiles: Sequence[Profile] = ()) -> None:
-    """The simulator's op and transfer times are finite (ClusterError naming the cluster file otherwise)."""
+    """The simulator's op and transfer times are finite (ClusterError naming the cluster file otherwise), and
+    profiles leave some op a time above 0 s (`profiled_serial_bound_s`)."""
     try:
         simulator.inputs_for(graph, cluster, profiles)
     except ClusterError as exc:
         raise ClusterError(f"{cluster_ref}: {exc}" if cluster_ref != cluster.name else str(exc)) from None
+    profiled_serial_bound_s(graph, cluster, profiles)
 
 
 # -- one cell (runs inside a worker) --------------------------------------------------------------------

@@ -250,6 +250,39 @@ def test_profiles_in_a_spec_give_their_workload_measured_op_times(tiny_files, wr
         runner.make_plan(both)
 
 
+def _profile_file(path: Path, applies_to: str, times: dict[str, float]) -> Path:
+    path.write_text(json.dumps({"format": "placebench.profile", "schema_version": 1, "workload": "diamond",
+                                "applies_to": applies_to, "op_times_s": times}))
+    return path
+
+
+def test_profiles_that_make_every_op_0_s_everywhere_are_refused_before_any_cell_runs(
+        tiny_files, write_spec, tmp_path, capsys):
+    """All four ops at 0 s on the CPU and on the GPU made the failure penalty 0 s: an OOM or invalid
+    placement scored as well as the best one during every search. The run is refused, as a one-line error of
+    the CLI, naming the profiles."""
+    from suite.cli import main
+    from suite.errors import ProfileError
+
+    zeros = {op: 0.0 for op in "abcd"}
+    profs = [_profile_file(tmp_path / f"diamond__{k}.json", k, zeros) for k in ("cpu", "gpu")]
+    spec = write_spec("zero", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"], profiles=[p.name for p in profs])
+    with pytest.raises(ProfileError, match=rf"^profile\(s\) {profs[0]}, {profs[1]} make every op of workload "
+                                           r"'diamond' take 0 s on every device of cluster 'tiny'"):
+        runner.run(runner.load_spec(str(spec)), tmp_path / "store")
+    assert not (tmp_path / "store" / "cells").exists() or not any((tmp_path / "store" / "cells").iterdir())
+    code = main(["run", str(spec), "--out", str(tmp_path / "cli"), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.startswith(f"placebench: error: profile(s) {profs[0]}, {profs[1]} make every op")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    # 0 s on the CPU only: the GPU's roofline times (0.1 s each) remain, and so does a penalty
+    only_cpu = write_spec("cpu0", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                          placers=["single_cpu"], profiles=[profs[0].name])
+    [row] = runner.run(runner.load_spec(str(only_cpu)), tmp_path / "cpu0").rows
+    assert (row["status"], row["step_time_s"]) == ("ok", 0.0)
+
+
 def test_a_label_keeps_its_placer_and_parameters_in_a_store(tiny_files, write_spec, tmp_path):
     """Retuning a labelled placer and rerunning into the same store would put two setups in one column:
     refused before anything is written, naming the label and both parameter sets."""

@@ -9,7 +9,7 @@ import pytest
 
 from suite import Op, OpGraph
 from suite.costmodel import Profile
-from suite.errors import BudgetExhausted
+from suite.errors import BudgetExhausted, ProfileError
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend, serial_bound_s
 from suite.methodology import Budget
 from suite.methodology import load as load_methodology
@@ -142,6 +142,20 @@ def test_a_profile_reaches_batches_single_evaluations_re_measurement_and_the_fai
     # a simulator backend handed in (as the runner does) bounds the failure score with its own profiles
     given = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60), backend=SimulatorBackend(g, c, [prof]))
     assert given.failure_score_s == ev.failure_score_s
+
+
+def test_profiles_that_make_every_op_0_s_everywhere_are_refused(problem):
+    """Every op at 0 s on both GPUs made the serial bound 0 s, so an OOM or invalid placement scored 0 s, as
+    well as the best ok placement. 0 s for every op on one device only leaves the other's times: no refusal."""
+    g, c = problem
+    zeros = {"a": 0.0, "b": 0.0, "c": 0.0}
+    with pytest.raises(ProfileError, match=r"^profile\(s\) \(for 'gpu', not from a file\) make every op of workload "
+                                           r"'fork' take 0 s on every device of cluster 'uniform2'.*scoring it as well "
+                                           r"as the best placement"):
+        Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60), profiles=[Profile("fork", "gpu", zeros)])
+    ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=3600), profiles=[Profile("fork", "d0", zeros)])
+    assert ev.failure_score_s == ev.methodology.failure_multiple * 5.0  # d1's roofline times: 1 + 2 + 2 s
+    assert ev.evaluate([0, 0, 0]).step_time_s == 0.0 and ev.score(ev.evaluate([0, 0])) == 2 * ev.failure_score_s
 
 
 def test_batch_larger_than_budget_is_refused_whole(problem):
