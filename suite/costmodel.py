@@ -232,6 +232,20 @@ def profiled_mask(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] 
     return mask
 
 
+def profile_coverage(graph: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> dict[str, Any]:
+    """How many op times the profiles give each device (the rest are roofline estimates): {"ops": n,
+    "profiled_ops": {device: k}, "summary": "k of n ops on d0, d1; 0 of n on d2 ..."}."""
+    counts = profiled_mask(graph, cluster, profiles).sum(axis=0)
+    per = {d.name: int(k) for d, k in zip(cluster.devices, counts, strict=True)}
+    groups: dict[int, list[str]] = {}
+    for name, k in per.items():
+        groups.setdefault(k, []).append(name)
+    parts = [f"{k} of {graph.num_ops} ops on {', '.join(names)}" for k, names in groups.items()]
+    rest = " (the others are roofline estimates)" if min(per.values()) < graph.num_ops else ""
+    summary = f"op times from profiles: {'; '.join(parts)}{rest}"
+    return {"ops": graph.num_ops, "profiled_ops": per, "summary": summary}
+
+
 def _apply_profiles(out: np.ndarray, graph: OpGraph, cluster: Cluster,
                     profiles: Iterable[Profile]) -> dict[tuple[int, int], Profile]:
     """Write the profiles' times into `out` [num_ops, num_devices]; returns (op, device) -> the profile that

@@ -21,7 +21,9 @@ A spec is a TOML file (`suite/specs/*.toml` for the built-in ones)::
 Relative file paths in a spec are relative to the spec file. With `profiles`, the simulator takes each op's
 time on the devices a profile applies to from the profile of its workload (matched by the graph's content
 hash) instead of the roofline estimate; those cells' evaluator is `simulator+profiles:<digest of the
-profiles>`, so they are never mixed or compared with the analytic simulator's.
+profiles>`, so they are never mixed or compared with the analytic simulator's. A profile may time only some
+ops: the store's manifest says, under `profiles` (by that evaluator label, then cluster), how many op times
+the profiles give each device, the others being roofline estimates.
 
 Each cell runs in a worker process (start method "spawn": torch and fork do not mix) with a timeout. A
 placer that raises gives a row with status `error` and the exception; one that hangs past the cell timeout
@@ -71,7 +73,7 @@ from suite import methodology as _methodology
 from suite import registry, simulator
 from suite.backends import check_available
 from suite.cluster import Cluster
-from suite.costmodel import Profile, load_profile
+from suite.costmodel import Profile, load_profile, profile_coverage
 from suite.errors import BudgetExhausted, ClusterError, PlacebenchError, SpecError, UnknownNameError
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend, profiled_serial_bound_s
 from suite.graph import OpGraph
@@ -1232,9 +1234,34 @@ def _manifest_update(store: Store, plan: Plan, run_entry: dict[str, Any], labels
     cs = m.setdefault("clusters", {})
     for ref, c in plan.clusters.items():
         cs[c.name] = {"hash": c.content_hash, "ref": ref, "devices": [d.name for d in c.devices]}
+    entries = _profile_entries(plan)  # rows name the profiles' digest only: say what they cover
+    if entries:
+        table = m["profiles"] = dict(m["profiles"]) if isinstance(m.get("profiles"), Mapping) else {}
+        for label, entry in entries.items():
+            kept = table.get(label)
+            clusters = kept.get("clusters") if isinstance(kept, Mapping) else None
+            table[label] = {**entry, "clusters": {**(clusters if isinstance(clusters, Mapping) else {}),
+                                                  **entry["clusters"]}}
     runs = [r for r in m.setdefault("runs", []) if r.get("run_id") != run_entry["run_id"]]
     m["runs"] = [*runs, run_entry]
     store.write_manifest(m)
+
+
+def _profile_entries(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per profiled evaluator label of the plan's cells: its workload, profile files, and per cluster how many
+    op times the profiles give each device (`suite.costmodel.profile_coverage`)."""
+    out: dict[str, dict[str, Any]] = {}
+    done: set[tuple[str, str]] = set()
+    for c in plan.cells:
+        label = c.key["evaluator"]
+        if not c.profiles or (label, c.cluster_ref) in done:
+            continue
+        done.add((label, c.cluster_ref))
+        graph, cluster = plan.workloads[c.workload_ref], plan.clusters[c.cluster_ref]
+        entry = out.setdefault(label, {"workload": graph.name, "files": [p.source for p in c.profiles],
+                                       "clusters": {}})
+        entry["clusters"][cluster.name] = profile_coverage(graph, cluster, c.profiles)
+    return out
 
 
 def _made_by_other_code(record: Mapping[str, Any] | None, cell: Cell) -> bool:

@@ -256,6 +256,22 @@ def _profile_file(path: Path, applies_to: str, times: dict[str, float]) -> Path:
     return path
 
 
+def test_the_manifest_says_how_many_op_times_the_profiles_give_each_device(tiny_files, write_spec, tmp_path):
+    """A profile of 1 of the diamond's 4 ops on the CPU: its rows' evaluator label alone read like a fully
+    profiled result. The manifest says, by label and cluster, 1 of 4 ops on cpu:0 and 0 of 4 on gpu:0."""
+    prof = _profile_file(tmp_path / "diamond__cpu.json", "cpu", {"b": 0.5})
+    spec = {"workloads": [str(tiny_files["diamond"]), str(tiny_files["chain"])], "clusters": [str(tiny_files["cluster"])],
+            "placers": ["single_cpu"], "profiles": [prof.name]}
+    rows = runner.run(runner.load_spec(str(write_spec("prof", **spec))), tmp_path / "store").rows
+    label = next(r["evaluator"] for r in rows if r["workload"] == "diamond")
+    assert runner.run(runner.load_spec(str(write_spec("prof", **spec))), tmp_path / "store").ran == 0  # a rerun keeps it
+    entry = Store(tmp_path / "store").manifest()["profiles"]
+    assert entry == {label: {"workload": "diamond", "files": [str(prof)], "clusters": {"tiny": {
+        "ops": 4, "profiled_ops": {"cpu:0": 1, "gpu:0": 0},
+        "summary": "op times from profiles: 1 of 4 ops on cpu:0; 0 of 4 ops on gpu:0 (the others are roofline "
+                   "estimates)"}}}}  # the chain has no profile: no entry
+
+
 def test_profiles_that_make_every_op_0_s_everywhere_are_refused_before_any_cell_runs(
         tiny_files, write_spec, tmp_path, capsys):
     """All four ops at 0 s on the CPU and on the GPU made the failure penalty 0 s: an OOM or invalid

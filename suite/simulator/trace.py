@@ -12,7 +12,10 @@ chrome://tracing open, so a user can see why a placement is slow or runs out of 
   slice that starts or ends at the same time on its track;
 * a `memory` counter per device: resident bytes (parameters, and optimizer state in training) plus live
   tensors (weight gradients among them), after every change; its largest value is the device's peak
-  memory, as the simulator reports it, and the device's capacity is in the process's name.
+  memory, as the simulator reports it, and the device's capacity is in the process's name;
+* with profiles, each op's `time` argument says whether its time on its device is the profile's or the
+  roofline estimate, and `otherData.profiles` how many of the step's ops (`ops` of `of_ops`) and seconds of
+  compute (`compute_s` of `of_compute_s`) the profiles timed.
 
 Times (`ts`, `dur`) are in microseconds of simulated time, from 0 at the start of the step, each a whole
 number of nanoseconds: a viewer rounds them to whole nanoseconds (Perfetto does), so a slice that ends when
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.cluster import Cluster
-from suite.costmodel import Profile
+from suite.costmodel import Profile, profiled_mask
 from suite.graph import OpGraph
 from suite.placement import validate
 from suite.simulator import inputs_for, reference
@@ -67,6 +70,7 @@ def chrome_trace(
 ) -> dict[str, Any]:
     """The Trace Event Format document of one placement's step (see the module docstring)."""
     place = validate(placement, workload, cluster)
+    profiles = tuple(profiles)
     sched = schedule(workload, cluster, place, profiles=profiles)
     names = [d.name for d in cluster.devices]
     events: list[dict[str, Any]] = []
@@ -88,10 +92,12 @@ def chrome_trace(
         tracks[(pid, tid)] = track
         events.append({**event, "name": name, "cat": cat, "pid": pid, "tid": tid, "args": args})
 
+    measured = profiled_mask(workload, cluster, profiles)[range(workload.num_ops), place] if profiles else None
     for i, op in enumerate(workload.ops):
         span(op.name, op.phase, int(place[i]), 0, "compute", sched.start_s[i], sched.finish_s[i],
              {"kind": op.kind, "flops": op.flops, "bytes_read": op.bytes_read, "output_bytes": op.output_bytes,
-              "param_bytes": op.param_bytes})
+              "param_bytes": op.param_bytes,
+              **({"time": "profile" if measured[i] else "roofline"} if measured is not None else {})})
     for p, src, dst, start, end, nbytes in sched.transfers:
         span(workload.ops[p].name, "transfer", src, 1 + dst, f"to {names[dst]}", start, end,
              {"bytes": nbytes, "to": names[dst]})
@@ -114,9 +120,17 @@ def chrome_trace(
             "peak_memory_bytes": {n: int(p) for n, p in zip(names, peak, strict=True)},
             "busy_s": {n: float(b) for n, b in zip(names, sched.busy_s, strict=True)},
             "bytes_transferred": int(sched.link_bytes.sum()),
+            **({"profiles": _profiled_part(workload, cluster, place, profiles, measured)} if profiles else {}),
             **(metadata or {}),
         },
     }
+
+
+def _profiled_part(workload: OpGraph, cluster: Cluster, place, profiles: tuple[Profile, ...], measured) -> dict[str, Any]:
+    """How much of the placement's compute the profiles timed: its ops, and their seconds on their devices."""
+    cost = inputs_for(workload, cluster, profiles).cost[range(workload.num_ops), place]
+    return {"files": [p.source or "(not from a file)" for p in profiles], "ops": int(measured.sum()), "of_ops": workload.num_ops,
+            "compute_s": float(cost[measured].sum()), "of_compute_s": float(cost.sum())}
 
 
 def write_chrome_trace(path: str | Path, workload: OpGraph, cluster: Cluster, placement, **kwargs: Any) -> Path:

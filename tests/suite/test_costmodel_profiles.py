@@ -121,3 +121,15 @@ def test_profiled_mask_says_which_times_are_measured_and_the_rest_stay_estimated
     assert profiled_mask(g, c).tolist() == [[False] * 3] * 2
     with pytest.raises(ProfileError, match="'nosuch' is not in graph"):  # checked as cost_matrix checks them
         profiled_mask(g, c, [Profile("g", "gpu", {"nosuch": 1.0})])
+
+
+def test_profile_coverage_counts_each_devices_measured_op_times(uniform_cluster):
+    """The manifest's summary of what profiles measured: per device, and no 'roofline' note when all are."""
+    from suite.costmodel import profile_coverage
+
+    g, c = _graph(), uniform_cluster(3, kinds=("gpu", "gpu", "cpu"))
+    assert profile_coverage(g, c, [Profile("g", "gpu", {"a": 0.0})]) == {
+        "ops": 2, "profiled_ops": {"d0": 1, "d1": 1, "d2": 0},
+        "summary": "op times from profiles: 1 of 2 ops on d0, d1; 0 of 2 ops on d2 (the others are roofline estimates)"}
+    full = profile_coverage(g, uniform_cluster(1), [Profile("g", "gpu", {"a": 1.0, "b": 2.0})])
+    assert full["summary"] == "op times from profiles: 2 of 2 ops on d0"

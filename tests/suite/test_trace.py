@@ -144,3 +144,20 @@ def test_the_timeline_agrees_with_the_fast_engine(problem):
             spans[(src, dst)].append((start, end))
         for channel in spans.values():
             assert all(a[1] <= b[0] for a, b in zip(channel, channel[1:], strict=False))
+
+
+def test_a_trace_with_profiles_says_which_op_times_are_measured(uniform_cluster):
+    """A profile of b alone (3 s on the GPUs): the chain's trace read like a fully profiled step. Each op's
+    slice says where its time came from, and otherData how many ops and seconds of compute were measured:
+    a [0, 2] and c [5, 6] are roofline estimates, b [2, 5] the profile's; 1 of 3 ops, 3 of 6 s."""
+    from suite.costmodel import Profile
+
+    g, c = _chain(), uniform_cluster(2)
+    doc = chrome_trace(g, c, [0, 0, 0], profiles=[Profile("chain", "gpu", {"b": 3.0})])
+    ops = {e["name"]: (e["ts"], e["dur"], e["args"]["time"]) for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert ops == {"a": (0.0, 2e6, "roofline"), "b": (2e6, 3e6, "profile"), "c": (5e6, 1e6, "roofline")}
+    assert doc["otherData"]["profiles"] == {"files": ["(not from a file)"], "ops": 1, "of_ops": 3,
+                                            "compute_s": 3.0, "of_compute_s": 6.0}
+    plain = chrome_trace(g, c, [0, 0, 0])  # without profiles, as before: no such argument
+    assert "profiles" not in plain["otherData"]
+    assert all("time" not in e["args"] for e in plain["traceEvents"] if e["ph"] == "X")
