@@ -12,7 +12,8 @@ of some ops mixes measured and estimated times in one step: `profiled_mask` says
 belongs to one workload: its content hash must be the graph's, and one without a hash (written by hand)
 must name the graph's workload. Two profiles that both give one device a time for the same op are an
 error (which one counted would depend on the order they were given in), not the later one silently
-winning; a profile for a kind and another for one device of that kind may time different ops.
+winning; a profile for a kind and another for one device of that kind may time different ops. A profile given
+twice (equal times, workload and metadata) counts once.
 
 A transfer of b bytes from device a to device c takes latency[a, c] + b / bandwidth[a, c] along the
 fewest-link route (see `Cluster.routes`).
@@ -251,7 +252,7 @@ def _apply_profiles(out: np.ndarray, graph: OpGraph, cluster: Cluster,
     """Write the profiles' times into `out` [num_ops, num_devices]; returns (op, device) -> the profile that
     gave that time."""
     timed_by: dict[tuple[int, int], Profile] = {}  # (op, device) -> the profile that gave its time
-    for prof in profiles:
+    for prof in dict.fromkeys(profiles):  # one given twice (a file and its copy) gives its times once
         where = f"{prof.source}: profile" if prof.source else "profile"
         if prof.workload_hash and prof.workload_hash != graph.content_hash:
             raise ProfileError(

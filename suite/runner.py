@@ -683,7 +683,8 @@ def make_plan(spec: Spec) -> Plan:
 def _profiles_by_workload(paths: Sequence[str], workloads: Mapping[str, OpGraph], source: str
                           ) -> dict[str, list[Profile]]:
     """Profile files read and each given to the workload it was measured on (same content hash; a
-    hand-written profile without a hash: same name). A profile of none of the workloads is an error."""
+    hand-written profile without a hash: same name). A profile of none of the workloads is an error; one
+    given twice (the same file, or a copy) counts once, so its evaluator label is that of one."""
     out: dict[str, list[Profile]] = {ref: [] for ref in workloads}
     for path in paths:
         prof = load_profile(path)
@@ -698,7 +699,8 @@ def _profiles_by_workload(paths: Sequence[str], workloads: Mapping[str, OpGraph]
             raise SpecError(f"{source}: profile {path} was measured on workload {prof.workload!r} "
                             f"({prof.workload_hash or 'no hash'}), which is {which}")
         for ref in refs:
-            out[ref].append(prof)
+            if prof not in out[ref]:
+                out[ref].append(prof)
     return out
 
 

@@ -248,6 +248,11 @@ def test_profiles_in_a_spec_give_their_workload_measured_op_times(tiny_files, wr
                                            profiles=[str(prof)])))
     with pytest.raises(SpecError, match="which is none of the spec's workloads"):
         runner.make_plan(both)
+    # the same profile given twice (here a copy) counts once: the label of one, not a conflict with itself
+    copy = tmp_path / "copy.json"
+    copy.write_text(prof.read_text())
+    twice = runner.load_spec(str(write_spec("twice", **spec, profiles=[prof.name, copy.name, f"./{prof.name}"])))
+    assert {c.key["evaluator"] for c in runner.make_plan(twice).cells} == {r["evaluator"] for r in rows}
 
 
 def _profile_file(path: Path, applies_to: str, times: dict[str, float]) -> Path:

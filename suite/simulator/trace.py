@@ -70,7 +70,7 @@ def chrome_trace(
 ) -> dict[str, Any]:
     """The Trace Event Format document of one placement's step (see the module docstring)."""
     place = validate(placement, workload, cluster)
-    profiles = tuple(profiles)
+    profiles = tuple(dict.fromkeys(profiles))  # one given twice counts once, as in the cost model
     sched = schedule(workload, cluster, place, profiles=profiles)
     names = [d.name for d in cluster.devices]
     events: list[dict[str, Any]] = []

@@ -40,6 +40,9 @@ def test_two_profiles_giving_one_device_a_time_for_the_same_op_are_refused(unifo
     assert cm.tolist() == [[5.0, 1.0], [7.0, 7.0]]
     cm = cost_matrix(_graph(), uniform_cluster(2), [Profile("g", "d0", {"a": 5.0}), Profile("g", "d1", {"a": 7.0})])
     assert cm.tolist() == [[5.0, 7.0], [1.0, 1.0]]
+    # one profile given twice (a file and its copy, `--profile p.json --profile ./p.json`) is no conflict
+    twice = [Profile("g", "gpu", {"a": 5.0}, source="p.json"), Profile("g", "gpu", {"a": 5.0}, source="./p.json")]
+    assert cost_matrix(_graph(), uniform_cluster(2), twice).tolist() == [[5.0, 5.0], [1.0, 1.0]]
 
 
 def test_a_profile_made_in_code_with_an_empty_applies_to_matches_no_device(uniform_cluster):
