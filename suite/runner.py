@@ -691,7 +691,11 @@ def _profiles_by_workload(paths: Sequence[str], workloads: Mapping[str, OpGraph]
         refs = [ref for ref, g in workloads.items()
                 if prof.workload_hash == g.content_hash or (not prof.workload_hash and prof.workload == g.name)]
         if not refs:
-            if len(workloads) == 1:
+            same = [g for g in workloads.values() if g.name == prof.workload]
+            if same:  # captured anew since, or edited: the name alone would hide it
+                which = (f"another graph than the workload {same[0].name!r} ({same[0].content_hash}) has now: "
+                         "profile it again")
+            elif len(workloads) == 1:
                 [g] = workloads.values()
                 which = f"not the workload {g.name!r} ({g.content_hash})"
             else:

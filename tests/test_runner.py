@@ -248,6 +248,13 @@ def test_profiles_in_a_spec_give_their_workload_measured_op_times(tiny_files, wr
                                            profiles=[str(prof)])))
     with pytest.raises(SpecError, match="which is none of the spec's workloads"):
         runner.make_plan(both)
+    # of the diamond's name but another graph (captured anew since): said so, not just two hashes
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({**json.loads(prof.read_text()), "workload_hash": "sha256:0123"}))
+    with pytest.raises(SpecError, match=f"profile {stale} was measured on workload 'diamond' \\(sha256:0123\\), which "
+                                        "is another graph than the workload 'diamond' \\(sha256:[0-9a-f]+\\) has now: "
+                                        "profile it again$"):
+        runner.make_plan(runner.load_spec(str(write_spec("stale", **spec, profiles=[stale.name]))))
     # the same profile given twice (here a copy) counts once: the label of one, not a conflict with itself
     copy = tmp_path / "copy.json"
     copy.write_text(prof.read_text())
