@@ -126,11 +126,12 @@ def chrome_trace(
     }
 
 
-def _profiled_part(workload: OpGraph, cluster: Cluster, place, profiles: tuple[Profile, ...], measured) -> dict[str, Any]:
+def _profiled_part(workload: OpGraph, cluster: Cluster, place, profiles: tuple[Profile, ...],
+                   measured) -> dict[str, Any]:
     """How much of the placement's compute the profiles timed: its ops, and their seconds on their devices."""
     cost = inputs_for(workload, cluster, profiles).cost[range(workload.num_ops), place]
-    return {"files": [p.source or "(not from a file)" for p in profiles], "ops": int(measured.sum()), "of_ops": workload.num_ops,
-            "compute_s": float(cost[measured].sum()), "of_compute_s": float(cost.sum())}
+    return {"files": [p.source or "(not from a file)" for p in profiles], "ops": int(measured.sum()),
+            "of_ops": workload.num_ops, "compute_s": float(cost[measured].sum()), "of_compute_s": float(cost.sum())}
 
 
 def write_chrome_trace(path: str | Path, workload: OpGraph, cluster: Cluster, placement, **kwargs: Any) -> Path:
