@@ -332,6 +332,9 @@ def _profile_with(ex: TorchExecutor, rw: RealWorkload, device: str, timing: Timi
     del tracer
     samples = time_steps(ex.step, timing, [tdev], clock)
     measured = statistic_s(samples, timing)
+    if calibrate and measured == 0:  # scaled by 0 / raw_sum: every op 0 s, and a factor 0 no reader takes
+        raise ProfileError(f"profiling {graph.name} on {device}: the whole step took 0 s by the {clock!r} clock "
+                           "(below its resolution?) while its ops added up to more: no profile written")
     ran = raw > 0
     calibration: dict[str, Any] = {"raw_sum_s": raw_sum, "measured_step_s": measured,
                                    "measured_step_samples_s": [float(s) for s in samples],

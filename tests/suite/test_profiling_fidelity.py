@@ -986,3 +986,15 @@ def test_a_profile_in_which_every_op_took_zero_seconds_is_refused(monkeypatch):
     rw = small_workload("bert_base-12x768-s128-b8", mode="inference")
     with pytest.raises(ProfileError, match=r"every op took 0 s by the 'wall' clock .* no profile written"):
         profile_workload(rw, "cpu", timing=FAST, threads=1)
+
+
+def test_a_profile_whose_whole_step_took_zero_seconds_is_refused(monkeypatch):
+    """Ops that added up to more than 0 s, and a measured step of 0 s (a clock coarser than the step): the
+    calibration scaled every op by 0, wrote factor 0, and the profile it wrote could not be read back."""
+    import suite.profiling as profiling
+
+    monkeypatch.setattr(profiling, "time_steps", lambda *a, **k: [0.0, 0.0, 0.0])
+    rw = small_workload("bert_base-12x768-s128-b8", mode="inference")
+    with pytest.raises(ProfileError, match=r"the whole step took 0 s by the 'wall' clock .* no profile written"):
+        profile_workload(rw, "cpu", timing=FAST, threads=1)
+    assert profile_workload(rw, "cpu", timing=FAST, threads=1, calibrate=False).metadata["calibration"]["method"] == "none"
