@@ -26,14 +26,19 @@ Verdicts of a comparable pair:
 only in the new results are `new`. Missing and not comparable cells are regressions too, unless `lenient`: a
 gate must see every baseline cell measured again the same way (a killed run, or a changed workload that
 needs a new baseline, must not pass). Results with no comparable cell at all are an error, not a pass.
+
+Parameters that differ only by an int for a float (`{"k":1}` from a store made before such ints became floats,
+`{"k":1.0}` since) are named as such, also where they gave the cells other labels (`p(k=1)`: missing,
+`p(k=1.0)`: new).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from suite.report import ReportError, Table, _check_row, format_seconds
@@ -57,7 +62,7 @@ class Pair:
     verdicts: tuple[str, ...]  # one or two of VERDICTS ("slower", "less memory")
     time_ratio: float | None  # new / base step time, both ok
     memory_ratio: float | None  # new / base largest peak, both known
-    why: str = ""  # what differs, for a pair that is not comparable
+    why: str = ""  # what differs, for a pair that is not comparable (or a missing and a new cell relabelled)
 
     def regression(self, lenient: bool = False) -> bool:
         bad = REGRESSIONS + (() if lenient else ("missing", "not comparable"))
@@ -159,14 +164,75 @@ def compare(base_rows: Iterable[Mapping[str, Any]], new_rows: Iterable[Mapping[s
         if b is None:
             pairs.append(Pair(key, None, n, ("new",), None, None))
             continue
-        differ = [f"{f} {_short(b.get(f))} -> {_short(n.get(f))}" for f in SAME_SETUP if b.get(f) != n.get(f)]
+        differ = [_setup_change(f, b, n) for f in SAME_SETUP if b.get(f) != n.get(f)]
         if not differ:
             differ = _methodology_differs(b.get("methodology"), *methodologies)
         if differ:
             pairs.append(Pair(key, b, n, ("not comparable",), None, None, "; ".join(differ)))
             continue
         pairs.append(Pair(key, b, n, *compare_pair(b, n, factor, memory_factor)))
-    return pairs
+    return _explain_relabelled(pairs)
+
+
+def _params(row: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """(the params as written, as values) of a row, None where it has none or they are not JSON."""
+    text = row.get("params")
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return text, json.loads(text)
+    except ValueError:
+        return None
+
+
+def _alike(a: Any, b: Any) -> bool:
+    """The same values, a whole number and the float it equals counting as the same (booleans do not)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_alike(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_alike(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+WHOLE_FOR_FLOAT = "an int on one side for a float on the other (a store from before such ints became floats: rerun it)"
+
+
+def _params_change(b: Mapping[str, Any], n: Mapping[str, Any]) -> str | None:
+    """'params {..} -> {..}' of two rows whose params are known, saying so when only an int and a float differ."""
+    pb, pn = _params(b), _params(n)
+    if pb is None or pn is None:
+        return None
+    return f"params {pb[0]} -> {pn[0]}" + (f": {WHOLE_FOR_FLOAT}" if _alike(pb[1], pn[1]) else "")
+
+
+def _setup_change(f: str, b: Mapping[str, Any], n: Mapping[str, Any]) -> str:
+    """What differs in one SAME_SETUP field, for a message: params themselves rather than their hashes."""
+    return (f == "params_hash" and _params_change(b, n)) or f"{f} {_short(b.get(f))} -> {_short(n.get(f))}"
+
+
+def _explain_relabelled(pairs: list[Pair]) -> list[Pair]:
+    """Pairs with a `why` for a missing cell and a new one that differ only in their placer label and an int
+    written for a float in its params (`seq2seq(k=1)` in a store made before such numbers became floats,
+    `seq2seq(k=1.0)` since): they stay missing and new (other labels, other cells), but say why."""
+    news: dict[tuple, list[int]] = {}
+    for i, p in enumerate(pairs):
+        if p.verdicts == ("new",) and p.new.get("placer_name"):
+            news.setdefault((p.key[0], p.key[1], p.key[3], p.new["placer_name"]), []).append(i)
+    out = list(pairs)
+    for i, p in enumerate(pairs):
+        if p.verdicts != ("missing",) or not p.base.get("placer_name"):
+            continue
+        for j in news.get((p.key[0], p.key[1], p.key[3], p.base["placer_name"]), []):
+            change = _params_change(p.base, pairs[j].new)
+            if change and change.endswith(WHOLE_FOR_FLOAT) and out[j].why == "":
+                why = f"placer {p.key[2]} -> {pairs[j].key[2]}: {WHOLE_FOR_FLOAT}"  # the labels show the params
+                out[i], out[j] = replace(p, why=why), replace(pairs[j], why=why)
+                break
+    return out
 
 
 def comparable(pairs: Iterable[Pair]) -> int:
@@ -184,8 +250,9 @@ def _methodology_differs(version: Any, base: Mapping[str, Any], new: Mapping[str
 
 
 def why_not_comparable(pairs: Iterable[Pair], most: int = 3) -> str:
-    """The most frequent reasons pairs are not comparable, with their counts, for a one-line message."""
-    reasons = Counter(p.why for p in pairs if "not comparable" in p.verdicts)
+    """The most frequent reasons pairs are not comparable, or base cells are missing (an int written for a float
+    parameter, `_explain_relabelled`), with their counts, for a one-line message."""
+    reasons = Counter(p.why for p in pairs if p.why and p.verdicts in (("not comparable",), ("missing",)))
     shown = [f"{why} ({n} cell{'s' if n != 1 else ''})" for why, n in reasons.most_common(most)]
     more = len(reasons) - len(shown)
     return "; ".join(shown) + (f"; and {more} other reason(s)" if more > 0 else "")

@@ -155,6 +155,42 @@ def test_another_placer_under_the_same_label_is_not_comparable():
     assert pair.verdicts == ("not comparable",) and pair.why == "placer_name hsdag -> placeto"
 
 
+def test_params_that_differ_only_by_an_int_for_a_float_say_so():
+    """A store made before a whole number for a float parameter became that float keeps `{"k":1}` where a new
+    run writes `{"k":1.0}`: with a label of the spec's own, a params change named by its params, not hashes;
+    with the default labels (`p(k=1)`, `p(k=1.0)`), a missing and a new cell that say why they do not match."""
+    old, now = '{"k":1,"on":true}', '{"k":1.0,"on":true}'
+    (pair,) = cmp.compare([row("mine", placer_name="p", params=old, params_hash="a")],
+                          [row("mine", placer_name="p", params=now, params_hash="b")])
+    assert pair.verdicts == ("not comparable",) and pair.why == f"params {old} -> {now}: {cmp.WHOLE_FOR_FLOAT}"
+    (pair,) = cmp.compare([row("mine", placer_name="p", params='{"k":1}', params_hash="a")],
+                          [row("mine", placer_name="p", params='{"k":2.0}', params_hash="b")])
+    assert pair.why == 'params {"k":1} -> {"k":2.0}'  # another number: a change like any other
+    (pair,) = cmp.compare([row("mine", placer_name="p", params='{"on":1}', params_hash="a")],
+                          [row("mine", placer_name="p", params='{"on":true}', params_hash="b")])
+    assert pair.why == 'params {"on":1} -> {"on":true}'  # a boolean is not a number here
+    base = [row("p(k=1)", seed=s, placer_name="p", params='{"k":1}') for s in (0, 1)] + [row("q", placer_name="q")]
+    new = [row("p(k=1.0)", seed=s, placer_name="p", params='{"k":1.0}') for s in (0, 1)]
+    new += [row("p(k=2.0)", placer_name="p", params='{"k":2.0}')]  # another setup: no reason to give
+    pairs = cmp.compare(base, new)
+    why = f"placer p(k=1) -> p(k=1.0): {cmp.WHOLE_FOR_FLOAT}"
+    assert [(p.key[2], p.key[3], p.verdicts, p.why) for p in pairs] == [
+        ("p(k=1)", 0, ("missing",), why), ("p(k=1)", 1, ("missing",), why), ("p(k=1.0)", 0, ("new",), why),
+        ("p(k=1.0)", 1, ("new",), why), ("p(k=2.0)", 0, ("new",), ""), ("q", 0, ("missing",), "")]
+    assert cmp.why_not_comparable(pairs) == f"{why} (2 cells)"  # the base's cells, each once
+
+
+def test_the_cli_says_why_cells_relabelled_by_an_int_for_a_float_do_not_match(capsys, tmp_path):
+    header = "cell_id,workload,cluster,placer,placer_name,params,seed,status,step_time_s\n"
+    (tmp_path / "base.csv").write_text(header + 'a,w,c,p(k=1),p,"{""k"":1}",0,ok,1.0\n')
+    (tmp_path / "new.csv").write_text(header + 'b,w,c,p(k=1.0),p,"{""k"":1.0}",0,ok,1.0\n')
+    code, out, err = _run(capsys, "compare", str(tmp_path / "base.csv"), str(tmp_path / "new.csv"))
+    assert code == 2 and out == ""
+    assert err == (f"placebench: error: nothing to compare: no cell of {tmp_path / 'base.csv'} was measured the "
+                   f"same way in {tmp_path / 'new.csv'} (1 missing, 1 new): placer p(k=1) -> p(k=1.0): "
+                   f"{cmp.WHOLE_FOR_FLOAT} (1 cell)\n")
+
+
 @pytest.mark.parametrize("field", ["workload_hash", "cluster_hash", "placer_name", "params_hash", "methodology",
                                    "budget_evaluations", "budget_seconds", "evaluator"])  # not SAME_SETUP: its own check
 def test_a_pair_measured_another_way_is_not_comparable(field):
