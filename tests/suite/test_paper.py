@@ -319,6 +319,18 @@ def test_results_of_another_setup_are_named_in_the_report():
            "rows), each" in md
 
 
+def test_a_table_that_lists_its_seeds_out_of_order_gets_no_warning_for_them():
+    """seeds = [2, 1, 0] asks for the same seeds as [0, 1, 2]: rows of all three are not "seeds 0, 1, 2 where
+    the table asks for 2, 1, 0"."""
+    t = paper.paper_from_dict(_with(("seeds",), [2, 1, 0]), id="t")
+    budget = {"budget_evaluations": 1000, "budget_seconds": 300.0}
+    rows = [dict(r, **budget) for r in _rows(("resnet50-b1-infer", "single_cpu", [3.0, 3.0, 3.0]),
+                                             ("resnet50-b1-infer", "single_gpu", [1.0, 1.0, 1.0]))]
+    assert paper.Comparison.from_rows(t, rows).setup_warning() is None
+    assert paper.Comparison.from_rows(t, rows[:1] + rows[3:4]).setup_warning() == (
+        "these results have seeds 0 where the table asks for 2, 1, 0")
+
+
 def test_rows_that_leave_out_part_of_their_budget_are_named_not_a_crash():
     """A hand-made table may leave budget_seconds empty: the warning says '?' (it was a TypeError)."""
     t = paper.paper_from_dict(GOOD, id="t")
