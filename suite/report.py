@@ -66,7 +66,10 @@ def format_seconds(t: float) -> str:
 
 
 def format_speedup(x: float) -> str:
-    return f"{x:.2f}x"
+    """Two decimals (1.25x, 0.09x); a speedup that two decimals would show as 0.00x, a placer more than 200 times
+    slower than the reference, two significant digits (0.0042x): a placer that ran is never shown as 0x."""
+    text = f"{x:.2f}"
+    return f"{x:#.2g}x" if text == "0.00" and x > 0 else f"{text}x"
 
 
 def geomean(xs: Sequence[float]) -> float:

@@ -460,3 +460,14 @@ def test_a_zero_second_reference_gives_no_speedup_to_a_slower_placer():
     assert [r[1] for r in report.speedup_table(res, "c1", "ref").raw] == [2.0, "undefined"]
     summary = report.tables(res, "ref")[0][1][2]
     assert summary.raw[0][:1] + summary.raw[0][6:8] == ["a", 2.0, 1]
+
+
+def test_a_placer_hundreds_of_times_slower_than_the_reference_is_not_shown_as_0x():
+    """ref 1 s, a 250 s and 400 s: speedups of 0.004 and 0.0025, which two decimals showed as 0.00x; below
+    0.005, two significant digits, in the speedup table and the summary's geomean (sqrt(0.004 * 0.0025))."""
+    rows = [_row("w", "a", "ok", 250.0), _row("w", "ref", "ok", 1.0), _row("v", "a", "ok", 400.0), _row("v", "ref", "ok", 1.0)]
+    text = report.render(rows, "text", "ref")
+    assert "v         0.0025x  1.00x\nw         0.0040x  1.00x" in text
+    assert "a          2   2    0       0        0                 0.0032x" in text
+    assert [report.format_speedup(x) for x in (0.0042, 0.00499, 0.005, 0.0865, 1e-7, 2.0)] == [
+        "0.0042x", "0.0050x", "0.01x", "0.09x", "1.0e-07x", "2.00x"]
