@@ -282,9 +282,13 @@ def _shown(row: Mapping[str, Any] | None) -> str:
 
 
 def _ratio_text(x: float | None) -> str:
+    """Three decimals (1.200x); a ratio above 0 that they would show as 0.000x, two significant digits (0.00025x)."""
     if x is None:
         return ""
-    return "inf" if math.isinf(x) else f"{x:.3f}x"
+    if math.isinf(x):
+        return "inf"
+    text = f"{x:.3f}"
+    return f"{x:#.2g}x" if text == "0.000" and x > 0 else f"{text}x"
 
 
 def _verdict_text(p: Pair, b_status: str | None, n_status: str | None) -> str:

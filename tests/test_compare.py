@@ -247,6 +247,13 @@ def test_the_table_lists_regressions_first_and_only_changes():
     assert [(r[2], r[-1]) for r in cmp.table(pairs, lenient=True).rows] == [("d", "yes"), ("a", ""), ("c", "")]
 
 
+def test_a_cell_thousands_of_times_faster_is_not_shown_as_a_ratio_of_0():
+    """10 s -> 2.5 ms is a time ratio of 0.00025, which three decimals showed as 0.000x; a peak of 0 bytes is 0."""
+    (pair,) = cmp.compare([row(t=10.0, memory=4096)], [row(t=0.0025, memory=0)])
+    (line,) = cmp.table([pair]).rows
+    assert line[6:9] == ["0.00025x", "0.000x", "faster, less memory"]
+
+
 def test_seeds_are_matched_one_by_one():
     base = [row(seed=0, t=1.0), row(seed=1, t=1.0)]
     new = [row(seed=0, t=1.0), row(seed=1, t=2.0)]
