@@ -1225,6 +1225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        for arg in sys.argv[1:] if argv is None else argv:  # only a caller of main() can pass one: argv cannot
+            if "\x00" in arg:
+                raise UsageError(f"argument {arg!r} contains a NUL character: no name or file name holds one")
         args = build_parser().parse_args(argv)
         code = int(args.func(args) or 0)
         for stream in (sys.stdout, sys.stderr):  # flushed here: a reader that left fails neither the exit code

@@ -516,6 +516,21 @@ def test_argparse_errors_exit_2(capsys):
                                            "(see placebench run --help)\n")  # one line, no usage block
 
 
+@pytest.mark.parametrize("where", ["--trace", "--save-placement", "--profile", "--output", "--out", "store"])
+def test_a_nul_character_in_any_argument_is_one_line_before_any_work(capsys, tiny_files, tmp_path, where):
+    """A command line cannot hold NUL, but a caller of main() can pass one: one line, nothing written."""
+    bad = str(tmp_path / "a\x00b")
+    cell = [str(tiny_files["diamond"]), "-c", str(tiny_files["cluster"]), "-p", "single_gpu"]
+    argv = {"--trace": ["evaluate", *cell, "--save-placement", str(tmp_path / "p.json"), "--trace", bad],
+            "--save-placement": ["evaluate", *cell, "--save-placement", bad],
+            "--profile": ["evaluate", *cell, "--profile", bad],
+            "--output": ["table", str(tmp_path), "--output", bad],
+            "--out": ["leaderboard", str(tmp_path), "--out", bad],
+            "store": ["compare", bad, str(tmp_path)]}[where]
+    _assert_usage_error(*_run(capsys, *argv), f"argument {bad!r} contains a NUL character")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_interrupt_while_the_command_line_is_read_is_clean(capsys, monkeypatch):
     """Building the parser imports much of the suite: a Ctrl-C then is the interrupt message and exit 130."""
     import suite.cli
