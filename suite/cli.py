@@ -518,7 +518,8 @@ def _cells_run(run: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     to_run, planned = run.get("cells_to_run", "?"), run.get("cells_planned", "?")
     if "cells_run" in run:
         return f"{run['cells_run']} of its {to_run} cells to run were run ({planned} planned)"
-    made = sum(r.get("run_id") == run.get("run_id") for r in rows) if any(r.get("run_id") for r in rows) else "?"
+    known = not rows or any(r.get("run_id") for r in rows)  # no row at all: it stored none
+    made = sum(r.get("run_id") == run.get("run_id") for r in rows) if known else "?"
     return (f"{made} of its {to_run} cells to run are in the store ({planned} planned; the run ended without "
             f"recording how many it ran)")
 

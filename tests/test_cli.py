@@ -834,6 +834,22 @@ def test_compare_and_leaderboard_on_a_stores_own_table_warn_as_the_store_would(c
     assert f"Run {manifest['runs'][-1]['run_id']} (spec test, 1 cells" in md
 
 
+def test_a_run_killed_before_its_first_cell_stored_none(capsys, tiny_files, write_spec, tmp_path):
+    """A run killed outright (no count recorded) in a store without a cell: 0 of its cells are stored, not "?"."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu", "single_gpu"])
+    store = tmp_path / "store"
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    manifest = json.loads((store / "manifest.json").read_text())
+    run = {k: v for k, v in manifest["runs"][-1].items() if k not in ("cells_run", "finished_at")}
+    (store / "manifest.json").write_text(json.dumps({**manifest, "runs": [{**run, "complete": False}]}))
+    for cell in (store / "cells").glob("*.json"):
+        cell.unlink()
+    code, _, err = _run(capsys, "table", str(store))
+    assert code == 2 and ("spec test: 0 of its 2 cells to run are in the store (2 planned; the run ended without "
+                          "recording how many it ran)") in err, err
+
+
 def test_a_complete_run_of_another_spec_does_not_hide_an_incomplete_one(capsys, tiny_files, write_spec, tmp_path):
     store = tmp_path / "store"
     for name, placer in (("first", "single_cpu"), ("second", "m_etf")):
