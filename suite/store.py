@@ -10,7 +10,9 @@ A store is a directory::
     .lock                held (flock) by the run that is writing the store, so that two runs never share one
 
 Every file is written atomically (temporary file in the same directory, fsync, rename), so a killed run
-loses at most the cells in flight, and a cell is never stored twice: its file name is its key's hash.
+loses at most the cells in flight, and a cell is never stored twice: its file name is its key's hash. The
+directory is not fsynced: after an operating-system crash or power loss the last renames may be undone, which
+loses the cells they stored (a rerun redoes them) or brings back the file they replaced, never a partial file.
 The cell files are the source of truth; the tables are derived from them. Cell files and the manifest
 record the store's schema_version: one of another schema (written by another placebench) is refused, not read.
 """
