@@ -54,12 +54,12 @@ def _tty(stream: Any) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-_JSON_TEXT_FIELDS = ("peak_memory_bytes", "params")  # stored as JSON text (flat tables); objects in --json
-
-
 def _row_objects(record: dict[str, Any]) -> dict[str, Any]:
+    """A row with its JSON text columns (stored as text in flat tables) as objects, as --json shows them."""
+    from suite.store import JSON_TEXT_COLUMNS
+
     out = dict(record)
-    for k in _JSON_TEXT_FIELDS:
+    for k in JSON_TEXT_COLUMNS:
         if isinstance(out.get(k), str):
             out[k] = json.loads(out[k]) if out[k] else None  # empty: the row has none (a failed placer's)
     return out

@@ -105,6 +105,7 @@ KEY_COLUMNS = (
     "budget_seconds",
     "evaluator",
 )
+JSON_TEXT_COLUMNS = ("peak_memory_bytes", "params")  # string columns that hold a JSON object (or are empty)
 _STRING_COLUMNS = tuple(f.name for f in ROW_SCHEMA if pa.types.is_string(f.type))
 # the other numbers of a row, each null or >= 0 (`row_problem`)
 OPTIONAL_SECONDS = ("step_time_q25_s", "step_time_q75_s", "step_time_min_s", "step_time_max_s", "budget_seconds",
@@ -353,7 +354,8 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     finite number >= 0, and not null when the status is ok, and a count of timed samples that is null or a
     whole number (at least 1 for an ok row: its step time is the statistic of them); its other times and
     counts (`OPTIONAL_SECONDS`, `OPTIONAL_COUNTS`) are null or finite numbers >= 0 (counts whole and below
-    2**63, as the table's int64 columns hold them), and its other texts are null or strings. Cell files,
+    2**63, as the table's int64 columns hold them), its other texts are null or strings, and
+    `JSON_TEXT_COLUMNS` empty or the JSON text of an object (commands parse them). Cell files,
     results tables (a Parquet file keeps its own column types) and the rows of reports are checked by this
     one rule."""
     for field in ("workload", "cluster", "placer"):
@@ -385,7 +387,17 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     for field in _STRING_COLUMNS:
         if row.get(field) is not None and not isinstance(row[field], str):
             return f"{field} must be null or a string, got {_shown(row[field])}"
+    for field in JSON_TEXT_COLUMNS:
+        if row.get(field) and not _json_object_text(row[field]):
+            return f"{field} must be empty or the JSON text of an object, got {_shown(row[field])}"
     return None
+
+
+def _json_object_text(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _seconds(v: Any) -> bool:

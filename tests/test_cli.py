@@ -431,6 +431,22 @@ def test_run_json_rows_have_objects_or_null(capsys, tiny_files, write_spec, tmp_
 
 
 # -- bad input: one line, exit 2, nothing lost -----------------------------------------------------------------
+def test_a_stored_cell_whose_json_text_is_damaged_is_one_line_not_a_traceback(capsys, tiny_files, write_spec,
+                                                                               tmp_path):
+    """run --json shows peak_memory_bytes as an object: a stored cell with bad JSON text there was a
+    JSONDecodeError traceback after the run; now it is named before any work."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    store = tmp_path / "store"
+    assert _run(capsys, "run", str(spec), "--out", str(store), "--quiet")[0] == 0
+    [cell] = (store / "cells").glob("*.json")
+    cell.write_text(json.dumps({**json.loads(cell.read_text()), "peak_memory_bytes": "{cpu:0: 3000}"}))
+    code, out, err = _run(capsys, "run", str(spec), "--out", str(store), "--json")
+    _assert_usage_error(code, out, err, f"{cell}: peak_memory_bytes must be empty or the JSON text of an object, "
+                                        f'got "{{cpu:0: 3000}}" (a damaged cell: move it out of')
+    assert out == ""
+
+
 def test_unknown_names(capsys, tiny_files):
     d, c = str(tiny_files["diamond"]), str(tiny_files["cluster"])
     _assert_usage_error(*_run(capsys, "evaluate", d, "-c", "nope", "-p", "single_cpu"), "unknown cluster 'nope'; presets:")

@@ -426,6 +426,10 @@ def test_run_into_a_users_directory_is_one_line_and_keeps_the_files(capsys, tiny
         # above int64: the results table could not hold it, and rebuilding it failed with a bare OverflowError
         ({"bytes_transferred": 2**64}, r"bytes_transferred must be null or a whole number >= 0 \(64-bit\)"),
         ({"samples": 2**63}, r"samples must be null or a whole number at least 1 for status ok \(64-bit\)"),
+        # JSON text that commands parse (run --json, paper): a bad one was a JSONDecodeError traceback there
+        ({"peak_memory_bytes": "{bad"}, r'peak_memory_bytes must be empty or the JSON text of an object, got "\{bad"'),
+        ({"peak_memory_bytes": "[1]"}, r'peak_memory_bytes must be empty or the JSON text of an object, got "\[1\]"'),
+        ({"params": "null"}, r'params must be empty or the JSON text of an object, got "null"'),
     ],
 )
 def test_a_malformed_cell_is_an_error_naming_the_file_and_field(tmp_path, change, message):
@@ -437,6 +441,17 @@ def test_a_malformed_cell_is_an_error_naming_the_file_and_field(tmp_path, change
         s.read_cell("bad")
     with pytest.raises(StoreError, match=r"bad\.json: " + message):
         s.rows()
+
+
+def test_json_text_columns_may_be_empty_and_a_bad_one_in_a_csv_table_is_named(tmp_path):
+    s = Store(tmp_path / "s")
+    s.write_cell(_record("a1", peak_memory_bytes="", params=""))  # a failed placer's row has neither
+    s.write_cell(_record("a2", seed=1, peak_memory_bytes=None))
+    assert [(r["peak_memory_bytes"], r["params"]) for r in s.rows()] == [("", ""), ("", "{}")]
+    st.write_table([_record("a1", params="{'a': 1}")], tmp_path / "x.csv")
+    with pytest.raises(StoreError, match=r"""x\.csv: c / w / p / seed 0: params must be empty or the JSON text of an """
+                                         r"""object, got "\{'a': 1\}"$"""):
+        st.open_rows(tmp_path / "x.csv")
 
 
 def test_the_extreme_64_bit_seeds_are_accepted():
