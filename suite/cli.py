@@ -246,6 +246,8 @@ def cmd_paper(args: argparse.Namespace) -> int:
     from suite.store import open_rows, usable_cpus
 
     table = paper.load_paper(args.paper)
+    if args.no_run and args.jobs is not None:
+        raise UsageError("--jobs applies to running the cells, not to --no-run")
     store = Path(args.store) if args.store else Path("runs") / "papers" / table.id
     _refuse_inside_store(store, args.out, "--out")
     check_output_dir(args.out, "--out")

@@ -524,6 +524,13 @@ def test_bad_run_arguments_fail_before_any_cell_runs(capsys, tiny_files, write_s
                               "-p", "local_search", "--param", "batch_size=0"), "batch_size=0: must be in [1, 4096]")
 
 
+def test_paper_refuses_jobs_with_no_run(capsys, tmp_path):
+    """--no-run runs nothing: a --jobs with it was ignored without a word."""
+    _assert_usage_error(*_run(capsys, "paper", "placeto2019", "--no-run", "--jobs", "4", "--store", str(tmp_path / "s"),
+                              "--out", str(tmp_path / "p")), "--jobs applies to running the cells, not to --no-run")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_argparse_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--jobs", "0"])
