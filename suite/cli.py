@@ -20,6 +20,7 @@ Every command takes --json for machine-readable output. Bad input (a `Placebench
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -1222,11 +1223,24 @@ def _os_error_text(exc: OSError) -> str:
     return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
 
 
+def _lenient_streams() -> list[Any]:
+    """Make stdout and stderr write a lone surrogate (a path's byte that is not UTF-8, as Python holds it) as
+    its escape text, "\\udce9", where they would fail on it (errors "strict": stdout under a UTF-8 locale other
+    than C); return those streams, to be made strict again."""
+    changed = []
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+            changed.append(stream)
+    return changed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    lenient = _lenient_streams()
     try:
         for arg in sys.argv[1:] if argv is None else argv:  # only a caller of main() can pass one: argv cannot
             if "\x00" in arg:
@@ -1257,6 +1271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        for stream in lenient:
+            with contextlib.suppress(ValueError, OSError):  # closed, or its reader left
+                stream.reconfigure(errors="strict")
 
 
 if __name__ == "__main__":

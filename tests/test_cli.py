@@ -1271,3 +1271,26 @@ def test_reports_of_results_under_a_path_that_is_not_utf8(capsys, tmp_path):
     assert str(tmp_path) + "/runs-\\udce9/base.csv" in (tmp_path / "lb" / "leaderboard.md").read_text()
     code, _, err = _run(capsys, "table", str(base), "--reference", "a", "--chart", str(tmp_path / "t.png"))
     assert code == 0 and (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_path_that_is_not_utf8_on_a_strict_stdout_is_printed_as_its_escape(capsys, tmp_path):
+    """stdout under a UTF-8 locale other than C refuses a lone surrogate (as capsys's does): compare's title,
+    leaderboard's list of files and evaluate's placement file were a UnicodeEncodeError traceback after the
+    work was done. They print the escape text, and the stream is strict again afterwards."""
+    import sys
+
+    from suite.store import write_table
+
+    def row(placer, t):
+        return {"cell_id": placer, "cluster": "c", "workload": "w", "placer": placer, "seed": 0, "status": "ok",
+                "step_time_s": t}
+
+    where = tmp_path / "runs-\udce9"
+    base = write_table([row("a", 1.0), row("b", 2.0)], where / "base.csv")
+    new = write_table([row("a", 1.0), row("b", 1.0)], tmp_path / "new.csv")
+    assert sys.stdout.errors == "strict"
+    code, out, err = _run(capsys, "compare", str(base), str(new))
+    assert code == 0 and f"Changes: {tmp_path}/new.csv against {tmp_path}/runs-\\udce9/base.csv" in out, err
+    code, out, err = _run(capsys, "leaderboard", str(new), "--out", str(where / "lb"), "--reference", "a", "--no-chart")
+    assert code == 0 and out == f"{tmp_path}/runs-\\udce9/lb/leaderboard.md\n{tmp_path}/runs-\\udce9/lb/leaderboard.csv\n"
+    assert sys.stdout.errors == sys.stderr.errors == "strict"
