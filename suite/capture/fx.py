@@ -4,7 +4,10 @@ How: `torch.fx` symbolic tracing with our tracer, then an interpreter run on the
 records every node's result shape and dtype (pass meta tensors, and build the model under
 `torch.device("meta")`, to capture a large model without allocating or computing anything), then one walk
 over the fx graph that fills the IR of `suite.capture.ir`. Tracing and the run leave the module's buffers as
-they were (BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws).
+they were (BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws);
+tracing leaves its other attributes as they were too (`self.attn = a` in forward would leave a torch.fx Proxy
+bound, `self.calls += 1` would count the trace): an attribute that forward assigns is no state of the graph,
+which reads its value before the call (`self.h` of a previous call is not followed).
 Tracing runs forward's Python code: a buffer update that torch.fx does not record (`self.n += 1` or
 `self.n.add_(1)` on values that are not the inputs', `self.run = ...`) would be done once, while tracing, and
 never by the graph, so it is refused (GraphError naming the buffer); one that it records
@@ -590,7 +593,7 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
     elif positional:  # positional values without tensors (None, a flag) are constants too (not with *args)
         constants.update((k, x) for k, x in zip(positional, example_inputs, strict=True)
                          if not collect(x, torch.Tensor))
-    kept = _buffers(module)
+    kept, attrs = _buffers(module), _attributes(module)
     try:  # tracing runs forward's Python code: what it does to a buffer is done for real, and not recorded
         gm = trace(root, len(example_inputs), keywords, constants)
         _check_buffers_untouched(what, kept)
@@ -602,6 +605,7 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
             _check_buffers_untouched(what, kept)
     finally:
         _restore(kept)
+        _restore_attributes(attrs)
     return root, gm, args
 
 
@@ -624,6 +628,26 @@ def _buffers(module: nn.Module) -> list[Kept]:
     """Every buffer of `module`: (qualified name, owner, key, tensor, a copy of its values, its version)."""
     return [(f"{prefix}.{k}" if prefix else k, m, k, t, t.clone(), t._version) for prefix, m in module.named_modules()
             for k, t in m._buffers.items() if t is not None]
+
+
+def _attributes(module: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:
+    """Each module of `module` with a shallow copy of its attributes (`__dict__`)."""
+    return [(m, dict(m.__dict__)) for m in module.modules()]
+
+
+def _restore_attributes(attrs: Sequence[tuple[nn.Module, dict[str, Any]]]) -> None:
+    """Each module in `attrs` with the attributes it had then: those bound since (`self.cache = y` in forward,
+    which tracing binds to a torch.fx Proxy; torch.fx's own `_tensor_constant0`) removed, those rebound
+    (`self.calls += 1`) bound again to their old values."""
+    for m, before in attrs:
+        for k in [k for k in m.__dict__ if k not in before]:
+            del m.__dict__[k]
+        for k, v in before.items():
+            if m.__dict__.get(k, _MISSING) is not v:
+                m.__dict__[k] = v
+
+
+_MISSING = object()
 
 
 def _restore(kept: Sequence[Kept]) -> None:

@@ -2308,3 +2308,36 @@ def test_a_running_average_in_two_steps_is_refused_with_the_form_that_is_recorde
         for _ in range(2):  # the buffer moves at each step as in eager PyTorch
             torch.testing.assert_close(gm(*args), eager(x))
     torch.testing.assert_close(gm.avg, eager.avg)
+
+
+class _Remembers(nn.Module):
+    """Keeps plain attributes across calls: a call count and its last output (not buffers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.last, self.calls = nn.Linear(4, 4), None, 0
+
+    def forward(self, x):
+        self.calls += 1
+        y = self.fc(x) if self.last is None else self.fc(x) + self.last
+        self.last = y
+        return y * 2
+
+
+def test_tracing_leaves_the_modules_attributes_as_they_were():
+    """Tracing ran forward's Python code for real: it left `self.last` bound to a torch.fx Proxy, so the next
+    eager call returned a Proxy instead of a tensor, counted the trace in `self.calls` and added torch.fx's
+    `_tensor_constant0` to the module. Now the module's attributes are as they were, and it runs as before."""
+    from suite.capture.fx import traced_module
+
+    model = _Remembers()
+    before = dict(vars(model))
+    x = torch.randn(2, 4)
+    g = capture(model, (x,), name="remembers")
+    assert [op.name for op in g.ops] == ["x", "fc", "mul"]
+    gm, _ = traced_module(model, (x,))
+    assert vars(model) == before and model.last is None and model.calls == 0
+    with torch.no_grad():
+        y = model(x)
+        torch.testing.assert_close(gm(x), y, rtol=0, atol=0)
+    assert isinstance(y, torch.Tensor) and model.calls == 1
