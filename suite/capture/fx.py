@@ -4,7 +4,8 @@ How: `torch.fx` symbolic tracing with our tracer, then an interpreter run on the
 records every node's result shape and dtype (pass meta tensors, and build the model under
 `torch.device("meta")`, to capture a large model without allocating or computing anything), then one walk
 over the fx graph that fills the IR of `suite.capture.ir`. Tracing and the run leave the module's buffers as
-they were (BatchNorm's running statistics in training mode) and torch's random state too (dropout's draws);
+they were (BatchNorm's running statistics in training mode), the example inputs too (`x.add_(1)` in forward)
+and torch's random state (dropout's draws);
 tracing leaves its other attributes as they were too (`self.attn = a` in forward would leave a torch.fx Proxy
 bound, `self.calls += 1` would count the trace): an attribute that forward assigns is no state of the graph,
 which reads its value before the call (`self.h` of a previous call is not followed).
@@ -650,6 +651,22 @@ def _restore_attributes(attrs: Sequence[tuple[nn.Module, dict[str, Any]]]) -> No
 _MISSING = object()
 
 
+def _written_inputs(gm: GraphModule, args: Sequence[Any]) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """Where `gm` writes a tensor in place (`x.add_(1)`, `F.relu(x, inplace=True)`): each tensor in `args` with a
+    copy of its values and its version, to restore the example inputs after a run; else none."""
+    if not any(_mutated_arg(n) is not None for n in gm.graph.nodes):
+        return []
+    return [(t, t.detach().clone(), t._version) for t in collect(args, torch.Tensor)]
+
+
+def _restore_inputs(kept: Sequence[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
+    """Each tensor in `kept` (`_written_inputs`) that was written since valued as it was then."""
+    with torch.no_grad():
+        for t, before, version in kept:
+            if t._version != version:
+                t.copy_(before)
+
+
 def _restore(kept: Sequence[Kept]) -> None:
     """Each buffer in `kept` bound and valued as when `_buffers` took it."""
     with torch.no_grad():
@@ -705,7 +722,7 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
                              f"out=, which capture does not follow (it follows out= with one tensor): return them "
                              f"instead (v, i = torch.max(a, 1))")
     rec = _ShapeRecorder(gm)
-    kept = _buffers(module)
+    kept, inputs = _buffers(module), _written_inputs(gm, args)
     cuda = sorted({t.device.index or 0 for t in [*collect(args, torch.Tensor), *module.parameters()]
                    if t.device.type == "cuda"})
     try:
@@ -719,8 +736,9 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
             at = f" at {str(node.target) if node.op == 'call_module' else node.name!r} ({kind})"
         hint = _dict_hint(example_inputs)
         raise GraphError(f"running {what} on the example inputs failed{at}: {why}{hint}") from exc
-    finally:  # the run leaves the module's buffers as they were (BatchNorm's running statistics)
+    finally:  # the run leaves the module's buffers as they were (BatchNorm's running statistics), and the inputs
         _restore(kept)
+        _restore_inputs(inputs)
     if rec.view_writes:
         call, other = rec.view_writes[0]
         raise GraphError(

@@ -2341,3 +2341,22 @@ def test_tracing_leaves_the_modules_attributes_as_they_were():
         y = model(x)
         torch.testing.assert_close(gm(x), y, rtol=0, atol=0)
     assert isinstance(y, torch.Tensor) and model.calls == 1
+
+
+class _Shifts(nn.Module):
+    """Writes its input in place."""
+
+    def forward(self, x):
+        x.add_(1.0)
+        return x * 2
+
+
+def test_capture_leaves_the_example_inputs_as_they_were():
+    """The shape-recording run wrote the caller's example input (x.add_(1) made it 2 from 1), so a comparison
+    with eager on the same tensor after capture started from other values. The graph is the same."""
+    x = torch.ones(2, 4)
+    g = capture(_Shifts(), (x,), name="shifts")
+    assert [(op.name, op.kind, op.flops) for op in g.ops] == [("x", "input", 0.0), ("add_", "add_", 8.0),
+                                                               ("mul", "mul", 8.0)]
+    assert [(e.src, e.dst, e.bytes) for e in g.edges] == [(0, 1, 32), (1, 2, 32)]
+    assert x.tolist() == [[1.0] * 4] * 2
