@@ -65,10 +65,11 @@ and no gradient flows through them. torch.fx does not follow parameters read thr
 what is computed from them is a constant too, which training mode refuses (its gradient would be missing).
 An in-place call (`y.add_(1)`, `torch.relu_(y)`, `F.relu(y, inplace=True)`, `nn.ReLU(inplace=True)`)
 overwrites its first argument, a call with `out=y` overwrites y: the ops that read that tensor afterwards
-read the in-place op. One that writes to memory another live value shares (`y[0].mul_(2)`, or `y.mul_(2)`
-while a view of y is still to be read) is refused: the graph would miss the dependency. Not seen: torch.fx
-records `y += 1` as an out-of-place add, so where another name still holds y (`b = a; b += 1; fc2(a)`) the
-graph, and the torch backend that runs it, compute as if the add made a copy (eager PyTorch changes a).
+read the in-place op. So does an augmented assignment to a tensor (`y += 1` is `y.add_(1)`, op "add_"; `*=`,
+`/=` and the others alike), which torch.fx would record as an out-of-place add (`b = a; b += 1; fc2(a)` then
+read the old a); on a value that is no tensor (a size, `n += 1`) it is the Python operator. One that writes
+to memory another live value shares (`y[0].mul_(2)`, `v = y.view(-1); v += 1`, or `y.mul_(2)` while a view of
+y is still to be read) is refused: the graph would miss the dependency.
 In training mode a frozen parameter (requires_grad=False) is resident but gets no gradient, no update and no
 optimizer state (`suite.capture.training`); the graph's metadata "frozen_params" counts them, and the
 parameters that forward reads only without a gradient (through `detach()`, under `torch.no_grad()`), which
@@ -92,6 +93,7 @@ import contextlib
 import dataclasses
 import inspect
 import math
+import operator
 import os
 import sys
 import traceback
@@ -146,6 +148,39 @@ class CaptureTracer(Tracer):
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         return is_leaf(m)
+
+    def proxy(self, node: Node) -> Proxy:
+        return _AugmentedProxy(node, self)
+
+
+# augmented assignments: the in-place call each is on a tensor (`y += 1` is `y.add_(1)`), and the operator it is
+# on an immutable value (`n += 1` on a size is `n + 1`)
+_AUGMENTED = {"__iadd__": ("add_", operator.add), "__isub__": ("sub_", operator.sub),
+              "__imul__": ("mul_", operator.mul), "__itruediv__": ("div_", operator.truediv),
+              "__ifloordiv__": ("floor_divide_", operator.floordiv), "__imod__": ("remainder_", operator.mod),
+              "__ipow__": ("pow_", operator.pow), "__iand__": ("bitwise_and_", operator.and_),
+              "__ior__": ("bitwise_or_", operator.or_), "__ixor__": ("bitwise_xor_", operator.xor)}
+
+
+class _AugmentedProxy(Proxy):
+    """A Proxy that records an augmented assignment (`y += 1`) as the in-place call it is on a tensor (`y.add_(1)`,
+    marked `meta["augmented"]`); torch.fx's Proxy records it as `y + 1`, which leaves y as it was, so another name
+    of that tensor (`b = a; b += 1`, a view of it) would read the old values. `_resolve_augmented` makes one on
+    a value that is not a tensor (a size: `n += 1`) the Python operator again."""
+
+
+def _augmented(dunder: str, method: str) -> Any:
+    def record(self: Proxy, other: Any) -> Proxy:
+        proxy = self.tracer.create_proxy("call_method", method, (self, other), {})
+        proxy.node.meta["augmented"] = dunder
+        return proxy
+
+    return record
+
+
+for _dunder, (_method, _) in _AUGMENTED.items():
+    setattr(_AugmentedProxy, _dunder, _augmented(_dunder, _method))
+_AugmentedProxy.__name__ = "Proxy"  # as torch.fx's errors name it ("'Proxy' object cannot be interpreted as ...")
 
 
 def is_leaf(m: nn.Module) -> bool:
@@ -604,10 +639,43 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
             buffers = dict(gm.named_buffers())
             gm = trace(root, len(example_inputs), keywords, constants, [buffers[k] for k in written])
             _check_buffers_untouched(what, kept)
+        _resolve_augmented(gm, args)
     finally:
         _restore(kept)
         _restore_attributes(attrs)
     return root, gm, args
+
+
+def _resolve_augmented(gm: GraphModule, args: Sequence[Any]) -> None:
+    """Make each augmented assignment of `gm` (`_AugmentedProxy`) whose target is no tensor (`n += 1` on a size,
+    `shape += (1,)`) the out-of-place operator (`operator.add`: the same on an immutable value), by a run on
+    `args` (inputs restored after); one on a tensor stays its in-place call. Where the run fails, the graph is
+    left as it is (capture's run reports the error)."""
+    augmented = {n for n in gm.graph.nodes if "augmented" in n.meta}
+    if not augmented:
+        return
+    plain: list[Node] = []
+
+    class Run(Interpreter):
+        def run_node(self, n: Node) -> Any:
+            if n in augmented and not isinstance(self.env[n.args[0]], torch.Tensor):
+                plain.append(n)
+                return _AUGMENTED[n.meta["augmented"]][1](*self.map_nodes_to_values(n.args, n))
+            return super().run_node(n)
+
+    inputs = _written_inputs(gm, args)
+    cuda = sorted({t.device.index or 0 for t in collect(args, torch.Tensor) if t.device.type == "cuda"})
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=cuda):
+            Run(gm).run(*args)
+    except Exception:  # noqa: BLE001 - capture's own run raises it with the op it failed at
+        return
+    finally:
+        _restore_inputs(inputs)
+    for n in plain:
+        n.op, n.target = "call_function", _AUGMENTED[n.meta.pop("augmented")][1]
+    if plain:
+        gm.recompile()
 
 
 def _check_var_keyword_unread(what: str, gm: GraphModule) -> None:

@@ -2360,3 +2360,48 @@ def test_capture_leaves_the_example_inputs_as_they_were():
                                                                ("mul", "mul", 8.0)]
     assert [(e.src, e.dst, e.bytes) for e in g.edges] == [(0, 1, 32), (1, 2, 32)]
     assert x.tolist() == [[1.0] * 4] * 2
+
+
+class _Augmented(nn.Module):
+    """`b += 1` changes a too (one tensor, two names); `n *= 2` on a size is a new int, `n` keeps its value."""
+
+    def forward(self, x):
+        a = x * 3
+        b = a
+        b += 1
+        n = x.size(1)
+        m = n
+        m *= 2
+        return a * 2, x.reshape(-1, n), x.reshape(-1, m)
+
+
+def test_an_augmented_assignment_to_a_tensor_is_its_in_place_call():
+    """torch.fx recorded `b += 1` as `b + 1`: the graph's `a * 2` read `a * 3`, not the add (the add led nowhere),
+    and the traced module that the torch backend runs returned x * 6 where eager returns (x * 3 + 1) * 2. It
+    is `b.add_(1)` now; `m *= 2` on a size stays the Python operator (n keeps its value)."""
+    from suite.capture.fx import traced_module
+
+    model, x = _Augmented(), torch.randn(2, 4)  # 32 bytes
+    g = capture(model, (x,), name="augmented")
+    assert [(op.name, op.kind, op.flops, op.output_bytes) for op in g.ops] == [
+        ("x", "input", 0.0, 32), ("mul", "mul", 8.0, 32), ("add_", "add_", 8.0, 32), ("mul_1", "mul", 8.0, 32)]
+    assert [(e.src, e.dst, e.bytes) for e in g.edges] == [(0, 1, 32), (1, 2, 32), (2, 3, 32)]
+    gm, _ = traced_module(model, (x,))
+    for got, want in zip(gm(x), model(x), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert [t.shape for t in gm(x)] == [(2, 4), (2, 4), (1, 8)]
+
+
+class _ViewAugmented(nn.Module):
+    def forward(self, x):
+        v = x.view(-1)
+        v += 1
+        return x * 2
+
+
+def test_an_augmented_assignment_through_a_view_is_refused():
+    """`v += 1` on a view of x changes x, which `x * 2` reads after: the graph read x (and an add that led
+    nowhere), so split placements and the torch backend computed x * 2. Refused as `v.add_(1)` is."""
+    with pytest.raises(GraphError, match=r"^_ViewAugmented: the in-place call 'add_' \(add_\) writes to memory "
+                                         r"that 'x' shares"):
+        capture(_ViewAugmented(), (torch.randn(2, 4),), name="view")
