@@ -30,8 +30,9 @@ values without tensors (None, a flag, a number), and the arguments of `forward` 
 keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
 takes). Where the positional inputs reach forward's *args (`forward(self, x, *args, c=None)`), they fill
 the arguments before it, then *args, and only its keyword-only arguments can be given by name. A forward
-that reads its **kwargs (`kwargs.get("mask")`) is refused (torch.fx traces every entry as given): the export
-capture follows them. The module is
+that takes **kwargs (`forward(self, x, **kwargs)`, passing them on or reading `kwargs.get("mask")`) gets
+the keyword inputs that its named arguments do not take, as eager does: tensors are inputs named by their
+keys, other values constants, and none given is an empty dict. The module is
 traced and run in the mode's state (`mode_flags`): inference, every module in eval() (an
 inference graph has no `if self.training:` branch, whether or not the caller called `eval()`); training, every
 module in train(), except the modules that the user put in eval() under a root in train() (a frozen
@@ -133,7 +134,22 @@ _FUSED_LEAVES = (nn.LSTM, nn.GRU, nn.RNN, nn.MultiheadAttention)
 class CaptureTracer(Tracer):
     """Keeps the modules that become one op as leaves; traces through everything else. Each node records
     in `meta["grad_enabled"]` whether gradients were on where forward made it (off under `torch.no_grad()`,
-    `torch.inference_mode()` or `set_grad_enabled(False)` inside forward; `trace` starts with them on)."""
+    `torch.inference_mode()` or `set_grad_enabled(False)` inside forward; `trace` starts with them on).
+    With `var_keywords` (name -> example value), forward's **kwargs is the dict of those, as the call passes
+    it: a tensor one a placeholder of its name (after the others), any other value as given; torch.fx would
+    trace it as one input whose every entry looks given."""
+
+    var_keywords: Mapping[str, Any] | None = None
+
+    def create_args_for_root(self, root_fn: Any, is_module: bool, concrete_args: Any = None) -> Any:
+        fn, args = super().create_args_for_root(root_fn, is_module, concrete_args)
+        last = args[-1] if args else None
+        if self.var_keywords is not None and isinstance(last, Proxy) and str(last.node.target).startswith("**"):
+            self.graph.erase_node(last.node)
+            given = {k: self.create_proxy("placeholder", k, (None,), {}) if collect(v, torch.Tensor) else v
+                     for k, v in self.var_keywords.items()}  # a default: they may follow a traced default
+            args = [*args[:-1], given]
+        return fn, args
 
     def call_module(self, m: nn.Module, forward: Any, args: Any, kwargs: Any) -> Any:
         original = _uncompiled(m)
@@ -322,13 +338,17 @@ def _resolve(x: Any, info: Mapping[Node, Any]) -> Any:
 
 
 def trace(module: nn.Module, num_inputs: int | None = None, keywords: Collection[str] = (),
-          constants: Mapping[str, Any] | None = None, written: Collection[torch.Tensor] = ()) -> GraphModule:
+          constants: Mapping[str, Any] | None = None, written: Collection[torch.Tensor] = (),
+          var_keywords: Mapping[str, Any] | None = None) -> GraphModule:
     """Symbolically trace `module` with the capture tracer (GraphError if torch.fx cannot). With `num_inputs`,
     the arguments of `forward` after the first `num_inputs` that have defaults, except those named in
     `keywords` (tensor inputs given by keyword), are traced with their default values (`mask=None`:
     `if mask is not None` takes the branch the call takes), and those in `constants` with the values given.
-    A tensor computed from the buffers in `written` (those forward writes) alone is a node (`_BufferReads`)."""
+    A tensor computed from the buffers in `written` (those forward writes) alone is a node (`_BufferReads`).
+    With `num_inputs`, forward's **kwargs is the dict of `var_keywords` (`CaptureTracer`; empty by default)."""
     tracer = CaptureTracer()
+    if num_inputs is not None:
+        tracer.var_keywords = dict(var_keywords or {})
     concrete = {**(_defaults_after(module, num_inputs, keywords) or {}), **(constants or {})} or None
     reads = _BufferReads(tracer, written) if written else contextlib.nullcontext()
     try:
@@ -499,7 +519,8 @@ def _as_root(module: nn.Module, num_inputs: int, keywords: Sequence[str] = (),
 def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
                   example_kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], list[str], list[str]]:
     """The values of `forward`'s arguments in the order of the graph's placeholders (the positional example
-    inputs, then for each later argument its keyword example input or its default; where the inputs reach
+    inputs, then for each later argument its keyword example input or its default, then the keyword inputs
+    with tensors that only its **kwargs takes, `CaptureTracer.var_keywords`; where the inputs reach
     forward's *args, torch.fx's order: the arguments before *args, the keyword-only ones, then *args), the
     names of the positional ones (none where forward takes *args) and the names given by keyword, in
     forward's order; GraphError naming an argument that is missing, unknown or given twice, or too many
@@ -540,8 +561,9 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
     if n > len(positional):
         raise GraphError(f"{what}.forward takes {len(positional)} positional argument(s) "
                          f"({', '.join(positional) or 'none'}); {n} example inputs were given")
+    var_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
     for k in example_kwargs:
-        if k not in names:
+        if k not in names and not var_keyword:
             raise GraphError(f"{what}.forward has no argument {k!r} (keyword example inputs name its arguments: "
                              f"{', '.join(names) or 'none'})")
         if k in names[:n]:
@@ -557,6 +579,7 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
             hint = _dict_hint(example_inputs)
             raise GraphError(f"{what}.forward needs argument {p.name!r}, which the example inputs do not give "
                              f"({n} positional, keywords: {', '.join(example_kwargs) or 'none'}){hint}")
+    args += [x for k, x in example_kwargs.items() if k not in names and collect(x, torch.Tensor)]  # in **kwargs
     return tuple(args), names[:n], [k for k in names if k in example_kwargs]
 
 
@@ -622,6 +645,7 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
     values of its placeholders in order."""
     args, positional, given = _example_args(what, module, example_inputs, example_kwargs)
     keywords = [k for k in given if collect(example_kwargs[k], torch.Tensor)]  # inputs; the rest are constants
+    var_keywords = {k: x for k, x in example_kwargs.items() if k not in given}  # forward's **kwargs
     constants = {k: example_kwargs[k] for k in given if k not in keywords}
     root = _as_root(module, len(example_inputs), keywords, constants)
     if root is not module:  # the wrapper takes the positional inputs, then the keyword ones
@@ -631,13 +655,12 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
                          if not collect(x, torch.Tensor))
     kept, attrs = _buffers(module), _attributes(module)
     try:  # tracing runs forward's Python code: what it does to a buffer is done for real, and not recorded
-        gm = trace(root, len(example_inputs), keywords, constants)
+        gm = trace(root, len(example_inputs), keywords, constants, var_keywords=var_keywords)
         _check_buffers_untouched(what, kept)
-        _check_var_keyword_unread(what, gm)
         written = BufferOrder.written(gm)
         if written:  # again, with what forward computes from those buffers alone as nodes (`_BufferReads`)
             buffers = dict(gm.named_buffers())
-            gm = trace(root, len(example_inputs), keywords, constants, [buffers[k] for k in written])
+            gm = trace(root, len(example_inputs), keywords, constants, [buffers[k] for k in written], var_keywords)
             _check_buffers_untouched(what, kept)
         _resolve_augmented(gm, args)
     finally:
@@ -676,18 +699,6 @@ def _resolve_augmented(gm: GraphModule, args: Sequence[Any]) -> None:
         n.op, n.target = "call_function", _AUGMENTED[n.meta.pop("augmented")][1]
     if plain:
         gm.recompile()
-
-
-def _check_var_keyword_unread(what: str, gm: GraphModule) -> None:
-    """GraphError where forward reads its **kwargs (`kwargs.get("mask")`): torch.fx traces them as an input
-    whose every entry looks given (`if mask is not None` takes the branch of a given mask), and runs the graph
-    with an empty list for them."""
-    for node in gm.graph.nodes:
-        if node.op == "placeholder" and str(node.target).startswith("**") and node.users:
-            raise GraphError(f"{what}.forward reads its {node.target}, which torch.fx traces as an input whose "
-                             f"every entry looks given (kwargs.get('mask') is not None), so the graph would not "
-                             f"compute what the call computes: name the arguments forward reads, or capture it "
-                             f"with capture_export, which follows **kwargs")
 
 
 Kept = tuple[str, nn.Module, str, torch.Tensor, torch.Tensor, int]

@@ -1519,19 +1519,26 @@ class _ReadsKwargs(nn.Module):
         return y if mask is None else y * mask
 
 
-def test_a_forward_that_reads_its_kwargs_is_refused_by_name():
-    """`kwargs.get("mask")` in forward(x, **kwargs): torch.fx traced it as given, so the graph took the masked
-    branch (eager returns fc(x)), then its run failed with "'list' object has no attribute 'get'". Now the fx
-    capture names **kwargs and the way out; a forward that takes **kwargs and does not read them is captured,
-    and the export capture follows them."""
+def test_a_forward_that_takes_kwargs_gets_the_keyword_inputs_as_eager_does():
+    """`kwargs.get("mask")` in forward(x, **kwargs): torch.fx traced **kwargs as one input whose every entry looks
+    given, so the graph took the masked branch (eager returns fc(x)); it was refused, and a mask given by
+    keyword was refused as 'no argument'. Now **kwargs is the dict the call passes: none (fc alone), or the
+    mask as an input named by its key (x -> fc -> mul <- mask, 32 bytes each), as the export capture has it."""
     from suite.capture.export import capture as capture_export
+    from suite.capture.fx import traced_module
 
-    x = torch.randn(2, 4)
-    with pytest.raises(GraphError, match=r"_ReadsKwargs.forward reads its \*\*kwargs, which torch.fx traces as an "
-                                         r"input whose every entry looks given .* capture_export"):
-        capture(_ReadsKwargs(reads=True), (x,), name="kw")
-    assert [op.name for op in capture(_ReadsKwargs(reads=False), (x,), name="kw").ops] == ["x", "fc"]
-    assert [op.name for op in capture_export(_ReadsKwargs(reads=True), (x,), name="kw").ops] == ["x", "fc/linear"]
+    x, mask = torch.randn(2, 4), torch.rand(2, 4)
+    for reads in (True, False):
+        assert [op.name for op in capture(_ReadsKwargs(reads), (x,), name="kw").ops] == ["x", "fc"]
+    model = _ReadsKwargs(reads=True)
+    for g in (capture(model, (x,), example_kwargs={"mask": mask}, name="kw"),
+              capture_export(model, (x,), example_kwargs={"mask": mask}, name="kw")):
+        assert [(op.kind, op.flops) for op in g.ops] == [("input", 0.0), ("input", 0.0), ("linear", 72.0),
+                                                         ("mul", 8.0)]
+        assert g.ops[1].name == "mask"
+        assert [(e.src, e.dst, e.bytes) for e in g.edges] == [(0, 2, 32), (1, 3, 32), (2, 3, 32)]
+    gm, args = traced_module(model, (x,), example_kwargs={"mask": mask})
+    torch.testing.assert_close(gm(*args), model(x, mask=mask), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(("inputs", "kwargs", "error"), [
