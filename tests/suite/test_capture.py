@@ -2412,3 +2412,23 @@ def test_an_augmented_assignment_through_a_view_is_refused():
     with pytest.raises(GraphError, match=r"^_ViewAugmented: the in-place call 'add_' \(add_\) writes to memory "
                                          r"that 'x' shares"):
         capture(_ViewAugmented(), (torch.randn(2, 4),), name="view")
+
+
+class _PassesKwargs(nn.Module):
+    """HF style: forward passes its **kwargs on to a submodule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _ReadsKwargs(reads=True)
+
+    def forward(self, x, **kwargs):
+        return self.inner(x, **kwargs)
+
+
+def test_a_forward_that_passes_its_kwargs_on_is_captured():
+    """torch.fx could not unpack its **kwargs placeholder ('Proxy object cannot be iterated'), with or without a
+    keyword input; a mask given by keyword was refused as 'no argument'."""
+    x, mask = torch.randn(2, 4), torch.rand(2, 4)
+    assert [op.name for op in capture(_PassesKwargs(), (x,), name="kw").ops] == ["x", "inner.fc"]
+    g = capture(_PassesKwargs(), (x,), example_kwargs={"mask": mask}, name="kw")
+    assert [op.name for op in g.ops] == ["x", "mask", "inner.fc", "inner/mul"]
