@@ -5,10 +5,10 @@ records every node's result shape and dtype (pass meta tensors, and build the mo
 `torch.device("meta")`, to capture a large model without allocating or computing anything), then one walk
 over the fx graph that fills the IR of `suite.capture.ir`. Tracing and the run leave the module's buffers as
 they were (BatchNorm's running statistics in training mode), the example inputs too (`x.add_(1)` in forward)
-and torch's random state (dropout's draws);
-tracing leaves its other attributes as they were too (`self.attn = a` in forward would leave a torch.fx Proxy
-bound, `self.calls += 1` would count the trace): an attribute that forward assigns is no state of the graph,
-which reads its value before the call (`self.h` of a previous call is not followed).
+and torch's random state (dropout's draws); tracing leaves the module's other attributes as they were too
+(`self.attn = a` in forward would leave a torch.fx Proxy bound, `self.calls += 1` would count the trace): an
+attribute that forward assigns is no state of the graph, which reads its value before the call (`self.h` of
+a previous call is not followed).
 Tracing runs forward's Python code: a buffer update that torch.fx does not record (`self.n += 1` or
 `self.n.add_(1)` on values that are not the inputs', `self.run = ...`) would be done once, while tracing, and
 never by the graph, so it is refused (GraphError naming the buffer); one that it records
