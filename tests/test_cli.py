@@ -26,6 +26,12 @@ def _run(capsys, *argv):
     return code, out, err
 
 
+def _ok_row(placer, t):
+    """A results row of `placer`, ok in `t` seconds, on workload w and cluster c (seed 0)."""
+    return {"cell_id": placer, "cluster": "c", "workload": "w", "placer": placer, "seed": 0, "status": "ok",
+            "step_time_s": t}
+
+
 def _assert_usage_error(code, out, err, message):
     assert code == 2
     assert err.startswith("placebench: error: ") and message in err, err
@@ -910,12 +916,8 @@ def test_placers_filter_takes_a_label_whose_parameters_hold_commas(capsys, tmp_p
     commas between names, not at those inside a label's brackets or JSON strings."""
     from suite.store import write_table
 
-    def row(placer, t):
-        return {"cell_id": placer, "cluster": "c", "workload": "w", "placer": placer, "seed": 0, "status": "ok",
-                "step_time_s": t}
-
-    table = write_table([row('ls(a=1,b="x,y")', 1.0), row("ls(a=[1,2])", 2.0), row("single_cpu", 4.0),
-                         row("other", 8.0)], tmp_path / "t.csv")
+    table = write_table([_ok_row('ls(a=1,b="x,y")', 1.0), _ok_row("ls(a=[1,2])", 2.0), _ok_row("single_cpu", 4.0),
+                         _ok_row("other", 8.0)], tmp_path / "t.csv")
     code, out, err = _run(capsys, "table", str(table), "--placers", 'ls(a=1,b="x,y"), ls(a=[1,2]),single_cpu',
                           "--reference", "single_cpu", "--format", "csv")
     assert code == 0, err
@@ -1256,13 +1258,9 @@ def test_reports_of_results_under_a_path_that_is_not_utf8(capsys, tmp_path):
     drawn by matplotlib) with it: a UnicodeEncodeError traceback. It is now written as its escape text."""
     from suite.store import write_table
 
-    def row(placer, t):
-        return {"cell_id": placer, "cluster": "c", "workload": "w", "placer": placer, "seed": 0, "status": "ok",
-                "step_time_s": t}
-
     where = tmp_path / "runs-\udce9"
-    base = write_table([row("a", 1.0), row("b", 2.0)], where / "base.csv")
-    new = write_table([row("a", 1.0), row("b", 1.0)], where / "new.csv")
+    base = write_table([_ok_row("a", 1.0), _ok_row("b", 2.0)], where / "base.csv")
+    new = write_table([_ok_row("a", 1.0), _ok_row("b", 1.0)], where / "new.csv")
     code, _, err = _run(capsys, "compare", str(base), str(new), "--output", str(tmp_path / "cmp.md"))
     assert code == 0 and "Traceback" not in err
     assert "**Changes: " + str(tmp_path) + "/runs-\\udce9/new.csv against " in (tmp_path / "cmp.md").read_text()
@@ -1281,13 +1279,9 @@ def test_a_path_that_is_not_utf8_on_a_strict_stdout_is_printed_as_its_escape(cap
 
     from suite.store import write_table
 
-    def row(placer, t):
-        return {"cell_id": placer, "cluster": "c", "workload": "w", "placer": placer, "seed": 0, "status": "ok",
-                "step_time_s": t}
-
     where = tmp_path / "runs-\udce9"
-    base = write_table([row("a", 1.0), row("b", 2.0)], where / "base.csv")
-    new = write_table([row("a", 1.0), row("b", 1.0)], tmp_path / "new.csv")
+    base = write_table([_ok_row("a", 1.0), _ok_row("b", 2.0)], where / "base.csv")
+    new = write_table([_ok_row("a", 1.0), _ok_row("b", 1.0)], tmp_path / "new.csv")
     assert sys.stdout.errors == "strict"
     code, out, err = _run(capsys, "compare", str(base), str(new))
     assert code == 0 and f"Changes: {tmp_path}/new.csv against {tmp_path}/runs-\\udce9/base.csv" in out, err
