@@ -1,5 +1,6 @@
-"""The README's "Adding a placer" example works as written, and the helper it uses gives valid placements; the
-README's simulator speeds are those of the stored benchmark run."""
+"""The README's examples (a placer, a captured workload) work as written, and the helper the placer uses gives
+valid placements; the figures it quotes are those of the stored benchmark and fidelity runs; what it says
+`evaluate` and a spec's real evaluators run is what they run."""
 
 from __future__ import annotations
 
@@ -110,3 +111,56 @@ def test_the_readme_quotes_the_cpu_gpu_fidelity_report():
     text = " ".join(README.read_text().split("## The simulator", 1)[1].split())
     assert (f"{placements[4].split('/')[0]} placements, median error {placements[5]}, Spearman {placements[6]}; "
             f"the single-GPU step predicted {gpu[4]} ms, measured {gpu[5]} ms)") in text
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_readme_says_evaluate_measures_with_the_simulator(tmp_path):
+    """`evaluate` has no option that picks an evaluator: a placer's cell and a placement file are measured by the
+    simulator, with `--profile` by the profiled one; so the README must not promise a real backend there."""
+    import argparse
+
+    from suite.cli import build_parser
+
+    commands = _flat(README.read_text().split("## Commands", 1)[1].split("## Concepts", 1)[0])
+    assert ("`evaluate` measures with the simulator (with `--profile`, the profiled one); real execution runs "
+            "through a spec's `evaluator`.") in commands
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert not {a.dest for a in sub.choices["evaluate"]._actions} & {"evaluator", "backend"}
+
+    graph = load_workload("rnnlm-2x2048-b64")
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps([0] * graph.num_ops))
+    profile = README.parent / "results" / "profiles" / "rnnlm-2x2048-b64__cpu.json"
+    plain = runner.measure_placement(graph.name, "haswell_2k80", placement)
+    profiled = runner.measure_placement(graph.name, "haswell_2k80", placement, profiles=[str(profile)])
+    assert plain["evaluator"] == "simulator" and profiled["evaluator"].startswith("simulator+profiles:")
+    searched = runner.evaluate_one(graph.name, "haswell_2k80", "single_cpu")
+    assert (searched["status"], searched["evaluator"]) == ("ok", "simulator")
+
+
+def test_the_readme_spec_says_what_a_real_evaluator_runs_and_where(monkeypatch):
+    """The spec example's comment: real backends run zoo workloads and their variants (a graph of one's own has
+    no model to run), the cluster's CPUs on this CPU and its k-th GPU on cuda:k, a device this machine must have."""
+    from suite import PlacebenchError
+    from suite.backends import devices
+    from suite.backends.devices import DeviceMap
+    from suite.backends.workload import for_graph, has_model
+    from suite.graph import Op, OpGraph
+
+    spec = README.read_text().split("## Writing a suite spec", 1)[1].split("```", 2)[1]
+    comment = _flat(" ".join(line.split("#", 1)[1] for line in spec.splitlines() if "#" in line))
+    assert ("real execution of zoo workloads and their shape variants, not graphs of your own: the cluster's CPUs "
+            "run on this CPU, its k-th GPU on cuda:k, which must exist here;") in comment
+    own = OpGraph.build("mine", [Op("a", "input", output_bytes=8), Op("b", "relu", output_bytes=8)], [("a", "b")])
+    assert has_model(load_workload("rnnlm-2x2048-b64")) and not has_model(own)
+    with pytest.raises(PlacebenchError, match="has no model in the zoo to run for real"):
+        for_graph(own)
+    with pytest.raises(PlacebenchError, match="'cuda:64' is not available on this machine"):
+        DeviceMap.parse(load_cluster("xeon_h100"), ["gpu:0=cuda:64"])  # no test machine has 65 GPUs
+    cluster = load_cluster("haswell_4k80")
+    monkeypatch.setattr(devices, "check_torch_device", lambda text, where="": None)  # as if it had 4
+    assert DeviceMap.default(cluster).as_dict() == {
+        "cpu:0": "cpu", "gpu:0": "cuda:0", "gpu:1": "cuda:1", "gpu:2": "cuda:2", "gpu:3": "cuda:3"}
