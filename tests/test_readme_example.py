@@ -164,3 +164,14 @@ def test_the_readme_spec_says_what_a_real_evaluator_runs_and_where(monkeypatch):
     monkeypatch.setattr(devices, "check_torch_device", lambda text, where="": None)  # as if it had 4
     assert DeviceMap.default(cluster).as_dict() == {
         "cpu:0": "cpu", "gpu:0": "cuda:0", "gpu:1": "cuda:1", "gpu:2": "cuda:2", "gpu:3": "cuda:3"}
+
+
+def test_the_readme_says_which_extra_installs_tox():
+    """"Development" starts with tox, which neither the base install nor the `test` extra brings."""
+    import tomllib
+
+    extras = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert not any(d.startswith("tox") for d in extras["test"])
+    assert "placebench[test]" in extras["dev"] and any(d.startswith("tox") for d in extras["dev"])
+    development = _flat(README.read_text().split("## Development", 1)[1])
+    assert development.startswith('`tox` (`pip install -e ".[dev]"` installs it;')
