@@ -35,6 +35,7 @@ Profiles are written as `results/profiles/<workload>__<device>.json`, the device
 
 from __future__ import annotations
 
+import glob
 import numbers
 import platform
 import time
@@ -387,10 +388,11 @@ def uncalibrated(profile: Profile) -> Profile:
 
 
 def find_profiles(graph: OpGraph, directory: str | Path = DEFAULT_DIR) -> list[Profile]:
-    """Profiles of `graph` (same name and content hash) stored in `directory`."""
+    """Profiles of `graph` (same name and content hash) stored in `directory`. The name is escaped in the
+    pattern: a workload name holding `[`, `*` or `?` would otherwise match other files, or not its own."""
     directory = Path(directory)
     out = []
-    for path in sorted(directory.glob(f"{graph.name}__*.json")):
+    for path in sorted(directory.glob(f"{glob.escape(graph.name)}__*.json")):
         prof = load_profile(path)
         if prof.workload == graph.name and prof.workload_hash == graph.content_hash:
             out.append(prof)

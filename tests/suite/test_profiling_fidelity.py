@@ -998,3 +998,17 @@ def test_a_profile_whose_whole_step_took_zero_seconds_is_refused(monkeypatch):
     with pytest.raises(ProfileError, match=r"the whole step took 0 s by the 'wall' clock .* no profile written"):
         profile_workload(rw, "cpu", timing=FAST, threads=1)
     assert profile_workload(rw, "cpu", timing=FAST, threads=1, calibrate=False).metadata["calibration"]["method"] == "none"
+
+
+def test_find_profiles_takes_glob_characters_of_a_workload_name_literally(tmp_path):
+    """A name with `[` was a glob pattern: `m[1]__*.json` matched `m1__...` and never the profile itself."""
+    from suite import Op, OpGraph
+    from suite.costmodel import Profile
+
+    g = OpGraph.build("m[1]", [Op("a", "x", flops=1e6), Op("b", "x", flops=1e6)], [("a", "b")])
+    other = OpGraph.build("m1", [Op("a", "x", flops=1e6)], [])
+    prof = Profile(g.name, "cpu", {"a": 1e-3, "b": 2e-3}, workload_hash=g.content_hash)
+    prof.save(profile_path(tmp_path, g.name, "cpu"))
+    Profile(other.name, "cpu", {"a": 1e-3}, workload_hash=other.content_hash).save(
+        profile_path(tmp_path, other.name, "cpu"))
+    assert [p.op_times_s for p in find_profiles(g, tmp_path)] == [prof.op_times_s]
