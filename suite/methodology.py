@@ -19,6 +19,13 @@ from suite.textfile import as_float, load_toml, short_repr
 
 METHODOLOGY_DIR = Path(__file__).parent / "methodology"
 DEFAULT = "v1"
+INT_MAX = 2**63 - 1  # counts are stored as int64 (results tables) and used as numpy integers
+
+
+def _check_count(where: str, n: Any, least: int) -> None:
+    """A count made in code: a whole number in [least, 2**63 - 1], the range the message states."""
+    if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or not least <= n <= INT_MAX:
+        raise SpecError(f"{where} must be a whole number in [{least}, 2**63 - 1], got {short_repr(n)}")
 
 
 @dataclass(frozen=True)
@@ -31,8 +38,7 @@ class Budget:
     def __post_init__(self) -> None:
         # a Budget made in code ("5", NaN, True) would otherwise fail far away, in the middle of a search
         n, t = self.max_evaluations, self.max_seconds
-        if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or n < 0:
-            raise SpecError(f"Budget.max_evaluations must be a whole number >= 0, got {short_repr(n)}")
+        _check_count("Budget.max_evaluations", n, 0)
         if not isinstance(t, numbers.Real) or isinstance(t, (bool, np.bool_)) or not t >= 0:
             raise SpecError(f"Budget.max_seconds must be a number of seconds >= 0, got {short_repr(t)}")
 
@@ -47,9 +53,7 @@ class Timing:
     def __post_init__(self) -> None:
         # as Budget: Timing(measured_steps=0) made in code failed later, as a NaN step time
         for name, least in (("warmup_steps", 0), ("measured_steps", 1)):
-            n = getattr(self, name)
-            if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or n < least:
-                raise SpecError(f"Timing.{name} must be a whole number >= {least}, got {short_repr(n)}")
+            _check_count(f"Timing.{name}", getattr(self, name), least)
         if self.statistic not in ("median", "mean"):
             raise SpecError(f"Timing.statistic must be 'median' or 'mean', got {short_repr(self.statistic)}")
         if not isinstance(self.synchronize, (bool, np.bool_)):
@@ -79,8 +83,7 @@ class Methodology:
         if not isinstance(seeds, tuple | list) or not all(_real(x) and isinstance(x, numbers.Integral) for x in seeds):
             raise SpecError(f"Methodology.seeds must be a tuple of integer seeds, got {short_repr(seeds)}")
         object.__setattr__(self, "seeds", tuple(check_seeds("Methodology.seeds", [int(x) for x in seeds])))
-        if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or not 1 <= n <= INT_MAX:
-            raise SpecError(f"Methodology.repetitions must be a whole number >= 1, got {short_repr(n)}")
+        _check_count("Methodology.repetitions", n, 1)
         object.__setattr__(self, "repetitions", int(n))
         if not _real(f) or not 1.0 <= f <= MAX_FAILURE_MULTIPLE:
             raise SpecError(f"Methodology.failure_multiple must be a number in [1, {MAX_FAILURE_MULTIPLE:g}], "
@@ -114,7 +117,6 @@ SECTIONS = {
 }
 
 
-INT_MAX = 2**63 - 1  # counts are stored as int64 (results tables) and used as numpy integers
 # a failure's score is this multiple of the serial bound: larger ones overflow to inf (1e308) or break the
 # learned placers' reward arithmetic with it
 MAX_FAILURE_MULTIPLE = 1e6
@@ -125,15 +127,20 @@ def _real(x: Any) -> bool:
 
 
 def _num(where: str, value: Any, *, integer: bool = False, minimum: float = 0.0, maximum: float = math.inf) -> Any:
+    """A number of a methodology file in [minimum, maximum] (a whole number: in [minimum, 2**63 - 1]); the
+    messages state the accepted range."""
+    accepted = (f"a whole number in [{minimum:g}, 2**63 - 1]" if integer
+                else f"a number in [{minimum:g}, {maximum:g}]" if maximum < math.inf else f"a number >= {minimum:g}")
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
     if isinstance(value, bool) or not ok or (not integer and not math.isfinite(as_float(value))):
-        raise SpecError(f"{where}: expected a {'whole' if integer else 'finite'} number, got {short_repr(value)}")
+        raise SpecError(f"{where}: expected {accepted if integer else 'a finite number'}, got {short_repr(value)}")
     if value < minimum:
-        raise SpecError(f"{where}: {short_repr(value)} is below the minimum {minimum}")
+        raise SpecError(f"{where}: {short_repr(value)} is below the minimum {minimum} (accepted: {accepted})")
     if value > maximum:
-        raise SpecError(f"{where}: {short_repr(value)} is above the maximum {maximum}")
+        raise SpecError(f"{where}: {short_repr(value)} is above the maximum {maximum} (accepted: {accepted})")
     if integer and value > INT_MAX:
-        raise SpecError(f"{where}: {short_repr(value)} is above the largest allowed count, 2**63 - 1")
+        raise SpecError(f"{where}: {short_repr(value)} is above the largest allowed count, 2**63 - 1 "
+                        f"(accepted: {accepted})")
     return value
 
 

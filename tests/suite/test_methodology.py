@@ -53,7 +53,7 @@ V1 = (methodology.METHODOLOGY_DIR / "v1.toml").read_text()
         (V1.replace("synchronize = true", 'synchronize = "no"'), "timing.synchronize: expected true or false, got 'no'"),
         (V1.replace("synchronize = true", "synchronize = 0"), "timing.synchronize: expected true or false, got 0"),
         (V1.replace("max_seconds = 300.0", "max_seconds = 1" + "0" * 400), "budget.max_seconds: expected a finite number"),
-        (V1.replace("max_evaluations = 1000", "max_evaluations = 1e3"), "budget.max_evaluations: expected a whole number"),
+        (V1.replace("max_evaluations = 1000", "max_evaluations = 1e3"), r"budget.max_evaluations: expected a whole number in \[1, 2\*\*63 - 1\], got 1000.0"),
         (V1.replace("max_seconds = 300.0", "max_seconds = true"), "budget.max_seconds: expected a finite number, got True"),
         (V1.replace("seeds = [0]", "seeds = [-1]"), r"seeds.seeds must be a non-empty list of integers in \[0, 2\*\*32\)"),
         (V1.replace("seeds = [0]", "seeds = 0"), r"seeds.seeds must be a non-empty list of integers"),
@@ -67,12 +67,13 @@ V1 = (methodology.METHODOLOGY_DIR / "v1.toml").read_text()
         (V1.replace("synchronize = true", "synchronize = 1" + "0" * 400),
          "timing.synchronize: expected true or false, got an integer of about 401 digits$"),
         (V1.replace("failure_multiple = 10.0", "failure_multiple = 1e308"),
-         r"scoring.failure_multiple: 1e\+308 is above the maximum 1000000.0"),
-        (V1.replace("max_evaluations = 1000", "max_evaluations = 0"), r"budget.max_evaluations: 0 is below the minimum 1"),
+         r"scoring.failure_multiple: 1e\+308 is above the maximum 1000000.0 \(accepted: a number in \[1, 1e\+06\]\)$"),
+        (V1.replace("max_evaluations = 1000", "max_evaluations = 0"), r"budget.max_evaluations: 0 is below the minimum 1 \(accepted: a whole number in \[1, 2\*\*63 - 1\]\)$"),
         (V1.replace("seeds = [0]", "seeds = 5"), r"seeds.seeds must be a non-empty list of integers in \[0, 2\*\*32\), got 5$"),
-        (V1.replace("cell_timeout_s = 900.0", "cell_timeout_s = 0"), r"timeout.cell_timeout_s: 0 is below the minimum 0.001$"),
+        (V1.replace("cell_timeout_s = 900.0", "cell_timeout_s = 0"), r"timeout.cell_timeout_s: 0 is below the minimum 0.001 \(accepted: a number >= 0.001\)$"),
         (V1.replace("max_evaluations = 1000", "max_evaluations = 9223372036854775808"),
-         r"budget.max_evaluations: 9223372036854775808 is above the largest allowed count, 2\*\*63 - 1"),
+         r"budget.max_evaluations: 9223372036854775808 is above the largest allowed count, 2\*\*63 - 1 "
+         r"\(accepted: a whole number in \[1, 2\*\*63 - 1\]\)$"),
     ],
     ids=["budget-scalar", "seeds-top-level", "key-typo", "section-typo", "unknown-key", "bool-string", "bool-int",
          "huge-float", "float-count", "bool-number", "negative-seed", "seeds-scalar", "statistic-number", "version-number",
@@ -112,10 +113,11 @@ def test_methodology_unreadable_files(tmp_path):
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"max_evaluations": "5"}, r"Budget.max_evaluations must be a whole number >= 0, got '5'"),
-    ({"max_evaluations": 2.5}, r"Budget.max_evaluations must be a whole number >= 0, got 2.5"),
-    ({"max_evaluations": True}, r"Budget.max_evaluations must be a whole number >= 0, got True"),
-    ({"max_evaluations": -1}, r"Budget.max_evaluations must be a whole number >= 0, got -1"),
+    ({"max_evaluations": "5"}, r"Budget.max_evaluations must be a whole number in \[0, 2\*\*63 - 1\], got '5'"),
+    ({"max_evaluations": 2.5}, r"Budget.max_evaluations must be a whole number in \[0, 2\*\*63 - 1\], got 2.5"),
+    ({"max_evaluations": True}, r"Budget.max_evaluations must be a whole number in \[0, 2\*\*63 - 1\], got True"),
+    ({"max_evaluations": -1}, r"Budget.max_evaluations must be a whole number in \[0, 2\*\*63 - 1\], got -1"),
+    ({"max_evaluations": 2**63}, r"Budget.max_evaluations must be a whole number in \[0, 2\*\*63 - 1\], got 9223372036854775808$"),
     ({"max_seconds": float("nan")}, r"Budget.max_seconds must be a number of seconds >= 0, got nan"),
     ({"max_seconds": "60"}, r"Budget.max_seconds must be a number of seconds >= 0, got '60'"),
     ({"max_seconds": -0.5}, r"Budget.max_seconds must be a number of seconds >= 0, got -0.5"),
@@ -128,9 +130,10 @@ def test_a_budget_made_in_code_is_checked_when_made(kw, message):
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"measured_steps": 0}, r"Timing.measured_steps must be a whole number >= 1, got 0"),
-    ({"warmup_steps": -1}, r"Timing.warmup_steps must be a whole number >= 0, got -1"),
-    ({"warmup_steps": 1.5}, r"Timing.warmup_steps must be a whole number >= 0, got 1.5"),
+    ({"measured_steps": 0}, r"Timing.measured_steps must be a whole number in \[1, 2\*\*63 - 1\], got 0"),
+    ({"warmup_steps": -1}, r"Timing.warmup_steps must be a whole number in \[0, 2\*\*63 - 1\], got -1"),
+    ({"warmup_steps": 1.5}, r"Timing.warmup_steps must be a whole number in \[0, 2\*\*63 - 1\], got 1.5"),
+    ({"measured_steps": 2**63}, r"Timing.measured_steps must be a whole number in \[1, 2\*\*63 - 1\], got 9223372036854775808$"),
     ({"statistic": "min"}, r"Timing.statistic must be 'median' or 'mean', got 'min'"),
     ({"synchronize": "yes"}, r"Timing.synchronize must be true or false, got 'yes'"),
 ])
@@ -142,13 +145,13 @@ def test_timing_made_in_code_is_checked_when_made(kw, message):
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"repetitions": 0}, r"Methodology.repetitions must be a whole number >= 1, got 0"),
-    ({"repetitions": -2}, r"Methodology.repetitions must be a whole number >= 1, got -2"),
-    ({"repetitions": 2.5}, r"Methodology.repetitions must be a whole number >= 1, got 2.5"),
-    ({"repetitions": float("nan")}, r"Methodology.repetitions must be a whole number >= 1, got nan"),
-    ({"repetitions": "3"}, r"Methodology.repetitions must be a whole number >= 1, got '3'"),
-    ({"repetitions": True}, r"Methodology.repetitions must be a whole number >= 1, got True"),
-    ({"repetitions": 2**63}, r"Methodology.repetitions must be a whole number >= 1, got 9223372036854775808$"),
+    ({"repetitions": 0}, r"Methodology.repetitions must be a whole number in \[1, 2\*\*63 - 1\], got 0"),
+    ({"repetitions": -2}, r"Methodology.repetitions must be a whole number in \[1, 2\*\*63 - 1\], got -2"),
+    ({"repetitions": 2.5}, r"Methodology.repetitions must be a whole number in \[1, 2\*\*63 - 1\], got 2.5"),
+    ({"repetitions": float("nan")}, r"Methodology.repetitions must be a whole number in \[1, 2\*\*63 - 1\], got nan"),
+    ({"repetitions": "3"}, r"Methodology.repetitions must be a whole number in \[1, 2\*\*63 - 1\], got '3'"),
+    ({"repetitions": True}, r"Methodology.repetitions must be a whole number in \[1, 2\*\*63 - 1\], got True"),
+    ({"repetitions": 2**63}, r"Methodology.repetitions must be a whole number in \[1, 2\*\*63 - 1\], got 9223372036854775808$"),
     ({"seeds": ()}, r"Methodology.seeds must be a non-empty list of integers in \[0, 2\*\*32\), got \[\]"),
     ({"seeds": (1, 1)}, r"Methodology.seeds: seed 1 is listed twice"),
     ({"seeds": (0, 2**32)}, r"Methodology.seeds must be a non-empty list of integers in \[0, 2\*\*32\); entry 1 is 4294967296$"),
