@@ -21,7 +21,7 @@ import numpy as np
 
 from suite.cluster import Cluster
 from suite.costmodel import Profile
-from suite.errors import BudgetExhausted, PlacementError, ProfileError
+from suite.errors import BudgetExhausted, GraphError, PlacementError, ProfileError
 from suite.graph import OpGraph
 from suite.methodology import Budget, Methodology
 from suite.placement import validate
@@ -136,21 +136,29 @@ def serial_bound_s(workload: OpGraph, cluster: Cluster, profiles: Iterable[Profi
     return float(inputs_for(workload, cluster, profiles).cost.max(axis=1).sum())
 
 
-def profiled_serial_bound_s(workload: OpGraph, cluster: Cluster, profiles: Iterable[Profile]) -> float:
-    """`serial_bound_s`; a `ProfileError` when profiles make it 0 s (every op 0 s on every device): every
-    step would take 0 s, and the failure penalty, a multiple of the bound, would score an OOM or invalid
-    placement as well as the best one."""
+def profiled_serial_bound_s(workload: OpGraph, cluster: Cluster, profiles: Iterable[Profile] = ()) -> float:
+    """`serial_bound_s`, refused when it is 0 s (every op 0 s on every device): every step would take 0 s,
+    and the failure penalty, a multiple of the bound, would score an OOM or invalid placement as well as the
+    best one. A `ProfileError` when profiles make it 0 s; a `GraphError` when the roofline does (every op
+    0 FLOPs and 0 bytes on devices without a per-op overhead). The Evaluator and the runner's plan check
+    both call this, so a run refuses such a workload before any placer runs."""
     profiles = tuple(profiles)
     bound = serial_bound_s(workload, cluster, profiles)
-    if bound == 0 and profiles:
+    if bound > 0:
+        return bound
+    penalty = ("every step would take 0 s, and the penalty of an OOM or invalid placement (a multiple of the "
+               "slowest single-device step) would be 0 s, scoring it as well as the best placement")
+    if profiles:
         files = ", ".join(p.source or f"(for {p.applies_to!r}, not from a file)" for p in profiles)
         raise ProfileError(
             f"profile(s) {files} make every op of workload {workload.name!r} take 0 s on every device of cluster "
-            f"{cluster.name!r}: every step would take 0 s, and the penalty of an OOM or invalid placement (a "
-            "multiple of the slowest single-device step) would be 0 s, scoring it as well as the best placement; "
-            "give profiles with measured (non-zero) times"
+            f"{cluster.name!r}: {penalty}; give profiles with measured (non-zero) times"
         )
-    return bound
+    raise GraphError(
+        f"every op of workload {workload.name!r} takes 0 s on every device of cluster {cluster.name!r} (0 FLOPs "
+        f"and 0 bytes accessed, and no device has an op_overhead_s): {penalty}; give the ops their FLOPs or "
+        "bytes, a device an op_overhead_s > 0, or measured profiles"
+    )
 
 
 @dataclass

@@ -9,7 +9,7 @@ import pytest
 
 from suite import Op, OpGraph
 from suite.costmodel import Profile
-from suite.errors import BudgetExhausted, ProfileError
+from suite.errors import BudgetExhausted, GraphError, ProfileError
 from suite.evaluator import Evaluator, Measurement, SimulatorBackend, serial_bound_s
 from suite.methodology import Budget
 from suite.methodology import load as load_methodology
@@ -156,6 +156,35 @@ def test_profiles_that_make_every_op_0_s_everywhere_are_refused(problem):
     ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=3600), profiles=[Profile("fork", "d0", zeros)])
     assert ev.failure_score_s == ev.methodology.failure_multiple * 5.0  # d1's roofline times: 1 + 2 + 2 s
     assert ev.evaluate([0, 0, 0]).step_time_s == 0.0 and ev.score(ev.evaluate([0, 0])) == 2 * ev.failure_score_s
+
+
+def test_a_workload_whose_roofline_times_are_all_0_s_is_refused_without_profiles(uniform_cluster):
+    """Every op 0 FLOPs and 0 bytes, devices without an op overhead: the serial bound was 0 s, so the penalty
+    of an OOM or invalid placement was 0 s, as good as the best ok placement. Refused as the profiled case
+    is, naming the workload and cluster; one op with FLOPs leaves a penalty."""
+    c = uniform_cluster(2)
+    zero = OpGraph.build("nothing", [Op("a", "x"), Op("b", "x")], [("a", "b")])
+    with pytest.raises(GraphError, match=r"^every op of workload 'nothing' takes 0 s on every device of cluster "
+                                         r"'uniform2' \(0 FLOPs and 0 bytes.*scoring it as well as the best placement"):
+        Evaluator(zero, c, Budget(max_evaluations=10, max_seconds=60))
+    some = OpGraph.build("something", [Op("a", "x"), Op("b", "x", flops=G)], [("a", "b")])
+    assert Evaluator(some, c, Budget(max_evaluations=10, max_seconds=60)).failure_score_s > 0
+
+
+def test_the_cli_refuses_a_0_s_workload_before_any_cell_runs(tiny_files, write_spec, tmp_path, capsys):
+    """The runner's plan check refuses the unprofiled 0 s workload as the Evaluator does: a one-line CLI
+    error, exit 2, no cell run."""
+    from suite import graph_io
+    from suite.cli import main
+
+    path = graph_io.save(OpGraph.build("nothing", [Op("a", "x"), Op("b", "x")], [("a", "b")]), tmp_path / "z.json")
+    spec = write_spec("zero", workloads=[str(path)], clusters=[str(tiny_files["cluster"])], placers=["single_cpu"])
+    code = main(["run", str(spec), "--out", str(tmp_path / "cli"), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.startswith("placebench: error: every op of workload 'nothing' takes 0 s on every device "
+                                        "of cluster 'tiny'")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "cli" / "cells").exists() or not any((tmp_path / "cli" / "cells").iterdir())
 
 
 def test_batch_larger_than_budget_is_refused_whole(problem):
