@@ -259,6 +259,7 @@ def profile_workload(
     from suite import methodology as _m
 
     check_torch_device(device, where="profile --device")
+    clock_function(clock)  # an unknown clock fails here, before the executor is built and the model moved
     timing = timing or (methodology or _m.load()).timing
     before = torch.get_num_threads()
     n_threads = set_threads(threads)

@@ -1012,3 +1012,17 @@ def test_find_profiles_takes_glob_characters_of_a_workload_name_literally(tmp_pa
     Profile(other.name, "cpu", {"a": 1e-3}, workload_hash=other.content_hash).save(
         profile_path(tmp_path, other.name, "cpu"))
     assert [p.op_times_s for p in find_profiles(g, tmp_path)] == [prof.op_times_s]
+
+
+def test_an_unknown_clock_is_refused_before_the_profiler_builds_anything(monkeypatch):
+    """`profile_workload(clock="bogus")` built the executor (the model moved to the device) and failed only
+    when the first step was to be timed; it now fails first, naming the clock."""
+    import suite.profiling as profiling
+
+    def built(*a, **k):
+        raise AssertionError("the executor was built")
+
+    monkeypatch.setattr(profiling, "TorchExecutor", built)
+    rw = small_workload("bert_base-12x768-s128-b8", mode="inference")
+    with pytest.raises(PlacebenchError, match=r"clock 'bogus' is not one of"):
+        profile_workload(rw, "cpu", timing=FAST, threads=1, clock="bogus")
