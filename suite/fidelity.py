@@ -41,6 +41,7 @@ import math
 import platform
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -349,7 +350,7 @@ def run_fidelity(
     names and bad counts are refused, and every placement predicted, before anything is measured."""
     from suite import methodology as _m
     from suite.backends.torch_exec import check_concurrent
-    from suite.profiling import uncalibrated
+    from suite.profiling import measured_backend, uncalibrated
 
     check_concurrent(concurrent)
     for what, value, low in (("rounds", rounds, 1), ("n_split", n_split, 0), ("n_random", n_random, 0)):
@@ -357,6 +358,9 @@ def run_fidelity(
             raise PlacebenchError(f"fidelity: {what} = {value!r} must be a whole number >= {low}")
     check_placers(placers)
     check_clock(clock, cluster, device_map, backend=backend, concurrent=concurrent)
+    mismatch = backend_mismatch(backend, [measured_backend(p) for p in profiles])
+    if mismatch:  # before the placers search and anything is measured
+        warnings.warn(f"fidelity of {rw.graph.name}: {mismatch}", stacklevel=2)
     timing = timing or (methodology or _m.load()).timing
     graph = rw.graph
     sim = SimulatorBackend(graph, cluster, profiles, engine=engine)
@@ -438,7 +442,7 @@ def run_fidelity(
         info["load_average"] = list(__import__("os").getloadavg())
     except OSError:
         pass
-    prof_meta = [{"applies_to": p.applies_to, "workload_hash": p.workload_hash,
+    prof_meta = [{"applies_to": p.applies_to, "workload_hash": p.workload_hash, "backend": measured_backend(p),
                   "calibration": {k: v for k, v in p.metadata.get("calibration", {}).items()
                                   if k != "measured_step_samples_s"},
                   "threads": p.metadata.get("threads"), "device": p.metadata.get("device"),
@@ -449,6 +453,18 @@ def run_fidelity(
                  for p in profiles]
     return FidelityResult(graph.name, graph.content_hash, cluster.name, backend, dict(device_map.as_dict()), rows,
                           prof_meta, info)
+
+
+def backend_mismatch(backend: str, profile_backends: Sequence[str | None]) -> str:
+    """Why predictions from profiles measured on another backend do not predict `backend`'s steps ("" when
+    every profile's backend, where known, is `backend`): the simulator then predicts the other runtime's op
+    times, and the errors measure the difference between the two runtimes as much as the simulator's."""
+    other = sorted({b for b in profile_backends if b and b != backend})
+    if not other:
+        return ""
+    return (f"the profiles were measured on {', '.join(other)}, this study measures {backend}: the predictions "
+            f"are {', '.join(other)}'s op times, so the errors include the difference between the two runtimes "
+            "(profiles of this backend cannot be measured yet)")
 
 
 def execution(rows: Sequence[Row]) -> str:
@@ -500,6 +516,11 @@ def markdown(result: FidelityResult) -> str:
         f"{_execution_text(result)}, measured "
         f"{result.info.get('measured_at')} (load average {result.info.get('load_average', '?')}).",
         "",
+    ]
+    mismatch = backend_mismatch(result.backend, [p.get("backend") for p in result.profiles])
+    if mismatch:
+        lines += [f"**Warning:** {mismatch}.", ""]
+    lines += [
         f"| placement | predicted ms | measured ms ({_statistic(result)}) | IQR ms | rel. error | uncalibrated: predicted ms, "
         f"rel. error | copied MiB/step{' (forward only)' if forward_only else ''} | status |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
@@ -808,9 +829,16 @@ def _current_hash(workload: str) -> str | None:
         return None
 
 
+def _backend_cell(d: dict[str, Any]) -> str:
+    """The report's backend, and the profiles' where they were measured on another (`backend_mismatch`)."""
+    known = [p.get("backend") for p in d.get("profiles", []) if isinstance(p, dict)]
+    other = sorted({b for b in known if isinstance(b, str) and b and b != d["backend"]})
+    return d["backend"] + (f" ({', '.join(other)} profiles)" if other else "")
+
+
 def _single_rows(d: dict[str, Any], mark: str = "") -> list[str]:
     return [
-        f"| {d['workload']}{mark} | {d['backend']} | {_mode(d)} | {r['label'][7:]} | {_ms(r['predicted_s'])} | "
+        f"| {d['workload']}{mark} | {_backend_cell(d)} | {_mode(d)} | {r['label'][7:]} | {_ms(r['predicted_s'])} | "
         f"{_ms(r['measured_s'])} | {_pct(r['rel_error'])} | {_ms(r.get('predicted_raw_s'))} | "
         f"{_pct(r.get('rel_error_raw'))} |"
         for r in d["rows"]
@@ -822,7 +850,7 @@ def _overall_row(d: dict[str, Any], mark: str = "") -> str:
     s = d["stats"]
     med = s["median_abs_rel_error"]
     rho = s["spearman"]
-    return (f"| {d['workload']}{mark} | {d['cluster']} | {d['backend']} | {_mode(d)} | {s['measured_ok']}/{s['placements']} | "
+    return (f"| {d['workload']}{mark} | {d['cluster']} | {_backend_cell(d)} | {_mode(d)} | {s['measured_ok']}/{s['placements']} | "
             f"{'-' if med is None else f'{med * 100:.1f}%'} | {'-' if rho is None else f'{rho:.3f}'} | "
             f"{s['within_15pct']} |")
 

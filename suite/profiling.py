@@ -26,7 +26,8 @@ instrumentation slows ops a little. The profiler therefore also measures the uni
 with the methodology's protocol and compares it with the sum S of the raw op times: if T > S the gap is
 spread as an additive per-op overhead over the ops that ran (`metadata.calibration.op_overhead_s`); if
 T < S all times are scaled by T / S. Raw op times are the calibrated ones minus the overhead (or divided
-by the factor); both numbers are in the profile's metadata, with the threads, device and versions.
+by the factor); both numbers are in the profile's metadata, with the threads, device and versions, and the backend that
+measured it (`backend`: "torch", the only profiler; `measured_backend`).
 
 Profiles are written as `results/profiles/<workload>__<device>.json`, the device without its colon
 (`cuda0`) (`suite.costmodel.Profile`);
@@ -356,6 +357,7 @@ def _profile_with(ex: TorchExecutor, rw: RealWorkload, device: str, timing: Timi
     kind = "gpu" if cuda is not None else "cpu"
     model = torch.cuda.get_device_name(tdev) if cuda is not None else cpu_model_name()
     meta = {
+        "backend": "torch",  # the executor that ran the ops: its times are PyTorch's, not another runtime's
         "device": device,
         "device_kind": kind,
         "device_model": model,
@@ -386,6 +388,16 @@ def uncalibrated(profile: Profile) -> Profile:
     times = raw_op_times(profile.op_times_s, c)
     c["method"] = "none"
     return replace(profile, op_times_s=times, metadata={**profile.metadata, "calibration": c})
+
+
+def measured_backend(profile: Profile) -> str | None:
+    """The backend whose execution a profile's times are: its metadata's `backend`; "torch" for a profile
+    `profile_workload` wrote before that was recorded (its metadata holds the torch version); None when
+    unknown (a profile written by hand)."""
+    backend = profile.metadata.get("backend")
+    if isinstance(backend, str) and backend:
+        return backend
+    return "torch" if "torch" in profile.metadata else None
 
 
 def find_profiles(graph: OpGraph, directory: str | Path = DEFAULT_DIR) -> list[Profile]:

@@ -79,6 +79,7 @@ def test_inference_profile_is_calibrated_to_the_measured_step(tmp_path):
     c = prof.metadata["calibration"]
     assert set(prof.op_times_s) == {op.name for op in rw.graph.ops}
     assert prof.applies_to == "cpu" and prof.workload_hash == rw.graph.content_hash
+    assert prof.metadata["backend"] == "torch"  # the runtime whose op times these are
     assert sum(prof.op_times_s.values()) == pytest.approx(c["measured_step_s"], rel=1e-9)
     assert c["method"] in ("additive", "scale") and c["raw_sum_s"] > 0
     compute = [op.name for op in rw.graph.ops if op.kind not in ("input", "variable")]
@@ -1026,3 +1027,39 @@ def test_an_unknown_clock_is_refused_before_the_profiler_builds_anything(monkeyp
     rw = small_workload("bert_base-12x768-s128-b8", mode="inference")
     with pytest.raises(PlacebenchError, match=r"clock 'bogus' is not one of"):
         profile_workload(rw, "cpu", timing=FAST, threads=1, clock="bogus")
+
+
+def test_fidelity_on_another_backend_than_the_profiles_warns_and_says_so_in_its_reports(monkeypatch, tmp_path):
+    """`fidelity --backend onnxruntime` predicted from torch-measured profiles (+400..1400 % errors) without
+    a word. A profile records its backend; a study of another backend warns before anything runs, and its
+    report and the summary say the profiles are torch's. A torch study of torch profiles does not warn."""
+    import warnings
+
+    import suite.backends.ort_exec as ort_exec
+    from suite.costmodel import Profile
+    from suite.fidelity import markdown
+    from suite.profiling import measured_backend
+
+    monkeypatch.setattr(ort_exec, "OrtBackend", _TenMilliseconds)
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+    local, dmap = local_cluster(1)
+    meta = {"backend": "torch", "device": "cpu", "calibration": {"method": "none"}}
+    prof = Profile(rw.graph.name, "cpu", {op.name: 1e-4 for op in rw.graph.ops}, rw.graph.content_hash, meta)
+    with pytest.warns(UserWarning, match=r"the profiles were measured on torch, this study measures onnxruntime: "
+                                         r"the predictions are torch's op times"):
+        result = run_fidelity(rw, local, dmap, [prof], backend="onnxruntime", timing=FAST, n_split=0, n_random=0,
+                              rounds=1)
+    assert [p["backend"] for p in result.profiles] == ["torch"]
+    assert "**Warning:** the profiles were measured on torch, this study measures onnxruntime" in markdown(result)
+    write_report(result, tmp_path, png=False)
+    assert "| onnxruntime (torch profiles) |" in write_summary(tmp_path).read_text()
+    # older profile_workload profiles (a torch version, no backend) are torch's; a hand-written one: unknown
+    old = Profile(rw.graph.name, "cpu", {}, metadata={"torch": "2.0"})
+    assert (measured_backend(old), measured_backend(Profile(rw.graph.name, "cpu", {}))) == ("torch", None)
+    import suite.backends.torch_exec as torch_exec
+
+    monkeypatch.setattr(torch_exec, "TorchBackend", _TenMilliseconds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = run_fidelity(rw, local, dmap, [prof], backend="torch", timing=FAST, n_split=0, n_random=0, rounds=1)
+    assert "Warning" not in markdown(same) and [p["backend"] for p in same.profiles] == ["torch"]
