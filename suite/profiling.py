@@ -26,11 +26,12 @@ instrumentation slows ops a little. The profiler therefore also measures the uni
 with the methodology's protocol and compares it with the sum S of the raw op times: if T > S the gap is
 spread as an additive per-op overhead over the ops that ran (`metadata.calibration.op_overhead_s`); if
 T < S all times are scaled by T / S. Raw op times are the calibrated ones minus the overhead (or divided
-by the factor); both numbers are in the profile's metadata, with the threads, device and versions, and the backend that
-measured it (`backend`: "torch", the only profiler; `measured_backend`).
+by the factor); both numbers are in the profile's metadata, with the threads, device and versions, and the
+backend that measured it (`backend`: "torch", the only profiler; `measured_backend`).
 
 Profiles are written as `results/profiles/<workload>__<device>.json`, the device without its colon
-(`cuda0`) (`suite.costmodel.Profile`);
+(`cuda0`), in the workload's name a character other than a letter, a digit or `._+=-` as `_` (`profile_path`)
+(`suite.costmodel.Profile`);
 `applies_to` is the device kind ("cpu", "gpu") unless given.
 """
 
@@ -39,6 +40,7 @@ from __future__ import annotations
 import glob
 import numbers
 import platform
+import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -64,7 +66,14 @@ DEFAULT_DIR = (_REPO_RESULTS if _REPO_RESULTS.is_dir() else Path("results")) / "
 
 
 def profile_path(directory: str | Path, workload: str, device: str) -> Path:
-    return Path(directory) / f"{workload}__{device.replace(':', '')}.json"
+    """`<directory>/<workload>__<device>.json`, the device without its colon; in the workload's name a
+    character other than a letter, a digit or `._+=-` is `_` (as in fidelity reports' names), so that a name
+    holding `/` ("lab/bert", "../x") is one file in `directory`, not a path into or out of it."""
+    return Path(directory) / f"{_file_part(workload)}__{device.replace(':', '')}.json"
+
+
+def _file_part(name: str) -> str:
+    return re.sub(r"[^\w.+=-]", "_", name)
 
 
 MAX_THREADS = 4096
@@ -401,11 +410,11 @@ def measured_backend(profile: Profile) -> str | None:
 
 
 def find_profiles(graph: OpGraph, directory: str | Path = DEFAULT_DIR) -> list[Profile]:
-    """Profiles of `graph` (same name and content hash) stored in `directory`. The name is escaped in the
-    pattern: a workload name holding `[`, `*` or `?` would otherwise match other files, or not its own."""
+    """Profiles of `graph` (same name and content hash) stored in `directory` (`profile_path`'s names). The
+    name is escaped in the pattern: `[`, `*` or `?` in it would otherwise match other files, or not its own."""
     directory = Path(directory)
     out = []
-    for path in sorted(directory.glob(f"{glob.escape(graph.name)}__*.json")):
+    for path in sorted(directory.glob(f"{glob.escape(_file_part(graph.name))}__*.json")):
         prof = load_profile(path)
         if prof.workload == graph.name and prof.workload_hash == graph.content_hash:
             out.append(prof)

@@ -1063,3 +1063,19 @@ def test_fidelity_on_another_backend_than_the_profiles_warns_and_says_so_in_its_
         warnings.simplefilter("error")
         same = run_fidelity(rw, local, dmap, [prof], backend="torch", timing=FAST, n_split=0, n_random=0, rounds=1)
     assert "Warning" not in markdown(same) and [p["backend"] for p in same.profiles] == ["torch"]
+
+
+def test_a_workload_name_with_a_slash_is_one_profile_file_in_the_directory(tmp_path):
+    """profile_path(d, "../x/y", "cuda:0") was d/../x/y__cuda0.json: `placebench profile` of a graph named so
+    wrote outside the profile directory (Profile.save makes the folders). The name is now one file name."""
+    from suite import Op, OpGraph
+    from suite.costmodel import Profile
+
+    d = tmp_path / "profiles"
+    assert profile_path(d, "../x/y", "cuda:0") == d / ".._x_y__cuda0.json"
+    assert profile_path(d, "bert+num_layers=2", "cpu") == d / "bert+num_layers=2__cpu.json"  # zoo names as they were
+    g = OpGraph.build("../x/y", [Op("a", "x", flops=1e6)], [])
+    prof = Profile(g.name, "cpu", {"a": 1e-3}, workload_hash=g.content_hash)
+    prof.save(profile_path(d, g.name, "cpu"))
+    assert [p.name for p in tmp_path.rglob("*.json")] == [".._x_y__cpu.json"]
+    assert [p.op_times_s for p in find_profiles(g, d)] == [prof.op_times_s]
