@@ -602,7 +602,9 @@ def plot(result: FidelityResult, path: Path) -> Path:
 
 
 def plot_png(result: FidelityResult) -> bytes:
-    """The predicted-vs-measured chart: log-log, with the y = x line and the +-15 % band, as PNG bytes."""
+    """The predicted-vs-measured chart: log-log, with the y = x line and the +-15 % band, as PNG bytes. A row
+    predicted at 0 s (a profile giving every op of its placement 0 s) has no place on log axes: it is left
+    out of the chart, which says so (the table lists it)."""
     import io
 
     import matplotlib
@@ -610,7 +612,8 @@ def plot_png(result: FidelityResult) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = result.ok_rows()
+    rows = [r for r in result.ok_rows() if r.predicted_s > 0]  # ok rows have a measured step > 0
+    undrawn = len(result.ok_rows()) - len(rows)
     fig, ax = plt.subplots(figsize=(5.5, 5))
     colors = {"single": "tab:blue", "split": "tab:orange", "random": "tab:red", "baseline": "tab:green",
               "native": "tab:purple"}
@@ -642,8 +645,8 @@ def plot_png(result: FidelityResult) -> bytes:
     rho = s["spearman"]
     med = s["median_abs_rel_error"]
     ax.set_title(f"{result.workload}\n{result.cluster}, {result.backend}: median |err| "
-                 f"{'-' if med is None else f'{med * 100:.1f}%'}, Spearman {'-' if rho is None else f'{rho:.2f}'}",
-                 fontsize=9)
+                 f"{'-' if med is None else f'{med * 100:.1f}%'}, Spearman {'-' if rho is None else f'{rho:.2f}'}"
+                 + (f"\n{undrawn} placement(s) predicted at 0 s not drawn" if undrawn else ""), fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     buf = io.BytesIO()

@@ -1079,3 +1079,15 @@ def test_a_workload_name_with_a_slash_is_one_profile_file_in_the_directory(tmp_p
     prof.save(profile_path(d, g.name, "cpu"))
     assert [p.name for p in tmp_path.rglob("*.json")] == [".._x_y__cpu.json"]
     assert [p.op_times_s for p in find_profiles(g, d)] == [prof.op_times_s]
+
+
+def test_a_placement_predicted_at_0_s_is_reported_not_a_crash_of_the_chart(tmp_path):
+    """A profile giving every op of a placement 0 s predicts 0 s; the log-log chart failed on it (numpy:
+    'Geometric sequence cannot include zero') after the whole study was measured, and nothing was written.
+    The chart leaves that row out and says so; the table and JSON keep it."""
+    rows = [Row("single:cpu:0", "single", 0.0, 0.01, "ok"), Row("single:cpu:1", "single", 0.02, 0.01, "ok")]
+    result = FidelityResult("w", "h", "c", "torch", {}, rows)
+    paths = write_report(result, tmp_path)
+    assert paths["png"].read_bytes().startswith(b"\x89PNG")
+    assert "| single:cpu:0 | 0.00 | 10.00 |" in paths["md"].read_text()
+    assert json.loads(paths["json"].read_text())["rows"][0]["rel_error"] == -1.0
