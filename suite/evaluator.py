@@ -336,12 +336,12 @@ class Evaluator:
         """Re-measure a final placement outside the budget (the harness's call, not a placer's): `repetitions`
         measurements (default: the methodology's; one where the backend's class declares `deterministic = True`,
         as the simulator does: repeating it adds equal samples, which rows would count as measurements)."""
+        whole = isinstance(repetitions, numbers.Integral) and not isinstance(repetitions, (bool, np.bool_))
+        if repetitions is not None and (not whole or repetitions < 1):  # whatever the placement: a caller's error
+            raise ValueError(f"repetitions must be a positive integer, got {repetitions!r}")
         arr, bad = self._validated(placement)
         if bad is not None:
             return bad
-        whole = isinstance(repetitions, numbers.Integral) and not isinstance(repetitions, (bool, np.bool_))
-        if repetitions is not None and (not whole or repetitions < 1):
-            raise ValueError(f"repetitions must be a positive integer, got {repetitions!r}")
         if repetitions is None:  # the methodology's, but a deterministic backend would give N equal samples
             reps = 1 if vars(type(self.backend)).get("deterministic") is True else self.methodology.repetitions
         else:

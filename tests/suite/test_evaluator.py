@@ -404,5 +404,7 @@ def test_re_measurement_needs_a_positive_whole_number_of_repetitions(problem, re
     ev = Evaluator(g, c, Budget(max_evaluations=10, max_seconds=60))
     with pytest.raises(ValueError, match=re.escape(f"repetitions must be a positive integer, got {reps!r}")):
         ev.measure([0, 0, 0], repetitions=reps)
+    with pytest.raises(ValueError, match=re.escape(f"repetitions must be a positive integer, got {reps!r}")):
+        ev.measure([0, 0], repetitions=reps)  # an invalid placement returned 'invalid', the bad count unnamed
     assert ev.measure([0, 0, 0], repetitions=2).samples_s == (5.0, 5.0)
     assert ev.measure([0, 0, 0], repetitions=np.int64(3)).samples_s == (5.0, 5.0, 5.0)  # a numpy count is a count
