@@ -29,7 +29,10 @@ from suite.backends.devices import synchronize
 from suite.errors import PlacebenchError
 from suite.methodology import Timing
 
-_OOM_MESSAGES = ("out of memory", "can't allocate memory", "failed to allocate", "bad_alloc", "cudaerrormemoryallocation")
+# lower case; torch's CPU allocator (c10/core/impl/alloc_cpu.cpp) says "can't allocate memory" where
+# posix_memalign fails (Linux, macOS) and "not enough memory" where _aligned_malloc does (Windows)
+_OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory", "failed to allocate", "bad_alloc",
+                 "cudaerrormemoryallocation")
 
 
 CLOCKS = ("wall", "cpu")
@@ -82,7 +85,8 @@ def statistic_s(samples: Sequence[float], timing: Timing) -> float:
 
 def is_oom(exc: BaseException) -> bool:
     """An allocation failure: torch.OutOfMemoryError, MemoryError, or an allocator's RuntimeError (CPU
-    "DefaultCPUAllocator: can't allocate memory", ONNX Runtime "Failed to allocate memory")."""
+    "DefaultCPUAllocator: can't allocate memory", on Windows "DefaultCPUAllocator: not enough memory", ONNX
+    Runtime "Failed to allocate memory")."""
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return True
     text = str(exc).lower()

@@ -1705,3 +1705,20 @@ def test_a_device_holding_only_an_input_gets_no_lane_of_its_own():
     ex.apply(p)
     assert list(ex._lanes) == [0, 1] and ex.concurrent_now is True
     ex.close()
+
+
+def test_a_windows_cpu_allocation_failure_is_status_oom(three_cpus, monkeypatch):
+    """On Windows torch's CPU allocator says "not enough memory" (alloc_cpu.cpp's _aligned_malloc branch), not
+    Linux's "can't allocate memory": it was status "error", so m_etf's OOM retries never saw it."""
+    cluster, dmap = three_cpus
+    rw = from_module(WithHungry(), (torch.randn(2, 4),), name="hungry")
+
+    def boom(self, x):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+                           "you tried to allocate 911360 bytes.")
+
+    monkeypatch.setattr(Hungry, "forward", boom)
+    m = TorchBackend(rw, cluster, dmap, timing=FAST).measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
+    assert m.status == "oom" and m.oom_devices == ("cpu:0",)
+    assert m.message.startswith("out of memory on cpu:0: ")
+    assert m.peak_memory_bytes["cpu:0"] >= 911360  # at least the allocation that failed
