@@ -147,26 +147,36 @@ def synchronize(devices: Sequence[torch.device]) -> None:
             torch.cuda.synchronize(d)
 
 
+_cpu_peak_reset = False  # whether the last reset_peak_memory reset this process's peak resident set
+
+
 def reset_peak_memory(devices: Sequence[torch.device]) -> None:
+    """Peaks from here: the CUDA allocator's of `devices`, and this process's peak resident set where the OS
+    can reset it (Linux); `cpu_peak_rss_bytes` says None where it could not."""
+    global _cpu_peak_reset
     for d in devices:
         if d.type == "cuda":
             torch.cuda.reset_peak_memory_stats(d)
-    _reset_cpu_peak()
+    _cpu_peak_reset = _reset_cpu_peak()
 
 
-def peak_memory_bytes(device: torch.device) -> int:
-    """Allocator peak since the last reset on CUDA; peak resident set size of this process on the CPU."""
+def peak_memory_bytes(device: torch.device) -> int | None:
+    """Allocator peak since the last reset on CUDA; on the CPU, peak resident set of this process since the
+    last reset, None where that is unknown (`cpu_peak_rss_bytes`)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return cpu_peak_rss_bytes()
 
 
-def _reset_cpu_peak() -> None:
-    try:  # Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) of the process
+def _reset_cpu_peak() -> bool:
+    """Reset the peak resident set (Linux: 5 written to /proc/self/clear_refs sets VmHWM to VmRSS); False
+    where the OS has no such reset (macOS, Windows) or refuses it."""
+    try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
     except OSError:
-        pass
+        return False
+    return True
 
 
 def _proc_status_bytes(key: str) -> int | None:
@@ -181,23 +191,19 @@ def _proc_status_bytes(key: str) -> int | None:
     return None
 
 
-def memory_in_use_bytes(device: torch.device) -> int:
-    """Bytes in use now: allocated by torch's allocator on CUDA; resident set of this process on the CPU (its
-    peak where the OS gives no current size)."""
+def memory_in_use_bytes(device: torch.device) -> int | None:
+    """Bytes in use now: allocated by torch's allocator on CUDA; resident set of this process on the CPU, None
+    where the OS gives no current size (not Linux)."""
     if device.type == "cuda":
         return int(torch.cuda.memory_allocated(device))
-    rss = _proc_status_bytes("VmRSS")
-    return cpu_peak_rss_bytes() if rss is None else rss
+    return _proc_status_bytes("VmRSS")
 
 
-def cpu_peak_rss_bytes() -> int:
-    peak = _proc_status_bytes("VmHWM")
-    if peak is not None:
-        return peak
-    import resource
-
-    scale = 1 if platform.system() == "Darwin" else 1024
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+def cpu_peak_rss_bytes() -> int | None:
+    """Peak resident set of this process since the last `reset_peak_memory`; None where that could not reset
+    it: the OS's own peak (getrusage's ru_maxrss on macOS and elsewhere) is the maximum over the process's
+    life, which after a larger placement is that placement's peak, not this one's."""
+    return _proc_status_bytes("VmHWM") if _cpu_peak_reset else None
 
 
 def free_memory(devices: Sequence[torch.device] = ()) -> None:

@@ -35,7 +35,8 @@ records graph assignment, must not have placed floating-point compute nodes on t
 measurement is status "error" with the reason. A silent fallback is an error, not a result.
 
 Peak memory per cluster device, read after the timed steps: on a CPU the placement uses, the peak resident set
-of this process (as the PyTorch backend's); on a CUDA device the run uses, the memory in use on the whole device
+of this process (as the PyTorch backend's; left out where the OS cannot reset it between placements: macOS,
+Windows); on a CUDA device the run uses, the memory in use on the whole device
 (`torch.cuda.mem_get_info`'s total - free), which holds ONNX Runtime's arena at its peak (an arena does not
 shrink) but also the CUDA contexts of ONNX Runtime and of torch (made by that query where torch had none
 there: some hundreds of MiB), torch's cached blocks and other processes' memory: an upper bound, not the
@@ -639,7 +640,9 @@ class OrtBackend:
             if used_devices is not None and d not in used_devices:
                 peaks[name] = 0  # a device the placement puts nothing on: not the process's resident set
             elif td.type != "cuda":
-                peaks[name] = cpu_peak_rss_bytes()
+                peak = cpu_peak_rss_bytes()
+                if peak is not None:  # unknown where the OS cannot reset it: left out
+                    peaks[name] = peak
             elif str(td) in used:
                 free, total = torch.cuda.mem_get_info(td)
                 peaks[name] = int(total - free)  # the arena keeps its peak; CUDA contexts and others' memory too
@@ -663,7 +666,7 @@ class OrtBackend:
                     free, total = torch.cuda.mem_get_info(td)
                     need[name] = oom_need_bytes(total - free, total - free, exc)
                 else:
-                    need[name] = oom_need_bytes(cpu_peak_rss_bytes(), memory_in_use_bytes(td), exc)
+                    need[name] = oom_need_bytes(cpu_peak_rss_bytes() or 0, memory_in_use_bytes(td) or 0, exc)
         self.executor.release()
         free_memory(self.device_map.cuda_devices)
         if is_oom(exc):

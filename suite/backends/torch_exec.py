@@ -723,8 +723,9 @@ class TorchBackend:
     `measure(placement)` applies the placement, runs one step that counts the copies, then the methodology's
     warm-up and measured steps, and returns the step time (the methodology's statistic, median or mean) with
     every sample, the peak memory of each cluster device (CUDA:
-    allocator peak of its torch device; CPU: peak resident set of this process; logical devices sharing a
-    torch device report the same number; a device the placement puts nothing on, 0) and the bytes the forward pass copies across device boundaries per
+    allocator peak of its torch device; CPU: peak resident set of this process, left out where the OS cannot
+    reset it between placements (macOS, Windows: see `suite.backends.devices.cpu_peak_rss_bytes`); logical
+    devices sharing a torch device report the same number; a device the placement puts nothing on, 0) and the bytes the forward pass copies across device boundaries per
     step (training: the gradients copied back are not counted, see the module docstring).
 
     `last_concurrent`: whether the last `measure` ran its steps on concurrent threads (what `concurrent`
@@ -786,8 +787,8 @@ class TorchBackend:
                                    message=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             oom = held_by(_oom_devices(exc, self.device_map), ex.used_devices, names)
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            need = {n: oom_need_bytes(peak_memory_bytes(self.device_map.torch_device(d)),
-                                      memory_in_use_bytes(self.device_map.torch_device(d)), exc)
+            need = {n: oom_need_bytes(peak_memory_bytes(self.device_map.torch_device(d)) or 0,
+                                      memory_in_use_bytes(self.device_map.torch_device(d)) or 0, exc)
                     for d, n in enumerate(names) if n in oom}  # in use now: what it held when it failed
         else:
             oom = None
@@ -800,8 +801,10 @@ class TorchBackend:
         peaks = {}
         for d, name in enumerate(names):
             # a device this placement puts nothing on reports 0: not the process's resident set (a CPU) nor
-            # what earlier placements left allocated (a GPU)
-            peaks[name] = peak_memory_bytes(self.device_map.torch_device(d)) if d in used else 0
+            # what earlier placements left allocated (a GPU); one whose peak is unknown is left out
+            peak = peak_memory_bytes(self.device_map.torch_device(d)) if d in used else 0
+            if peak is not None:
+                peaks[name] = peak
         return Measurement(
             status="ok",
             step_time_s=statistic_s(samples, self.timing),

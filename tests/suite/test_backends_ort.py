@@ -781,3 +781,22 @@ def test_a_boundary_copy_to_the_cpu_copies_once():
     out = _copy_ortvalue(src, "cpu")
     assert not np.shares_memory(out.numpy(), src.numpy())
     np.testing.assert_array_equal(out.numpy(), np.arange(6, dtype=np.float32))
+
+
+def test_without_a_resettable_peak_the_cpu_peak_is_unknown(two_outputs, three_cpus, monkeypatch):
+    """As in the PyTorch backend: without /proc (macOS, Windows) the process's lifetime peak resident set was
+    reported as the placement's; the CPU's peak is now left out (unknown)."""
+    import builtins
+
+    import suite.backends.devices as devices
+
+    def no_proc(path, *args, **kwargs):
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(path)
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(devices, "open", no_proc, raising=False)
+    cluster, dmap = three_cpus
+    m = OrtBackend(two_outputs.rw, cluster, dmap, timing=FAST).measure(
+        np.zeros(two_outputs.rw.graph.num_ops, dtype=np.int64))
+    assert m.status == "ok" and m.peak_memory_bytes == {"cpu:1": 0, "cpu:2": 0}

@@ -1722,3 +1722,35 @@ def test_a_windows_cpu_allocation_failure_is_status_oom(three_cpus, monkeypatch)
     assert m.status == "oom" and m.oom_devices == ("cpu:0",)
     assert m.message.startswith("out of memory on cpu:0: ")
     assert m.peak_memory_bytes["cpu:0"] >= 911360  # at least the allocation that failed
+
+
+def _without_proc(monkeypatch) -> None:
+    """This process as on macOS or Windows: no /proc (so no resettable peak resident set, no VmRSS)."""
+    import builtins
+
+    import suite.backends.devices as devices
+
+    def no_proc(path, *args, **kwargs):
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(path)
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(devices, "open", no_proc, raising=False)
+
+
+def test_without_a_resettable_peak_the_cpu_peak_is_unknown_not_an_earlier_placements(three_cpus, monkeypatch):
+    """Without /proc (macOS, Windows) the CPU peak was getrusage's ru_maxrss, the process's lifetime maximum:
+    every placement measured after a larger one reported the larger one's peak. It is now left out of
+    `peak_memory_bytes` (unknown; m_etf's OOM retries and the RL reward read a missing peak as none known).
+    An OOM's need is then the failed allocation alone (2**60 floats: 2**62 bytes), not the lifetime maximum
+    plus it."""
+    _without_proc(monkeypatch)
+    cluster, dmap = three_cpus
+    model = WithHungry()
+    rw = from_module(model, (torch.randn(2, 4),), name="hungry")
+    be = TorchBackend(rw, cluster, dmap, timing=FAST)
+    m = be.measure(np.array([0, 0, 0]))
+    assert m.status == "ok" and m.peak_memory_bytes == {"cpu:1": 0, "cpu:2": 0}  # cpu:0's peak is unknown
+    model.hungry.extra = 2**60
+    m = be.measure(np.array([0, 0, 0]))
+    assert m.status == "oom" and m.peak_memory_bytes == {"cpu:0": 2**62}
