@@ -17,6 +17,10 @@ torch; peak FLOP/s and bandwidths are either short measurements (`measure=True`:
 64 MiB copy, a small-tensor clone for the per-copy latency) or documented estimates. With profiles (see
 `suite.profiling`) the simulator takes op times from measurements, so these numbers matter only for ops
 without a profile and for copies.
+
+Peak memory (`reset_peak_memory`, `peak_memory_bytes`): on CUDA torch's allocator peak; on the CPU the peak
+resident set of the whole process since the reset, known only where the OS can reset it (Linux), and
+counting what was resident at the reset (`cpu_peak_rss_bytes` says what that includes).
 """
 
 from __future__ import annotations
@@ -170,7 +174,11 @@ def peak_memory_bytes(device: torch.device) -> int | None:
 
 def _reset_cpu_peak() -> bool:
     """Reset the peak resident set (Linux: 5 written to /proc/self/clear_refs sets VmHWM to VmRSS); False
-    where the OS has no such reset (macOS, Windows) or refuses it."""
+    where the OS has no such reset (macOS, Windows) or refuses it. Heap memory that the C allocator keeps
+    after it was freed (what earlier placements, captures and exports left) goes back to the OS first
+    (glibc's malloc_trim): the resident set, and so the peak from here, held it, and the next placement
+    reported an earlier one's memory (see `cpu_peak_rss_bytes`)."""
+    _malloc_trim()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -202,7 +210,14 @@ def memory_in_use_bytes(device: torch.device) -> int | None:
 def cpu_peak_rss_bytes() -> int | None:
     """Peak resident set of this process since the last `reset_peak_memory`; None where that could not reset
     it: the OS's own peak (getrusage's ru_maxrss on macOS and elsewhere) is the maximum over the process's
-    life, which after a larger placement is that placement's peak, not this one's."""
+    life, which after a larger placement is that placement's peak, not this one's.
+
+    It is the whole process's: Python, torch and the workload's weights included (a tiny model reports
+    some 230 MiB), and what the reset left resident. The reset returns the heap memory that glibc keeps
+    free to the OS, so a placement measured after a larger one reports its own peak (a tiny model after
+    one that fragmented 100 MiB of heap: 236 MiB, not 337 MiB); freed memory that stays resident still
+    counts (what Python's own allocator keeps, the heap of a C library other than glibc), so there the peak
+    can still depend on what ran before."""
     return _proc_status_bytes("VmHWM") if _cpu_peak_reset else None
 
 

@@ -723,8 +723,9 @@ class TorchBackend:
     `measure(placement)` applies the placement, runs one step that counts the copies, then the methodology's
     warm-up and measured steps, and returns the step time (the methodology's statistic, median or mean) with
     every sample, the peak memory of each cluster device (CUDA:
-    allocator peak of its torch device; CPU: peak resident set of this process, left out where the OS cannot
-    reset it between placements (macOS, Windows: see `suite.backends.devices.cpu_peak_rss_bytes`); logical
+    allocator peak of its torch device; CPU: peak resident set of this whole process, from what was resident
+    when it was reset, left out where the OS cannot reset it between placements (macOS, Windows: see
+    `suite.backends.devices.cpu_peak_rss_bytes`); logical
     devices sharing a torch device report the same number; a device the placement puts nothing on, 0) and the bytes the forward pass copies across device boundaries per
     step (training: the gradients copied back are not counted, see the module docstring).
 

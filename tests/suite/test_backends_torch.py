@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import re
 import time
 
@@ -1754,3 +1755,30 @@ def test_without_a_resettable_peak_the_cpu_peak_is_unknown_not_an_earlier_placem
     model.hungry.extra = 2**60
     m = be.measure(np.array([0, 0, 0]))
     assert m.status == "oom" and m.peak_memory_bytes == {"cpu:0": 2**62}
+
+
+class _Fragmenting(nn.Module):
+    """400 tensors of 256 KiB, every other one freed at once: freed blocks below glibc's mmap threshold stay in
+    the heap, between live ones, and stay resident after the step."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keep = [x * float(i) if i % 2 == 0 else (x * float(i)).sum(0, keepdim=True) for i in range(400)]
+        return sum(k.sum() for k in keep)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs a resettable peak (Linux)")
+def test_a_cpu_peak_does_not_hold_what_an_earlier_placement_left_in_the_allocator():
+    """The peak resident set is reset to the resident set, which held the heap memory that an earlier
+    placement freed but the C allocator kept (100 MiB after `_Fragmenting`): a tiny placement measured after
+    it reported its peak (382 MiB against 272 MiB measured before it). Freed heap memory now goes back to the OS
+    (malloc_trim) before the peak is reset."""
+    cluster, dmap = local_cluster(1, gpus=False)
+    tiny = TorchBackend(from_module(Tiny(), (torch.randn(2, 4),), name="tiny"), cluster, dmap, timing=FAST)
+    on_cpu0 = np.zeros(tiny.rw.graph.num_ops, dtype=np.int64)
+    alone = tiny.measure(on_cpu0).peak_memory_bytes["cpu:0"]
+    big = TorchBackend(from_module(_Fragmenting(), (torch.randn(64, 1024),), name="frag"), cluster, dmap,
+                       timing=FAST)
+    grown = big.measure(np.zeros(big.rw.graph.num_ops, dtype=np.int64)).peak_memory_bytes["cpu:0"] - alone
+    assert grown > 50 * 2**20  # the big placement's own peak is well above the tiny one's
+    after = tiny.measure(on_cpu0).peak_memory_bytes["cpu:0"]
+    assert after < alone + grown / 4
