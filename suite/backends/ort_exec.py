@@ -635,14 +635,15 @@ class OrtBackend:
         samples = time_steps(run, self.timing, devices, self.clock)
         peaks = {}
         used = {str(t) for t in devices}
+        cpu_peak = cpu_peak_rss_bytes()
         for d, name in enumerate(names):
             td = self.device_map.torch_device(d)
+            if td.type != "cuda" and cpu_peak is None:
+                continue  # unknown (no resettable peak): left out, for the CPUs left idle too (not a max of 0)
             if used_devices is not None and d not in used_devices:
                 peaks[name] = 0  # a device the placement puts nothing on: not the process's resident set
             elif td.type != "cuda":
-                peak = cpu_peak_rss_bytes()
-                if peak is not None:  # unknown where the OS cannot reset it: left out
-                    peaks[name] = peak
+                peaks[name] = cpu_peak
             elif str(td) in used:
                 free, total = torch.cuda.mem_get_info(td)
                 peaks[name] = int(total - free)  # the arena keeps its peak; CUDA contexts and others' memory too

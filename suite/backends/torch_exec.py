@@ -76,6 +76,7 @@ from torch.fx.node import map_arg
 
 from suite.backends.devices import (
     DeviceMap,
+    cpu_peak_rss_bytes,
     device_indices,
     free_memory,
     memory_in_use_bytes,
@@ -799,13 +800,15 @@ class TorchBackend:
             return Measurement(status="oom", step_time_s=None, oom_devices=oom, peak_memory_bytes=need,
                                message=f"out of memory on {', '.join(oom) or 'an unknown device'}: {first}")
         used = set(ex.used_devices)
+        cpu_known = cpu_peak_rss_bytes() is not None
         peaks = {}
         for d, name in enumerate(names):
+            td = self.device_map.torch_device(d)
+            if td.type == "cpu" and not cpu_known:
+                continue  # unknown (no resettable peak): left out, for the CPUs left idle too (not a max of 0)
             # a device this placement puts nothing on reports 0: not the process's resident set (a CPU) nor
-            # what earlier placements left allocated (a GPU); one whose peak is unknown is left out
-            peak = peak_memory_bytes(self.device_map.torch_device(d)) if d in used else 0
-            if peak is not None:
-                peaks[name] = peak
+            # what earlier placements left allocated (a GPU)
+            peaks[name] = peak_memory_bytes(td) if d in used else 0
         return Measurement(
             status="ok",
             step_time_s=statistic_s(samples, self.timing),

@@ -799,4 +799,4 @@ def test_without_a_resettable_peak_the_cpu_peak_is_unknown(two_outputs, three_cp
     cluster, dmap = three_cpus
     m = OrtBackend(two_outputs.rw, cluster, dmap, timing=FAST).measure(
         np.zeros(two_outputs.rw.graph.num_ops, dtype=np.int64))
-    assert m.status == "ok" and m.peak_memory_bytes == {"cpu:1": 0, "cpu:2": 0}
+    assert m.status == "ok" and m.peak_memory_bytes == {}  # unknown: not cpu:0's, nor 0 for the idle CPUs
