@@ -29,7 +29,9 @@ inputs are positional (`example_inputs`) or by name (`example_kwargs`, as `model
 values without tensors (None, a flag, a number), and the arguments of `forward` that neither gives, which
 keep their defaults, are traced as constants (`mask=None`: `if mask is not None` takes the branch the call
 takes). Where the positional inputs reach forward's *args (`forward(self, x, *args, c=None)`), they fill
-the arguments before it, then *args, and only its keyword-only arguments can be given by name. A forward
+the arguments before it, then *args, each input of its own ("args_0", "args_1", as torch.export names them;
+values without tensors are constants), so that forward may iterate over them; by name, only its
+keyword-only arguments and its **kwargs can be given. A forward
 that takes **kwargs (`forward(self, x, **kwargs)`, passing them on or reading `kwargs.get("mask")`) gets
 the keyword inputs that its named arguments do not take, as eager does: tensors are inputs named by their
 keys, other values constants, and none given is an empty dict. The module is
@@ -135,20 +137,29 @@ class CaptureTracer(Tracer):
     """Keeps the modules that become one op as leaves; traces through everything else. Each node records
     in `meta["grad_enabled"]` whether gradients were on where forward made it (off under `torch.no_grad()`,
     `torch.inference_mode()` or `set_grad_enabled(False)` inside forward; `trace` starts with them on).
+    With `var_positional` (the example values that reach forward's *args), *args is the tuple of those: a
+    tensor one a placeholder of its own ("args_0", "args_1", as torch.export names them), any other value as
+    given; torch.fx would trace *args as one input, a Proxy that cannot be iterated (`for a in args:`).
     With `var_keywords` (name -> example value), forward's **kwargs is the dict of those, as the call passes
     it: a tensor one a placeholder of its name (after the others), any other value as given; torch.fx would
     trace it as one input whose every entry looks given."""
 
+    var_positional: Sequence[Any] | None = None
     var_keywords: Mapping[str, Any] | None = None
 
     def create_args_for_root(self, root_fn: Any, is_module: bool, concrete_args: Any = None) -> Any:
         fn, args = super().create_args_for_root(root_fn, is_module, concrete_args)
-        last = args[-1] if args else None
-        if self.var_keywords is not None and isinstance(last, Proxy) and str(last.node.target).startswith("**"):
-            self.graph.erase_node(last.node)
-            given = {k: self.create_proxy("placeholder", k, (None,), {}) if collect(v, torch.Tensor) else v
-                     for k, v in self.var_keywords.items()}  # a default: they may follow a traced default
-            args = [*args[:-1], given]
+        args = list(args)
+        for i, a in enumerate(args):  # torch.fx's "*args" placeholder, then its "**kwargs" one
+            target = str(a.node.target) if isinstance(a, Proxy) and a.node.op == "placeholder" else ""
+            if self.var_positional is not None and target.startswith("*") and not target.startswith("**"):
+                self.graph.erase_node(a.node)
+                args[i] = tuple(self.create_proxy("placeholder", f"{target[1:]}_{j}", (None,), {})
+                                if collect(v, torch.Tensor) else v for j, v in enumerate(self.var_positional))
+            elif self.var_keywords is not None and target.startswith("**"):
+                self.graph.erase_node(a.node)
+                args[i] = {k: self.create_proxy("placeholder", k, (None,), {}) if collect(v, torch.Tensor) else v
+                           for k, v in self.var_keywords.items()}  # a default: they may follow a traced default
         return fn, args
 
     def call_module(self, m: nn.Module, forward: Any, args: Any, kwargs: Any) -> Any:
@@ -339,15 +350,17 @@ def _resolve(x: Any, info: Mapping[Node, Any]) -> Any:
 
 def trace(module: nn.Module, num_inputs: int | None = None, keywords: Collection[str] = (),
           constants: Mapping[str, Any] | None = None, written: Collection[torch.Tensor] = (),
-          var_keywords: Mapping[str, Any] | None = None) -> GraphModule:
+          var_keywords: Mapping[str, Any] | None = None, var_positional: Sequence[Any] = ()) -> GraphModule:
     """Symbolically trace `module` with the capture tracer (GraphError if torch.fx cannot). With `num_inputs`,
     the arguments of `forward` after the first `num_inputs` that have defaults, except those named in
     `keywords` (tensor inputs given by keyword), are traced with their default values (`mask=None`:
     `if mask is not None` takes the branch the call takes), and those in `constants` with the values given.
     A tensor computed from the buffers in `written` (those forward writes) alone is a node (`_BufferReads`).
-    With `num_inputs`, forward's **kwargs is the dict of `var_keywords` (`CaptureTracer`; empty by default)."""
+    With `num_inputs`, forward's *args is the tuple of `var_positional` and its **kwargs the dict of
+    `var_keywords` (`CaptureTracer`; empty by default)."""
     tracer = CaptureTracer()
     if num_inputs is not None:
+        tracer.var_positional = tuple(var_positional)
         tracer.var_keywords = dict(var_keywords or {})
     concrete = {**(_defaults_after(module, num_inputs, keywords) or {}), **(constants or {})} or None
     reads = _BufferReads(tracer, written) if written else contextlib.nullcontext()
@@ -521,7 +534,8 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
     """The values of `forward`'s arguments in the order of the graph's placeholders (the positional example
     inputs, then for each later argument its keyword example input or its default, then the keyword inputs
     with tensors that only its **kwargs takes, `CaptureTracer.var_keywords`; where the inputs reach
-    forward's *args, torch.fx's order: the arguments before *args, the keyword-only ones, then *args), the
+    forward's *args, torch.fx's order: the arguments before *args, the keyword-only ones, the inputs in *args
+    that hold tensors (`CaptureTracer.var_positional`), then those in **kwargs), the
     names of the positional ones (none where forward takes *args) and the names given by keyword, in
     forward's order; GraphError naming an argument that is missing, unknown or given twice, or too many
     positional inputs."""
@@ -541,10 +555,14 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
                              f"has no signature; give them positionally")
         return tuple(example_inputs), [], []
     var = [i for i, p in enumerate(params[:n + 1]) if p.kind is inspect.Parameter.VAR_POSITIONAL]
+    var_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
     if var:  # torch.fx puts the keyword-only arguments before *args: forward(x, *args, c=None) is (x, c, *args)
         kwonly = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
         for k in example_kwargs:
-            if k not in [p.name for p in kwonly]:
+            if k in [p.name for p in params[:var[0]]]:
+                raise GraphError(f"{what}: argument {k!r} is given twice, as example input "
+                                 f"{[p.name for p in params].index(k)} and by keyword")
+            if k not in [p.name for p in kwonly] and not var_keyword:
                 raise GraphError(f"{what}: keyword example input {k!r} is not a keyword-only argument of forward, "
                                  f"which takes *args; give the others positionally")
         values = []
@@ -554,14 +572,15 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
                                  f"inputs do not give (give it in example_kwargs)")
             values.append(example_kwargs.get(p.name, p.default))
         given = [p.name for p in kwonly if p.name in example_kwargs]
-        return (*example_inputs[:var[0]], *values, *example_inputs[var[0]:]), [], given
+        extra = [x for x in example_inputs[var[0]:] if collect(x, torch.Tensor)]  # the others: constants
+        in_kwargs = [x for k, x in example_kwargs.items() if k not in given and collect(x, torch.Tensor)]
+        return (*example_inputs[:var[0]], *values, *extra, *in_kwargs), [], given
     named = [p for p in params if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
     names = [p.name for p in named]
     positional = [p.name for p in named if p.kind is not inspect.Parameter.KEYWORD_ONLY]
     if n > len(positional):
         raise GraphError(f"{what}.forward takes {len(positional)} positional argument(s) "
                          f"({', '.join(positional) or 'none'}); {n} example inputs were given")
-    var_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
     for k in example_kwargs:
         if k not in names and not var_keyword:
             raise GraphError(f"{what}.forward has no argument {k!r} (keyword example inputs name its arguments: "
@@ -581,6 +600,16 @@ def _example_args(what: str, module: nn.Module, example_inputs: Sequence[Any],
                              f"({n} positional, keywords: {', '.join(example_kwargs) or 'none'}){hint}")
     args += [x for k, x in example_kwargs.items() if k not in names and collect(x, torch.Tensor)]  # in **kwargs
     return tuple(args), names[:n], [k for k in names if k in example_kwargs]
+
+
+def _star_args_at(module: nn.Module, n: int) -> int:
+    """How many of `n` positional inputs come before forward's *args: those after reach it (n where forward
+    takes no *args, or the inputs end before it)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return n
+    return next((i for i, p in enumerate(params[:n + 1]) if p.kind is inspect.Parameter.VAR_POSITIONAL), n)
 
 
 def _dict_hint(example_inputs: Sequence[Any]) -> str:
@@ -646,6 +675,7 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
     args, positional, given = _example_args(what, module, example_inputs, example_kwargs)
     keywords = [k for k in given if collect(example_kwargs[k], torch.Tensor)]  # inputs; the rest are constants
     var_keywords = {k: x for k, x in example_kwargs.items() if k not in given}  # forward's **kwargs
+    var_positional = example_inputs[_star_args_at(module, len(example_inputs)):]  # forward's *args
     constants = {k: example_kwargs[k] for k in given if k not in keywords}
     root = _as_root(module, len(example_inputs), keywords, constants)
     if root is not module:  # the wrapper takes the positional inputs, then the keyword ones
@@ -655,12 +685,14 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
                          if not collect(x, torch.Tensor))
     kept, attrs = _buffers(module), _attributes(module)
     try:  # tracing runs forward's Python code: what it does to a buffer is done for real, and not recorded
-        gm = trace(root, len(example_inputs), keywords, constants, var_keywords=var_keywords)
+        gm = trace(root, len(example_inputs), keywords, constants, var_keywords=var_keywords,
+                   var_positional=var_positional)
         _check_buffers_untouched(what, kept)
         written = BufferOrder.written(gm)
         if written:  # again, with what forward computes from those buffers alone as nodes (`_BufferReads`)
             buffers = dict(gm.named_buffers())
-            gm = trace(root, len(example_inputs), keywords, constants, [buffers[k] for k in written], var_keywords)
+            gm = trace(root, len(example_inputs), keywords, constants, [buffers[k] for k in written], var_keywords,
+                       var_positional)
             _check_buffers_untouched(what, kept)
         _resolve_augmented(gm, args)
     finally:

@@ -591,25 +591,27 @@ class _Star(nn.Module):
 def test_star_args_inputs_are_each_fed_under_their_own_name(three_cpus):
     """forward(x, *args) with four tensors in *args: the *args placeholder was paired with the first of them
     alone (a zip of placeholders and values), so the exported model's other inputs had no value (a KeyError
-    such as 'onnx::Mul_4' when the backend was made). They are args.0, args.2.1, args.3 (args.1 and args.2.0 are
-    unread, so not inputs), and the split equals the model computed by hand; a number in *args is refused
-    by name."""
+    such as 'onnx::Mul_4' when the backend was made). They are args_0, args_2.1, args_3 (capture makes each
+    value in *args an input of its own; args_1 and args_2.0 are unread, so not inputs), and the split equals
+    the model computed by hand; a number in *args is a constant, as capture traces it."""
     _, dmap = three_cpus
     torch.manual_seed(0)
     x, a, b, c, d, e = (torch.randn(2, 4) for _ in range(6))
     module = _Star().eval()
     rw = from_module(module, (x, a, b, [c, d], e), name="star")
     om = OrtModel(rw)
-    assert om.graph_inputs == ["x", "args.0", "args.2.1", "args.3"]
+    assert om.graph_inputs == ["x", "args_0", "args_2.1", "args_3"]
     assert [om.input_values[n] is v for n, v in zip(om.graph_inputs, [x, a, d, e], strict=True)] == [True] * 4
     ex = OrtExecutor(om, dmap)
     expected = (module.fc(x) - 2 * a + d * e).detach().numpy()
     for p in [np.zeros(rw.graph.num_ops, dtype=np.int64), np.arange(rw.graph.num_ops, dtype=np.int64) % 3]:
         ex.apply(p)
         np.testing.assert_allclose(ex.step()[0], expected, rtol=1e-6, atol=1e-6)
-    rw = from_module(module, (x, a, 3, [c, d], e), name="star_int")
-    with pytest.raises(PlacebenchError, match=r"input 'args.1' \(\*args\) is of type int"):
-        OrtModel(rw)
+    om = OrtModel(from_module(module, (x, a, 3, [c, d], e), name="star_int"))
+    assert om.graph_inputs == ["x", "args_0", "args_2.1", "args_3"]
+    ex = OrtExecutor(om, dmap)
+    ex.apply(np.zeros(om.rw.graph.num_ops, dtype=np.int64))
+    np.testing.assert_allclose(ex.step()[0], expected, rtol=1e-6, atol=1e-6)
 
 
 class _Fan(nn.Module):

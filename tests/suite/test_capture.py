@@ -1422,7 +1422,7 @@ def test_positional_example_inputs_without_tensors_are_traced_as_constants():
 
 
 def test_example_inputs_of_a_forward_with_star_args():
-    """forward(x, *extra): the inputs after x are one input op (torch.fx's `*extra` placeholder); naming the
+    """forward(x, *extra): each input after x is an input op of its own ("extra_0", "extra_1"); naming the
     positional constants failed there ('zip() argument 2 is longer than argument 1')."""
 
     class Extra(nn.Module):
@@ -1435,9 +1435,9 @@ def test_example_inputs_of_a_forward_with_star_args():
 
     g = capture(Extra(), (torch.randn(2, 4),) * 3, name="extra")
     assert [(op.name, op.kind, op.flops) for op in g.ops] == [
-        ("x", "input", 0.0), ("_extra", "input", 0.0), ("fc", "linear", 72.0), ("add", "add", 8.0),
-        ("add_1", "add", 8.0)]
-    assert edge_bytes(g, "_extra", "add") == 2 * 4 * 4
+        ("x", "input", 0.0), ("extra_0", "input", 0.0), ("extra_1", "input", 0.0), ("fc", "linear", 72.0),
+        ("add", "add", 8.0), ("add_1", "add", 8.0)]
+    assert edge_bytes(g, "extra_0", "add") == edge_bytes(g, "extra_1", "add_1") == 2 * 4 * 4
     with pytest.raises(GraphError, match="keyword example input 'y' is not a keyword-only argument of forward, "
                                          "which takes \\*args; give the others positionally"):
         capture(Extra(), (torch.randn(2, 4),), example_kwargs={"y": 1}, name="extra")
@@ -1471,10 +1471,10 @@ def test_star_args_then_a_keyword_only_argument_bind_as_in_eager(c):
     kwargs = {} if c is None else {"c": torch.randn(2, 4) if c == "tensor" else c}
     model = _StarArgsAndKeyword()
     g = capture(model, (x, a, b), example_kwargs=kwargs, name="star")
-    names = ["x", "c", "_args", "fc", "add", "mul"]
+    names = ["x", "c", "args_0", "args_1", "fc", "add", "mul"]
     assert [op.name for op in g.ops] == [n for n in names if not (n == "c" and c != "tensor")
                                           and not (n == "mul" and c is None)]
-    assert edge_bytes(g, "_args", "add") == 2 * 4 * 4  # args[0] alone
+    assert edge_bytes(g, "args_0", "add") == 2 * 4 * 4  # args[0] alone
     with torch.no_grad():
         expected = model(x, a, b, **kwargs)
         gm, args = traced_module(model, (x, a, b), example_kwargs=kwargs)
@@ -1498,7 +1498,7 @@ def test_star_args_with_a_keyword_only_argument_without_default_or_unknown_keywo
     with pytest.raises(GraphError, match="keyword example input 'd' is not a keyword-only argument of forward"):
         capture(Needs(), (torch.randn(2),), example_kwargs={"c": torch.randn(2), "d": 1}, name="needs")
     g = capture(Needs(), (torch.randn(2), torch.randn(2)), example_kwargs={"c": torch.randn(2)}, name="needs")
-    assert [(op.name, op.kind) for op in g.ops] == [("x", "input"), ("c", "input"), ("_args", "input"),
+    assert [(op.name, op.kind) for op in g.ops] == [("x", "input"), ("c", "input"), ("args_0", "input"),
                                                     ("mul", "mul")]
 
     class Optional(nn.Module):  # *args after an argument with a default: refused as "needs argument 'args'"
@@ -1506,6 +1506,80 @@ def test_star_args_with_a_keyword_only_argument_without_default_or_unknown_keywo
             return x * 2.0 if y is None else x * y
 
     assert [op.name for op in capture(Optional(), (torch.randn(2),), name="opt").ops] == ["x", "mul"]
+
+
+class _IteratesArgs(nn.Module):
+    """forward(x, *args, **kwargs) that iterates over its *args and reads a mask from its **kwargs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, *args, **kwargs):
+        y = self.fc(x)
+        for a in args:
+            y = y * a
+        mask = kwargs.get("mask")
+        return y if mask is None else y * mask
+
+
+def _structure(g: OpGraph) -> tuple[list, list]:
+    """A graph's ops (input names, each op's kind, FLOPs, bytes) and edges, without the other ops' names
+    (which differ between the fx and export captures: "fc" and "fc/linear")."""
+    ops = [(op.name if op.kind == "input" else "", op.kind, op.flops, op.bytes_read, op.output_bytes, op.param_bytes)
+           for op in g.ops]
+    return ops, sorted((e.src, e.dst, e.bytes) for e in g.edges)
+
+
+@pytest.mark.parametrize(("extra", "kwargs", "inputs"), [
+    (2, {}, ["x", "args_0", "args_1"]),
+    (1, {"mask": "tensor"}, ["x", "args_0", "mask"]),
+    (0, {"mask": "tensor"}, ["x", "mask"]),
+    (1, {"mask": None}, ["x", "args_0"]),
+])
+def test_star_args_are_one_input_each_and_take_keyword_inputs_as_export(extra, kwargs, inputs):
+    """torch.fx traced *args as one input that cannot be iterated ('Proxy object cannot be iterated' for
+    `for a in args:`), and a keyword input was refused where forward takes *args ('not a keyword-only
+    argument'). Each input in *args is now an input op ("args_0", ...), keyword inputs reach **kwargs, and
+    the graph is the export capture's; the traced module and the torch backend compute as eager."""
+    from suite.backends.devices import local_cluster
+    from suite.backends.torch_exec import TorchExecutor
+    from suite.backends.workload import from_module
+    from suite.capture.export import capture as capture_export
+    from suite.capture.fx import traced_module
+
+    torch.manual_seed(0)
+    model, x = _IteratesArgs(), torch.randn(2, 4)
+    args = (x, *(torch.randn(2, 4) for _ in range(extra)))
+    kwargs = {k: torch.rand(2, 4) if v == "tensor" else v for k, v in kwargs.items()}
+    g = capture(model, args, example_kwargs=kwargs, name="star")
+    assert [op.name for op in g.ops if op.kind == "input"] == inputs
+    assert [op.kind for op in g.ops if op.kind != "input"] == ["linear", *["mul"] * (len(inputs) - 1)]
+    readers = ["mul", "mul_1"][:len(inputs) - 1]  # each extra input read by its own mul, 2 x 4 floats
+    assert [edge_bytes(g, name, op) for name, op in zip(inputs[1:], readers, strict=True)] == [32] * len(readers)
+    assert _structure(g) == _structure(capture_export(model, args, example_kwargs=kwargs, name="star"))
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+        gm, values = traced_module(model, args, example_kwargs=kwargs)
+        torch.testing.assert_close(gm(*values), expected, rtol=0, atol=0)
+        rw = from_module(model, args, example_kwargs=kwargs, name="star")
+        ex = TorchExecutor(rw, local_cluster(2, gpus=False)[1])
+        ex.apply(torch.arange(rw.graph.num_ops).numpy() % 2)
+        torch.testing.assert_close(ex.forward(), expected, rtol=0, atol=0)
+
+
+def test_star_args_without_tensors_are_constants_and_a_keyword_for_an_earlier_argument_is_named():
+    """A value in *args without tensors (a number) is a constant, as a positional one is; a keyword input naming
+    an argument before *args, which the positional inputs give, is named as given twice."""
+    x, a = torch.randn(2, 4), torch.randn(2, 4)
+    g = capture(_IteratesArgs(), (x, 2.0, a), name="const")
+    assert [(op.name, op.kind, op.flops) for op in g.ops] == [
+        ("x", "input", 0.0), ("args_1", "input", 0.0), ("fc", "linear", 72.0), ("mul", "mul", 8.0),
+        ("mul_1", "mul", 8.0)]
+    assert edge_bytes(g, "args_1", "mul_1") == 32 and edge_bytes(g, "fc", "mul") == 32
+    with pytest.raises(GraphError, match=r"^_IteratesArgs: argument 'x' is given twice, as example input 0 and "
+                                         r"by keyword$"):
+        capture(_IteratesArgs(), (x, a), example_kwargs={"x": x}, name="twice")
 
 
 class _ReadsKwargs(nn.Module):
