@@ -70,7 +70,10 @@ An in-place call (`y.add_(1)`, `torch.relu_(y)`, `F.relu(y, inplace=True)`, `nn.
 overwrites its first argument, a call with `out=y` overwrites y: the ops that read that tensor afterwards
 read the in-place op. So does an augmented assignment to a tensor (`y += 1` is `y.add_(1)`, op "add_"; `*=`,
 `/=` and the others alike), which torch.fx would record as an out-of-place add (`b = a; b += 1; fc2(a)` then
-read the old a); on a value that is no tensor (a size, `n += 1`) it is the Python operator. One that writes
+read the old a); on a value that is no tensor (a size, `n += 1`) it is the Python operator. Which of the two
+it is shows only on the values: capture tells them apart in its one run on the example inputs, but
+`traced_module` (the graph module the backends run) runs the graph once for it where forward has an
+augmented assignment (a side effect of a leaf module's forward, a counter, then happens once more). One that writes
 to memory another live value shares (`y[0].mul_(2)`, `v = y.view(-1); v += 1`, or `y.mul_(2)` while a view of
 y is still to be read) is refused: the graph would miss the dependency.
 In training mode a frozen parameter (requires_grad=False) is resident but gets no gradient, no update and no
@@ -233,23 +236,31 @@ class _ShapeRecorder(Interpreter):
     It also finds in-place calls that write to memory another live value shares (`view_writes`: the call and
     that value's node): `y[0].mul_(2)` writes through a view of y, and `v = y.view(-1); y.mul_(2)` changes v.
     The graph follows an in-place call only through the name it overwrites (its later readers read the call),
-    so such a write would be missed by the graph's dependencies and by split placements."""
+    so such a write would be missed by the graph's dependencies and by split placements.
+    And it finds the augmented assignments (`_AugmentedProxy`) to a value that is no tensor (`plain`: `n += 1`
+    on a size), which it computes with the Python operator; `_make_plain` makes them that operator."""
 
     def __init__(self, gm: GraphModule) -> None:
         super().__init__(gm)
         self.info: dict[Node, Any] = {}
         self.view_writes: list[tuple[Node, Node]] = []
+        self.plain: list[Node] = []
         self._names: dict[Node, list[Node]] = {}  # a tensor's names: its producer and the in-place calls on it
         self.failed: tuple[Node, str] | None = None  # the node that raised and its error, as raised
 
     def run_node(self, n: Node) -> Any:
-        mutated = _mutated_arg(n)
+        plain = "augmented" in n.meta and not isinstance(self.env.get(n.args[0]), torch.Tensor)
+        mutated = None if plain else _mutated_arg(n)
         if mutated is not None and isinstance(self.env.get(mutated), torch.Tensor):
             other = self._sharing(self.env[mutated], self._names.get(mutated, [mutated]))
             if other is not None:
                 self.view_writes.append((n, other))
         try:
-            result = super().run_node(n)
+            if plain:
+                self.plain.append(n)
+                result = _AUGMENTED[n.meta["augmented"]][1](*self.map_nodes_to_values(n.args, n))
+            else:
+                result = super().run_node(n)
         except Exception as exc:  # Interpreter.run appends fx's node dump and stack notes to the message
             self.failed = (n, str(exc))
             raise
@@ -668,10 +679,11 @@ def in_mode(module: nn.Module, training: bool, flags: Sequence[tuple[nn.Module, 
             m.training = flag
 
 
-def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
-            example_kwargs: Mapping[str, Any]) -> tuple[nn.Module, GraphModule, tuple[Any, ...]]:
+def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any],
+            resolve: bool = True) -> tuple[nn.Module, GraphModule, tuple[Any, ...]]:
     """The module traced (`module`, or the wrapper of a leaf module, `_as_root`), its graph module and the
-    values of its placeholders in order."""
+    values of its placeholders in order; with `resolve`, its augmented assignments to values that are no
+    tensors made their operator (`_resolve_augmented`: a run, where forward has one), else left to the caller."""
     args, positional, given = _example_args(what, module, example_inputs, example_kwargs)
     keywords = [k for k in given if collect(example_kwargs[k], torch.Tensor)]  # inputs; the rest are constants
     var_keywords = {k: x for k, x in example_kwargs.items() if k not in given}  # forward's **kwargs
@@ -694,7 +706,8 @@ def _traced(what: str, module: nn.Module, example_inputs: Sequence[Any],
             gm = trace(root, len(example_inputs), keywords, constants, [buffers[k] for k in written], var_keywords,
                        var_positional)
             _check_buffers_untouched(what, kept)
-        _resolve_augmented(gm, args)
+        if resolve:
+            _resolve_augmented(gm, args)
     finally:
         _restore(kept)
         _restore_attributes(attrs)
@@ -705,28 +718,24 @@ def _resolve_augmented(gm: GraphModule, args: Sequence[Any]) -> None:
     """Make each augmented assignment of `gm` (`_AugmentedProxy`) whose target is no tensor (`n += 1` on a size,
     `shape += (1,)`) the out-of-place operator (`operator.add`: the same on an immutable value), by a run on
     `args` (inputs restored after); one on a tensor stays its in-place call. Where the run fails, the graph is
-    left as it is (capture's run reports the error)."""
-    augmented = {n for n in gm.graph.nodes if "augmented" in n.meta}
-    if not augmented:
+    left as it is (capture's run reports the error). Capture tells them apart in its shape-recording run
+    instead (`_ShapeRecorder.plain`), so that it runs forward's leaf modules once."""
+    if not any("augmented" in n.meta for n in gm.graph.nodes):
         return
-    plain: list[Node] = []
-
-    class Run(Interpreter):
-        def run_node(self, n: Node) -> Any:
-            if n in augmented and not isinstance(self.env[n.args[0]], torch.Tensor):
-                plain.append(n)
-                return _AUGMENTED[n.meta["augmented"]][1](*self.map_nodes_to_values(n.args, n))
-            return super().run_node(n)
-
-    inputs = _written_inputs(gm, args)
+    rec, inputs = _ShapeRecorder(gm), _written_inputs(gm, args)
     cuda = sorted({t.device.index or 0 for t in collect(args, torch.Tensor) if t.device.type == "cuda"})
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=cuda):
-            Run(gm).run(*args)
+            rec.run(*args)
     except Exception:  # noqa: BLE001 - capture's own run raises it with the op it failed at
         return
     finally:
         _restore_inputs(inputs)
+    _make_plain(gm, rec.plain)
+
+
+def _make_plain(gm: GraphModule, plain: Sequence[Node]) -> None:
+    """Make the augmented assignments `plain` (to values that are no tensors) of `gm` their Python operator."""
     for n in plain:
         n.op, n.target = "call_function", _AUGMENTED[n.meta.pop("augmented")][1]
     if plain:
@@ -826,7 +835,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any] | None,
                    training: bool) -> ForwardGraph:
     what = type(module).__name__
-    module, gm, args = _traced(what, module, example_inputs, example_kwargs or {})
+    module, gm, args = _traced(what, module, example_inputs, example_kwargs or {}, resolve=False)
     for node in gm.graph.nodes:
         if isinstance(node.kwargs.get("out"), tuple | list):
             raise GraphError(f"{what}: the call {node.name!r} ({_target_name(node)}) writes several tensors through "
@@ -850,6 +859,7 @@ def _forward_graph(module: nn.Module, example_inputs: Sequence[Any], example_kwa
     finally:  # the run leaves the module's buffers as they were (BatchNorm's running statistics), and the inputs
         _restore(kept)
         _restore_inputs(inputs)
+    _make_plain(gm, rec.plain)  # `n += 1` on a size: the operator (no second run to tell, `_resolve_augmented`)
     if rec.view_writes:
         call, other = rec.view_writes[0]
         raise GraphError(

@@ -2473,6 +2473,60 @@ def test_an_augmented_assignment_to_a_tensor_is_its_in_place_call():
     assert [t.shape for t in gm(x)] == [(2, 4), (2, 4), (1, 8)]
 
 
+class _Counted(nn.Module):
+    """A leaf op (it has a capture rule) whose forward has a side effect: it logs its calls in a list that
+    outlives capture (capture binds each attribute back as it was, `self.calls += 1` would not show it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[int] = []
+
+    def capture_cost(self, inputs, outputs, training):
+        return Cost("counted", 8.0)
+
+    def forward(self, x):
+        self.log.append(1)
+        return x * 2
+
+
+class _CountedAugmented(nn.Module):
+    def __init__(self, augmented: bool) -> None:
+        super().__init__()
+        self.counted, self.augmented = _Counted(), augmented
+
+    def forward(self, x):
+        y = self.counted(x)
+        n = x.size(1)
+        if self.augmented:
+            y += 1
+            n += 1
+        else:
+            y = y + 1
+            n = n + 1
+        return y, x.new_zeros(n)
+
+
+@pytest.mark.parametrize("augmented", [False, True])
+def test_an_augmented_assignment_costs_no_extra_run_of_forward(augmented):
+    """Capture ran the graph twice where forward has an augmented assignment (`y += 1`, `n += 1`): once to tell
+    an assignment to a tensor (y.add_(1)) from one to a size (n + 1), once to record the shapes, so a side
+    effect of a leaf module's forward (a counter) happened twice. The shape-recording run tells them apart
+    now: one call, as without one; the graph is the same (an in-place add_ for y, the size 5). traced_module,
+    which does not record shapes, still runs the graph once for it (documented), and not without one."""
+    from suite.capture.fx import traced_module
+
+    model, x = _CountedAugmented(augmented), torch.randn(2, 4)
+    g = capture(model, (x,), name="counted")
+    assert len(model.counted.log) == 1
+    gm, args = traced_module(model, (x,))
+    assert len(model.counted.log) == 1 + augmented
+    for got, want in zip(gm(*args), model(x), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    kinds = [(op.name, op.kind, op.flops, op.output_bytes) for op in g.ops]
+    assert kinds == [("x", "input", 0.0, 32), ("counted", "counted", 8.0, 32),
+                     ("add_" if augmented else "add", "add_" if augmented else "add", 8.0, 32)]
+
+
 class _ViewAugmented(nn.Module):
     def forward(self, x):
         v = x.view(-1)
