@@ -39,7 +39,7 @@ class Loss(nn.Module):
 
 
 class Loss1(Loss):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # fx cannot trace *xs
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # one input, named x (Loss's are xs_0, xs_1, ...)
         return self.model(x).square().mean()
 
 
