@@ -31,9 +31,9 @@ only, the figure papers publish):
   (nearest 1, linear 3, bilinear 7, trilinear 15, bicubic 31); mode "area" as adaptive average pooling;
   F.grid_sample likewise (bilinear: 4 neighbours in 2-D, 8 in 3-D);
 * local response norm (module or function): size + 5 per element (square, window sum, scale, shift, power,
-  divide); F.normalize: 3 per element (power, sum, divide); F.pairwise_distance: 3 per element of the
-  broadcast inputs (subtract, power, sum), as torch.dist, and torch.cdist for each pair of rows;
-  F.cosine_similarity: 6 (the sums of x1 x2, x1 x1 and x2 x2); trace: 1 per diagonal element; linalg.norm
+  divide); F.normalize: 3 per element (power, sum, divide); F.pairwise_distance (and nn.PairwiseDistance): 3
+  per element of the broadcast inputs (subtract, power, sum), as torch.dist, and torch.cdist for each pair
+  of rows; F.cosine_similarity (and nn.CosineSimilarity): 6 (the sums of x1 x2, x1 x1 and x2 x2); trace: 1 per diagonal element; linalg.norm
   and linalg.matrix_norm (vector 2-norm, Frobenius) as the reductions;
 * data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, scatter, index_copy,
   masked_scatter, index_put without accumulate, ...): 1 per output element, as elementwise ops; those in
@@ -609,6 +609,10 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return interpolate_cost(ins[0], out[0], module.mode)
     if isinstance(module, nn.LocalResponseNorm):
         return elementwise("local_response_norm", out, module.size + 5)
+    if isinstance(module, nn.PairwiseDistance | nn.CosineSimilarity):  # as their functions: per broadcast element
+        distance = isinstance(module, nn.PairwiseDistance)
+        name, per_element = ("pairwise_distance", 3) if distance else ("cosine_similarity", 6)
+        return Cost(name, float(per_element * math.prod(_broadcast(ins[0].shape, ins[1].shape))))
     if isinstance(module, nn.CrossEntropyLoss):
         return cross_entropy_cost(ins[0])
     if isinstance(module, nn.NLLLoss):
@@ -709,7 +713,7 @@ def _elementwise_modules() -> tuple[type, ...]:
 
     names = ["ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "ELU", "SELU", "Hardtanh",
              "Hardswish", "Hardsigmoid", "Mish", "Softplus", "PReLU", "Softsign", "Tanhshrink", "CELU", "LogSigmoid",
-             "Threshold", "Hardshrink", "Softshrink", "RReLU", "GLU", "PixelShuffle", "PixelUnshuffle",
+             "Threshold", "Hardshrink", "Softshrink", "RReLU", "GLU", "PixelShuffle", "PixelUnshuffle", "Unfold",
              "ChannelShuffle", *(f"{pad}Pad{n}d" for pad in ("Zero", "Constant", "Reflection", "Replication", "Circular")
                                  for n in (1, 2, 3))]
     return tuple(getattr(nn, n) for n in names if hasattr(nn, n))

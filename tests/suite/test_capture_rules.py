@@ -232,13 +232,15 @@ def test_interpolation_counts_the_neighbours_it_weighs(model, flops):
 
 def test_local_response_norm_softmin_and_data_movement_modules_have_rules():
     """LocalResponseNorm(size 3): 3 + 5 per element; Softmin and Softmax2d as softmax, 5; padding and pixel
-    shuffles 1 per output element as the elementwise ops (they took the fallback, 1 per output element)."""
+    shuffles and nn.Unfold 1 per output element as the elementwise ops and F.unfold (they took the fallback, 1
+    per output element, with its warning)."""
     assert only_op(nn.LocalResponseNorm(3), X)[0].flops == 8 * 72
     assert only_op(nn.Softmin(1), X)[0].flops == only_op(nn.Softmax2d(), X)[0].flops == 5 * 72
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert only_op(nn.ReflectionPad2d(1), X)[0].flops == 2 * 4 * 5 * 5
         assert only_op(nn.PixelShuffle(2), X)[0].flops == 72
+        assert only_op(nn.Unfold(2), X)[0].flops == 2 * (4 * 2 * 2) * (2 * 2)  # [2, 16, 4] patches, as F.unfold
         assert only_op(nn.LogSigmoid(), X)[0].flops == 72
         assert capture(Call(lambda s, x: x.flip(0).roll(1, 1)), (X,), name="m").metadata["forward_flops"] == 2 * 72
 
@@ -277,6 +279,8 @@ def test_elementwise_math_functions_are_not_reported_as_the_fallback():
     (lambda s, a, b: F.cosine_similarity(a, b), (A, A), "cosine_similarity", 6 * 12),
     (lambda s, a, b: F.cosine_similarity(a, b, dim=-1), (A, V), "cosine_similarity", 6 * 12),  # broadcast
     (lambda s, a, b: F.pairwise_distance(a, b), (A, A), "pairwise_distance", 3 * 12),
+    (nn.CosineSimilarity(dim=-1), (A, V), "cosine_similarity", 6 * 12),  # the modules as their functions
+    (nn.PairwiseDistance(), (A, A), "pairwise_distance", 3 * 12),
     (lambda s, x, g: F.grid_sample(x, g, align_corners=False), (X, torch.zeros(2, 5, 5, 2)), "grid_sample",
      7 * 2 * 4 * 5 * 5),  # bilinear: 4 neighbours per output element
     (lambda s, x, g: F.grid_sample(x, g, mode="nearest", align_corners=False), (X, torch.zeros(2, 5, 5, 2)),
@@ -285,8 +289,9 @@ def test_elementwise_math_functions_are_not_reported_as_the_fallback():
      "grid_sample", 15 * 2 * 8),  # bilinear of a volume: trilinear, 8 neighbours
 ])
 def test_normalize_similarities_and_grid_sample_count_their_inputs(fn, inputs, kind, flops):
-    """They took the fallback of 1 FLOP per output element (cosine similarity of [3, 4] rows: 3 FLOPs)."""
-    op, meta = only_op(Call(fn), *inputs)
+    """They took the fallback of 1 FLOP per output element (cosine similarity of [3, 4] rows: 3 FLOPs), and
+    the modules nn.CosineSimilarity and nn.PairwiseDistance still did (3 instead of 72 and 36)."""
+    op, meta = only_op(fn if isinstance(fn, nn.Module) else Call(fn), *inputs)
     assert (op.kind, op.flops) == (kind, flops)
     assert "fallback_cost_kinds" not in meta
 
