@@ -73,8 +73,8 @@ read the in-place op. So does an augmented assignment to a tensor (`y += 1` is `
 read the old a); on a value that is no tensor (a size, `n += 1`) it is the Python operator. Which of the two
 it is shows only on the values: capture tells them apart in its one run on the example inputs, but
 `traced_module` (the graph module the backends run) runs the graph once for it where forward has an
-augmented assignment (a side effect of a leaf module's forward, a counter, then happens once more). One that writes
-to memory another live value shares (`y[0].mul_(2)`, `v = y.view(-1); v += 1`, or `y.mul_(2)` while a view of
+augmented assignment (a side effect of a leaf module's forward, a counter, then happens once more).
+An in-place call or augmented assignment that writes to memory another live value shares (`y[0].mul_(2)`, `v = y.view(-1); v += 1`, or `y.mul_(2)` while a view of
 y is still to be read) is refused: the graph would miss the dependency.
 In training mode a frozen parameter (requires_grad=False) is resident but gets no gradient, no update and no
 optimizer state (`suite.capture.training`); the graph's metadata "frozen_params" counts them, and the
