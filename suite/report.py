@@ -383,16 +383,21 @@ def to_text(t: Table) -> str:
     return "\n".join([t.title, line(t.columns), line(["-" * w for w in widths]), *(line(r) for r in t.rows)])
 
 
-def _md_escape(s: str) -> str:
-    """Backslash-escape what Markdown would read as a table border, HTML or emphasis."""
-    return "".join("\\" + ch if ch in "\\|<>*`" else ch for ch in s)
+MD_ACTIVE = "\\|<>*_`~"  # a table border, HTML, emphasis, code, strikethrough
+
+
+def md_escape(s: str) -> str:
+    """Backslash-escape what Markdown (GitHub's) would read as a table border, HTML, emphasis, code or
+    strikethrough, so that a name such as `_x_` or `a|b` shows as written; a table or heading the suite writes
+    passes its text through this (paper prose, written by hand as Markdown, does not)."""
+    return "".join("\\" + ch if ch in MD_ACTIVE else ch for ch in s)
 
 
 def to_markdown(t: Table) -> str:
-    head = "| " + " | ".join(_md_escape(h) for h in t.columns) + " |"
+    head = "| " + " | ".join(md_escape(h) for h in t.columns) + " |"
     rule = "|" + "|".join(":---" if a == "l" else "---:" for a in t.align) + "|"
-    body = ["| " + " | ".join(_md_escape(c) for c in r) + " |" for r in t.rows]
-    return "\n".join([f"**{t.title}**", "", head, rule, *body])
+    body = ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in t.rows]
+    return "\n".join([f"**{md_escape(t.title)}**", "", head, rule, *body])
 
 
 def _csv_value(v: Any) -> str:
@@ -480,7 +485,7 @@ def render(rows: Iterable[Mapping[str, Any]], fmt: str = "text", reference: str 
     if fmt == "text":
         return "\n\n".join(to_text(t) for _, ts in sections for t in ts) + "\n"
     if fmt == "md":
-        return "\n\n".join(f"## {name}\n\n" + "\n\n".join(to_markdown(t) for t in ts) for name, ts in sections) + "\n"
+        return "\n\n".join(f"## {md_escape(name)}\n\n" + "\n\n".join(to_markdown(t) for t in ts) for name, ts in sections) + "\n"
     if fmt == "latex":
         return LATEX_PREAMBLE_NOTE + "\n\n".join(to_latex(t) for _, ts in sections for t in ts) + "\n"
     body = "\n".join(f"<h2>{html.escape(name)}</h2>\n" + "\n".join(to_html(t) for t in ts) for name, ts in sections)

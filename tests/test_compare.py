@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from suite import compare as cmp
 from suite.cli import main
-from suite.report import ReportError
+from suite.report import ReportError, md_escape
 
 
 def row(placer="p", status="ok", t=1.0, *, seed=0, workload="w", memory=1000, samples=1, q25=None, q75=None, **kw):
@@ -468,7 +468,8 @@ def test_compare_writes_a_file_and_refuses_bad_arguments(capsys, two_stores, tmp
     code, out, err = _run(capsys, "compare", str(gpu), str(cpu), "-f", "md", "-o", str(out_file))
     assert code == 1 and out == "" and err.startswith("placebench: compare: ") and err.endswith("1 regression\n")
     text = out_file.read_text()
-    assert text.startswith(f"**Changes: {cpu} against {gpu}**") and "| diamond | harness_env_device | 0 |" in text
+    title = md_escape(f"Changes: {cpu} against {gpu}")  # the paths' _ escaped, as every name in Markdown
+    assert text.startswith(f"**{title}**") and "| diamond | harness\\_env\\_device | 0 |" in text
     shutil.copy(gpu / "results.csv", tmp_path / "gpu.csv")
     code, out, err = _run(capsys, "compare", str(gpu), str(tmp_path / "gpu.csv"), "-f", "csv")
     assert code == 0 and out == "cluster,workload,placer,seed,base,new,time,memory,verdict,regression\n"
@@ -583,3 +584,12 @@ def test_compare_warns_when_the_stores_ran_with_other_cell_timeouts(capsys, two_
     assert warning([60], [60.0]) == []
     assert warning([], [3600]) == []  # a store that did not record it
     assert "BASE ran with cell timeouts of 60 s / 90 s and NEW with 60 s:" in warning([60, 90], [60])[0]
+
+
+def test_the_markdown_table_escapes_underscores_in_names():
+    """`compare -f md`: a placer named _x_ would be italics on GitHub, one named a|b would split its cell."""
+    from suite.report import to_markdown  # what `compare -f md` writes
+
+    pairs = cmp.compare([row("_x_", t=1.0), row("a|b", t=1.0)], [row("_x_", t=2.0), row("a|b", t=2.0)])
+    md = to_markdown(cmp.table(pairs))
+    assert "| c | w | \\_x\\_ | 0 | 1.000 s | 2.000 s | 2.000x |" in md and "| c | w | a\\|b | 0 |" in md

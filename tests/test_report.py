@@ -444,6 +444,18 @@ def test_markdown_and_latex_escape_what_they_would_interpret():
     assert r"a\textbar{}b" in tex and r"\textless{}lambda\textgreater{}" in tex
 
 
+def test_markdown_escapes_underscores_and_the_rest_in_names_titles_and_headings():
+    """`_nmt_` and `a~b~` would render as italics and strikethrough on GitHub, `x|y` would split a cell: every
+    name shows as written, in the cells, the column heads, the table titles and the cluster headings."""
+    rows = [_row("_nmt_", "x|y", "ok", 1.0, cluster="dgx_a100"), _row("_nmt_", "ref_gpu", "ok", 2.0, cluster="dgx_a100"),
+            _row("a~b~", "ref_gpu", "ok", 1.0, cluster="dgx_a100")]
+    md = report.render(rows, "md", "ref_gpu")
+    assert md.startswith("## dgx\\_a100\n\n**Step time on dgx\\_a100**\n\n| workload | ref\\_gpu | x\\|y |\n")
+    assert "| \\_nmt\\_ | 2.000 s | 1.000 s |" in md and "| a\\~b\\~ | 1.000 s | - |" in md
+    assert "**Speedup over ref\\_gpu on dgx\\_a100**" in md
+    assert "_" not in md.replace("\\_", "") and "~" not in md.replace("\\~", "")
+
+
 def test_the_summary_numbers_for_programs_are_the_ones_shown():
     """The summary's raw rows (JSON) carry what its text shows (see the comment above EXPECTED_TEXT): an OOM
     row counts under OOM, never under ok."""

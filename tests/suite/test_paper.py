@@ -199,6 +199,15 @@ def test_comparison_by_hand():
     assert "**Notes on the rows:**\n\n- NASNet: not in the zoo\n" in md
 
 
+def test_markdown_tables_escape_underscores_in_method_and_row_names():
+    """A method named GPU_only_ or a row named _ResNet_ would render in italics on GitHub."""
+    data = json.loads(json.dumps(GOOD).replace('"GPU"', '"GPU_only_"').replace('"ResNet"', '"_ResNet_"'))
+    comp = paper.Comparison.from_rows(paper.paper_from_dict(data, id="t"), [])
+    md = paper.paper_markdown(comp)
+    assert "| row | CPU | GPU\\_only\\_ | Oracle |" in md and "| \\_ResNet\\_ | 2.0 | 1.0 | 0.5 |" in md
+    assert "| GPU\\_only\\_ over the best other (paper) |" in md
+
+
 def test_a_claim_whose_best_row_is_a_tie_says_plus_zero():
     """A tie is a speedup of +0.0% and a step time change of +0.0%, not "-0.0%"."""
     t = paper.paper_from_dict(GOOD, id="t")
