@@ -21,7 +21,8 @@ paper's table:
 * which method wins each row;
 * each method's speedup over the row's reference method;
 * how the methods rank (Kendall's tau-b per row, failures ranked as infinitely slow);
-* which cells fail (OOM);
+* which cells fail (OOM; a cell of ours whose seeds failed as often one way as another, which shows its
+  tie-break status, is not compared with a failure of the paper's);
 * the margin of the paper's own method over the best other, and placebench's figure for a claim that
   names two methods.
 
@@ -364,6 +365,7 @@ class Side:
     text: str
     seeds: int | None = None  # ours: how many seeds the cell has, and how many of them are ok
     ok_seeds: int | None = None
+    tied: bool = False  # ours: failed with two statuses equally often (`report.Cell.status_tied`)
 
 
 def _ours(paper: PaperTable, res: Results, row: Row, m: Method) -> Side:
@@ -376,7 +378,7 @@ def _ours(paper: PaperTable, res: Results, row: Row, m: Method) -> Side:
         return Side(None, None, "not run")
     seeds = len(paper.seeds)
     time_s = None if cell.status == "skipped" else cell.value_s  # does not apply: no figure, not a failure
-    return Side(time_s, cell.status, cell.text_among(seeds), cell.n, cell.n_ok)
+    return Side(time_s, cell.status, cell.text_among(seeds), cell.n, cell.n_ok, cell.status_tied)
 
 
 def _theirs(row: Row, m: Method) -> Side:
@@ -535,8 +537,12 @@ class Comparison:
 
     def failures_agree(self, label: str) -> tuple[int, int]:
         """Of the methods with a figure on both sides: how many have the same status (ok, or the paper's OOM
-        and our OOM; our invalid, timeout or error never agrees with the paper's OOM), and how many there are."""
-        both = self.both(label)
+        and our OOM; our invalid, timeout or error never agrees with the paper's OOM), and how many were
+        compared. Where the paper's method failed and ours failed as often one way as another (OOM and error,
+        one seed each), the status ours shows is a tie-break: the pair is not compared (neither agrees nor
+        disagrees). Where the paper's method ran, any failure of ours disagrees."""
+        both = [k for k in self.both(label)
+                if not (self.ours[label][k].tied and self.theirs[label][k].status != "ok")]
         agree = sum(self.theirs[label][k].status == self.ours[label][k].status for k in both)
         return agree, len(both)
 

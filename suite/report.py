@@ -113,6 +113,15 @@ class Cell:
         return min(counts, key=lambda s: (-counts[s], FAILURE_ORDER.index(s) if s in FAILURE_ORDER else 99, s))
 
     @property
+    def status_tied(self) -> bool:
+        """A failed cell whose most frequent failure shares its count with another (oom, error and invalid,
+        one seed each): `status` then shows the tie-break of FAILURE_ORDER, not what the cell did most."""
+        if self.ok:
+            return False
+        counts = Counter(s for s in self.statuses if s != "ok").most_common()
+        return len(counts) > 1 and counts[0][1] == counts[1][1]
+
+    @property
     def text(self) -> str:
         t = format_seconds(self.value_s) if self.ok else STATUS_LABEL.get(self.status, self.status)
         return t if self.n_ok in (0, self.n) else f"{t} ({self.n_ok}/{self.n} ok)"

@@ -456,6 +456,14 @@ def test_markdown_escapes_underscores_and_the_rest_in_names_titles_and_headings(
     assert "_" not in md.replace("\\_", "") and "~" not in md.replace("\\~", "")
 
 
+def test_a_cell_says_when_its_status_is_a_tie_break():
+    assert Cell(("oom", "error", "invalid"), (math.inf,) * 3).status_tied
+    assert Cell(("oom", "error", "ok"), (math.inf, math.inf, 1.0)).status_tied  # one each: the shown OOM is a tie-break
+    assert not Cell(("oom", "error", "oom"), (math.inf,) * 3).status_tied
+    assert not Cell(("ok", "error", "ok"), (1.0, math.inf, 1.0)).status_tied  # ok: no failure status shown
+    assert not Cell(("oom",), (math.inf,)).status_tied
+
+
 def test_the_summary_numbers_for_programs_are_the_ones_shown():
     """The summary's raw rows (JSON) carry what its text shows (see the comment above EXPECTED_TEXT): an OOM
     row counts under OOM, never under ok."""

@@ -231,6 +231,27 @@ def test_our_crash_does_not_agree_with_the_papers_oom():
     assert comp.failures_agree("BERT") == (1, 2) and comp.ours["BERT"]["GPU"].text == "error [1 seed]"
 
 
+def test_a_failure_of_ours_that_is_a_tie_of_statuses_neither_agrees_nor_disagrees_with_the_papers_oom():
+    """Our GPU cell on BERT failed one seed each with OOM, error and invalid: it shows OOM (the tie-break), but
+    that is not what it did most, so the paper's OOM is not compared with it (the pair was counted as agreeing).
+    On ResNet, where the paper's GPU ran, the same tie is a failure and disagrees."""
+    t = paper.paper_from_dict(GOOD, id="t")
+    tie = ["oom", "error", "invalid"]
+    comp = paper.Comparison.from_rows(t, _rows(("bert_base-12x768-s128-b1-infer", "single_cpu", [8.0] * 3),
+                                               ("bert_base-12x768-s128-b1-infer", "single_gpu", tie),
+                                               ("resnet50-b1-infer", "single_cpu", [3.0] * 3),
+                                               ("resnet50-b1-infer", "single_gpu", tie)))
+    assert comp.ours["BERT"]["GPU"].text == "OOM" and comp.ours["BERT"]["GPU"].tied
+    assert comp.failures_agree("BERT") == (1, 1) and comp.failures_agree("ResNet") == (1, 2)
+    per_row = {tb.title: tb for tb in paper.comparison_tables(comp)}["Per row"]
+    assert [r[5] for r in per_row.rows[:2]] == ["1/2", "1/1"]
+    assert paper.summary_line(comp).endswith("the status (ok or OOM) agrees for 2 of 3 (row, method) pairs.")
+    # two seeds OOM and one error is no tie: it agrees with the paper's OOM
+    comp = paper.Comparison.from_rows(t, _rows(("bert_base-12x768-s128-b1-infer", "single_cpu", [8.0] * 3),
+                                               ("bert_base-12x768-s128-b1-infer", "single_gpu", ["oom", "error", "oom"])))
+    assert not comp.ours["BERT"]["GPU"].tied and comp.failures_agree("BERT") == (2, 2)
+
+
 def test_a_row_where_every_method_of_ours_fails_has_no_fastest_and_no_margin():
     """Fastest and margins are over finite times of the methods with a figure on both sides: all of ours
     failing is no winner (not a tie of failures), and a headline method the paper gives no figure for has no
