@@ -430,6 +430,15 @@ def _fastest(sides: Mapping[str, Side], keys: Sequence[str]) -> list[str]:
     return [k for k, t in timed.items() if t == min(timed.values())]
 
 
+def _fastest_text(theirs: Mapping[str, Side], keys: Sequence[str]) -> str:
+    """The paper's fastest method of a row, from all its figures: what the paper shows, also where that method
+    has no counterpart or no result of ours. Where the fastest of `keys` (those compared with ours; none in a
+    row with no result of ours) is another, it follows: "Oracle (compared: GPU)"."""
+    everyone = _fastest(theirs, list(theirs))
+    compared = _fastest(theirs, keys)
+    return _names(everyone) + (f" (compared: {_names(compared)})" if keys and compared != everyone else "")
+
+
 def _ints(values: Sequence[int]) -> str:
     return ", ".join(map(str, values))
 
@@ -516,8 +525,9 @@ class Comparison:
                 and all(self.ours[r.label][m.name].text == "not run" for r in rows)]
 
     def compared(self, label: str) -> list[str]:
-        """The methods a row's fastest method and margins are taken over: those with a figure on both sides
-        when the row has any of the paper's figures (like for like), else those with one of ours."""
+        """The methods a row's fastest method of ours, its agreement with the paper's and the margins are taken
+        over: those with a figure on both sides when the row has any of the paper's figures (like for like),
+        else those with one of ours. (The paper's fastest is from all its figures: `_fastest_text`.)"""
         if any(s.time_s is not None for s in self.theirs[label].values()):
             return self.both(label)
         return [k for k in self.ours[label] if self.ours[label][k].time_s is not None]
@@ -559,7 +569,9 @@ def _pct(x: float | None) -> str:
 
 def comparison_tables(comp: Comparison) -> list[Table]:
     """The paper's figures (when transcribed), ours, the speedups over the reference method, and per row
-    the fastest method, the rank agreement, the failures and the headline method's margin."""
+    the fastest method, the rank agreement, the failures and the headline method's margin. The paper's
+    fastest method is from all its figures (`_fastest_text`); ours, the agreement and the margins are over
+    the methods compared (`Comparison.compared`)."""
     p = comp.paper
     figures = p.has_figures
     tables = []
@@ -586,7 +598,8 @@ def comparison_tables(comp: Comparison) -> list[Table]:
     rows, raw = [], []
     for r in p.rows:
         keys = comp.compared(r.label)
-        line: list[str] = [r.label, *(_names(_fastest(side[r.label], keys)) for _, side in sides)]
+        line: list[str] = [r.label, *(_fastest_text(side[r.label], keys) if k == "paper" else
+                                      _names(_fastest(side[r.label], keys)) for k, side in sides)]
         vals: list[Any] = list(line)
         if figures:
             tau, n = comp.tau(r.label)
@@ -715,7 +728,9 @@ def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", not
         "(the paper's setup above says how it relates to the paper's hardware), not a measurement, and the "
         "learned placers train for the methodology's budget, not the paper's hours: compare rankings, speedups "
         "and failures, not absolute times. The reference column of the speedups and the per-row comparisons "
-        "(fastest, margins: over the methods with a figure on both sides) are placebench's, not the paper's.",
+        "(fastest, margins: over the methods with a figure on both sides) are placebench's, not the paper's"
+        + ("; the paper's fastest method is from all its figures, followed by the fastest of those compared "
+           "where that is another." if p.has_figures else "."),
         "",
         f"**Methods:** {mapping}.",
         "",
