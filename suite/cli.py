@@ -705,7 +705,8 @@ def cmd_table(args: argparse.Namespace) -> int:
     if not res.cells:
         raise report.ReportError(f"{args.store}: no result rows")
     terminal = fmt == "text" and not args.output
-    text = None if terminal else report.render(rows, fmt, args.reference)
+    profiles = report.manifest_profiles(args.store)
+    text = None if terminal else report.render(rows, fmt, args.reference, profiles)
     shown = [t for _, ts in report.tables(res, args.reference) for t in ts] if terminal else None
     files = {Path(args.chart): png} if png is not None else {}
     if args.output:
@@ -713,6 +714,8 @@ def cmd_table(args: argparse.Namespace) -> int:
     atomic_write_files(files)
     if shown is not None:
         _print_tables(shown)
+        for line in report.profile_coverage_lines(res.evaluators, profiles):  # as `render` ends a text report
+            print(f"\n{line}")
     elif not args.output:
         sys.stdout.write(text)
     return 0
@@ -734,7 +737,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
              f"remove it, or drop --no-chart to replace it")
     written = [str(p) for p in report.write_leaderboard(
         rows, args.out, args.reference, source=_text(args.store), runs=runs,
-        note="\n\n".join(f"**Warning: {_text(w)}.**" for w in warnings), chart=not args.no_chart)]
+        note="\n\n".join(f"**Warning: {_text(w)}.**" for w in warnings), chart=not args.no_chart,
+        profiles=report.manifest_profiles(args.store))]
     if args.json:
         _print_json({"written": written})
     else:

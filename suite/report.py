@@ -382,6 +382,40 @@ def long_table(res: Results, reference: str | None = None) -> Table:
     return Table("Cells", columns, rows, raw, ["l"] * len(columns))
 
 
+# -- profile coverage -------------------------------------------------------------------------------------
+def manifest_profiles(store: str | Path) -> dict[str, Any]:
+    """The `profiles` section of the manifest of the store behind `store` (the store, or the store holding a
+    results table file given instead); {} for a table file outside a store, or a store made before the section."""
+    from suite.store import Store, is_store_dir
+
+    path = Path(store).resolve()
+    root = path if path.is_dir() else path.parent
+    if not is_store_dir(root):
+        return {}
+    section = Store(root, create=False).manifest().get("profiles")
+    return dict(section) if isinstance(section, Mapping) else {}
+
+
+def profile_coverage_lines(evaluators: Iterable[str], profiles: Mapping[str, Any] | None) -> list[str]:
+    """One line per profiled evaluator of the rows ("simulator+profiles:<digest>", which alone reads like a fully
+    profiled result) and cluster: how many op times its profiles give each device, from the manifest's
+    `profiles` section (`suite.costmodel.profile_coverage`); "not recorded" for a store made before it."""
+    lines = []
+    for label in sorted(e for e in evaluators if "+profiles:" in e):
+        entry = (profiles or {}).get(label)
+        clusters = entry.get("clusters") if isinstance(entry, Mapping) else None
+        if not isinstance(clusters, Mapping) or not clusters:
+            lines.append(f"Evaluator {label}: how many op times the profiles give is not recorded (a store made "
+                         "before its manifest had a profiles section)")
+            continue
+        for cluster in sorted(clusters):
+            cov = clusters[cluster]
+            summary = cov.get("summary") if isinstance(cov, Mapping) else None
+            lines.append(f"Evaluator {label} ({entry.get('workload', '?')} on {cluster}): "
+                         f"{summary or 'op times from profiles: not recorded'}")
+    return lines
+
+
 # -- renderers --------------------------------------------------------------------------------------------
 def to_text(t: Table) -> str:
     widths = [max(len(h), *(len(r[i]) for r in t.rows)) if t.rows else len(h) for i, h in enumerate(t.columns)]
@@ -477,8 +511,11 @@ caption{font-weight:bold;text-align:left}td.oom,td.invalid,td.timeout,td.error{c
 </head><body>"""
 
 
-def render(rows: Iterable[Mapping[str, Any]], fmt: str = "text", reference: str | None = None) -> str:
-    """The whole report of a set of rows in one format (CSV and JSON give the long table)."""
+def render(rows: Iterable[Mapping[str, Any]], fmt: str = "text", reference: str | None = None,
+           profiles: Mapping[str, Any] | None = None) -> str:
+    """The whole report of a set of rows in one format (CSV and JSON give the long table). `profiles`, the
+    store manifest's section (`manifest_profiles`), gives the footer its coverage lines for profiled
+    evaluators (`profile_coverage_lines`; JSON: "profile_coverage")."""
     if fmt not in FORMATS:
         raise ReportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
     res = Results.from_rows(rows)
@@ -486,18 +523,22 @@ def render(rows: Iterable[Mapping[str, Any]], fmt: str = "text", reference: str 
         raise ReportError("no result rows to report")
     if fmt == "csv":
         return to_csv(long_table(res, reference))
+    footer = profile_coverage_lines(res.evaluators, profiles)
     if fmt == "json":
         from suite.store import dumps
 
-        return dumps(as_json(res, reference)) + "\n"
+        return dumps({**as_json(res, reference), "profile_coverage": footer}) + "\n"
     sections = tables(res, reference)
     if fmt == "text":
-        return "\n\n".join(to_text(t) for _, ts in sections for t in ts) + "\n"
+        return "\n\n".join([*(to_text(t) for _, ts in sections for t in ts), *footer]) + "\n"
     if fmt == "md":
-        return "\n\n".join(f"## {md_escape(name)}\n\n" + "\n\n".join(to_markdown(t) for t in ts) for name, ts in sections) + "\n"
+        return "\n\n".join([*(f"## {md_escape(name)}\n\n" + "\n\n".join(to_markdown(t) for t in ts) for name, ts in sections),
+                            *(md_escape(line) for line in footer)]) + "\n"
     if fmt == "latex":
-        return LATEX_PREAMBLE_NOTE + "\n\n".join(to_latex(t) for _, ts in sections for t in ts) + "\n"
-    body = "\n".join(f"<h2>{html.escape(name)}</h2>\n" + "\n".join(to_html(t) for t in ts) for name, ts in sections)
+        return LATEX_PREAMBLE_NOTE + "\n\n".join([*(to_latex(t) for _, ts in sections for t in ts),
+                                                  *(f"% {line}" for line in footer)]) + "\n"
+    body = "\n".join([*(f"<h2>{html.escape(name)}</h2>\n" + "\n".join(to_html(t) for t in ts) for name, ts in sections),
+                      *(f"<p>{html.escape(line)}</p>" for line in footer)])
     return f"{_HTML_HEAD}\n{body}\n</body></html>\n"
 
 
@@ -562,7 +603,8 @@ def provenance(runs: Iterable[Mapping[str, Any]]) -> str:
 
 
 def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | None = None, source: str = "",
-                         runs: Iterable[Mapping[str, Any]] = (), note: str = "") -> str:
+                         runs: Iterable[Mapping[str, Any]] = (), note: str = "",
+                         profiles: Mapping[str, Any] | None = None) -> str:
     rows = list(rows)
     made_by = provenance(runs_that_made(runs, rows))
     res = Results.from_rows(rows)
@@ -594,20 +636,21 @@ def leaderboard_markdown(rows: Iterable[Mapping[str, Any]], reference: str | Non
         *([note, ""] if note else []),
         "",
     ]
-    return "\n".join(header) + render(rows, "md", reference)
+    return "\n".join(header) + render(rows, "md", reference, profiles)
 
 
 def write_leaderboard(
     rows: Iterable[Mapping[str, Any]], out_dir: str | Path, reference: str | None = None, source: str = "",
     runs: Iterable[Mapping[str, Any]] = (), note: str = "", chart: bool = False,
+    profiles: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """leaderboard.md, leaderboard.csv and (with `chart`) leaderboard.png in `out_dir`, replaced together:
-    a report that cannot be made or written leaves the old files as they were."""
+    a report that cannot be made or written leaves the old files as they were. `profiles`: as for `render`."""
     from suite.store import atomic_write_files
 
     rows = list(rows)
     out_dir = Path(out_dir)
-    files = {out_dir / "leaderboard.md": leaderboard_markdown(rows, reference, source, runs, note).encode(),
+    files = {out_dir / "leaderboard.md": leaderboard_markdown(rows, reference, source, runs, note, profiles).encode(),
              out_dir / "leaderboard.csv": render(rows, "csv", reference).encode()}
     if chart:
         files[out_dir / "leaderboard.png"] = chart_png(rows, reference)

@@ -491,3 +491,56 @@ def test_a_placer_hundreds_of_times_slower_than_the_reference_is_not_shown_as_0x
     assert "a          2   2    0       0        0                 0.0032x" in text
     assert [report.format_speedup(x) for x in (0.0042, 0.00499, 0.005, 0.0865, 1e-7, 2.0)] == [
         "0.0042x", "0.0050x", "0.01x", "0.09x", "1.0e-07x", "2.00x"]
+
+
+# -- profile coverage in the footers ------------------------------------------------------------------------
+PROFILED = "simulator+profiles:0123456789ab"
+COVERAGE = {PROFILED: {"workload": "w_1", "files": ["w_1__cpu.json"], "clusters": {"c1": {
+    "ops": 4, "profiled_ops": {"cpu:0": 1, "gpu:0": 0},
+    "summary": "op times from profiles: 1 of 4 ops on cpu:0; 0 of 4 ops on gpu:0 (the others are roofline estimates)"}}}}
+
+
+def test_a_profiled_evaluator_gets_its_coverage_in_the_footer_of_every_format():
+    """The label alone (simulator+profiles:<digest>) read like a fully profiled result: the footer says how many
+    op times the profiles gave each device, from the manifest's profiles section."""
+    rows = [{**_row("w_1", "a", "ok", 1.0), "evaluator": PROFILED}]
+    line = (f"Evaluator {PROFILED} (w_1 on c1): op times from profiles: 1 of 4 ops on cpu:0; 0 of 4 ops on gpu:0 "
+            "(the others are roofline estimates)")
+    assert report.render(rows, "text", profiles=COVERAGE).endswith(f"\n\n{line}\n")
+    assert report.render(rows, "md", profiles=COVERAGE).endswith("\n\n" + line.replace("w_1", "w\\_1") + "\n")
+    assert f"% {line}\n" in report.render(rows, "latex", profiles=COVERAGE)
+    assert f"<p>{line}</p>" in report.render(rows, "html", profiles=COVERAGE)
+    assert json.loads(report.render(rows, "json", profiles=COVERAGE))["profile_coverage"] == [line]
+    assert line.replace("w_1", "w\\_1") in report.leaderboard_markdown(rows, profiles=COVERAGE)
+    # a store made before the manifest had the section: the tables still render, and say it is not recorded
+    old = report.render(rows, "text")
+    assert old.endswith(f"\n\nEvaluator {PROFILED}: how many op times the profiles give is not recorded (a store "
+                        "made before its manifest had a profiles section)\n")
+    # no profiled evaluator: no footer, whatever the manifest holds
+    assert report.render([_row("w_1", "a", "ok", 1.0)], "text", profiles=COVERAGE).endswith("1.00     1\n")
+
+
+def test_table_and_leaderboard_read_the_coverage_from_the_stores_manifest(tiny_files, write_spec, tmp_path, capsys):
+    from suite import runner
+    from suite.cli import main
+    from suite.store import Store
+
+    prof = tmp_path / "diamond__cpu.json"
+    prof.write_text(json.dumps({"format": "placebench.profile", "schema_version": 1, "workload": "diamond",
+                                "applies_to": "cpu", "op_times_s": {"b": 0.5}}))
+    spec = write_spec("prof", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"], profiles=[prof.name])
+    store = tmp_path / "store"
+    runner.run(runner.load_spec(str(spec)), store)
+    summary = "op times from profiles: 1 of 4 ops on cpu:0; 0 of 4 ops on gpu:0 (the others are roofline estimates)"
+    assert main(["table", str(store)]) == 0
+    assert capsys.readouterr().out.endswith(f" (diamond on tiny): {summary}\n")
+    assert main(["table", str(store / "results.csv"), "-f", "md"]) == 0  # the store's own table: its manifest
+    assert capsys.readouterr().out.endswith(f" (diamond on tiny): {summary}\n")
+    assert main(["leaderboard", str(store), "--out", str(tmp_path / "lb"), "--no-chart"]) == 0
+    assert f" (diamond on tiny): {summary}\n" in (tmp_path / "lb" / "leaderboard.md").read_text()
+    manifest = Store(store).manifest()  # a store from before the profiles section
+    del manifest["profiles"]
+    Store(store).write_manifest(manifest)
+    assert main(["table", str(store)]) == 0
+    assert capsys.readouterr().out.endswith("is not recorded (a store made before its manifest had a profiles section)\n")
