@@ -275,7 +275,8 @@ def cmd_paper(args: argparse.Namespace) -> int:
                             _warn_if_mixed_code(runs, comp.rows), setup) if w]
     provenance = report.provenance(report.runs_that_made(runs, comp.rows))
     written = [str(p) for p in paper.write_paper(comp, args.out, source=str(store), provenance=provenance,
-                                                 note="\n\n".join(f"**Warning: {w}.**" for w in warnings))]
+                                                 note="\n\n".join(f"**Warning: {w}.**" for w in warnings),
+                                                 profiles=report.manifest_profiles(store))]
     if args.json:
         _print_json({"paper": table.id, "store": str(store), "written": written,
                      "summary": paper.summary_line(comp),

@@ -54,6 +54,8 @@ from suite.report import (
     budget_text,
     budgets_of,
     format_speedup,
+    md_escape,
+    profile_coverage_lines,
     to_csv,
     to_markdown,
 )
@@ -701,8 +703,12 @@ def summary_line(comp: Comparison) -> str:
     return "; ".join(parts) + "."
 
 
-def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", note: str = "") -> str:
+def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", note: str = "",
+                   profiles: Mapping[str, Any] | None = None) -> str:
+    """The report. `profiles`, the store manifest's section (`report.manifest_profiles`), says how many op
+    times a profiled evaluator's profiles give each device (`report.profile_coverage_lines`)."""
     p = comp.paper
+    coverage = [md_escape(line) for line in profile_coverage_lines(comp.evaluators, profiles)]
     mapping = "; ".join(f"{m.name} = `{m.placer}`" + (f" ({m.note})" if m.note else "") if m.placer else
                         f"{m.name}: {NO_COUNTERPART} ({m.note})" for m in p.methods)
     figures = (f"**The paper's figures** are {p.citation}, {p.table} ({p.url}), read from {p.figures_from}. They "
@@ -739,6 +745,7 @@ def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", not
           if any(r.note for r in p.rows) else []),
         *(["**Notes:**", "", *[f"- {n}" for n in p.notes], ""] if p.notes else []),
         *([provenance, ""] if provenance else []),
+        *([*coverage, ""] if coverage else []),
         *([note, ""] if note else []),
         f"**Summary:** {summary_line(comp)}",
         "",
@@ -748,12 +755,12 @@ def paper_markdown(comp: Comparison, source: str = "", provenance: str = "", not
 
 
 def write_paper(comp: Comparison, out_dir: str | Path, source: str = "", provenance: str = "",
-                note: str = "") -> list[Path]:
+                note: str = "", profiles: Mapping[str, Any] | None = None) -> list[Path]:
     """<id>.md and <id>.csv in `out_dir`, replaced together (a failure leaves the old files as they were)."""
     from suite.store import atomic_write_files
 
     out_dir = Path(out_dir)
     return atomic_write_files({
-        out_dir / f"{comp.paper.id}.md": paper_markdown(comp, source, provenance, note).encode(),
+        out_dir / f"{comp.paper.id}.md": paper_markdown(comp, source, provenance, note, profiles).encode(),
         out_dir / f"{comp.paper.id}.csv": to_csv(long_table(comp)).encode(),
     })

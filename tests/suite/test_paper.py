@@ -386,6 +386,19 @@ def test_the_report_names_the_evaluator_of_its_rows():
         paper.paper_markdown(comp)
     assert "re-measured by the evaluator (unknown)." in paper.paper_markdown(paper.Comparison.from_rows(t, rows))
 
+def test_the_report_says_how_many_op_times_a_profiled_evaluators_profiles_give():
+    """As the leaderboard's footer: "simulator+profiles:<digest>" alone reads like a fully profiled result."""
+    t = paper.paper_from_dict(GOOD, id="t")
+    label = "simulator+profiles:0123456789ab"
+    rows = [dict(r, evaluator=label) for r in _rows(("resnet50-b1-infer", "single_cpu", [3.0] * 3))]
+    coverage = {label: {"workload": "resnet50-b1-infer", "clusters": {"xeon_h100": {
+        "summary": "op times from profiles: 5 of 9 ops on cpu_0; 0 of 9 ops on gpu_0"}}}}
+    md = paper.paper_markdown(paper.Comparison.from_rows(t, rows), profiles=coverage)
+    assert (f"\n\nEvaluator {label} (resnet50-b1-infer on xeon\\_h100): op times from profiles: 5 of 9 ops on "
+            "cpu\\_0; 0 of 9 ops on gpu\\_0\n\n") in md
+    assert "is not recorded (a store made before" in paper.paper_markdown(paper.Comparison.from_rows(t, rows))
+
+
 def test_without_figures_only_placebench_side_is_shown():
     data = _with(("rows",), [dict(r, paper={}) for r in GOOD["rows"]])
     t = paper.paper_from_dict(data, id="t")
