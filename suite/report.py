@@ -67,7 +67,10 @@ def format_seconds(t: float) -> str:
 
 def format_speedup(x: float) -> str:
     """Two decimals (1.25x, 0.09x); a speedup that two decimals would show as 0.00x, a placer more than 200 times
-    slower than the reference, two significant digits (0.0042x): a placer that ran is never shown as 0x."""
+    slower than the reference, two significant digits (0.0042x): a placer that ran is never shown as 0x. From a
+    million on, in powers of ten (1.23e+08x), as `format_seconds` does: never a 300-digit number."""
+    if x >= 999999.995:
+        return f"{x:.2e}x"
     text = f"{x:.2f}"
     return f"{x:#.2g}x" if text == "0.00" and x > 0 else f"{text}x"
 

@@ -493,6 +493,14 @@ def test_a_placer_hundreds_of_times_slower_than_the_reference_is_not_shown_as_0x
         "0.0042x", "0.0050x", "0.01x", "0.09x", "1.0e-07x", "2.00x"]
 
 
+def test_a_placer_millions_of_times_faster_than_the_reference_is_not_shown_as_a_300_digit_number():
+    """ref 1e300 s, a 1 s: the speedup was printed with all its 301 digits and two decimals."""
+    assert [report.format_speedup(x) for x in (999999.994, 999999.995, 1.234e8, 1e300)] == [
+        "999999.99x", "1.00e+06x", "1.23e+08x", "1.00e+300x"]
+    rows = [_row("w", "a", "ok", 1.0), _row("w", "ref", "ok", 1e300)]
+    assert "1.00e+300x" in report.render(rows, "text", "ref") and len(report.render(rows, "text", "ref")) < 1000
+
+
 # -- profile coverage in the footers ------------------------------------------------------------------------
 PROFILED = "simulator+profiles:0123456789ab"
 COVERAGE = {PROFILED: {"workload": "w_1", "files": ["w_1__cpu.json"], "clusters": {"c1": {
