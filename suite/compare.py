@@ -282,11 +282,14 @@ def _shown(row: Mapping[str, Any] | None) -> str:
 
 
 def _ratio_text(x: float | None) -> str:
-    """Three decimals (1.200x); a ratio above 0 that they would show as 0.000x, two significant digits (0.00025x)."""
+    """Three decimals (1.200x); a ratio above 0 that they would show as 0.000x, two significant digits (0.00025x);
+    from a million on, in powers of ten (1.235e+08x), as `report.format_speedup` does."""
     if x is None:
         return ""
     if math.isinf(x):
         return "inf"
+    if x >= 999999.9995:
+        return f"{x:.3e}x"
     text = f"{x:.3f}"
     return f"{x:#.2g}x" if text == "0.000" and x > 0 else f"{text}x"
 

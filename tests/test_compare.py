@@ -586,6 +586,12 @@ def test_compare_warns_when_the_stores_ran_with_other_cell_timeouts(capsys, two_
     assert "BASE ran with cell timeouts of 60 s / 90 s and NEW with 60 s:" in warning([60, 90], [60])[0]
 
 
+def to_markdown_of(pairs):
+    from suite.report import to_markdown  # what `compare -f md` writes
+
+    return to_markdown(cmp.table(pairs))
+
+
 def test_the_markdown_table_escapes_underscores_in_names():
     """`compare -f md`: a placer named _x_ would be italics on GitHub, one named a|b would split its cell."""
     from suite.report import to_markdown  # what `compare -f md` writes
@@ -593,3 +599,11 @@ def test_the_markdown_table_escapes_underscores_in_names():
     pairs = cmp.compare([row("_x_", t=1.0), row("a|b", t=1.0)], [row("_x_", t=2.0), row("a|b", t=2.0)])
     md = to_markdown(cmp.table(pairs))
     assert "| c | w | \\_x\\_ | 0 | 1.000 s | 2.000 s | 2.000x |" in md and "| c | w | a\\|b | 0 |" in md
+
+
+def test_a_ratio_of_millions_is_shown_in_powers_of_ten_not_with_every_digit():
+    """A base of 1e-300 s and a new time of 1 s: the time ratio was printed with its 300 digits."""
+    assert [cmp._ratio_text(x) for x in (999999.9994, 999999.9995, 1.2346e8, 1e300)] == [
+        "999999.999x", "1.000e+06x", "1.235e+08x", "1.000e+300x"]
+    md = to_markdown_of(cmp.compare([row(t=1e-300)], [row(t=1.0)]))
+    assert "| 1.000e+300x |" in md and len(md) < 1000
