@@ -164,3 +164,20 @@ def test_a_node_that_allows_no_device_is_named_by_the_op_that_narrows_it(make_cl
     con = _common.contract(OpGraph.build("narrowed", ops, [("a", "b")]))
     with pytest.raises(PlacementError, match=r"op 'b' \(group 'g'\) allows only gpu device kinds"):
         _common.allowed_nodes(con, make_cluster(0))
+
+
+def test_gpus_or_all_is_every_device_of_a_cluster_without_gpus(make_cluster):
+    """Two CPUs and no GPU: the GPU-only placers (mincut, metis include_cpu=False) get both CPUs, not one."""
+    from suite.cluster import Cluster, Device, Link
+
+    devs = tuple(Device(f"cpu:{k}", "cpu", peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=2**30, op_overhead_s=0.0)
+                 for k in range(2))
+    cpus = Cluster("cpus", devs, (Link(("cpu:0", "cpu:1"), bandwidth=1e9, latency_s=0.0),))
+    assert _common.gpus_or_all(cpus) == [0, 1]
+    assert _common.gpus_or_all(make_cluster(2)) == [1, 2]
+
+
+def test_scale_to_int_of_all_zeros_is_all_ones_even_with_minimum_zero():
+    """No proportions to keep: equal weights of 1 (METIS and Scotch refuse edge weights of 0)."""
+    assert _common.scale_to_int(np.zeros(2), minimum=0).tolist() == [1, 1]
+    assert _common.scale_to_int(np.array([0.0, 2.0]), total=10, minimum=0).tolist() == [0, 10]
