@@ -234,3 +234,63 @@ def test_the_placer_reports_what_metis_printed(monkeypatch, random_graph, make_p
     _flush_c_stdout()
     assert capfd.readouterr().out == ""
     assert r.info["metis_messages"] == ["***METIS says this", "***and this"]  # each distinct line once
+
+
+@pytest.mark.parametrize("cpu_last", [False, True])
+def test_what_metis_is_handed_by_hand(cpu_last, monkeypatch, make_problem):
+    """The inputs of tests/baselines/test_scotch.py's hand-made case: node weights = times on the fastest
+    device gpu:1 (0.2, 0.2, 0.4 s; on the CPU c is memory-bound), wherever the CPU is in the device list;
+    edge weights = bytes (32, 16, 16 of 64); part shares = speeds on this workload (CPU 0.025, gpu:0 0.5)."""
+    import baselines.metis as metis_module
+
+    from .test_scotch import heterogeneous_cluster, scotch_inputs_graph
+
+    seen = {}
+
+    def fake_metis_parts(xadj, adjncy, vw, ew, shares, seed, recursive=False, messages=None):
+        seen.update(adjncy=adjncy.tolist(), vw=vw.tolist(), ew=ew.tolist(), shares=shares.tolist(), seed=seed)
+        return np.zeros(len(xadj) - 1, dtype=np.int64)  # every node in part 0
+
+    monkeypatch.setattr(metis_module, "metis_parts", fake_metis_parts)
+    r = Metis().place(make_problem(scotch_inputs_graph(), heterogeneous_cluster(cpu_last)), Budget(), 5)
+    assert seen["vw"] == [2**26, 2**26, 2**27] and seen["seed"] == 5
+    assert seen["adjncy"] == [1, 2, 0, 2, 0, 1] and seen["ew"] == [2**27, 2**26, 2**27, 2**26, 2**26, 2**26]
+    assert seen["shares"] == ([0.5, 1.0, 0.025] if cpu_last else [0.025, 0.5, 1.0])
+    if cpu_last:  # part 0 is gpu:0, which d allows
+        assert r.placement.tolist() == [0, 0, 0, 0] and r.info["kind_moves"] == 0
+    else:  # part 0 is the CPU; d (GPU only, neighbours all on the CPU) goes to the fastest GPU, gpu:1
+        assert r.placement.tolist() == [0, 0, 0, 2] and r.info["kind_moves"] == 1
+
+
+def test_fewer_vertices_than_parts_ties_go_to_the_larger_share():
+    """Two vertices of weight 1, shares 1 and 0.5: the first goes to part 0 (ends at 1 against 2); the second
+    ends at 2 on either part, and the tie goes to the larger share."""
+    parts = metis_parts(np.array([0, 1, 2]), np.array([1, 0]), np.array([1, 1]), np.array([1, 1]),
+                        np.array([1.0, 0.5]), seed=0)
+    assert parts.tolist() == [0, 0]
+
+
+def test_pymetis_is_handed_shares_that_sum_to_one():
+    """pymetis warns (DeprecationWarning) on target part weights that do not sum to 1 and will stop
+    normalising them itself; speeds are handed over normalised."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        parts = metis_parts(np.array([0, 1, 3, 4]), np.array([1, 0, 2, 1]), np.array([1, 1, 1]), np.ones(4),
+                            np.array([0.1, 1.0]), seed=0)
+    assert len(parts) == 3
+
+
+def test_messages_already_in_the_list_are_not_added_again(capfd):
+    """Two calls that make METIS print the same two lines, into one list: each line is in it once."""
+    xadj, adjncy = np.array([0, 0, 1, 1, 2, 3, 4, 4]), np.array([5, 4, 3, 1])
+    vw = np.array([277, 954, 218, 796, 345, 671, 651])
+    said: list[str] = []
+    for _ in range(2):
+        metis_parts(xadj, adjncy, vw, np.ones(4, dtype=np.int64), np.array([1.0, 0.0, 0.0]), 0, recursive=True,
+                    messages=said)
+    _flush_c_stdout()
+    assert capfd.readouterr().out == ""
+    assert said == ["***Cannot bisect a graph with 0 vertices!",
+                    "***You are trying to partition a graph into too many parts!"]

@@ -86,14 +86,16 @@ def test_nodes_are_colocation_groups(random_graph, make_problem, haswell_2k80):
     assert r.info["nodes"] == _common.contract(g).num_nodes == 50
 
 
-def heterogeneous_cluster():
+def heterogeneous_cluster(cpu_last: bool = False):
     """cpu:0 1 GFLOP/s with 1 GB/s memory; gpu:0 10 GFLOP/s and gpu:1 20 GFLOP/s (the fastest, not the first),
-    memory time negligible on the GPUs; one crossbar link."""
+    memory time negligible on the GPUs; one crossbar link. `cpu_last`: the CPU is the last device, not the first."""
     from suite.cluster import Cluster, Device, Link
 
     devs = (Device("cpu:0", "cpu", peak_flops=1e9, mem_bandwidth=1e9, memory_bytes=2**40, op_overhead_s=0.0),
             Device("gpu:0", "gpu", peak_flops=1e10, mem_bandwidth=1e30, memory_bytes=2**40, op_overhead_s=0.0),
             Device("gpu:1", "gpu", peak_flops=2e10, mem_bandwidth=1e30, memory_bytes=2**40, op_overhead_s=0.0))
+    if cpu_last:
+        devs = devs[1:] + devs[:1]
     return Cluster(name="het", devices=devs, links=(Link(tuple(d.name for d in devs), bandwidth=1e9, latency_s=0.0),))
 
 
@@ -156,3 +158,11 @@ def test_link_costs_are_rounded_to_nearest():
                                 Link(("cpu:0", "gpu:0", "gpu:1"), bandwidth=7e10, latency_s=0.0)))
     # GPU pair on the 300 GB/s link: 10; CPU routes 70 GB/s: 10 * 300 / 70 = 42.86 -> 43
     assert link_costs(c, [0, 1, 2]).tolist() == [[0, 43, 43], [43, 0, 10], [43, 10, 0]]
+
+
+def test_node_weights_are_times_on_the_fastest_device_not_the_last(scotch_spy, make_problem):
+    """The CPU is the last device: the node weights are still the times on gpu:1 (1:1:2), not on the CPU
+    (where c is memory-bound: 4, 20 and 8 s)."""
+    r = Scotch().place(make_problem(scotch_inputs_graph(), heterogeneous_cluster(cpu_last=True)), Budget(), 0)
+    assert scotch_spy["vw"] == [2**26, 2**26, 2**27]
+    assert r.info["device_speeds"] == [0.5, 1.0, 0.025] and scotch_spy["tw"] == [500, 1000, 25]
