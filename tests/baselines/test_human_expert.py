@@ -259,3 +259,34 @@ def test_rnnlm_softmax_on_the_last_gpu_when_gpus_outnumber_layers(layered_graph,
     g = layered_graph("rnnlm", RNNLM)
     devs = forward_devices(HumanExpert().place(make_problem(g, make_cluster(8)), Budget(), 0), g)
     assert devs == {"embedding": 1, "lstm.0": 1, "lstm.1": 2, "softmax": 8}
+
+
+def test_balanced_contiguous_keeps_a_free_last_item_in_the_last_part():
+    """The last item costs nothing: its midpoint is the total, which would be part `parts` (one past the
+    last GPU); it stays in the last part."""
+    assert balanced_contiguous([1.0, 1.0, 0.0], 2).tolist() == [0, 1, 1]
+
+
+def test_the_balanced_split_weighs_ops_by_their_time_on_the_fastest_gpu(make_problem):
+    """Four ops in a chain; gpu:0 (the fastest) takes 1 s for each, gpu:1 8 s for the memory-bound first and
+    2 s for the others. Balanced by the times on gpu:0 the split is 2 + 2 ops; by gpu:1's it would be 1 + 3."""
+    from suite.cluster import Cluster, Device, Link
+
+    devs = (Device("gpu:0", "gpu", peak_flops=2e10, mem_bandwidth=1e30, memory_bytes=2**40, op_overhead_s=0.0),
+            Device("gpu:1", "gpu", peak_flops=1e10, mem_bandwidth=1e9, memory_bytes=2**40, op_overhead_s=0.0))
+    cluster = Cluster("het", devs, (Link(("gpu:0", "gpu:1"), bandwidth=1e9, latency_s=0.0),))
+    ops = [Op(f"o{i}", "x", flops=2e10, bytes_read=int(8e9) if i == 0 else 0, output_bytes=8) for i in range(4)]
+    g = OpGraph.build("chain", ops, [(f"o{i}", f"o{i + 1}") for i in range(3)], {"model": "other"})
+    problem = make_problem(g, cluster)
+    assert problem.costs().tolist() == [[1.0, 8.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]
+    r = HumanExpert().place(problem, Budget(), 0)
+    assert r.placement.tolist() == [0, 0, 1, 1] and r.info["rule"] == "balanced_topological"
+
+
+def test_an_lstm_layer_scope_ends_at_the_layer_number():
+    """"lstm.1" and what is inside it ("lstm.1.cell") are layer 1; "lstm.1b" is another module."""
+    from baselines.human_expert import _lstm_layer
+
+    assert _lstm_layer("lstm.1", [""]) == (0, 1) and _lstm_layer("lstm.12.cell", [""]) == (0, 12)
+    assert _lstm_layer("decoder.lstm.0.cell", ["encoder", "decoder"]) == (1, 0)
+    assert _lstm_layer("lstm.1b", [""]) is None and _lstm_layer("lstm.1_proj.w", [""]) is None
