@@ -266,3 +266,15 @@ def test_a_climb_ends_at_a_local_optimum(random_graph, make_problem, haswell_2k8
                 c = current.copy()
                 c[node] = dev
                 assert judge.score(judge.measure(con.expand(c))) >= score
+
+
+def test_of_equal_starts_the_first_is_kept(make_problem, make_cluster):
+    """One op on two equal GPUs: every placement takes the same time. The search keeps the first of the
+    equal starts (all on gpu:0), whatever device the human expert (gpu:1 here) or the random start chose."""
+    from suite.graph import Op, OpGraph
+
+    g = OpGraph.build("one", [Op("x", "matmul", flops=1e9, output_bytes=8)], [])
+    cluster = make_cluster(2, cpu=False)
+    for seed in range(4):
+        r = LocalSearch().place(make_problem(g, cluster, max_evaluations=50), Budget(), seed)
+        assert r.placement.tolist() == [0] and r.info["distinct_placements"] == 2
