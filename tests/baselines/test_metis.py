@@ -294,3 +294,11 @@ def test_messages_already_in_the_list_are_not_added_again(capfd):
     assert capfd.readouterr().out == ""
     assert said == ["***Cannot bisect a graph with 0 vertices!",
                     "***You are trying to partition a graph into too many parts!"]
+
+
+def test_fewer_vertices_than_parts_leave_a_part_of_share_zero_empty():
+    """Shares 1 and 0 (a device of speed 0): both vertices go to part 0, though part 1 would end lower by
+    load alone."""
+    parts = metis_parts(np.array([0, 1, 2]), np.array([1, 0]), np.array([5, 1]), np.array([1, 1]),
+                        np.array([1.0, 0.0]), seed=0)
+    assert parts.tolist() == [0, 0]

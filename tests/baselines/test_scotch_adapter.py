@@ -326,3 +326,17 @@ def test_decomposition_tree_is_the_reference_tree_on_the_cluster_presets(name):
 def test_decomposition_tree_refuses_costs_without_exact_float_sums(costs):
     with pytest.raises(ValueError, match="link costs"):
         decomposition_tree(np.ones(2), np.asarray(costs))
+
+
+@pytest.mark.parametrize("light", [0, 1, 2])
+def test_edge_weights_decide_the_cut(light):
+    """A ring of 6 equal vertices on two equal terminals, every edge weighing 1000 but the two opposite edges
+    (light, light + 1) and (light + 3, light + 4), which weigh 1: the halves are cut at those two (any two
+    opposite edges would do without weights)."""
+    edges = [(i, (i + 1) % 6) for i in range(6)]
+    weights = [1 if i in (light, light + 3) else 1000 for i in range(6)]
+    xadj, adj, ew = csr(6, edges, weights)
+    for seed in range(3):
+        parts = map_graph(xadj, adj, np.ones(6), ew, np.array([1, 1]), complete_costs(2), seed=seed)
+        half = [(light + 1 + j) % 6 for j in range(3)]
+        assert len(set(parts[half].tolist())) == 1 and sorted(np.bincount(parts, minlength=2).tolist()) == [3, 3]
