@@ -278,3 +278,24 @@ def test_of_equal_starts_the_first_is_kept(make_problem, make_cluster):
     for seed in range(4):
         r = LocalSearch().place(make_problem(g, cluster, max_evaluations=50), Budget(), seed)
         assert r.placement.tolist() == [0] and r.info["distinct_placements"] == 2
+
+
+def test_no_node_can_move_the_search_ends_with_the_only_placement(make_problem, make_cluster):
+    """Every op CPU-only on a cluster with one CPU: one placement exists; the search scores it once and stops
+    (no kick is possible), without spending its budget."""
+    from suite.graph import Op, OpGraph
+
+    g = OpGraph.build("cpu_only", [Op(f"o{i}", "x", flops=1e9, output_bytes=8, allowed_kinds=("cpu",))
+                                   for i in range(3)], [("o0", "o1"), ("o1", "o2")])
+    r = LocalSearch().place(make_problem(g, make_cluster(2), max_evaluations=50), Budget(), 0)
+    assert r.placement.tolist() == [0, 0, 0] and r.evaluations == 1
+    assert r.info["stop"] == "exhausted_neighbourhood" and r.info["kicks"] == 0
+
+
+def test_the_first_start_is_the_fastest_gpu_even_where_the_cpu_is_faster(random_graph, make_problem, make_cluster):
+    """A CPU of 1e11 FLOP/s and GPUs of 1e10: the first start is still every op on the fastest GPU (gpu:0,
+    device 1), as documented, not on the fastest device."""
+    g = random_graph(6, 1)
+    cluster = make_cluster(2, cpu_flops=1e11, gpu_flops=1e10)
+    r = LocalSearch().place(make_problem(g, cluster, max_evaluations=0), Budget(max_evaluations=0), 0)
+    assert r.placement.tolist() == [1] * 6 and r.evaluations == 0
