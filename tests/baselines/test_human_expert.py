@@ -290,3 +290,13 @@ def test_an_lstm_layer_scope_ends_at_the_layer_number():
     assert _lstm_layer("lstm.1", [""]) == (0, 1) and _lstm_layer("lstm.12.cell", [""]) == (0, 12)
     assert _lstm_layer("decoder.lstm.0.cell", ["encoder", "decoder"]) == (1, 0)
     assert _lstm_layer("lstm.1b", [""]) is None and _lstm_layer("lstm.1_proj.w", [""]) is None
+
+
+def test_pipeline_stages_balance_block_compute_and_a_heavy_first_block_leaves_the_first_gpu(make_problem,
+                                                                                           make_cluster):
+    """Blocks a, b, c of 10:1:1 GFLOPs on 4 GPUs (devices 1-4): midpoints at 5, 10.5 and 11.5 of 12, so a is
+    stage 1 (gpu:1) and b, c stage 3 (gpu:3); GPU 0 stays idle. By block count it would be 1, 3, 4."""
+    ops = [Op(s, "x", flops=f, output_bytes=10, scope=s) for s, f in (("a", 1e10), ("b", 1e9), ("c", 1e9))]
+    g = OpGraph.build("blocks", ops, [("a", "b"), ("b", "c")], {"model": "cnn", "blocks": list("abc")})
+    r = HumanExpertPipeline().place(make_problem(g, make_cluster(4)), Budget(), 0)
+    assert r.info["rule"] == "block_pipeline" and r.placement.tolist() == [2, 4, 4]

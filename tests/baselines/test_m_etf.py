@@ -366,6 +366,15 @@ def test_timeline_books_into_idle_gaps():
     assert t.earliest_start(0.0, 0.5) == 2.5
 
 
+def test_timeline_looks_past_an_idle_gap_too_short():
+    """Gaps [0, 1) and [2, 3.5): 1.5 s from time 0 do not fit the first gap but do fit the second."""
+    t = Timeline()
+    t.book(1.0, 1.0)
+    t.book(3.5, 1.0)
+    assert t.gap_start == [0.0, 2.0] and t.gap_end == [1.0, 3.5]
+    assert t.earliest_start(0.0, 1.5) == 2.0
+
+
 def test_transfers_on_one_channel_are_booked_one_after_the_other(make_problem, make_cluster):
     """The contention case above with q GPU-only: a's output holds the CPU->GPU channel 0.1..0.2, so p's
     output (ready at 0.11) is booked after it, 0.2..0.3, and q runs 0.3..0.315 on the GPU. The estimate is the
@@ -544,3 +553,17 @@ def test_an_oom_that_names_no_device_is_not_retried(make_problem, make_cluster, 
     r = METF().place(problem, Budget(), 0)
     assert made == [False, True]
     assert (r.info["oom_retries"], r.info["reserved_groups_oom_retries"]) == (0, 0)
+
+
+def test_a_conservative_schedule_left_unmeasured_by_the_budget_is_not_taken(random_graph, make_cluster, make_problem):
+    """Point 6 takes the conservative schedule only where it is measured to fit: with the budget spent by the
+    usual rule's retries (random graph 44 of the test above, 2 GPUs), it is not measured and m_etf keeps
+    the usual rule's last schedule."""
+    g, c = random_graph(30, 44, groups=True, kinds=True), make_cluster(2, gpu_memory_bytes=200 * MB)
+    alone = make_problem(g, c)
+    usual, _, retries, status = METF()._retry(alone, reserve_groups=False)
+    assert status == "oom" and retries == 16
+    used = alone.evaluator.evaluations_used
+    r = METF().place(make_problem(g, c, max_evaluations=used), Budget(max_evaluations=used), 0)
+    assert r.placement.tolist() == usual.tolist() and r.evaluations == used
+    assert "reserved_groups" not in r.info and r.info["reserved_groups_oom_retries"] == 0
