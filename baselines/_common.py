@@ -6,7 +6,8 @@ with `Contraction.expand`, so colocation holds by construction. Device-kind cons
 matrix `allowed[node, device]` (the intersection of the kinds its ops allow).
 
 Weights for the partitioners (Scotch, METIS) are integers: `scale_to_int` keeps proportions and keeps
-totals far below the 32-bit limit of METIS's idx_t.
+totals far below 2^31, so that a METIS or Scotch built with 32-bit integers would not overflow either (the
+pymetis 2025.2 and pyscotch 7.0 wheels used here are built with 64-bit ones).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 * Graph: colocation groups contracted into nodes (`_common.contract`); vertex weight = compute time of the
   node's ops on the reference device (the fastest candidate, from the cost model); edge weight = bytes
   exchanged between the two nodes (both directions summed). Weights are scaled to integers that sum to
-  about 2^28, within METIS's 32-bit idx_t.
+  about 2^28, within a 32-bit idx_t (this pymetis's is 64-bit).
 * Target part weights (`tpwgts`): part k gets the share speed_k / sum(speeds), where speed_k is candidate
   device k's speed on this workload relative to the reference (total op time on the reference / total op
   time on device k). METIS refuses a share of 0 (a device of speed 0, where the reference runs the workload

@@ -302,3 +302,13 @@ def test_fewer_vertices_than_parts_leave_a_part_of_share_zero_empty():
     parts = metis_parts(np.array([0, 1, 2]), np.array([1, 0]), np.array([5, 1]), np.array([1, 1]),
                         np.array([1.0, 0.0]), seed=0)
     assert parts.tolist() == [0, 0]
+
+
+def test_pymetis_takes_weights_past_32_bits():
+    """The module docstring's claim: this pymetis's idx_t is 64-bit. A ring of 40 vertices of 2^33 each
+    (total 2^38.3) is split 20 + 20, not garbled by overflow."""
+    n = 40
+    xadj = np.arange(0, 2 * n + 1, 2)
+    adjncy = np.array([x for i in range(n) for x in sorted(((i - 1) % n, (i + 1) % n))])
+    parts = metis_parts(xadj, adjncy, np.full(n, 2**33), np.ones(2 * n, dtype=np.int64), np.array([1.0, 1.0]), 0)
+    assert np.bincount(parts, minlength=2).tolist() == [20, 20]
