@@ -20,11 +20,14 @@ record the store's schema_version: one of another schema (written by another pla
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
+import io
 import json
 import math
 import os
 import platform
+import re
 import stat
 import subprocess
 import tempfile
@@ -299,7 +302,7 @@ def read_table(path: Path) -> list[dict[str, Any]]:
             opts = pacsv.ConvertOptions(
                 column_types={f.name: f.type for f in ROW_SCHEMA},
                 strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
+                quoted_strings_can_be_null=True,  # a quoted empty field ("") is null where an unquoted one is
                 null_values=[""],  # as write_table writes null; "nan", "NA", "null" are not silently null
             )
             table = pacsv.read_csv(data, convert_options=opts)
@@ -309,7 +312,8 @@ def read_table(path: Path) -> list[dict[str, Any]]:
                          f"(byte 0x{exc.object[exc.start]:02x})") from None
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         first_line = str(exc).partition("\n")[0]  # Arrow may add a dump of the schema
-        raise StoreError(f"{path}: not a placebench results table: {first_line}") from None
+        where = _csv_bad_value(data, first_line) if path.suffix == ".csv" else None
+        raise StoreError(f"{path}: {where or f'not a placebench results table: {first_line}'}") from None
     missing = [c for c in ("cell_id", "workload", "cluster", "placer", "seed", "status", "step_time_s") if c not in columns]
     if missing:
         raise StoreError(f"{path}: not a placebench results table: missing column(s) {', '.join(missing)}")
@@ -325,6 +329,29 @@ def read_table(path: Path) -> list[dict[str, Any]]:
         if problem:
             raise StoreError(f"{path}: {row_where(r)}: {problem}")
     return sorted(rows, key=sort_key)
+
+
+_CSV_CONVERSION = re.compile(r"In CSV column #(\d+): CSV conversion error to (\w+): invalid value '(.*)'$", re.S)
+_CSV_KINDS = {"int64": "a 64-bit whole number", "double": "a number"}
+
+
+def _csv_bad_value(data: pa.BufferReader, arrow_message: str) -> str | None:
+    """'line N (cluster / workload / placer / seed S): COLUMN must be ..., got VALUE' for Arrow's message on a CSV
+    value it could not convert, which names the column by its index and not the row; None for another error."""
+    match = _CSV_CONVERSION.match(arrow_message)
+    if not match:
+        return None
+    index, kind, value = int(match[1]), match[2], match[3]
+    data.seek(0)
+    reader = csv.reader(io.StringIO(data.read().decode("utf-8", "replace"), newline=""))
+    header = next(reader, [])
+    for fields in reader:
+        if index < len(header) and index < len(fields) and fields[index] == value:
+            row = dict(zip(header, fields, strict=False))
+            empty = "" if header[index] == "seed" else " or empty"  # the one number of a row's key
+            return (f"line {reader.line_num} ({row_where(row)}): {header[index]} must be "
+                    f"{_CSV_KINDS.get(kind, kind)}{empty}, got {_shown(value)}")
+    return None
 
 
 # -- checks of what a store's files hold --------------------------------------------------------------------

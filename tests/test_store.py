@@ -656,3 +656,33 @@ def test_a_cell_or_manifest_of_another_store_schema_is_refused_not_read(tmp_path
     s.manifest_path.write_text(json.dumps({"format": "placebench.store", "schema_version": version, "runs": []}))
     with pytest.raises(StoreError, match=rf"manifest\.json: a store manifest of store schema_version {shown}"):
         s.manifest()
+
+
+def test_a_csv_table_with_every_field_quoted_reads_as_written(tmp_path):
+    """A spreadsheet or csv.QUOTE_ALL writes the empty numbers of a failed row as "" instead of nothing: they
+    are null as unquoted empty fields are; a quoted "" text stays "" (never null)."""
+    import csv
+
+    failed = _record("b2", seed=1, status="oom", step_time_s=None, max_peak_memory_bytes=None, evaluations=None,
+                     message="", peak_memory_bytes="")
+    st.write_table([_record("a1"), failed], tmp_path / "x.csv")
+    fields = list(csv.reader((tmp_path / "x.csv").open(newline="")))
+    with (tmp_path / "quoted.csv").open("w", newline="") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(fields)
+    assert '"oom","","",' in (tmp_path / "quoted.csv").read_text()
+    rows = st.open_rows(tmp_path / "quoted.csv")
+    assert rows == st.open_rows(tmp_path / "x.csv")
+    assert rows[1]["step_time_s"] is None and rows[1]["evaluations"] is None and rows[1]["message"] == ""
+
+
+def test_a_csv_value_that_is_no_number_is_named_by_line_and_column(tmp_path):
+    st.write_table([_record("a1"), _record("b2", seed=1, status="error", step_time_s=None)], tmp_path / "x.csv")
+    text = (tmp_path / "x.csv").read_text()
+    (tmp_path / "bad.csv").write_text(text.replace('"error","",,', '"error","","n/a",'))
+    with pytest.raises(StoreError, match=r'bad\.csv: line 3 \(c / w / p / seed 1\): step_time_s must be a number or '
+                                         r'empty, got "n/a"$'):
+        st.open_rows(tmp_path / "bad.csv")
+    (tmp_path / "bad.csv").write_text(text.replace(',1,"m1"', ',1.5,"m1"'))
+    with pytest.raises(StoreError, match=r'bad\.csv: line 3 \(c / w / p / seed 1\.5\): seed must be a 64-bit whole '
+                                         r'number, got "1\.5"$'):
+        st.open_rows(tmp_path / "bad.csv")
