@@ -376,6 +376,19 @@ def check_output_dir(path: str | Path, flag: str) -> None:
         raise UsageError(f"{flag}: {exc.strerror}") from None
 
 
+def refuse_store_dir(path: str | Path, flag: str, what: str) -> None:
+    """A results store (or its cells/ folder) holds only the store's own files: a profile or report written
+    there would be read as a damaged cell, which stops the store's tables, or be mixed with its data. Refused
+    like the other commands' outputs (`_refuse_inside_store`), before any work."""
+    from suite.store import is_store_dir
+
+    target = Path(path).resolve()
+    for root in (target, target.parent):
+        if root.is_dir() and is_store_dir(root):
+            where = "" if root == target else "inside "
+            raise UsageError(f"{flag} {path} is {where}the results store {root}: write {what} elsewhere")
+
+
 def _check_output_file(path: str, flag: str, inputs: Sequence[str]) -> None:
     """An output file must be writable and not one of the command's own input files (checked before any work,
     so that a long search is not lost to a bad path)."""

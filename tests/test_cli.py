@@ -1290,3 +1290,26 @@ def test_a_path_that_is_not_utf8_on_a_strict_stdout_is_printed_as_its_escape(cap
     code, out, err = _run(capsys, "leaderboard", str(new), "--out", str(where / "lb"), "--reference", "a", "--no-chart")
     assert code == 0 and out == f"{tmp_path}/runs-\\udce9/lb/leaderboard.md\n{tmp_path}/runs-\\udce9/lb/leaderboard.csv\n"
     assert sys.stdout.errors == sys.stderr.errors == "strict"
+
+
+def test_profile_and_fidelity_refuse_to_write_into_a_results_store(tmp_path, capsys, monkeypatch):
+    """A profile written into a store's cells/ would be read as a damaged cell (the store's tables stop); one
+    in the store, or a fidelity report, would be mixed with its data. Refused before measuring, nothing written."""
+    from suite.backends import workload
+    from suite.store import Store
+
+    monkeypatch.setattr(workload, "real_workload", lambda *a, **k: pytest.fail("measured before checking"))
+    store = Store(tmp_path / "store")
+    store.write_manifest({"format": "placebench.store", "schema_version": 1, "runs": []})
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    root = store.root.resolve()
+    for argv, flag, what, where in (
+            (["profile", "rnnlm-2x2048-b64", "--out", str(store.root)], "--out", "profiles", ""),
+            (["profile", "rnnlm-2x2048-b64", "--out", str(store.cells_dir)], "--out", "profiles", "inside "),
+            (["fidelity", "rnnlm-2x2048-b64", "--out", str(store.cells_dir)], "--out", "reports", "inside "),
+            (["fidelity", "rnnlm-2x2048-b64", "--out", str(tmp_path / "f"), "--profiles", str(store.root)],
+             "--profiles", "profiles", "")):
+        path = argv[argv.index(flag) + 1]
+        _assert_usage_error(*_run(capsys, *argv),
+                            f"{flag} {path} is {where}the results store {root}: write {what} elsewhere")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

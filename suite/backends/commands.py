@@ -54,11 +54,12 @@ def _workload(args: argparse.Namespace):
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from suite import methodology as _m
-    from suite.cli import UsageError, check_output_dir
+    from suite.cli import UsageError, check_output_dir, refuse_store_dir
     from suite.profiling import DEFAULT_DIR, profile_path, profile_workload
 
     if args.applies_to is not None and not args.applies_to.strip():
         raise UsageError("--applies-to is empty: give a device name, kind or model (or leave it out: the kind)")
+    refuse_store_dir(args.out or DEFAULT_DIR, "--out", "profiles")
     check_output_dir(args.out or DEFAULT_DIR, "--out")  # before measuring, which takes minutes
     rw = _workload(args)
     meth = _m.load(args.methodology)
@@ -186,13 +187,15 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 def _fidelity(args: argparse.Namespace) -> int:
     from suite import fidelity
     from suite import methodology as _m
-    from suite.cli import UsageError, _write, check_output_dir
+    from suite.cli import UsageError, _write, check_output_dir, refuse_store_dir
     from suite.profiling import DEFAULT_DIR as PROFILE_DIR
     from suite.profiling import set_threads
 
     profiles = Path(args.profiles or PROFILE_DIR)
     if profiles.exists() and not profiles.is_dir():  # read, or written where a profile is missing: never a file
         raise UsageError(f"--profiles {profiles} is a file, not a directory")
+    refuse_store_dir(profiles, "--profiles", "profiles")
+    refuse_store_dir(args.out or fidelity.DEFAULT_DIR, "--out", "reports")
     check_output_dir(args.out or fidelity.DEFAULT_DIR, "--out")  # before profiling and measuring
 
     if "none" in args.placer and len(args.placer) > 1:
