@@ -52,6 +52,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -332,13 +333,40 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
 
 def load_spec(name_or_path: str = DEFAULT_SPEC) -> Spec:
     """A built-in spec by name (`placebench list specs`) or a spec file by path."""
-    path = Path(name_or_path)
+    given = Path(name_or_path)
+    path = given
     if not _looks_like_path(name_or_path) and not path.is_file():
-        path = SPEC_DIR / f"{name_or_path}.toml"
-        if not path.is_file():
-            raise UnknownNameError(f"unknown spec {name_or_path!r}; built-in: {', '.join(spec_names())}")
+        path = SPEC_DIR / f"{name_or_path}.toml"  # a built-in name wins over a folder of that name (a store)
+    if given.is_dir() and not path.is_file():  # `placebench run STORE`: the store goes to --out
+        raise SpecError(f"{name_or_path} is a directory, not a spec (a built-in name or a spec file)"
+                        + _store_hint(given, name_or_path))
+    if not path.is_file() and path != given:
+        raise UnknownNameError(f"unknown spec {name_or_path!r}; built-in: {', '.join(spec_names())}")
     data = load_toml(path, SpecError, "spec")
     return spec_from_dict(data, source=str(path), base=path.resolve().parent)
+
+
+def _store_hint(path: Path, given: str) -> str:
+    """For a results store given where a spec goes: how to run into it, with the spec its last run recorded."""
+    from suite.store import StoreError, is_store_dir
+    from suite.textfile import load_json
+
+    if not is_store_dir(path):
+        return ""
+    spec = "SPEC"
+    try:
+        manifest = load_json(path / "manifest.json", StoreError, "store manifest")
+        name = manifest["runs"][-1]["spec"]
+        source = manifest["specs"][name].get("source", "")
+        builtin = SPEC_DIR / f"{name}.toml"
+        if source and not (builtin.is_file() and Path(source).resolve() == builtin.resolve()):
+            spec = shlex.quote(source)
+        elif isinstance(name, str) and name:
+            spec = shlex.quote(name)
+    except (StoreError, LookupError, TypeError, AttributeError, OSError):
+        pass  # a manifest without a run (or a damaged one) names no spec
+    return f": it is a results store; to resume or extend it, run a spec into it: placebench run {spec} --out " \
+           f"{shlex.quote(given)}"
 
 
 # -- plugins --------------------------------------------------------------------------------------------

@@ -1313,3 +1313,32 @@ def test_profile_and_fidelity_refuse_to_write_into_a_results_store(tmp_path, cap
         _assert_usage_error(*_run(capsys, *argv),
                             f"{flag} {path} is {where}the results store {root}: write {what} elsewhere")
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_run_given_a_store_where_the_spec_goes_says_how_to_run_into_it(capsys, tiny_files, write_spec, tmp_path,
+                                                                        monkeypatch):
+    """`placebench run STORE` names the store and the command that resumes it (the spec its last run recorded);
+    a built-in spec's name still wins over a folder of that name (a store made by `run quick --out quick`)."""
+    from suite import runner
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    store = tmp_path / "store"
+    runner.run(str(spec), store)
+    before = (store / "manifest.json").read_text()
+    _assert_usage_error(*_run(capsys, "run", str(store)),
+                        f"{store} is a directory, not a spec (a built-in name or a spec file): it is a results store; "
+                        f"to resume or extend it, run a spec into it: placebench run {spec} --out {store}\n")
+    assert (store / "manifest.json").read_text() == before
+    made = tmp_path / "made_by_quick"  # a built-in spec's store: named by the spec's name, not its file
+    made.mkdir()
+    (made / "manifest.json").write_text(json.dumps({
+        "format": "placebench.store", "schema_version": 1, "runs": [{"run_id": "r", "spec": "quick"}],
+        "specs": {"quick": {"name": "quick", "source": str(runner.SPEC_DIR / "quick.toml")}}}))
+    _assert_usage_error(*_run(capsys, "run", str(made)), f"placebench run quick --out {made}\n")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain").mkdir()
+    _assert_usage_error(*_run(capsys, "run", "plain"), "plain is a directory, not a spec (a built-in name or a spec "
+                                                        "file)\n")
+    (tmp_path / "quick").mkdir()
+    assert runner.load_spec("quick").name == "quick"
