@@ -39,6 +39,7 @@ EXIT_NOT_OK = 1  # evaluate: the cell's status is not ok (the row is still print
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
+EXIT_HANGUP = 129  # 128 + SIGHUP
 
 
 class UsageError(PlacebenchError):
@@ -1227,11 +1228,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler, `timeout`): stop like Ctrl-C, storing what is finished."""
+    """SIGTERM (a scheduler, `timeout`) or SIGHUP (a closed terminal or ssh session): stop like Ctrl-C,
+    storing what is finished; the exit code is 128 + the signal's number, as a shell reports it."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.exit_code = 128 + int(signum)
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated
+    raise Terminated(signum)
+
+
+def _stop_signals() -> list[int]:
+    """SIGTERM, and SIGHUP where there is one and it is not ignored (`nohup`: the run is meant to outlive
+    its terminal)."""
+    out = [signal.SIGTERM]
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        out.append(signal.SIGHUP)
+    return out
 
 
 def _os_error_text(exc: OSError) -> str:
@@ -1255,9 +1270,9 @@ def _lenient_streams() -> list[Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
-    previous = None
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        previous = {signum: signal.signal(signum, _raise_terminated) for signum in _stop_signals()}
     lenient = _lenient_streams()
     try:
         for arg in sys.argv[1:] if argv is None else argv:  # only a caller of main() can pass one: argv cannot
@@ -1285,10 +1300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "rows: rerun the same command to redo them all")
         else:
             _say("placebench: interrupted; finished cells are stored, rerun the same command to resume")
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        return exc.exit_code if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(signum, handler)
         for stream in lenient:
             with contextlib.suppress(ValueError, OSError):  # closed, or its reader left
                 stream.reconfigure(errors="strict")

@@ -977,8 +977,8 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int) -
     # Ctrl-C (and a SIGTERM sent to the process group) reaches the workers too: the runner handles it (and
     # stops the workers); a worker that took it as a placer's exception, or died of it, would report a bogus
     # error row. The worker started with them held (`_stop_signals_held`): they are let in once ignored.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in _STOP_SIGNALS:  # SIGHUP too: a closed terminal's, which the runner handles as a SIGTERM
+        signal.signal(signum, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     if hasattr(os, "setpgrp"):  # a group of its own: killing the worker kills what its placer started too
@@ -1045,12 +1045,12 @@ def _bare_main() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])}
 
 
 @contextlib.contextmanager
 def _stop_signals_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM (pending, not lost) while a worker starts; they arrive when it has started. The
+    """Hold Ctrl-C, SIGTERM and SIGHUP (pending, not lost) while a worker starts; they arrive when it has started. The
     worker inherits the held signals, so a Ctrl-C while it imports Python, numpy and the suite does not kill it
     with a traceback on the run's stderr; it lets them in once it ignores them (`_worker_main`)."""
     if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks

@@ -1342,3 +1342,43 @@ def test_run_given_a_store_where_the_spec_goes_says_how_to_run_into_it(capsys, t
                                                         "file)\n")
     (tmp_path / "quick").mkdir()
     assert runner.load_spec("quick").name == "quick"
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGHUP"), reason="no SIGHUP on this platform")
+def test_a_hangup_stops_a_run_unless_it_runs_under_nohup(capsys, monkeypatch, tiny_files, write_spec, tmp_path):
+    """SIGHUP (a closed terminal or ssh session) stops `run` as SIGTERM does (exit 129, the run's cells and count
+    stored: tests/test_runner.py sends it); under `nohup` (SIGHUP ignored) it stays ignored, so the run goes on.
+    The handlers main() set are put back when it returns."""
+    import signal
+
+    import suite.cli
+    from suite import runner
+
+    seen = []
+
+    def stopped(*args, **kwargs):  # the handler the run would have, then a Ctrl-C: main() returns
+        seen.append(signal.getsignal(signal.SIGHUP))
+        raise KeyboardInterrupt
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    run = ["run", str(spec), "--out", str(tmp_path / "store")]
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        monkeypatch.setattr(runner, "run", stopped)
+        assert _run(capsys, *run)[0] == suite.cli.EXIT_INTERRUPTED
+        assert seen == [signal.SIG_IGN] and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+        def hung_up(*args, **kwargs):
+            if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # raised, it would kill this test's process
+                pytest.fail("SIGHUP is not handled during the run: a hangup kills it before it stores its count")
+            signal.raise_signal(signal.SIGHUP)
+            pytest.fail("SIGHUP did not stop the run")
+
+        monkeypatch.setattr(runner, "run", hung_up)
+        assert _run(capsys, *run) == (suite.cli.EXIT_HANGUP, "", "placebench: interrupted; finished cells are "
+                                                                 "stored, rerun the same command to resume\n")
+        assert suite.cli.EXIT_HANGUP == 129 and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -740,10 +740,20 @@ def test_sigkill_mid_run_then_resume_loses_and_duplicates_nothing(tiny_files, wr
     assert len(list(cells.iterdir())) == total  # no temporary files left behind
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_sigterm_or_sigint_to_the_group_stops_like_ctrl_c(sig, code, tiny_files, write_spec, harness_plugin, tmp_path):
-    """A scheduler's SIGTERM (to the whole process group) stops the run as Ctrl-C does: the finished cells,
-    the results tables and the manifest are written, no worker reports a bogus error, and it resumes."""
+def _default_stop_signals() -> None:
+    """In the child: a shell starts a background job (`pytest &`, a CI runner's) with SIGINT ignored, `nohup`
+    with SIGHUP ignored, and Python keeps an ignored signal ignored, as a background job should: the run under
+    test must get them as from a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)]
+                         + ([(signal.SIGHUP, 129)] if hasattr(signal, "SIGHUP") else []))
+def test_sigterm_sigint_or_sighup_to_the_group_stops_like_ctrl_c(sig, code, tiny_files, write_spec, harness_plugin, tmp_path):
+    """A scheduler's SIGTERM (to the whole process group), or a closed terminal's SIGHUP, stops the run as Ctrl-C
+    does: the finished cells, the results tables and the manifest (with the run's cell count) are written, no
+    worker reports a bogus error, and it resumes."""
     spec = write_spec(
         "termed",
         workloads=[str(tiny_files["diamond"])],
@@ -756,9 +766,7 @@ def test_sigterm_or_sigint_to_the_group_stops_like_ctrl_c(sig, code, tiny_files,
     proc = subprocess.Popen(
         [sys.executable, "-m", "suite.cli", "run", str(spec), "--out", str(out), "--jobs", "2", "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        # a shell starts a background job (`pytest &`, a CI runner's) with SIGINT ignored, and Python keeps an
-        # ignored SIGINT ignored, as a background job should: the run under test must get it as Ctrl-C does
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=_default_stop_signals,
     )
     cells = out / "cells"
     deadline = time.monotonic() + 60
