@@ -1066,6 +1066,21 @@ def _stop_signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@contextlib.contextmanager
+def _stop_signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP (pending, not lost: they arrive at the end) while a stopped run records
+    what it did. A second one (Ctrl-C pressed twice; a closed terminal sends SIGHUP from the kernel and again
+    from the shell) would otherwise stop the record half-way, leaving the manifest without the run's count."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _signal_text(signum: int) -> str:
     """'9 (SIGKILL; the host's out-of-memory killer sends this)', '11 (SIGSEGV)', or the number alone."""
     try:
@@ -1404,11 +1419,12 @@ def run(
         try:
             execute(todo, jobs=jobs, on_done=finished, on_start=on_start, numerics=entry["numerics"])
         finally:
-            entry["finished_at"] = _now()
-            entry["cells_run"] = ran
-            entry["complete"] = ran == len(todo)  # an interrupt after the last cell was stored stops nothing
-            _manifest_update(store, plan, entry, labels)
-            store.compact()
+            with _stop_signals_deferred():
+                entry["finished_at"] = _now()
+                entry["cells_run"] = ran
+                entry["complete"] = ran == len(todo)  # an interrupt after the last cell was stored stops nothing
+                _manifest_update(store, plan, entry, labels)
+                store.compact()
         wanted = {c.cell_id for c in plan.cells}
         rows = [r for r in store.rows() if r["cell_id"] in wanted]
         return RunResult(store, plan, ran, len(plan.cells) - len(todo), rows, time.perf_counter() - t0, run_id)

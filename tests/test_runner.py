@@ -784,6 +784,30 @@ def test_sigterm_sigint_or_sighup_to_the_group_stops_like_ctrl_c(sig, code, tiny
     assert runner.run(str(spec), out, jobs=2).ran == 24 - len(rows)
 
 
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="no signal masks")
+def test_a_second_interrupt_while_a_run_records_its_end_waits_for_the_record(tiny_files, write_spec, tmp_path,
+                                                                               monkeypatch):
+    """A second Ctrl-C (or a closed terminal's second SIGHUP) that comes while a run writes its manifest entry
+    and tables arrives after them: the manifest records the run's cells, and the run still stops."""
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    real, calls = runner._manifest_update, []
+
+    def update(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the record at the run's end: Ctrl-C now
+            signal.raise_signal(signal.SIGINT)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_manifest_update", update)
+    out = tmp_path / "store"
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(str(spec), out)
+    run = json.loads((out / "manifest.json").read_text())["runs"][-1]
+    assert (run.get("cells_run"), run["complete"]) == (1, True) and run["finished_at"] is not None
+    assert len(Store(out).rows()) == 1 and (out / "results.csv").exists()
+
+
 def _workers_of(pid: int) -> list[int]:
     """The worker processes (spawned Pythons) the process `pid` has started, from /proc."""
     found = []
