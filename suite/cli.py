@@ -377,14 +377,16 @@ def check_output_dir(path: str | Path, flag: str) -> None:
         raise UsageError(f"{flag}: {exc.strerror}") from None
 
 
-def refuse_store_dir(path: str | Path, flag: str, what: str) -> None:
-    """A results store (or its cells/ folder) holds only the store's own files: a profile or report written
-    there would be read as a damaged cell, which stops the store's tables, or be mixed with its data. Refused
-    like the other commands' outputs (`_refuse_inside_store`), before any work."""
+def refuse_store_dir(path: str | Path, flag: str, what: str, *, is_file: bool = False) -> None:
+    """A results store (or its cells/ folder) holds only the store's own files: a profile, placement or report
+    written there would be read as a damaged cell, which stops the store's tables, replace its manifest, or
+    be mixed with its data. Refused like the other commands' outputs (`_refuse_inside_store`), before any
+    work. `path` is a directory, or with `is_file` a file to write."""
     from suite.store import is_store_dir
 
     target = Path(path).resolve()
-    for root in (target, target.parent):
+    folder = target.parent if is_file else target
+    for root in (folder, folder.parent):
         if root.is_dir() and is_store_dir(root):
             where = "" if root == target else "inside "
             raise UsageError(f"{flag} {path} is {where}the results store {root}: write {what} elsewhere")
@@ -399,6 +401,7 @@ def _check_output_file(path: str, flag: str, inputs: Sequence[str]) -> None:
     for name in inputs:
         if Path(name).is_file() and Path(name).resolve() == target:
             raise UsageError(f"{flag} {path} is an input of this command")
+    refuse_store_dir(path, flag, "it", is_file=True)
     try:
         check_writable(path)
     except OSError as exc:

@@ -1382,3 +1382,22 @@ def test_a_hangup_stops_a_run_unless_it_runs_under_nohup(capsys, monkeypatch, ti
         assert suite.cli.EXIT_HANGUP == 129 and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_evaluate_refuses_to_write_its_files_into_a_results_store(capsys, tiny_files, write_spec, tmp_path):
+    """--trace or --save-placement in a store would replace its manifest (its runs' record) or put a JSON file
+    in cells/ that is then read as a damaged cell (the store's tables stop): refused before the search."""
+    from suite import runner
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    store = tmp_path / "store"
+    runner.run(str(spec), store)
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    evaluate = ["evaluate", str(tiny_files["diamond"]), "--cluster", str(tiny_files["cluster"]), "--placer",
+                "single_cpu"]
+    for flag, path in (("--trace", store / "manifest.json"), ("--save-placement", store / "cells" / "p.json")):
+        _assert_usage_error(*_run(capsys, *evaluate, flag, str(path)),
+                            f"{flag} {path} is inside the results store {store.resolve()}: write it elsewhere\n")
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+    assert _run(capsys, "table", str(store))[0] == 0
