@@ -338,21 +338,39 @@ def load_spec(name_or_path: str = DEFAULT_SPEC) -> Spec:
     if not _looks_like_path(name_or_path) and not path.is_file():
         path = SPEC_DIR / f"{name_or_path}.toml"  # a built-in name wins over a folder of that name (a store)
     if given.is_dir() and not path.is_file():  # `placebench run STORE`: the store goes to --out
-        raise SpecError(f"{name_or_path} is a directory, not a spec (a built-in name or a spec file)"
-                        + _store_hint(given, name_or_path))
+        from suite.store import is_store_dir
+
+        if is_store_dir(given):
+            raise SpecError(f"{name_or_path} is a results store, not a spec: to resume or extend it, run a spec "
+                            f"into it: {_run_into(given, name_or_path)}")
+        raise SpecError(f"{name_or_path} is a directory, not a spec (a built-in name or a spec file)")
     if not path.is_file() and path != given:
         raise UnknownNameError(f"unknown spec {name_or_path!r}; built-in: {', '.join(spec_names())}")
+    store = _store_of_file(given) if path == given and given.is_file() else None
+    if store is not None:  # `placebench run STORE/results.csv`: one of a store's own files
+        raise SpecError(f"{name_or_path} is a file of the results store {store}, not a spec: to resume or extend "
+                        f"the store, run a spec into it: {_run_into(store, str(store))}")
     data = load_toml(path, SpecError, "spec")
     return spec_from_dict(data, source=str(path), base=path.resolve().parent)
 
 
-def _store_hint(path: Path, given: str) -> str:
-    """For a results store given where a spec goes: how to run into it, with the spec its last run recorded."""
-    from suite.store import StoreError, is_store_dir
+def _store_of_file(path: Path) -> Path | None:
+    """The store whose own file `path` is (its manifest, a results table, a cell file), or None."""
+    from suite.store import is_store_dir
+
+    if path.name in ("manifest.json", "results.csv", "results.parquet") and is_store_dir(path.parent):
+        return path.parent
+    if path.parent.name == "cells" and path.suffix == ".json" and is_store_dir(path.parent.parent):
+        return path.parent.parent
+    return None
+
+
+def _run_into(path: Path, given: str) -> str:
+    """The command that runs into the store at `path` (`given` as the user wrote it), with the spec its last
+    run recorded (SPEC where it records none)."""
+    from suite.store import StoreError
     from suite.textfile import load_json
 
-    if not is_store_dir(path):
-        return ""
     spec = "SPEC"
     try:
         manifest = load_json(path / "manifest.json", StoreError, "store manifest")
@@ -365,8 +383,7 @@ def _store_hint(path: Path, given: str) -> str:
             spec = shlex.quote(name)
     except (StoreError, LookupError, TypeError, AttributeError, OSError):
         pass  # a manifest without a run (or a damaged one) names no spec
-    return f": it is a results store; to resume or extend it, run a spec into it: placebench run {spec} --out " \
-           f"{shlex.quote(given)}"
+    return f"placebench run {spec} --out {shlex.quote(given)}"
 
 
 # -- plugins --------------------------------------------------------------------------------------------

@@ -1317,8 +1317,9 @@ def test_profile_and_fidelity_refuse_to_write_into_a_results_store(tmp_path, cap
 
 def test_run_given_a_store_where_the_spec_goes_says_how_to_run_into_it(capsys, tiny_files, write_spec, tmp_path,
                                                                         monkeypatch):
-    """`placebench run STORE` names the store and the command that resumes it (the spec its last run recorded);
-    a built-in spec's name still wins over a folder of that name (a store made by `run quick --out quick`)."""
+    """`placebench run STORE` (or one of its files) names the store and the command that resumes it (the spec its
+    last run recorded); a built-in spec's name still wins over a folder of that name (a store made by `run quick
+    --out quick`), and a spec file kept in a store's folder is still a spec."""
     from suite import runner
 
     spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
@@ -1327,9 +1328,15 @@ def test_run_given_a_store_where_the_spec_goes_says_how_to_run_into_it(capsys, t
     runner.run(str(spec), store)
     before = (store / "manifest.json").read_text()
     _assert_usage_error(*_run(capsys, "run", str(store)),
-                        f"{store} is a directory, not a spec (a built-in name or a spec file): it is a results store; "
-                        f"to resume or extend it, run a spec into it: placebench run {spec} --out {store}\n")
+                        f"{store} is a results store, not a spec: to resume or extend it, run a spec into it: "
+                        f"placebench run {spec} --out {store}\n")
+    for own in (store / "results.csv", store / "manifest.json", next((store / "cells").iterdir())):
+        _assert_usage_error(*_run(capsys, "run", str(own)),
+                            f"{own} is a file of the results store {store}, not a spec: to resume or extend the "
+                            f"store, run a spec into it: placebench run {spec} --out {store}\n")
     assert (store / "manifest.json").read_text() == before
+    shutil.copy(spec, store / "spec.toml")
+    assert runner.load_spec(str(store / "spec.toml")).name == "test"
     made = tmp_path / "made_by_quick"  # a built-in spec's store: named by the spec's name, not its file
     made.mkdir()
     (made / "manifest.json").write_text(json.dumps({
