@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -192,8 +193,12 @@ class _Progress:
 
     def close(self) -> None:
         if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
+            bar, self.bar = self.bar, None
+            try:
+                bar.stop()
+            except OSError as exc:  # its terminal hung up (EIO): the run's own outcome (a SIGHUP's) stands
+                if exc.errno != errno.EIO:
+                    raise
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -468,12 +473,15 @@ def _utf8(text: str) -> bytes:
 
 
 def _write(stream: TextIO, text: str) -> None:
-    """Write and flush; when the stream's reader has left (`| head`, `2>&1 | head`), point it at /dev/null
-    instead of failing, so that an exit code that gives a verdict (compare's) still does."""
+    """Write and flush; when the stream's reader has left (`| head`, `2>&1 | head`) or its terminal hung up
+    (EIO: a closed window or ssh session), point it at /dev/null instead of failing, so that an exit code that
+    gives a verdict (compare's, a stopped run's) still does."""
     try:
         stream.write(text)
         stream.flush()
-    except BrokenPipeError:
+    except OSError as exc:
+        if not isinstance(exc, BrokenPipeError) and exc.errno != errno.EIO:
+            raise
         os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 

@@ -1408,3 +1408,30 @@ def test_evaluate_refuses_to_write_its_files_into_a_results_store(capsys, tiny_f
                             f"{flag} {path} is inside the results store {store.resolve()}: write it elsewhere\n")
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
     assert _run(capsys, "table", str(store))[0] == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pty whose other end is closed gives EIO")
+def test_a_run_stopped_by_a_hangup_exits_129_when_its_terminal_is_gone(monkeypatch, tiny_files, write_spec, tmp_path):
+    """A closed terminal: writes to it fail (EIO) and a SIGHUP stops the run. Closing the progress bar and
+    saying "interrupted" on that terminal must not replace the run's exit code (129) with an error."""
+    import pty
+
+    import suite.cli
+    from suite import runner
+
+    master, slave = pty.openpty()
+    terminal = os.fdopen(slave, "w")
+    monkeypatch.setattr(sys, "stderr", terminal)
+
+    def hung_up(spec, out, *, on_plan, **kwargs):
+        on_plan(2, 0, 0, 0)  # the progress bar starts on the terminal
+        os.close(master)  # the window closes
+        raise suite.cli.Terminated(1)  # and its SIGHUP comes
+
+    monkeypatch.setattr(runner, "run", hung_up)
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    try:
+        assert main(["run", str(spec), "--out", str(tmp_path / "store")]) == suite.cli.EXIT_HANGUP
+    finally:
+        terminal.close()
