@@ -31,9 +31,16 @@ INT_WEIGHT_TOTAL = 1 << 28  # target sum of integer weights handed to Scotch / M
 
 
 def library_seed(seed: int) -> int:
-    """A 31-bit seed for a partitioning library (Scotch, METIS) from any integer seed, spread by a hash:
-    both libraries turn nearby seeds into the same random choices (seeds 0 and 1 gave one partition)."""
-    return int(np.random.SeedSequence(abs(int(seed))).generate_state(1, dtype=np.uint32)[0] >> 1)
+    """A 31-bit seed for a partitioning library (Scotch, METIS) from a placer's seed, spread by a hash:
+    both libraries turn nearby seeds into the same random choices (seeds 0 and 1 gave one partition).
+
+    Seeds are non-negative: the suite accepts only [0, 2**32) (`suite.methodology.check_seeds`, the CLI's
+    --seed), as numpy's generators do. A negative seed is refused (ValueError) rather than folded onto
+    another (abs() gave -s the partition of s)."""
+    seed = int(seed)
+    if seed < 0:
+        raise ValueError(f"seed {seed} is negative: placer seeds are integers in [0, 2**32)")
+    return int(np.random.SeedSequence(seed).generate_state(1, dtype=np.uint32)[0] >> 1)
 
 
 def _flush_c_streams() -> None:

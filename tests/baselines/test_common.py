@@ -94,6 +94,24 @@ def test_device_speeds_are_relative_to_the_reference(make_cluster):
     assert _common.device_speeds(cost, [0, 1, 2], ref=1).tolist() == [0.1, 1.0, 0.5]
 
 
+def test_library_seed_refuses_a_negative_seed():
+    # abs() gave seed -3 the partition of seed 3; the suite accepts only seeds in [0, 2**32)
+    from suite.errors import SpecError
+    from suite.methodology import check_seeds
+
+    for bad in (-3, -1):
+        with pytest.raises(ValueError, match=rf"seed {bad} is negative"):
+            _common.library_seed(bad)
+    with pytest.raises(SpecError, match=r"integers in \[0, 2\*\*32\)"):
+        check_seeds("seeds", [-3])
+
+
+def test_library_seed_keeps_the_values_of_the_suites_seeds():
+    # the committed results' seeds 0, 1, 2 hash to these (as before negative seeds were refused)
+    assert [_common.library_seed(s) for s in (0, 1, 2)] == [1484405855, 917752063, 1417063493]
+    assert _common.library_seed(2**32 - 1) < 2**31
+
+
 def test_scale_to_int_rounds_to_nearest():
     # 1 and 2 of 3, total 4: 1.33 -> 1, 2.67 -> 3 (rounded, not truncated)
     assert _common.scale_to_int(np.array([1.0, 2.0]), total=4).tolist() == [1, 3]
