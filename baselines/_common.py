@@ -203,9 +203,16 @@ def device_speeds(cost: np.ndarray, devices: list[int], ref: int) -> np.ndarray:
 
     Workload-aware (the roofline makes a CPU's speed differ for compute- and memory-bound ops), so the
     partitioners' device weights are in proportion to how fast each device runs *this* graph.
+
+    A device that runs every op in 0 s (a 0 s profile, or 0-FLOP ops on a device without op overhead) is
+    the fastest, infinitely faster than the others: speeds are then relative to it, 1.0 for each 0 s device
+    and 0.0 for the rest (which the partitioners raise to their smallest share), not 1.0, the speed of ref.
     """
     total = cost.sum(axis=0)
-    return np.array([total[ref] / total[d] if total[d] > 0 else 1.0 for d in devices], dtype=np.float64)
+    zero = total[devices] <= 0
+    if zero.any():
+        return zero.astype(np.float64)
+    return total[ref] / total[devices]
 
 
 def scale_to_int(values: np.ndarray, total: int = INT_WEIGHT_TOTAL, minimum: int = 1) -> np.ndarray:

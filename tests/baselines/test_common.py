@@ -94,6 +94,37 @@ def test_device_speeds_are_relative_to_the_reference(make_cluster):
     assert _common.device_speeds(cost, [0, 1, 2], ref=1).tolist() == [0.1, 1.0, 0.5]
 
 
+def test_device_speeds_a_device_that_takes_0_s_is_the_fastest():
+    # totals 0, 2, 4 s with ref 1: device 0 runs the workload in no time, so it is the fastest and ref and
+    # device 2 are 0 relative to it (they were 1.0 and 0.5, device 0 as fast as ref)
+    cost = np.array([[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]])
+    assert _common.device_speeds(cost, [0, 1, 2], ref=1).tolist() == [1.0, 0.0, 0.0]
+    # two 0 s devices are equally fast
+    assert _common.device_speeds(np.array([[0.0, 3.0, 0.0]]), [0, 1, 2], ref=1).tolist() == [1.0, 0.0, 1.0]
+    # ref itself 0 s: the same rule, as before
+    assert _common.device_speeds(np.array([[5.0, 0.0]]), [0, 1], ref=1).tolist() == [0.0, 1.0]
+
+
+def test_metis_and_scotch_put_a_0_s_workload_on_the_device_that_runs_it_in_0_s():
+    """40 ops of 0 FLOPs and 0 bytes in a chain: gpu:0 has a 10 us op overhead, gpu:1 none, so gpu:1 runs
+    the graph in 0 s. Both partitioners split it 20 + 20 while gpu:1 counted as fast as gpu:0."""
+    from baselines.metis import Metis
+    from baselines.scotch import Scotch
+    from suite.cluster import Cluster, Device, Link
+    from suite.methodology import Budget
+    from suite.placer import Problem
+
+    devs = tuple(Device(f"gpu:{k}", "gpu", peak_flops=1e10, mem_bandwidth=1e9, memory_bytes=2**30,
+                        op_overhead_s=o) for k, o in enumerate((1e-5, 0.0)))
+    cluster = Cluster(name="zero", devices=devs, links=(Link(("gpu:0", "gpu:1"), bandwidth=1e9, latency_s=0.0),))
+    ops = [Op(f"o{i}", "x", output_bytes=0, flops=0.0) for i in range(40)]
+    graph = OpGraph.build("zero", ops, [(f"o{i}", f"o{i + 1}", 0) for i in range(39)])
+    problem = Problem.make(graph, cluster, Budget())
+    assert problem.costs().sum(axis=0).tolist() == [pytest.approx(4e-4), 0.0]
+    for placer in (Metis(), Scotch()):
+        assert placer.place(problem, Budget(), 0).placement.tolist() == [1] * 40, placer.name
+
+
 def test_library_seed_refuses_a_negative_seed():
     # abs() gave seed -3 the partition of seed 3; the suite accepts only seeds in [0, 2**32)
     from suite.errors import SpecError
