@@ -36,7 +36,8 @@ only, the figure papers publish):
   of rows; F.cosine_similarity (and nn.CosineSimilarity): 6 (the sums of x1 x2, x1 x1 and x2 x2); trace: 1 per diagonal element; linalg.norm
   and linalg.matrix_norm (vector 2-norm, Frobenius) as the reductions;
 * data movement (padding, pixel and channel shuffles, flip, roll, repeat, gather, scatter, index_copy,
-  masked_scatter, index_put without accumulate, ...): 1 per output element, as elementwise ops; those in
+  masked_scatter, index_put without accumulate, unfold / im2col, ...): 1 per output element, as elementwise ops;
+  fold (nn.Fold, F.fold, ATen's col2im) adds its patches up: 1 per input element, as a scatter-add; those in
   `GATHERS` (index_select, indexing by a tensor) read only the part of their data input that they take (of
   a parameter, `self.weight[idx]`, they are embedding lookups, below), as any op reads only the part of a
   parameter that a constant index or slice takes (`x + self.e[3]`: one row);
@@ -53,8 +54,11 @@ only, the figure papers publish):
 * cross-entropy: log-softmax (5 per logit) + 1 per sample (pick and average; classes are dimension 1, so
   logits [N, C, H, W] have N x H x W samples); it saves the log-probabilities for its backward pass;
   negative log-likelihood: 1 per sample; mean squared error and the other elementwise losses (L1, smooth L1,
-  Huber, binary cross-entropy with or without logits, KL divergence): 3 per input element (the difference
-  or log term, its penalty, the reduction);
+  Huber, binary cross-entropy with or without logits, KL divergence, soft margin, hinge embedding, Poisson
+  negative log-likelihood, margin ranking): 3 per element of the (broadcast) inputs (the difference or log
+  term, its penalty, the reduction); KL divergence with reduction "batchmean" + 1 (its divide by the batch
+  size, an op of its own in torch.export); Poisson NLL with `full` + 3 per element (the Stirling term);
+  `loss_cost` has the rest: triplet margin, cosine embedding, multi-class margin;
 * embedding lookups, concatenation, stacking: no FLOPs (only bytes); an embedding bag (nn.EmbeddingBag,
   F.embedding_bag): 1 per looked-up element (indices x embedding dim: the adds of sum and mean, the compares
   of max), 1 more per looked-up element with per_sample_weights (the multiply), and for mode "mean" 1 per
@@ -327,6 +331,35 @@ def cross_entropy_cost(logits: TensorInfo, kind: str = "cross_entropy") -> Cost:
     return Cost(kind, float(flops), 0.0, saved_bytes=logits.nbytes)
 
 
+def loss_cost(kind: str, ins: list[TensorInfo], *, batchmean: bool = False, full: bool = False, swap: bool = False,
+              p: Any = 1, weighted: bool = False) -> Cost:
+    """A loss other than cross-entropy and NLL, module or function, by its function's name (`kind`):
+    * the elementwise losses (`ELEMENTWISE_LOSSES`): 3 per element of the broadcast inputs (the difference or
+      log term, its penalty, the reduction); KL divergence with `batchmean` + 1 (the divide by the batch
+      size); Poisson NLL with `full` + 3 per element (the Stirling term: its log terms, their sum, the mask);
+    * triplet margin: each distance d(a, p), d(a, n) (and with `swap` d(p, n)) 3 per element of the
+      broadcast inputs, as pairwise_distance; per sample 3 (d(a, p) - d(a, n) + margin, the clamp at 0, the
+      reduction), + 1 with `swap` (the smaller of d(a, n) and d(p, n));
+    * cosine embedding: 6 per element of the broadcast inputs, as cosine_similarity; per sample 3 (the
+      penalty, 1 - cos or max(0, cos - margin), the choice by the target, the reduction);
+    * multi-class margin (input [N, C] or [C]): per score 3 (margin - x[y] + x[i], the clamp at 0, the sum
+      over classes), + 1 for `p` = 2 (the square), + 1 with a class `weight` (the multiply); per sample 2 (the
+      divide by C, the reduction)."""
+    shape = functools.reduce(_broadcast, (t.shape for t in ins if t.floating), ())
+    n = math.prod(shape)
+    if kind == "triplet_margin_loss":
+        samples = n // shape[-1] if shape and shape[-1] else 1
+        return Cost(kind, float((3 if swap else 2) * 3 * n + (4 if swap else 3) * samples))
+    if kind == "cosine_embedding_loss":
+        rows = shape[:-1] if len(shape) > 1 else ()  # the pair's features: its last dimension
+        return Cost(kind, float(6 * n + 3 * math.prod(rows)))
+    if kind == "multi_margin_loss":
+        x = ins[0]
+        per_score = 3 + (p == 2) + weighted
+        return Cost(kind, float(per_score * x.numel + 2 * loss_samples(x)))
+    return Cost(kind, float(3 * n + (1 if batchmean else 0) + (3 * n if full else 0)))
+
+
 def embedding_bag_cost(indices: TensorInfo, dim: int, itemsize: int, mode: str, weighted: bool,
                        out: TensorInfo) -> Cost:
     """An embedding bag looking up `indices` rows of `dim` elements (`itemsize` bytes each) and reducing
@@ -389,8 +422,12 @@ REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "prod", "no
 # the elementwise losses: their torch.nn module's name -> the function's name (the kind)
 _LOSS_KINDS = {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss",
                "BCELoss": "binary_cross_entropy", "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
-               "KLDivLoss": "kl_div"}
+               "KLDivLoss": "kl_div", "SoftMarginLoss": "soft_margin_loss", "HingeEmbeddingLoss": "hinge_embedding_loss",
+               "PoissonNLLLoss": "poisson_nll_loss", "MarginRankingLoss": "margin_ranking_loss"}
 ELEMENTWISE_LOSSES = frozenset(_LOSS_KINDS.values())
+# the losses with a structure of their own (see `loss_cost`): module name -> function name, the ATen name too
+_STRUCTURED_LOSS_KINDS = {"TripletMarginLoss": "triplet_margin_loss", "CosineEmbeddingLoss": "cosine_embedding_loss",
+                          "MultiMarginLoss": "multi_margin_loss"}
 SOFTMAX = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
 POOL = {
     "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3, "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3,
@@ -413,7 +450,7 @@ ELEMENTWISE = frozenset(
     not_equal invert xor bitwise_not bitwise_and bitwise_or bitwise_xor long int bool short byte char bfloat16
     signbit copysign float_power heaviside sinc deg2rad rad2deg lgamma digamma i0 fix arccos arcsin arctan
     arctan2 fliplr flipud rot90 diff kron to_copy lift_fresh_copy floor_divide select_scatter slice_scatter
-    constant_pad_nd reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d
+    constant_pad_nd im2col reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d
     replication_pad3d index_copy index_fill masked_scatter masked_select take take_along_dim""".split()
 )
 SCANS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"})
@@ -485,8 +522,17 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return cross_entropy_cost(ins[0])
     if name == "nll_loss":
         return Cost("nll_loss", float(loss_samples(ins[0])))
-    if name in ELEMENTWISE_LOSSES:
-        return Cost(name, 3.0 * ins[0].numel)
+    if name in ELEMENTWISE_LOSSES or name in _STRUCTURED_LOSS_KINDS.values():
+        # the options sit at the same positions in the torch function and the ATen op (ATen's reductions are
+        # ints: its kl_div never sees "batchmean", which torch.export records as a sum and a divide)
+        opts = {"kl_div": {"batchmean": _arg(args, kwargs, 4, "reduction") == "batchmean"},
+                "poisson_nll_loss": {"full": bool(_arg(args, kwargs, 3, "full", False))},
+                "triplet_margin_loss": {"swap": bool(_arg(args, kwargs, 6, "swap", False))},
+                "multi_margin_loss": {"p": _arg(args, kwargs, 2, "p", 1),
+                                      "weighted": _arg(args, kwargs, 4, "weight") is not None}}.get(name, {})
+        return loss_cost(name, ins, **opts)
+    if name in ("fold", "col2im"):  # the patches added up into the output: 1 per input element
+        return Cost(name, float(ins[0].numel))
     if name in ("max", "min") and len(ins) > 1:  # torch.max(a, b): elementwise, as torch.maximum(a, b)
         return elementwise(name, out)
     if name in REDUCTIONS:
@@ -617,9 +663,15 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
         return cross_entropy_cost(ins[0])
     if isinstance(module, nn.NLLLoss):
         return Cost("nll_loss", float(loss_samples(ins[0])))
-    loss = next((kind for cls, kind in _LOSS_KINDS.items() if isinstance(module, getattr(nn, cls))), None)
+    kinds = {**_LOSS_KINDS, **_STRUCTURED_LOSS_KINDS}
+    loss = next((kind for cls, kind in kinds.items() if isinstance(module, getattr(nn, cls))), None)
     if loss is not None:
-        return Cost(loss, 3.0 * ins[0].numel)
+        weight = getattr(module, "weight", None)
+        return loss_cost(loss, ins, batchmean=getattr(module, "reduction", None) == "batchmean",
+                         full=bool(getattr(module, "full", False)), swap=bool(getattr(module, "swap", False)),
+                         p=getattr(module, "p", 1), weighted=weight is not None)
+    if isinstance(module, nn.Fold):  # as F.fold
+        return Cost("fold", float(ins[0].numel))
     if isinstance(module, nn.MaxPool1d | nn.MaxPool2d | nn.MaxPool3d | nn.AvgPool1d | nn.AvgPool2d | nn.AvgPool3d):
         # spatial dimensions by the class, not by the rank: an unbatched input has one dimension less
         n = (1 if isinstance(module, nn.MaxPool1d | nn.AvgPool1d)
