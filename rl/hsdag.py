@@ -321,7 +321,7 @@ class HSDAGSearch:
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=float(p["lr"]))
         self.baseline: float | None = None
         self.episodes = self.updates = 0
-        self.clusters: list[int] = []  # clusters of every sampled placement
+        self.clusters: list[int] = []  # clusters of every evaluated placement (not of a batch refused for time)
 
     def _cluster_mask(self, cluster_of: np.ndarray) -> torch.Tensor:
         first = np.unique(cluster_of, return_index=True)[1]  # clusters hold groups of one mask: any member's
@@ -334,7 +334,7 @@ class HSDAGSearch:
         if k < 1:
             return False
         x = self.x0
-        log_probs, placements = [], []
+        log_probs, placements, clusters = [], [], []
         with torch.random.fork_rng(devices=[]):  # dropout draws from the search's own stream
             torch.set_rng_state(self.rng_state)
             self.policy.train()
@@ -343,12 +343,13 @@ class HSDAGSearch:
                 a, logp, _ = masked_categorical(logits, self._cluster_mask(cluster_of), generator=self.generator)
                 log_probs.append(logp.sum())
                 placements.append(a.numpy()[cluster_of])
-                self.clusters.append(len(emb))
+                clusters.append(len(emb))
                 x = x + emb.detach()[torch.as_tensor(cluster_of)]
             self.rng_state = torch.get_rng_state()
         r = self.rollouts(np.stack(placements))
-        if r is None:
+        if r is None:  # refused (out of time): nothing evaluated, nothing counted
             return False
+        self.clusters += clusters
         ret = episode_return(r.rewards, float(p["discount"]))
         weight = ret
         if p["baseline"] == "moving":
@@ -373,7 +374,7 @@ class HSDAGSearch:
         return a.numpy()[cluster_of]
 
     def info(self) -> dict[str, Any]:
-        """Counters; the clusters per sampled placement (mean, last) are None when nothing was sampled."""
+        """Counters; the clusters per evaluated placement (mean, last) are None when none was evaluated."""
         c = self.clusters
         return {"episodes": self.episodes, "updates": self.updates,
                 "clusters_mean": float(np.mean(c)) if c else None, "clusters_last": c[-1] if c else None}

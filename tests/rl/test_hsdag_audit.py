@@ -14,7 +14,7 @@ import rl.hsdag
 from rl.hsdag import HSDAGPlacer, HSDAGSearch, episode_return, normalized_adjacency
 from rl.nets import masked_categorical
 from rl.reward import RewardEvaluator
-from suite.errors import PlacebenchError
+from suite.errors import BudgetExhausted, PlacebenchError
 
 
 def test_normalized_adjacency_by_hand():
@@ -152,3 +152,22 @@ def test_an_update_whose_gradient_norm_overflows_is_refused(branchy, k80x2, make
     with pytest.raises(PlacebenchError, match="gradient norm"):
         s.episode(reserve=0)
     assert all(torch.equal(p, b) for p, b in zip(s.policy.parameters(), before, strict=True))
+
+
+def test_clusters_count_only_placements_that_were_evaluated(train2, k80x2, make_problem, monkeypatch):
+    """An episode whose batch the evaluator refuses for time (`BudgetExhausted`) evaluates nothing, so its
+    placements are not in `clusters_mean`: after one evaluated episode of 3, a refused one of 3 leaves the 3
+    counts of the first (they were 6, half of them for placements never run)."""
+    problem, _ = make_problem(train2, k80x2, max_evaluations=50)
+    s = HSDAGSearch(problem, {**HSDAGPlacer.defaults, "steps": 3}, seed=0)
+    assert s.episode(reserve=0)
+    evaluated = list(s.clusters)
+    assert len(evaluated) == 3
+
+    def refuse(placements):
+        raise BudgetExhausted("search time budget of 1 s is spent")
+
+    monkeypatch.setattr(problem.evaluator, "evaluate_batch", refuse)
+    assert not s.episode(reserve=0)
+    assert s.clusters == evaluated and s.episodes == 1
+    assert s.info()["clusters_mean"] == sum(evaluated) / 3 and s.info()["clusters_last"] == evaluated[-1]
