@@ -9,7 +9,10 @@ the elite samples of that interval (the best `elite_frac`: for independent categ
 elites' device frequencies, the global minimum of the paper's Eq. 10), mixed with the uniform distribution,
 (1 - epsilon) f + epsilon / D, so that no device's probability reaches zero. After each batch of
 `batch_size` samples that does not complete an interval, the policy takes `ppo_epochs` gradient steps of
-the clipped PPO objective (Eq. 11) on that batch. Devices a group may not use are masked out (probability 0, and excluded from the uniform mix).
+the clipped PPO objective (Eq. 11) on that batch. Batches restart with each interval, and where
+`batch_size` does not divide `ce_interval` an interval's last batch is cut short to end at the CE step
+(ce_interval 40, batch_size 16: batches of 16, 16 and 8), so that no batch holds samples of two
+distributions. Devices a group may not use are masked out (probability 0, and excluded from the uniform mix).
 
 Final placement: as seq2seq, the best placement sampled during search, or the policy's most likely one if
 it scores at least as well (one evaluation is kept back for it); the harness re-measures it either way.
@@ -31,7 +34,8 @@ the work. For scale, seq2seq (seeds 0-1) 271.4 / 370.5 / 427.1 and local_search 
 | CE interval N       | n.g.                                               | 64 samples                            |
 | elites              | the best samples of the interval (fraction: n.g.)  | best 10% (7 of 64)                    |
 | uniform mix epsilon | mixed after every CE step (value: n.g.)            | 0.05                                  |
-| PPO interval K      | every K samples, except at a CE step               | every batch of 16 samples             |
+| PPO interval K      | every K samples, except at a CE step               | every batch of 16 samples (of K, or   |
+|                     |                                                    | less where it ends at the CE step)    |
 | PPO steps           | "several (e.g., 10)" gradient-ascent steps         | 10 epochs on the batch                |
 | PPO clip            | the PPO objective (value: n.g.)                    | 0.2 (Schulman et al. 2017)            |
 | optimizer           | stochastic gradient ascent                         | Adam, lr 0.05, grad-norm clip 1; its  |
@@ -120,8 +124,9 @@ def cross_entropy_step(samples: np.ndarray, rewards: np.ndarray, mask: np.ndarra
 class PostSearch:
     """One Post search on one problem: grouping, tabular policy, PPO and CE steps, budgeted rollouts.
 
-    `step(k)` samples k placements, evaluates them (k evaluations of the budget), and then takes a CE step
-    if `ce_interval` samples have gathered since the last one, else a PPO update on this batch.
+    `step(k)` samples k placements, or fewer where the next CE step comes sooner, evaluates them (one
+    evaluation of the budget each), and then takes a CE step if `ce_interval` samples have gathered since the
+    last one, else a PPO update on this batch.
     """
 
     def __init__(self, problem: Problem, params: dict[str, Any], seed: int):
@@ -146,7 +151,9 @@ class PostSearch:
         self._window: list[Rollout] = []  # the rollouts since the last CE step
 
     def step(self, k: int) -> Rollout | None:
-        """Sample, evaluate and learn from k placements; None (and no update) if the budget ran out."""
+        """Sample, evaluate and learn from k placements, at most as many as the CE interval still needs (the
+        CE step comes at exactly `ce_interval` samples); None (and no update) if the budget ran out."""
+        k = min(k, self.ce_interval - sum(len(w.rewards) for w in self._window))
         with torch.no_grad():
             out = self.policy(k, generator=self.generator)
         r = self.rollouts(out.actions.numpy())

@@ -52,3 +52,39 @@ def test_ppo_step_raises_the_advantage_weighted_log_likelihood(branchy, k80x2, m
             p.copy_(b)
         start = float((torch.as_tensor(adv, dtype=torch.float32) * s.policy(actions=actions).log_prob).sum())
     assert after > start
+
+
+def test_ce_step_comes_every_ce_interval_samples_when_batch_size_does_not_divide_it(branchy, k80x2, make_problem):
+    """ce_interval 40, batches of 16: the third batch of an interval is cut to 8, so the CE step reads exactly
+    40 samples (16, 16, 8) and the next interval starts at sample 41. It came at the first multiple of 16 at or
+    past 40 (48 samples, then 96), so the interval was 48."""
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=200)
+    s = _search(problem, batch_size=16, ce_interval=40, elite_frac=0.25, epsilon=0.1)
+    rs = [s.step(16), s.step(16)]
+    assert s.ce_steps == 0 and s.trainer.updates == 2
+    rs.append(s.step(16))
+    assert [len(r.rewards) for r in rs] == [16, 16, 8] and problem.evaluator.evaluations_used == 40
+    assert s.ce_steps == 1 and s.trainer.updates == 2
+    expected = cross_entropy_step(np.concatenate([r.group_devices for r in rs]),
+                                  np.concatenate([r.rewards for r in rs]), s.mask, 0.25, 0.1)
+    np.testing.assert_allclose(s.policy.probabilities(), expected, atol=1e-6)
+    assert [len(s.step(16).rewards) for _ in range(3)] == [16, 16, 8] and s.ce_steps == 2  # at sample 80
+    assert s.trainer.updates == 4
+
+
+def test_placer_runs_ce_steps_at_multiples_of_ce_interval(train2, k80x2, make_problem, monkeypatch):
+    """60 evaluations, final "best": batches 16, 16, 8 (CE at 40), 16, 4: 4 PPO updates and 1 CE step (it was
+    16, 16, 16 (CE at 48), 12: 3 PPO updates; the CE step read 48 samples)."""
+    problem, budget = make_problem(train2, k80x2, max_evaluations=60)
+    seen = []
+    inner = PostSearch.step
+
+    def spy(self, k):
+        r = inner(self, k)
+        seen.append((len(r.rewards), self.ce_steps))
+        return r
+
+    monkeypatch.setattr(PostSearch, "step", spy)
+    result = PostPlacer(batch_size=16, ce_interval=40, final="best").place(problem, budget, seed=0)
+    assert seen == [(16, 0), (16, 0), (8, 1), (16, 1), (4, 1)]
+    assert (result.info["ppo_updates"], result.info["ce_steps"], result.evaluations) == (4, 1, 60)
