@@ -178,3 +178,53 @@ def test_best_search_score_is_none_when_nothing_was_sampled(branchy, k80x2, make
     result = finish(Search(), problem, 0.0, {"final": "best_or_greedy"})
     assert result.info["final"] == "greedy" and result.info["greedy_score_s"] is not None
     assert result.info["best_search_score_s"] is None
+
+
+# -- mutation round: behaviours no test pinned ------------------------------------------------------------
+
+
+def test_neg_log_reward_of_a_zero_score_is_floored_not_a_math_error():
+    # the floor 1e-12 s: -log(1e-12) = 12 log 10 (without it, math.log(0) raises "math domain error")
+    assert reward_of(0.0, "neg_log") == pytest.approx(12 * math.log(10), rel=1e-12)
+
+
+def test_best_placement_is_a_copy_of_the_callers_array(branchy, k80x2, make_problem):
+    """The caller may reuse its sample buffer: writing into it after the call leaves the best placement as it
+    was evaluated (an int64 [B, G] array is not copied on the way in)."""
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=10)
+    rollouts = RewardEvaluator(problem.evaluator, colocation_grouping(branchy))
+    samples = np.full((1, 8), 1, dtype=np.int64)
+    rollouts(samples)
+    samples[:] = 0
+    assert rollouts.best_group_devices.tolist() == [1] * 8
+
+
+def test_batches_count_evaluated_batches_only_and_one_placement_is_a_batch_of_one(branchy, k80x2, make_problem):
+    """`batches` counts the calls that evaluated something (a refused one does not); a single placement [G]
+    is evaluated as a batch of one (one evaluation, a rollout of one row)."""
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=3)
+    rollouts = RewardEvaluator(problem.evaluator, colocation_grouping(branchy))
+    r = rollouts(np.full(8, 1))
+    assert r.group_devices.shape == (1, 8) and len(r.scores_s) == 1 and problem.evaluator.evaluations_used == 1
+    rollouts(np.full((2, 8), 2))
+    assert rollouts(np.full((1, 8), 0)) is None  # over budget
+    assert rollouts.batches == 2
+
+
+def test_allowance_is_never_negative_when_less_than_the_reserve_is_left(branchy, k80x2, make_problem):
+    # nothing left, one evaluation kept back: 0 placements (not 0 - 1 = -1)
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=1)
+    rollouts = RewardEvaluator(problem.evaluator, colocation_grouping(branchy))
+    rollouts(np.full((1, 8), 1))
+    assert rollouts.allowance(8, reserve=1) == 0 and rollouts.allowance(8) == 0
+
+
+def test_final_with_nothing_sampled_is_the_greedy_placement_in_every_mode(branchy, k80x2, make_problem):
+    """"best" with nothing sampled, and "best_or_greedy" with no evaluation left for the greedy placement,
+    return the greedy placement unscored (there is no best sample to return)."""
+    problem, _ = make_problem(branchy, k80x2, max_evaluations=0)
+    rollouts = RewardEvaluator(problem.evaluator, colocation_grouping(branchy))
+    greedy = np.full(8, 2)
+    for mode in ("best", "best_or_greedy", "greedy"):
+        final, source, score = rollouts.final(greedy, mode)
+        assert (final.tolist(), source, score) == (greedy.tolist(), "greedy", None)
