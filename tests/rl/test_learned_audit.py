@@ -168,3 +168,65 @@ def test_a_cluster_without_a_kind_an_op_needs_is_an_error_naming_that_op(name, t
     with pytest.raises(PlacementError, match=r"op 'loss' allows only gpu device kinds, and cluster 'two_cpus' has none"):
         make_placer(name).place(problem, budget, seed=0)
     assert problem.evaluator.evaluations_used == 0
+
+
+# -- mutation round: budget and bookkeeping no test pinned ----------------------------------------------
+
+
+def test_default_group_cap_is_at_most_256(make_problem):
+    """max_groups None on 13 devices: min(256, 20 x 13 = 260) = 256 groups for a chain of 300 ops."""
+    devs = tuple(Device(f"gpu:{i}", "gpu", 1e12, 1e11, 10**10, 1e-5) for i in range(13))
+    links = tuple(Link((a.name, b.name), 1e10, 1e-5) for i, a in enumerate(devs) for b in devs[i + 1 :])
+    problem, _ = make_problem(chain_graph(300), Cluster("thirteen", devs, links))
+    grouping, _, _ = grouped_problem(problem, params(max_groups=None))
+    assert grouping.num_groups == 256
+
+
+def test_group_parameters_are_checked_at_construction():
+    with pytest.raises(PlacebenchError, match="post: max_groups must be None or an integer >= 1, got True"):
+        PostPlacer(max_groups=True)  # a bool is no group count (True would be 1 group)
+    with pytest.raises(PlacebenchError, match="coarsen"):
+        PostPlacer(coarsen="nope")
+
+
+def test_result_hyperparameters_are_a_copy_of_the_placers(train2, k80x2, make_problem):
+    placer = PostPlacer(batch_size=2, ce_interval=2)
+    problem, budget = make_problem(train2, k80x2, max_evaluations=3)
+    result = placer.place(problem, budget, seed=0)
+    result.info["hyperparameters"]["batch_size"] = 99
+    assert placer.params["batch_size"] == 2
+
+
+def test_a_batch_the_budget_refuses_ends_the_search(train2, k80x2, make_problem, monkeypatch):
+    """step(k) None (the evaluator refused the batch for time): no further batch is tried, although the
+    allowance is still above 0 (it was asked again and again, evaluating nothing)."""
+    calls = []
+
+    def refused(self, k):
+        calls.append(k)
+        if len(calls) > 3:
+            raise AssertionError("step asked again after a refused batch")
+        return None
+
+    monkeypatch.setattr(PostSearch, "step", refused)
+    problem, budget = make_problem(train2, k80x2, max_evaluations=20)
+    result = PostPlacer(batch_size=8).place(problem, budget, seed=0)
+    assert calls == [8] and result.info["final"] == "greedy" and result.evaluations == 1
+
+
+def test_the_last_evaluation_before_the_reserve_is_sampled_and_threads_apply_inside(train2, k80x2, make_problem,
+                                                                                    monkeypatch):
+    """10 evaluations, batches of 8, one kept back: batches of 8 and 1, then the greedy placement. The search
+    runs at the placer's `threads` (3), the caller's count before and after."""
+    seen = []
+    inner = PostSearch.step
+
+    def spy(self, k):
+        seen.append((k, torch.get_num_threads()))
+        return inner(self, k)
+
+    monkeypatch.setattr(PostSearch, "step", spy)
+    before = torch.get_num_threads()
+    problem, budget = make_problem(train2, k80x2, max_evaluations=10)
+    result = PostPlacer(batch_size=8, ce_interval=16, threads=3).place(problem, budget, seed=0)
+    assert seen == [(8, 3), (1, 3)] and result.evaluations == 10 and torch.get_num_threads() == before
