@@ -305,12 +305,12 @@ def _validate(c: Cluster, where: str) -> None:
         if not isinstance(lk.between, tuple | list):
             raise ClusterError(f"{w}.between: expected a list of device names, got {short_repr(lk.between)}")
         if len(lk.between) < 2:
-            raise ClusterError(f"{w}.between: a link joins at least two devices, got {list(lk.between)!r}")
+            raise ClusterError(f"{w}.between: a link joins at least two devices, got {short_repr(list(lk.between))}")
         for k, name in enumerate(lk.between):
             if not isinstance(name, str):
                 raise ClusterError(f"{w}.between: expected device names, got {short_repr(name)}")
             if name not in names:
-                raise ClusterError(f"{w}.between: unknown device {name!r}")
+                raise ClusterError(f"{w}.between: unknown device {short_repr(name)}")
             if name in lk.between[:k]:
                 raise ClusterError(f"{w}.between: device {name!r} is listed twice")
         _positive(w, "bandwidth", lk.bandwidth)
@@ -358,7 +358,7 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
         raise ClusterError(f"{where}: expected a table")
     unknown = set(data) - _TOP_KEYS
     if unknown:
-        raise ClusterError(f"{where}: unknown top-level field(s) {sorted(unknown)}; expected {sorted(_TOP_KEYS)}")
+        raise ClusterError(f"{where}: unknown top-level field(s) {short_repr(sorted(unknown))}; expected {sorted(_TOP_KEYS)}")
     version = data.get("schema_version", SCHEMA_VERSION)
     if type(version) is not int or version != SCHEMA_VERSION:  # not true, not 1.0 (as graph files)
         raise ClusterError(f"{where}: schema_version {short_repr(version)} is not supported (expected {SCHEMA_VERSION})")
@@ -374,7 +374,7 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
     for i, raw in enumerate(raw_devices):
         unknown = set(raw) - _DEVICE_KEYS
         if unknown:
-            raise ClusterError(f"{where}: devices[{i}] has unknown field(s) {sorted(unknown)}")
+            raise ClusterError(f"{where}: devices[{i}] has unknown field(s) {short_repr(sorted(unknown))}")
         for key in ("name", "kind", "peak_flops", "mem_bandwidth", "memory_bytes", "op_overhead_s"):
             if key not in raw:
                 raise ClusterError(f"{where}: devices[{i}] has no field {key!r}")
@@ -383,7 +383,7 @@ def from_dict(data: dict[str, Any], *, source: str = "<dict>") -> Cluster:
     for j, raw in enumerate(_tables(where, "links", data.get("links", []))):
         unknown = set(raw) - _LINK_KEYS
         if unknown:
-            raise ClusterError(f"{where}: links[{j}] has unknown field(s) {sorted(unknown)}")
+            raise ClusterError(f"{where}: links[{j}] has unknown field(s) {short_repr(sorted(unknown))}")
         for key in ("between", "bandwidth", "latency_s"):
             if key not in raw:
                 raise ClusterError(f"{where}: links[{j}] has no field {key!r}")

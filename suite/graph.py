@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from suite.errors import GraphError
+from suite.textfile import short_repr
 
 PHASES = ("forward", "backward", "update")
 DEVICE_KINDS = ("cpu", "gpu")
@@ -65,10 +66,11 @@ class Edge:
 
 
 def _shown(value: Any) -> str:
-    """`repr`, abbreviated for huge integers (whose repr Python may even refuse)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"a {value.bit_length()}-bit integer"
-    return repr(value)
+    """`repr`, abbreviated for huge integers (whose repr Python may even refuse) and, as `short_repr` does, for
+    long strings, lists and objects."""
+    if isinstance(value, int):
+        return f"a {value.bit_length()}-bit integer" if value.bit_length() > 256 else repr(value)
+    return short_repr(value)
 
 
 def _plain_number(value: Any) -> Any:
@@ -84,7 +86,7 @@ def _plain_number(value: Any) -> Any:
 def _check_number(where: str, field_name: str, value: Any, *, integer: bool) -> float | int:
     value = _plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise GraphError(f"{where}.{field_name}: expected a number, got {value!r}")
+        raise GraphError(f"{where}.{field_name}: expected a number, got {_shown(value)}")
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise GraphError(f"{where}.{field_name}: {value!r} is not a finite number")
     if value < 0:
@@ -164,7 +166,7 @@ def _checked_op(op: Op, index: int) -> Op:
     if op.phase not in PHASES:
         raise GraphError(f"{where}.phase: {_shown(op.phase)} is not one of {', '.join(PHASES)}")
     if not isinstance(op.allowed_kinds, tuple | list):
-        raise GraphError(f"{where}.allowed_kinds: expected a tuple of device kinds, got {op.allowed_kinds!r}")
+        raise GraphError(f"{where}.allowed_kinds: expected a tuple of device kinds, got {_shown(op.allowed_kinds)}")
     for k, kind in enumerate(op.allowed_kinds):
         if kind not in DEVICE_KINDS:
             raise GraphError(f"{where}.allowed_kinds: {_shown(kind)} is not one of {', '.join(DEVICE_KINDS)}")
@@ -173,11 +175,11 @@ def _checked_op(op: Op, index: int) -> Op:
     if op.group is not None and (not isinstance(op.group, str) or not op.group):
         raise GraphError(f"{where}.group: expected a non-empty string or null, got {_shown(op.group)}")
     if not isinstance(op.output_shape, tuple | list):
-        raise GraphError(f"{where}.output_shape: {op.output_shape!r} is not a tuple of sizes")
+        raise GraphError(f"{where}.output_shape: {_shown(op.output_shape)} is not a tuple of sizes")
     shape = tuple(_plain_number(d) for d in op.output_shape)
     for d in shape:
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
-            raise GraphError(f"{where}.output_shape: {op.output_shape!r} is not a tuple of sizes")
+            raise GraphError(f"{where}.output_shape: {_shown(op.output_shape)} is not a tuple of sizes")
         if d > MAX_BYTES:  # no tensor has more elements than bytes; numpy (RL features) needs int64 sizes
             raise GraphError(f"{where}.output_shape: size {_shown(d)} is above the limit of 2**53")
     return Op(
@@ -298,18 +300,18 @@ class OpGraph:
         An edge without bytes carries the producer's `output_bytes`. Duplicate edges are an error.
         """
         if not isinstance(name, str) or not name:
-            raise GraphError(f"graph name: expected a non-empty string, got {name!r}")
+            raise GraphError(f"graph name: expected a non-empty string, got {_shown(name)}")
         if isinstance(ops, AbstractSet):  # no order: the op indices would change with the hash seed
             raise GraphError(f"graph {name!r}: ops: expected a sequence of Op, got a set")
         if not isinstance(ops, Iterable) or isinstance(ops, str | Mapping):
-            raise GraphError(f"graph {name!r}: ops: expected a sequence of Op, got {ops!r}")
+            raise GraphError(f"graph {name!r}: ops: expected a sequence of Op, got {_shown(ops)}")
         if not isinstance(edges, Iterable) or isinstance(edges, str | Mapping):
-            raise GraphError(f"graph {name!r}: edges: expected a sequence of edges, got {edges!r}")
+            raise GraphError(f"graph {name!r}: edges: expected a sequence of edges, got {_shown(edges)}")
         ops = [_checked_op(op, i) for i, op in enumerate(ops)]
         if not ops:
             raise GraphError(f"graph {name!r} has no ops (a workload needs at least one op to place)")
         if metadata is not None and not isinstance(metadata, Mapping):
-            raise GraphError(f"graph {name!r}: metadata: expected an object (a mapping), got {metadata!r}")
+            raise GraphError(f"graph {name!r}: metadata: expected an object (a mapping), got {_shown(metadata)}")
         metadata = dict(metadata or {})
         _check_metadata(metadata)
         index: dict[str, int] = {}
@@ -321,13 +323,13 @@ class OpGraph:
         seen: set[tuple[int, int]] = set()
         for j, e in enumerate(edges):
             if not isinstance(e, tuple | list) or len(e) not in (2, 3):
-                raise GraphError(f"edges[{j}]: expected (src, dst[, bytes]), got {e!r}")
+                raise GraphError(f"edges[{j}]: expected (src, dst[, bytes]), got {_shown(e)}")
             src, dst = e[0], e[1]
             for end, label in ((src, "src"), (dst, "dst")):
                 if not isinstance(end, str):
-                    raise GraphError(f"edges[{j}].{label}: expected an op name (a string), got {end!r}")
+                    raise GraphError(f"edges[{j}].{label}: expected an op name (a string), got {_shown(end)}")
                 if end not in index:
-                    raise GraphError(f"edges[{j}].{label}: unknown op {end!r}")
+                    raise GraphError(f"edges[{j}].{label}: unknown op {_shown(end)}")
             s, d = index[src], index[dst]
             if s == d:
                 raise GraphError(f"edges[{j}]: self-loop on op {src!r} (a cycle)")

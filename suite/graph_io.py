@@ -26,7 +26,7 @@ from typing import Any
 
 from suite.errors import GraphError
 from suite.graph import Op, OpGraph
-from suite.textfile import parse_json, short_repr
+from suite.textfile import MAX_SHOWN, parse_json, short_repr
 
 FORMAT = "placebench.opgraph"
 SCHEMA_VERSION = 1
@@ -97,7 +97,7 @@ def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> 
         raise GraphError(f"{source}: schema_version {short_repr(version)} is not supported (this placebench reads {SCHEMA_VERSION})")
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
-        raise GraphError(f"{source}: unknown field(s) {unknown}; known: {', '.join(sorted(TOP_KEYS))}")
+        raise GraphError(f"{source}: unknown field(s) {short_repr(unknown)}; known: {', '.join(sorted(TOP_KEYS))}")
     for key, typ in (("name", str), ("ops", list), ("edges", list)):
         if not isinstance(data.get(key), typ):
             raise GraphError(f"{source}: field {key!r} is missing or not a {typ.__name__}")
@@ -113,7 +113,7 @@ def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> 
                 raise GraphError(f"{source}: ops[{i}] has no field {key!r}")
         unknown = set(raw) - set(_OP_FIELDS)
         if unknown:
-            raise GraphError(f"{source}: ops[{i}] has unknown field(s) {sorted(unknown)}")
+            raise GraphError(f"{source}: ops[{i}] has unknown field(s) {short_repr(sorted(unknown))}")
         kw = dict(raw)
         for key in ("allowed_kinds", "output_shape"):
             if key in kw:
@@ -124,14 +124,14 @@ def from_dict(data: Any, *, source: str = "<dict>", check_hash: bool = True) -> 
     edges = []
     for j, e in enumerate(data["edges"]):
         if not isinstance(e, list) or len(e) != 3:
-            raise GraphError(f"{source}: edges[{j}] is not [src, dst, bytes]: {e!r}")
+            raise GraphError(f"{source}: edges[{j}] is not [src, dst, bytes]: {short_repr(e)}")
         edges.append(tuple(e))
     try:
         graph = OpGraph.build(data["name"], ops, edges, metadata)
     except GraphError as exc:
         raise GraphError(f"{source}: {exc}") from None
     if check_hash and "hash" in data and data["hash"] != graph.content_hash:
-        said = data["hash"] if isinstance(data["hash"], str) else short_repr(data["hash"])
+        said = data["hash"] if isinstance(data["hash"], str) and len(data["hash"]) <= MAX_SHOWN else short_repr(data["hash"])
         raise GraphError(
             f"{source}: content hash mismatch (file says {said}, contents hash to {graph.content_hash}); "
             "the file was edited or is corrupt"

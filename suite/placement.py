@@ -33,7 +33,7 @@ def as_placement(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray
         missing = [op.name for op in graph.ops if op.name not in placement]
         unknown = [k for k in placement if k not in graph.index]
         if unknown:
-            raise PlacementError(f"placement names op {unknown[0]!r}, which is not in workload {graph.name!r}")
+            raise PlacementError(f"placement names op {short_repr(unknown[0])}, which is not in workload {graph.name!r}")
         if missing:
             raise PlacementError(
                 f"placement has no device for {len(missing)} op(s) of {graph.name!r}, e.g. {missing[0]!r}"
@@ -56,14 +56,14 @@ def as_placement(placement: Any, graph: OpGraph, cluster: Cluster) -> np.ndarray
         if isinstance(v, str):
             if v not in cluster.index:
                 raise PlacementError(
-                    f"placement[{i}] (op {graph.ops[i].name!r}): unknown device {v!r}; "
+                    f"placement[{i}] (op {graph.ops[i].name!r}): unknown device {short_repr(v)}; "
                     f"cluster {cluster.name!r} has {', '.join(cluster.index)}"
                 )
             out[i] = cluster.index[v]
             continue
         if isinstance(v, bool) or not isinstance(v, int | np.integer):
             if not (isinstance(v, float | np.floating) and float(v).is_integer()):
-                raise PlacementError(f"placement[{i}] (op {graph.ops[i].name!r}): {v!r} is not a device index")
+                raise PlacementError(f"placement[{i}] (op {graph.ops[i].name!r}): {short_repr(v)} is not a device index")
         if not 0 <= v < d:  # shown as written: a huge one (1e300, 10**400) by its size, not its digits
             raise PlacementError(
                 f"placement[{i}] (op {graph.ops[i].name!r}): device "
@@ -226,7 +226,7 @@ def load_placement(path: str | Path, graph: OpGraph, cluster: Cluster) -> np.nda
     if isinstance(data, dict):  # a saved placement names what it belongs to: it must be this workload and cluster
         unknown = sorted(set(data) - _PLACEMENT_KEYS)
         if unknown:
-            raise PlacementError(f"{path}: unknown field(s) {unknown}; known: {', '.join(sorted(_PLACEMENT_KEYS))}")
+            raise PlacementError(f"{path}: unknown field(s) {short_repr(unknown)}; known: {', '.join(sorted(_PLACEMENT_KEYS))}")
         version = data.get("schema_version", 1)
         if type(version) is not int or version != 1:
             raise PlacementError(f"{path}: schema_version {short_repr(version)} is not supported (this placebench reads 1)")

@@ -117,12 +117,23 @@ def human_bytes(n: float) -> str:
     return f"{n / 2**10:.2f} KiB"
 
 
+MAX_SHOWN = 200  # characters of a value's repr that an error message shows
+
+
 def short_repr(value: Any) -> str:
-    """repr, with a huge integer shown by its size rather than its hundreds of digits."""
+    """repr, with a huge integer shown by its size rather than its hundreds of digits, and a long string, list or
+    table cut to its start and its size: an error message names a wrong value, it does not repeat 100 KB of it."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
         sign = "a negative" if value < 0 else "an"
         return f"{sign} integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
-    return repr(value)
+    text = repr(value)
+    if len(text) <= MAX_SHOWN:
+        return text
+    size = (f"a string of {len(value)} characters" if isinstance(value, str)
+            else f"a list of {len(value)} entries" if isinstance(value, list | tuple)
+            else f"an object of {len(value)} keys" if isinstance(value, dict)
+            else f"{len(text)} characters")
+    return f"{text[:MAX_SHOWN - 50]}... ({size})"
 
 
 def first_non_finite(x: Any, where: str) -> str | None:

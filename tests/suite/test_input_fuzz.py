@@ -26,12 +26,14 @@ from suite.graph import Op, OpGraph
 from suite.placement import load_placement, validate
 from suite.runner import load_spec
 
-FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")), deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # values that replace a field: other types, bools for numbers, out-of-range and non-finite numbers, odd text
 WEIRD: list[Any] = [None, True, False, "", "x", "é☃\u200b", [], {}, [1], {"a": 1}, 0, 1, -1, -0.5, 0.5, 1.5,
                     10**400, -(10**400), 2**63, 2**64, 1e308, 1e-320, "1", math.nan, math.inf, -math.inf, -0.0,
                     "nan", "a\x00b", "x" * 5000, [[[[[[[[]]]]]]]]]
+MAX_MESSAGE = 1000  # characters: a message names a wrong value, it does not repeat all of it
 # TOML has dates and times besides
 TOML_WEIRD = [*WEIRD, datetime.date(2024, 2, 29), datetime.time(12, 30),
               datetime.datetime(2024, 1, 1, 0, 0, tzinfo=datetime.UTC)]
@@ -154,22 +156,27 @@ def _truncated(draw: st.DrawFn, raw: bytes) -> bytes:
     return raw[:i] + b"\x00" + raw[i + 1:]
 
 
-def _expect(loader, error: type[Exception], what: str) -> Any:
-    """The loader's result, or None when it raises `error` with a message; any other exception fails with
-    `what` (the mutation) in its message."""
+def _expect(loader, error: type[Exception], what: str, *, short: bool = True) -> Any:
+    """The loader's result, or None when it raises `error` with a message (`short`: under MAX_MESSAGE
+    characters); any other exception fails with `what` (the mutation) in its message."""
     try:
         return loader()
     except error as exc:
         assert str(exc).strip(), f"{what}: {error.__name__} without a message"
+        assert not short or len(str(exc)) < MAX_MESSAGE, \
+            f"{what}: a message of {len(str(exc))} characters: {str(exc)[:300]}"
         return None
     except Exception as exc:  # noqa: BLE001 - the point of the test
         pytest.fail(f"{what}: {type(exc).__name__} instead of {error.__name__}: {exc}")
 
 
 def _tagged(x: Any) -> Any:
-    """`x` with bools told apart from numbers and ints from equal floats kept equal: True != 1, 1 == 1.0."""
+    """`x` with bools told apart from numbers and ints from equal floats kept equal: True != 1, 1 == 1.0;
+    NaN equal to NaN."""
     if isinstance(x, bool):
         return ("bool", x)
+    if isinstance(x, float) and math.isnan(x):
+        return "NaN"  # equal to itself
     if isinstance(x, dict):
         return {k: _tagged(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
@@ -363,7 +370,8 @@ def test_fuzzed_placement_file_loads_as_written_or_raises_placement_error(tmp_pa
             assert got == (c.index[entry] if isinstance(entry, str) else entry), what
 
 
-# -- spec files -------------------------------------------------------------------------------------------------------
+# -- spec files (their checks are in suite/runner.py, which repeats a whole wrong `plugins` value: not
+# held to MAX_MESSAGE here) ------------------------------------------------------------------------------
 SPEC_DICT: dict[str, Any] = {
     "name": "fuzzspec",
     "description": "a spec to mutate",
@@ -386,7 +394,7 @@ def test_fuzzed_spec_toml_loads_as_written_or_raises_spec_error(tmp_path, case):
     data, dup, what = case
     path = tmp_path / "s.toml"
     path.write_text(_toml(data, dup), encoding="utf-8")
-    spec = _expect(lambda: load_spec(str(path)), SpecError, what)
+    spec = _expect(lambda: load_spec(str(path)), SpecError, what, short=False)  # short: see the note below
     if spec is not None:
         assert dup is None, what
         data = _drop_none(data)
@@ -410,7 +418,7 @@ def test_fuzzed_spec_toml_loads_as_written_or_raises_spec_error(tmp_path, case):
 def test_fuzzed_spec_text_loads_or_raises_spec_error(tmp_path, data):
     path = tmp_path / "s.toml"
     path.write_bytes(_truncated(data.draw, _toml(SPEC_DICT).encode("utf-8")))
-    _expect(lambda: load_spec(str(path)), SpecError, "damaged spec text")
+    _expect(lambda: load_spec(str(path)), SpecError, "damaged spec text", short=False)
 
 
 # -- the command line on bad files ------------------------------------------------------------------------------------
@@ -481,3 +489,66 @@ def test_cli_run_on_a_bad_spec_file_exits_2_with_one_line(tmp_path, capsys, muta
     path.write_text(_toml(data))
     assert main(["run", str(path), "--out", str(tmp_path / "store"), "-q"]) == 2
     assert names in _one_error_line(capsys)
+
+
+# -- a long wrong value is named by its start and size, not repeated whole --------------------------------------------
+LONG_TEXT, LONG_LIST, LONG_OBJECT = "x" * 100_000, list(range(20_000)), {f"k{i}": i for i in range(5_000)}
+
+
+def _edit(data: Any, path: tuple, value: Any) -> Any:
+    data = copy.deepcopy(data)
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return data
+
+
+def _graph_file(tmp_path, data):
+    path = tmp_path / "g.json"
+    path.write_text(_json(data))
+    return lambda: graph_io.load(path)
+
+
+def _cluster_file(tmp_path, data):
+    path = tmp_path / "c.toml"
+    path.write_text(_toml(data))
+    return lambda: cluster_mod.load(path)
+
+
+def _placement_file(tmp_path, data):
+    path = tmp_path / "p.json"
+    path.write_text(_json(data))
+    return lambda: load_placement(path, _valid_graph(), cluster_mod.from_dict(CLUSTER_DICT))
+
+
+@pytest.mark.parametrize("make, data, error, names", [
+    (_graph_file, _edit(UNHASHED, ("ops", 0, "flops"), LONG_TEXT), GraphError, "ops[0] 'a'.flops"),
+    (_graph_file, _edit(UNHASHED, ("ops", 1, "output_shape"), [*LONG_LIST[:-1], -1]), GraphError, "output_shape"),
+    (_graph_file, _edit(UNHASHED, ("edges", 0), LONG_LIST), GraphError, "edges[0]"),
+    (_graph_file, _edit(UNHASHED, ("edges", 1, 0), LONG_TEXT), GraphError, "edges[1].src: unknown op"),
+    (_graph_file, _edit(UNHASHED, ("ops", 2), {**UNHASHED["ops"][2], **LONG_OBJECT}), GraphError,
+     "ops[2] has unknown field(s)"),
+    (_graph_file, _edit(GRAPH_DICT, ("hash",), LONG_TEXT), GraphError, "content hash mismatch"),
+    (_cluster_file, _edit(CLUSTER_DICT, ("name",), LONG_LIST), ClusterError, "field 'name'"),
+    (_cluster_file, _edit(CLUSTER_DICT, ("devices", 1, "kind"), LONG_TEXT), ClusterError, "'gpu0'.kind"),
+    (_cluster_file, _edit(CLUSTER_DICT, ("links", 0, "between", 1), LONG_TEXT), ClusterError, "unknown device"),
+    (_cluster_file, _edit(CLUSTER_DICT, ("links", 0, "latency_s"), LONG_OBJECT), ClusterError, "latency_s"),
+    (_cluster_file, _edit(CLUSTER_DICT, ("devices", 0), {**CLUSTER_DICT["devices"][0], **LONG_OBJECT}),
+     ClusterError, "devices[0] has unknown field(s)"),
+    (_placement_file, ["gpu0", LONG_TEXT, "gpu0"], PlacementError, "placement[1] (op 'b'): unknown device"),
+    (_placement_file, [1, LONG_LIST, 1], PlacementError, "placement[1] (op 'b')"),
+    (_placement_file, {"placement": [1, 1, 1], **LONG_OBJECT}, PlacementError, "unknown field(s)"),
+    (_placement_file, {"placement": {"a": 1, "b": 1, "c": 1, LONG_TEXT: 1}}, PlacementError, "names op"),
+])
+def test_a_long_wrong_value_is_cut_in_the_message(tmp_path, make, data, error, names):
+    """A 100,000-character string, a list of 20,000 numbers or an object of 5,000 keys where a field's value
+    belongs: the message names the field and the value's start and size, in under MAX_MESSAGE characters
+    (it used to repeat the whole value: 100 KB on one line)."""
+    with pytest.raises(error) as info:
+        make(tmp_path, data)()
+    message = str(info.value)
+    assert names in message
+    assert len(message) < MAX_MESSAGE, message[:300]
+    assert any(size in message for size in ("a string of 100000 characters", "a list of 20000 entries",
+                                            "an object of 5000 keys", "a list of 5000 entries")), message[:300]
