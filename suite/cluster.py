@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -273,9 +274,19 @@ def _sources(where: str, value: Any, fields: tuple[str, ...] = (), what: str = "
         _string(f"{where}.{key}", text)
 
 
+def _control_free(where: str, name: str) -> None:
+    """A name holds no control character (a newline, a tab, an escape): messages and tables show names as they
+    are, on one line, and such a name is never meant."""
+    bad = next((ch for ch in name if unicodedata.category(ch) == "Cc"), None)
+    if bad is not None:
+        raise ClusterError(f"{where}: {short_repr(name)} contains the control character {bad!r}; a name is shown "
+                           f"on one line")
+
+
 def _validate(c: Cluster, where: str) -> None:
     if not isinstance(c.name, str) or not c.name:
         raise ClusterError(f"cluster name: expected a non-empty string, got {short_repr(c.name)}")
+    _control_free("cluster name", c.name)
     _string(f"{where}: description", c.description)
     _sources(f"{where}: source", c.source)
     if not c.devices:
@@ -285,6 +296,7 @@ def _validate(c: Cluster, where: str) -> None:
         w = f"{where}: devices[{i}]"
         if not isinstance(d.name, str) or not d.name:
             raise ClusterError(f"{w}.name: expected a non-empty string, got {short_repr(d.name)}")
+        _control_free(f"{w}.name", d.name)
         if d.name in names:
             raise ClusterError(f"{w}.name: duplicate device name {d.name!r}")
         names.add(d.name)

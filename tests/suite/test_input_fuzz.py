@@ -552,3 +552,29 @@ def test_a_long_wrong_value_is_cut_in_the_message(tmp_path, make, data, error, n
     assert len(message) < MAX_MESSAGE, message[:300]
     assert any(size in message for size in ("a string of 100000 characters", "a list of 20000 entries",
                                             "an object of 5000 keys", "a list of 5000 entries")), message[:300]
+
+
+@pytest.mark.parametrize("path, name", [(("devices", 1, "name"), "gpu\n0"), (("devices", 0, "name"), "cpu\x1b[2J"),
+                                        (("name",), "two\rlines"), (("devices", 0, "name"), "cpu\t0")])
+def test_a_cluster_or_device_name_with_a_control_character_is_refused(tmp_path, path, name):
+    """Names are shown as they are in messages and tables ("placed on gpu0 (gpu)", "cluster 'x' has cpu0,
+    gpu0"): a newline in one split the CLI's one error line in two, an escape sequence would reach the
+    terminal. Such a name is never meant, so the cluster file is refused, naming the field."""
+    data = _edit(CLUSTER_DICT, path, name)
+    if path[0] == "devices":  # the link names the device too
+        data["links"][0]["between"][path[1]] = name
+    with pytest.raises(ClusterError, match="control character") as info:
+        _cluster_file(tmp_path, data)()
+    assert ("devices[" if path[0] == "devices" else "name") in str(info.value)
+    assert "\n" not in str(info.value) and "\r" not in str(info.value) and "\x1b" not in str(info.value)
+
+
+def test_cli_error_on_a_placement_for_a_cluster_with_a_newline_in_a_device_name_is_one_line(tmp_path, capsys):
+    data = _edit(CLUSTER_DICT, ("devices", 1, "name"), "gpu\n0")
+    data["links"][0]["between"][1] = "gpu\n0"
+    graph, cluster, pfile = tmp_path / "g.json", tmp_path / "c.toml", tmp_path / "p.json"
+    graph_io.save(_valid_graph(), graph)
+    cluster.write_text(_toml(data))
+    pfile.write_text(json.dumps(["cpu0", "tpu9", "cpu0"]))  # the message lists the cluster's devices
+    assert main(["evaluate", str(graph), "--cluster", str(cluster), "--placement", str(pfile)]) == 2
+    _one_error_line(capsys)
