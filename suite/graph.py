@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from suite.errors import GraphError
-from suite.textfile import short_repr
+from suite.textfile import MAX_SHOWN, short_repr
 
 PHASES = ("forward", "backward", "update")
 DEVICE_KINDS = ("cpu", "gpu")
@@ -202,6 +202,16 @@ def _bad_scope(where: str, value: Any) -> str:
     raise GraphError(f"{where}.scope: expected a string, got {_shown(value)}")
 
 
+def _cycle_text(names: list[str]) -> str:
+    """A cycle's op names on one line, "a -> b -> a": a name with a character that does not print (a newline)
+    escaped, a long one cut as `short_repr` cuts it, and a cycle of more than 10 ops by its first and last 4 and
+    its length."""
+    shown = [n if n.isprintable() and len(n) <= MAX_SHOWN else short_repr(n) for n in names]
+    if len(shown) > 10:
+        return f"{' -> '.join(shown[:4])} -> ... -> {' -> '.join(shown[-4:] + shown[:1])} (a cycle of {len(shown)} ops)"
+    return " -> ".join(shown + shown[:1])
+
+
 def find_cycle(n: int, edges: Sequence[tuple[int, int]]) -> list[int] | None:
     """Return the op indices of one directed cycle (in order), or None if the graph is acyclic."""
     succ: list[list[int]] = [[] for _ in range(n)]
@@ -342,8 +352,7 @@ class OpGraph:
         pairs = [(s, d) for s, d, _ in raw]
         cycle = find_cycle(len(ops), pairs)
         if cycle is not None:
-            names = " -> ".join(ops[i].name for i in cycle + cycle[:1])
-            raise GraphError(f"graph {name!r} has a cycle: {names}")
+            raise GraphError(f"graph {name!r} has a cycle: {_cycle_text([ops[i].name for i in cycle])}")
         order = canonical_order(len(ops), pairs)
         pos = {old: new for new, old in enumerate(order)}
         new_ops = tuple(ops[i] for i in order)

@@ -578,3 +578,17 @@ def test_cli_error_on_a_placement_for_a_cluster_with_a_newline_in_a_device_name_
     pfile.write_text(json.dumps(["cpu0", "tpu9", "cpu0"]))  # the message lists the cluster's devices
     assert main(["evaluate", str(graph), "--cluster", str(cluster), "--placement", str(pfile)]) == 2
     _one_error_line(capsys)
+
+
+def test_a_cycle_is_named_on_one_line_and_briefly():
+    """A cycle's message lists its ops: an op name with a newline is shown escaped, and a cycle through 1000 ops
+    by its first and last ops and its length (the message used to list all 1000 names)."""
+    ops = [Op("a", "x"), Op("b\nx", "x")]
+    with pytest.raises(GraphError, match="cycle") as info:
+        OpGraph.build("g", ops, [("a", "b\nx"), ("b\nx", "a")])
+    assert "\n" not in str(info.value) and "'b\\nx'" in str(info.value)
+    ops = [Op(f"op{i:04d}", "x") for i in range(1000)]
+    edges = [(f"op{i:04d}", f"op{i + 1:04d}") for i in range(999)] + [("op0999", "op0000")]
+    with pytest.raises(GraphError, match="cycle of 1000 ops") as info:
+        OpGraph.build("g", ops, edges)
+    assert len(str(info.value)) < MAX_MESSAGE and "op0000 -> op0001" in str(info.value)
