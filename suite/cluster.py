@@ -30,7 +30,7 @@ import numpy as np
 
 from suite.errors import ClusterError
 from suite.graph import DEVICE_KINDS
-from suite.textfile import as_float, load_toml, short_repr
+from suite.textfile import MAX_SHOWN, as_float, load_toml, short_repr
 
 SCHEMA_VERSION = 1
 PRESET_DIR = Path(__file__).parent / "clusters"
@@ -268,10 +268,10 @@ def _sources(where: str, value: Any, fields: tuple[str, ...] = (), what: str = "
     if not isinstance(value, dict):
         raise ClusterError(f"{where}: must be a table of field name -> source text, got {short_repr(value)}")
     for key, text in value.items():
+        at = f"{where}.{key}" if key.isprintable() and len(key) <= MAX_SHOWN else f"{where}[{short_repr(key)}]"
         if fields and key not in fields:
-            raise ClusterError(f"{where}.{key}: names no field of a {what} (a misspelt field?); fields: "
-                               f"{', '.join(fields)}")
-        _string(f"{where}.{key}", text)
+            raise ClusterError(f"{at}: names no field of a {what} (a misspelt field?); fields: {', '.join(fields)}")
+        _string(at, text)
 
 
 def _control_free(where: str, name: str) -> None:

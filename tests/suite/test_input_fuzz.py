@@ -592,3 +592,14 @@ def test_a_cycle_is_named_on_one_line_and_briefly():
     with pytest.raises(GraphError, match="cycle of 1000 ops") as info:
         OpGraph.build("g", ops, edges)
     assert len(str(info.value)) < MAX_MESSAGE and "op0000 -> op0001" in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["peak\nflops", "p" * 5000])
+def test_a_source_key_that_does_not_print_or_is_long_is_shown_escaped_and_cut(tmp_path, key):
+    """A misspelt key of a device's `source` table is named in the message: escaped when it holds a newline (it
+    used to split the error line in two), cut when long."""
+    data = _edit(CLUSTER_DICT, ("devices", 0, "source"), {key: "a data sheet"})
+    with pytest.raises(ClusterError, match="names no field of a device") as info:
+        _cluster_file(tmp_path, data)()
+    assert "\n" not in str(info.value) and len(str(info.value)) < MAX_MESSAGE
+    assert "devices[0] 'cpu0'.source[" in str(info.value)
