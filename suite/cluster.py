@@ -78,7 +78,7 @@ class Cluster:
     source: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _validate(self, where=f"cluster {self.name!r}")
+        _validate(self, where=f"cluster {short_repr(self.name)}")
 
     @property
     def num_devices(self) -> int:
@@ -298,18 +298,19 @@ def _validate(c: Cluster, where: str) -> None:
             raise ClusterError(f"{w}.name: expected a non-empty string, got {short_repr(d.name)}")
         _control_free(f"{w}.name", d.name)
         if d.name in names:
-            raise ClusterError(f"{w}.name: duplicate device name {d.name!r}")
+            raise ClusterError(f"{w}.name: duplicate device name {short_repr(d.name)}")
         names.add(d.name)
+        wd = f"{w} {short_repr(d.name)}"  # a long name cut, as in every message
         if d.kind not in DEVICE_KINDS:
-            raise ClusterError(f"{w} {d.name!r}.kind: {short_repr(d.kind)} is not one of {', '.join(DEVICE_KINDS)}")
-        _positive(f"{w} {d.name!r}", "peak_flops", d.peak_flops)
-        _positive(f"{w} {d.name!r}", "mem_bandwidth", d.mem_bandwidth)
-        _memory_bytes(f"{w} {d.name!r}", d.memory_bytes)
-        _positive(f"{w} {d.name!r}", "op_overhead_s", d.op_overhead_s, allow_zero=True)
-        _positive(f"{w} {d.name!r}", "compute_efficiency", d.compute_efficiency, at_most_one=True)
-        _positive(f"{w} {d.name!r}", "memory_efficiency", d.memory_efficiency, at_most_one=True)
-        _string(f"{w} {d.name!r}.model", d.model)
-        _sources(f"{w} {d.name!r}.source", d.source, _SOURCED_DEVICE_FIELDS, "device")
+            raise ClusterError(f"{wd}.kind: {short_repr(d.kind)} is not one of {', '.join(DEVICE_KINDS)}")
+        _positive(wd, "peak_flops", d.peak_flops)
+        _positive(wd, "mem_bandwidth", d.mem_bandwidth)
+        _memory_bytes(wd, d.memory_bytes)
+        _positive(wd, "op_overhead_s", d.op_overhead_s, allow_zero=True)
+        _positive(wd, "compute_efficiency", d.compute_efficiency, at_most_one=True)
+        _positive(wd, "memory_efficiency", d.memory_efficiency, at_most_one=True)
+        _string(f"{wd}.model", d.model)
+        _sources(f"{wd}.source", d.source, _SOURCED_DEVICE_FIELDS, "device")
     for j, lk in enumerate(c.links):
         w = f"{where}: links[{j}]"
         _string(f"{w}.name", lk.name)

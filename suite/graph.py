@@ -158,7 +158,7 @@ def _check_metadata(metadata: Mapping[str, Any]) -> None:
 def _checked_op(op: Op, index: int) -> Op:
     if not isinstance(op, Op):
         raise GraphError(f"ops[{index}]: expected an Op, got {type(op).__name__}")
-    where = f"ops[{index}] {op.name!r}"
+    where = f"ops[{index}] {_shown(op.name)}"
     if not isinstance(op.name, str) or not op.name:
         raise GraphError(f"ops[{index}].name: expected a non-empty string, got {_shown(op.name)}")
     if not isinstance(op.kind, str) or not op.kind:

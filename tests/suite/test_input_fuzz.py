@@ -111,6 +111,10 @@ def mutated(draw: st.DrawFn, valid: Any, weird: list[Any] = WEIRD) -> tuple[Any,
     was done (for the failure message)."""
     data = copy.deepcopy(valid)
     slots = _slots(data)
+    if not slots:  # an empty list or object (after earlier mutations): only a key can be added
+        if isinstance(data, dict):
+            data["zz_unknown"] = 1
+        return data, None, "unknown key" if isinstance(data, dict) else "no change"
     how = draw(st.sampled_from(["replace", "replace", "replace", "delete", "wrap", "unknown key", "duplicate key",
                                 "repeat item", "swap"]))
     if not any(isinstance(c, dict) for c in _containers(data)):  # a bare list: no key to add or repeat
@@ -603,3 +607,25 @@ def test_a_source_key_that_does_not_print_or_is_long_is_shown_escaped_and_cut(tm
         _cluster_file(tmp_path, data)()
     assert "\n" not in str(info.value) and len(str(info.value)) < MAX_MESSAGE
     assert "devices[0] 'cpu0'.source[" in str(info.value)
+
+
+def test_a_long_cluster_device_or_op_name_is_cut_where_it_locates_an_error(tmp_path):
+    """A valid but long name (5000 characters) that locates a wrong value in the message is cut as a wrong value
+    is; the message used to repeat it whole."""
+    data = _edit(CLUSTER_DICT, ("name",), "n" * 5000)
+    data = _edit(data, ("devices", 0, "peak_flops"), -1.0)
+    with pytest.raises(ClusterError, match="peak_flops") as info:
+        _cluster_file(tmp_path, data)()
+    assert len(str(info.value)) < MAX_MESSAGE
+    data = _edit(CLUSTER_DICT, ("devices", 0, "name"), "d" * 5000)
+    data["links"][0]["between"][0] = "d" * 5000
+    data = _edit(data, ("devices", 0, "memory_bytes"), 0)
+    with pytest.raises(ClusterError, match="memory_bytes") as info:
+        _cluster_file(tmp_path, data)()
+    assert len(str(info.value)) < MAX_MESSAGE
+    data = _edit(UNHASHED, ("ops", 0, "name"), "o" * 5000)
+    data["edges"] = [["o" * 5000, "b", 32], ["b", "c", 32]]
+    data = _edit(data, ("ops", 0, "flops"), -1.0)
+    with pytest.raises(GraphError, match="flops") as info:
+        _graph_file(tmp_path, data)()
+    assert len(str(info.value)) < MAX_MESSAGE
