@@ -58,7 +58,9 @@ only, the figure papers publish):
   negative log-likelihood, margin ranking): 3 per element of the (broadcast) inputs (the difference or log
   term, its penalty, the reduction); KL divergence with reduction "batchmean" + 1 (its divide by the batch
   size, an op of its own in torch.export); Poisson NLL with `full` + 3 per element (the Stirling term);
-  `loss_cost` has the rest: triplet margin, cosine embedding, multi-class margin;
+  `loss_cost` has the rest: Gaussian NLL, triplet margin (with distance), cosine embedding, multi-class and
+  multi-label margin, multi-label soft margin; with reduction "none" a loss counts no reduction (of the
+  elementwise ones 2 per element);
 * embedding lookups, concatenation, stacking: no FLOPs (only bytes); an embedding bag (nn.EmbeddingBag,
   F.embedding_bag): 1 per looked-up element (indices x embedding dim: the adds of sum and mean, the compares
   of max), 1 more per looked-up element with per_sample_weights (the multiply), and for mode "mean" 1 per
@@ -331,33 +333,82 @@ def cross_entropy_cost(logits: TensorInfo, kind: str = "cross_entropy") -> Cost:
     return Cost(kind, float(flops), 0.0, saved_bytes=logits.nbytes)
 
 
-def loss_cost(kind: str, ins: list[TensorInfo], *, batchmean: bool = False, full: bool = False, swap: bool = False,
+def loss_cost(kind: str, ins: list[TensorInfo], *, reduction: str = "mean", full: bool = False, swap: bool = False,
               p: Any = 1, weighted: bool = False) -> Cost:
-    """A loss other than cross-entropy and NLL, module or function, by its function's name (`kind`):
+    """A loss other than cross-entropy and NLL, module or function, by its function's name (`kind`). Its
+    `reduction` ("mean", "sum", "batchmean") costs 1 per element it adds up; "none" adds nothing up and counts
+    no reduction (the terms marked `reduction` below):
     * the elementwise losses (`ELEMENTWISE_LOSSES`): 3 per element of the broadcast inputs (the difference or
-      log term, its penalty, the reduction); KL divergence with `batchmean` + 1 (the divide by the batch
+      log term, its penalty, the reduction); KL divergence with "batchmean" + 1 (the divide by the batch
       size); Poisson NLL with `full` + 3 per element (the Stirling term: its log terms, their sum, the mask);
+    * Gaussian NLL (input, target, var): 2 per element of var (its clamp at eps, its log), 5 per element of the
+      broadcast inputs (subtract, square, divide by var, add the log, halve), + 1 with `full` (the constant),
+      + 1 (the reduction);
     * triplet margin: each distance d(a, p), d(a, n) (and with `swap` d(p, n)) 3 per element of the
       broadcast inputs, as pairwise_distance; per sample 3 (d(a, p) - d(a, n) + margin, the clamp at 0, the
       reduction), + 1 with `swap` (the smaller of d(a, n) and d(p, n));
+    * triplet margin with distance: as triplet margin, the distances counted as pairwise_distance (the fx
+      capture keeps the loss as one op and does not trace its `distance_function`: a user's function is
+      counted as that; torch.export traces it, so the two agree for the default distance), and per sample
+      1 more (the margin is added and the distances subtracted as two ops, as torch.export records them);
     * cosine embedding: 6 per element of the broadcast inputs, as cosine_similarity; per sample 3 (the
       penalty, 1 - cos or max(0, cos - margin), the choice by the target, the reduction);
     * multi-class margin (input [N, C] or [C]): per score 3 (margin - x[y] + x[i], the clamp at 0, the sum
       over classes), + 1 for `p` = 2 (the square), + 1 with a class `weight` (the multiply); per sample 2 (the
-      divide by C, the reduction)."""
+      divide by C, the reduction);
+    * multi-label margin (input [N, C] or [C]): as multi-class margin with one target class per sample (each
+      further target of a sample takes another 3 per score of it, which the shapes do not tell);
+    * multi-label soft margin (classes: the last dimension): per score 9 (the two log-sigmoid terms, their
+      products with y and 1 - y, sum, negation, the sum over classes; + 1 with a class `weight`), per sample
+      2 (the divide by C, the reduction), as torch.export decomposes it."""
+    reduce = int(reduction != "none")
     shape = functools.reduce(_broadcast, (t.shape for t in ins if t.floating), ())
     n = math.prod(shape)
-    if kind == "triplet_margin_loss":
+    if kind in ("triplet_margin_loss", "triplet_margin_with_distance_loss"):
         samples = n // shape[-1] if shape and shape[-1] else 1
-        return Cost(kind, float((3 if swap else 2) * 3 * n + (4 if swap else 3) * samples))
+        per_sample = 2 + reduce + swap + (kind == "triplet_margin_with_distance_loss")
+        return Cost(kind, float((3 if swap else 2) * 3 * n + per_sample * samples))
     if kind == "cosine_embedding_loss":
         rows = shape[:-1] if len(shape) > 1 else ()  # the pair's features: its last dimension
-        return Cost(kind, float(6 * n + 3 * math.prod(rows)))
-    if kind == "multi_margin_loss":
+        return Cost(kind, float(6 * n + (2 + reduce) * math.prod(rows)))
+    if kind in ("multi_margin_loss", "multilabel_margin_loss"):
         x = ins[0]
         per_score = 3 + (p == 2) + weighted
-        return Cost(kind, float(per_score * x.numel + 2 * loss_samples(x)))
-    return Cost(kind, float(3 * n + (1 if batchmean else 0) + (3 * n if full else 0)))
+        return Cost(kind, float(per_score * x.numel + (1 + reduce) * loss_samples(x)))
+    if kind == "multilabel_soft_margin_loss":
+        x = ins[0]
+        samples = x.numel // x.shape[-1] if x.shape and x.shape[-1] else 1
+        return Cost(kind, float((9 + weighted) * x.numel + (1 + reduce) * samples))
+    if kind == "gaussian_nll_loss":
+        return Cost(kind, float(2 * ins[2].numel + (5 + full + reduce) * n))
+    return Cost(kind, float((2 + reduce) * n + (reduction == "batchmean") + (3 * n if full else 0)))
+
+
+# ATen's Reduction enum, and the place of `reduction` in the signature of each ATen loss op (torch.export's)
+_ATEN_REDUCTION = {0: "none", 1: "mean", 2: "sum"}
+_ATEN_REDUCTION_AT = {"mse_loss": 2, "l1_loss": 2, "smooth_l1_loss": 2, "huber_loss": 2, "kl_div": 2,
+                      "soft_margin_loss": 2, "multilabel_margin_loss": 2, "binary_cross_entropy": 3,
+                      "hinge_embedding_loss": 3, "binary_cross_entropy_with_logits": 4, "margin_ranking_loss": 4,
+                      "cosine_embedding_loss": 4, "poisson_nll_loss": 5, "multi_margin_loss": 5,
+                      "triplet_margin_loss": 7}
+
+
+def loss_reduction(name: str, args: tuple, kwargs: dict) -> str:
+    """The reduction of a loss call: given by name, as a string among the positional arguments (a torch
+    function's), or as the int of ATen's Reduction enum at its place in the ATen op; the deprecated
+    `reduce=False` (by name) is "none"; else "mean", the default of every loss."""
+    if kwargs.get("reduce") is False:  # before `reduction`, which the fx capture fills in with its default
+        return "none"
+    if isinstance(kwargs.get("reduction"), str):
+        return kwargs["reduction"]
+    given = [a for a in args if isinstance(a, str)]
+    if given:
+        return given[0]
+    at = _ATEN_REDUCTION_AT.get(name)
+    value = _arg(args, kwargs, at, "reduction") if at is not None else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _ATEN_REDUCTION.get(value, "mean")
+    return "mean"
 
 
 def embedding_bag_cost(indices: TensorInfo, dim: int, itemsize: int, mode: str, weighted: bool,
@@ -427,7 +478,10 @@ _LOSS_KINDS = {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smoo
 ELEMENTWISE_LOSSES = frozenset(_LOSS_KINDS.values())
 # the losses with a structure of their own (see `loss_cost`): module name -> function name, the ATen name too
 _STRUCTURED_LOSS_KINDS = {"TripletMarginLoss": "triplet_margin_loss", "CosineEmbeddingLoss": "cosine_embedding_loss",
-                          "MultiMarginLoss": "multi_margin_loss"}
+                          "MultiMarginLoss": "multi_margin_loss", "MultiLabelMarginLoss": "multilabel_margin_loss",
+                          "MultiLabelSoftMarginLoss": "multilabel_soft_margin_loss",
+                          "GaussianNLLLoss": "gaussian_nll_loss",
+                          "TripletMarginWithDistanceLoss": "triplet_margin_with_distance_loss"}
 SOFTMAX = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
 POOL = {
     "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3, "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3,
@@ -523,14 +577,17 @@ def function_cost(name: str, args: tuple, kwargs: dict, out: list[TensorInfo], t
     if name == "nll_loss":
         return Cost("nll_loss", float(loss_samples(ins[0])))
     if name in ELEMENTWISE_LOSSES or name in _STRUCTURED_LOSS_KINDS.values():
-        # the options sit at the same positions in the torch function and the ATen op (ATen's reductions are
-        # ints: its kl_div never sees "batchmean", which torch.export records as a sum and a divide)
-        opts = {"kl_div": {"batchmean": _arg(args, kwargs, 4, "reduction") == "batchmean"},
-                "poisson_nll_loss": {"full": bool(_arg(args, kwargs, 3, "full", False))},
+        # the options sit at the same positions in the torch function and the ATen op; the reduction does not
+        # (`loss_reduction`; ATen's kl_div never sees "batchmean", which torch.export records as a sum and a divide)
+        opts = {"poisson_nll_loss": {"full": bool(_arg(args, kwargs, 3, "full", False))},
+                "gaussian_nll_loss": {"full": bool(_arg(args, kwargs, 3, "full", False))},
                 "triplet_margin_loss": {"swap": bool(_arg(args, kwargs, 6, "swap", False))},
+                "triplet_margin_with_distance_loss": {"swap": bool(kwargs.get("swap", False))},  # keyword-only
                 "multi_margin_loss": {"p": _arg(args, kwargs, 2, "p", 1),
-                                      "weighted": _arg(args, kwargs, 4, "weight") is not None}}.get(name, {})
-        return loss_cost(name, ins, **opts)
+                                      "weighted": _arg(args, kwargs, 4, "weight") is not None},
+                "multilabel_soft_margin_loss": {"weighted": _arg(args, kwargs, 2, "weight") is not None},
+                }.get(name, {})
+        return loss_cost(name, ins, reduction=loss_reduction(name, args, kwargs), **opts)
     if name in ("fold", "col2im"):  # the patches added up into the output: 1 per input element
         return Cost(name, float(ins[0].numel))
     if name in ("max", "min") and len(ins) > 1:  # torch.max(a, b): elementwise, as torch.maximum(a, b)
@@ -667,7 +724,7 @@ def module_cost(module: Any, args: tuple, kwargs: dict, out: list[TensorInfo], t
     loss = next((kind for cls, kind in kinds.items() if isinstance(module, getattr(nn, cls))), None)
     if loss is not None:
         weight = getattr(module, "weight", None)
-        return loss_cost(loss, ins, batchmean=getattr(module, "reduction", None) == "batchmean",
+        return loss_cost(loss, ins, reduction=getattr(module, "reduction", "mean"),
                          full=bool(getattr(module, "full", False)), swap=bool(getattr(module, "swap", False)),
                          p=getattr(module, "p", 1), weighted=weight is not None)
     if isinstance(module, nn.Fold):  # as F.fold

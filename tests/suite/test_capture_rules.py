@@ -255,6 +255,104 @@ def test_margin_embedding_and_poisson_losses_and_fold_have_rules(model, inputs, 
     assert exported.metadata["forward_flops"] == flops
 
 
+VAR = torch.rand(3, 4) + 0.1  # a variance per element of A
+ML = torch.tensor([[3, 0, -1, 1], [0, 1, 2, -1], [1, -1, 0, 0]])  # target classes per row of A, ended by -1
+
+
+@pytest.mark.parametrize(("model", "inputs", "kind", "flops"), [
+    # 9 per score (two log-sigmoid terms, their products with y and 1 - y, sum, negation, the class sum), 2 per row
+    (nn.MultiLabelSoftMarginLoss(), (A, T), "multilabel_soft_margin_loss", 9 * 12 + 2 * 3),
+    (nn.MultiLabelSoftMarginLoss(weight=torch.rand(4)), (A, T), "multilabel_soft_margin_loss", 10 * 12 + 2 * 3),
+    (Call(lambda s, x, t: F.multilabel_soft_margin_loss(x, t)), (A, T), "multilabel_soft_margin_loss", 9 * 12 + 2 * 3),
+    # as multi-class margin with one target: 3 per score, 2 per row
+    (nn.MultiLabelMarginLoss(), (A, ML), "multilabel_margin_loss", 3 * 12 + 2 * 3),
+    (Call(lambda s, x, t: F.multilabel_margin_loss(x, t)), (A, ML), "multilabel_margin_loss", 3 * 12 + 2 * 3),
+    # two distances of 3 per element; per row: add the margin, subtract, clamp, reduce (swap: a third, the min)
+    (nn.TripletMarginWithDistanceLoss(), (A, T, VAR), "triplet_margin_with_distance_loss", 2 * 3 * 12 + 4 * 3),
+    (nn.TripletMarginWithDistanceLoss(swap=True), (A, T, VAR), "triplet_margin_with_distance_loss", 3 * 3 * 12 + 5 * 3),
+    (Call(lambda s, a, p, n: F.triplet_margin_with_distance_loss(a, p, n, swap=True)), (A, T, VAR),
+     "triplet_margin_with_distance_loss", 3 * 3 * 12 + 5 * 3),
+])
+def test_multilabel_and_distance_losses_have_rules(model, inputs, kind, flops):
+    """Module and function, counted by hand on A (3 rows of 4 scores), as the torch.export capture counts them
+    (it decomposes the soft margin and the distance loss into ops with rules). They took the fallback: 1 FLOP."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        op, meta = only_op(model, *inputs)
+        exported = suite.capture.capture_export(model, inputs, name="m")
+    assert (op.kind, op.flops) == (kind, flops)
+    assert exported.metadata["forward_flops"] == flops
+
+
+@pytest.mark.parametrize(("model", "flops"), [
+    (nn.GaussianNLLLoss(), 2 * 12 + 6 * 12),  # var: clamp, log; 5 per element, the reduction
+    (nn.GaussianNLLLoss(full=True), 2 * 12 + 7 * 12),  # + the constant
+    (nn.GaussianNLLLoss(reduction="none"), 2 * 12 + 5 * 12),
+    (Call(lambda s, x, t, v: F.gaussian_nll_loss(x, t, v, True)), 2 * 12 + 7 * 12),
+    (Call(lambda s, x, t, v: F.gaussian_nll_loss(x, t, v[:, :1])), 2 * 3 + 6 * 12),  # one variance per row
+])
+def test_gaussian_nll_loss_has_a_rule(model, flops):
+    """torch.export cannot capture it (its check of var >= 0 depends on the data): counted by hand only."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        op, _ = only_op(model, A, T, VAR)
+    assert (op.kind, op.flops) == ("gaussian_nll_loss", flops)
+
+
+def test_a_user_distance_of_the_triplet_loss_is_counted_as_pairwise_distance():
+    """The fx capture keeps F.triplet_margin_with_distance_loss as one op and does not trace its distance
+    function: a user's distance counts as pairwise_distance (3 per element); torch.export traces the function's
+    own ops, so it counts the distance as written (here 1 - cosine similarity: 6 per element + 1 per row)."""
+    def cosine(a, b):
+        return 1 - F.cosine_similarity(a, b)
+
+    model = nn.TripletMarginWithDistanceLoss(distance_function=cosine)
+    op, _ = only_op(model, A, T, VAR)
+    assert (op.kind, op.flops) == ("triplet_margin_with_distance_loss", 2 * 3 * 12 + 4 * 3)
+    exported = suite.capture.capture_export(model, (A, T, VAR), name="m")
+    assert exported.metadata["forward_flops"] == 2 * (6 * 12 + 3) + 4 * 3
+
+
+@pytest.mark.parametrize(("loss", "inputs", "per_element", "per_row"), [
+    (nn.MSELoss, (A, T), 2, 0),
+    (nn.BCEWithLogitsLoss, (A, T), 2, 0),
+    (nn.PoissonNLLLoss, (A, T), 2, 0),
+    (nn.KLDivLoss, (A, T), 2, 0),
+    (nn.TripletMarginLoss, (A, T, VAR), 6, 2),
+    (nn.CosineEmbeddingLoss, (A, T, Y), 6, 2),
+    (nn.MultiMarginLoss, (A, C), 3, 1),
+    (nn.MultiLabelSoftMarginLoss, (A, T), 9, 1),
+    (nn.TripletMarginWithDistanceLoss, (A, T, VAR), 6, 3),
+])
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_a_loss_without_reduction_counts_none(loss, inputs, per_element, per_row, reduction):
+    """With reduction "none" nothing is added up: A's 12 elements or 3 rows count no reduction; "sum" and
+    "mean" 1 per element (the elementwise losses) or per row (the others). Every loss counted it for "none"
+    too (MSE: 36, not 24), as the fx and the torch.export capture agree."""
+    model = loss(reduction=reduction)
+    reduced = reduction != "none"
+    flops = per_element * 12 + per_row * 3 + reduced * (3 if per_row else 12)
+    op, _ = only_op(model, *inputs)
+    exported = suite.capture.capture_export(model, inputs, name="m")
+    assert op.flops == exported.metadata["forward_flops"] == flops
+
+
+@pytest.mark.parametrize(("call", "flops"), [
+    (lambda s, x, t: F.mse_loss(x, t, reduction="none"), 24),
+    (lambda s, x, t: F.mse_loss(x, t, None, None, "none"), 24),  # by position, after size_average and reduce
+    (lambda s, x, t: F.huber_loss(x, t, "none"), 24),
+    (lambda s, x, t: F.mse_loss(x, t, reduce=False), 24),  # the deprecated form
+    (lambda s, x, t: torch.ops.aten.mse_loss(x, t, 0), 24),  # ATen's Reduction enum: 0 none
+    (lambda s, x, t: torch.ops.aten.mse_loss(x, t, 2), 36),
+    (lambda s, x, t: F.kl_div(x, t, reduction="batchmean"), 37),
+    (lambda s, x, t: F.kl_div(x, t, None, None, "batchmean"), 37),
+    (lambda s, x, t: F.multilabel_soft_margin_loss(x, t, reduction="none"), 9 * 12 + 3),
+])
+def test_loss_functions_read_their_reduction_wherever_it_is_given(call, flops):
+    op, _ = only_op(Call(call), A, T)
+    assert op.flops == flops
+
+
 # -- interpolation, local response norm, softmin, data movement -------------------------------------------------
 @pytest.mark.parametrize(("model", "flops"), [
     (Call(lambda s, x: F.interpolate(x, scale_factor=2)), 288),  # nearest: 1 per output element
