@@ -87,6 +87,7 @@ from suite.backends.devices import (
 from suite.backends.timing import (
     backend_setup,
     check_cpu_clock,
+    clock_function,
     held_by,
     is_oom,
     oom_need_bytes,
@@ -618,6 +619,7 @@ class OrtBackend:
     def __init__(self, rw: RealWorkload, cluster: Cluster, device_map: DeviceMap | None = None, *,
                  methodology: Methodology | None = None, timing: Timing | None = None, threads: int | None = None,
                  clock: str = "wall"):
+        clock_function(clock)  # an unknown clock fails here, before the model is exported and its sessions made
         self.rw = rw
         self.workload = rw.graph
         self.cluster = cluster

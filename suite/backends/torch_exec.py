@@ -86,6 +86,7 @@ from suite.backends.devices import (
 from suite.backends.timing import (
     backend_setup,
     check_cpu_clock,
+    clock_function,
     held_by,
     is_oom,
     oom_need_bytes,
@@ -746,6 +747,7 @@ class TorchBackend:
                  concurrent: bool | str = "auto", clock: str = "wall", threads: int | None = None):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise PlacebenchError(f"threads {threads!r}: expected a whole number >= 1 (or None: torch's count now)")
+        clock_function(clock)  # an unknown clock fails here, before the executor is built and the model moved
         self.rw = rw
         self.workload = rw.graph
         self.cluster = cluster

@@ -264,6 +264,21 @@ def test_cpu_clock_counts_onnx_runtime_threads_not_torch_threads(two_outputs, th
         two.measure(np.zeros(rw.graph.num_ops, dtype=np.int64))
 
 
+def test_an_unknown_clock_fails_when_the_backend_is_made_before_the_model_is_exported(two_outputs, three_cpus,
+                                                                                      monkeypatch):
+    """Not at the first measurement, after the export and the sessions."""
+    import suite.backends.ort_exec as ox
+
+    cluster, dmap = three_cpus
+
+    def exported(*a, **k):
+        raise AssertionError("the model was exported before the clock was checked")
+
+    monkeypatch.setattr(ox, "OrtModel", exported)
+    with pytest.raises(PlacebenchError, match="clock 'sundial' is not one of wall, cpu"):
+        OrtBackend(two_outputs.rw, cluster, dmap, timing=FAST, clock="sundial")
+
+
 def test_a_gpu_the_run_leaves_unused_reports_no_peak_memory(two_outputs, three_cpus, monkeypatch):
     """As in the PyTorch backend: an unused GPU reports 0, not the memory other sessions hold there."""
     import suite.backends.devices as devices

@@ -1275,6 +1275,21 @@ def test_cpu_clock_times_only_one_thread_runs(three_cpus):
         time_steps(lambda: None, FAST, [], clock="sundial")
 
 
+def test_an_unknown_clock_fails_when_the_backend_is_made_before_the_executor_is_built(three_cpus, monkeypatch):
+    """Not at the first measurement, after the model was built and moved onto its devices."""
+    import suite.backends.torch_exec as tx
+
+    cluster, dmap = three_cpus
+    rw = small_workload("rnnlm-2x2048-b64", mode="inference")
+
+    def built(*a, **k):
+        raise AssertionError("the executor was built before the clock was checked")
+
+    monkeypatch.setattr(tx, "TorchExecutor", built)
+    with pytest.raises(PlacebenchError, match="clock 'sundial' is not one of wall, cpu"):
+        TorchBackend(rw, cluster, dmap, timing=FAST, clock="sundial")
+
+
 def test_time_steps_runs_the_warm_up_untimed_then_times_each_measured_step_between_synchronisations(monkeypatch):
     """The timing protocol of both real backends, on a fake clock: warm-up steps untimed, then one sample per
     measured step, each bracketed by a synchronisation of the CUDA devices alone (none with synchronize
