@@ -6,7 +6,8 @@ submodule named `pb_op_{k}` (k = the op's index in the `OpGraph`), then exported
 exporter (`torch.onnx.export(..., dynamo=False)`; the dynamo exporter needs onnxscript). Inputs without
 tensors (`forward(x, n_layers: int, flag: bool)`'s 3 and True, a None) are baked in as the constants capture
 traced them as, so the ONNX model's inputs are the tensor inputs; a list or tuple of tensors is one input per
-tensor (`xs.0`, `xs.1`: `tensor_inputs`), as are the tensors of forward's *args (`args.0`, `args.1`). ONNX node names
+tensor (`xs.0`, `xs.1`: `tensor_inputs`), and each tensor of forward's *args is one
+(`args_0`, `args_1`: capture makes each a placeholder of its own). ONNX node names
 carry the module scope ("/pb_op_17/m/MatMul"), so every ONNX node that comes from op k is known; a node
 outside any op scope (the reshapes, transposes and constants of folded fx nodes, exporter-made
 identities) follows the device of the producer of its first computed input, or, with none, of its first
@@ -135,9 +136,7 @@ def constant_inputs(eg: ExecGraph) -> dict[Any, Any]:
     None) with their values: the capture traced them as constants, the exporter would make them tensors."""
     from suite.capture.flops import collect
 
-    holders = [n for n in eg.nodes if n.op == "placeholder"]
-    if any(str(n.target).startswith("*") for n in holders):  # forward(*args): values not one per placeholder
-        return {}
+    holders = [n for n in eg.nodes if n.op == "placeholder"]  # one per value, *args' too (see tensor_inputs)
     return {n: x for n, x in zip(holders, eg.rw.args, strict=False) if not collect(x, torch.Tensor)}
 
 
@@ -183,9 +182,9 @@ def check_inference(rw: RealWorkload) -> None:
 def tensor_inputs(eg: ExecGraph) -> list[tuple[str, int, Any]]:
     """The exported model's inputs in order, as the exporter flattens the placeholders' values (constants
     left out): (ONNX input name, op index of the placeholder, tensor). A list or tuple of tensors gives one
-    input per tensor, `{placeholder}.{i}`, and so does forward's *args placeholder, which takes the example
-    inputs left after the named ones (`args.0`, `args.1`, ...); another value (a dict, a number in *args) is
-    refused by name."""
+    input per tensor, `{placeholder}.{i}`; another value (a dict) is refused by name. Each tensor in forward's
+    *args is a placeholder of its own (`args_0`, `args_1`, ...: capture traces the graph module from the live
+    module each time, `RealWorkload.gm`, never from a stored graph), a number there a constant."""
     holders = [(n, eg.op_of[i]) for i, n in enumerate(eg.nodes) if n.op == "placeholder"]
     constants = constant_inputs(eg)
     out: list[tuple[str, int, Any]] = []
@@ -196,27 +195,14 @@ def tensor_inputs(eg: ExecGraph) -> list[tuple[str, int, Any]]:
         elif isinstance(x, list | tuple):
             for k, y in enumerate(x):
                 walk(f"{name}.{k}", holder, op, y)
-        elif holder.startswith("*"):  # capture traces *args' values as inputs, not constants
-            raise PlacebenchError(
-                f"ONNX export of {eg.rw.name!r}: input {name!r} ({holder}) is of type {type(x).__name__}; the ONNX "
-                "Runtime backend takes only tensors, lists and tuples of tensors in forward's *args")
         else:
             raise PlacebenchError(
                 f"ONNX export of {eg.rw.name!r}: input {holder!r} holds a {type(x).__name__}; the ONNX Runtime "
                 "backend takes tensors, lists and tuples of tensors, and values without tensors (constants)")
 
-    rest = list(eg.rw.args)
-    for n, op in holders:
-        target = str(n.target)
-        if target.startswith("*") and not target.startswith("**"):  # as the PyTorch backend stages it
-            walk(target[1:], target, op, tuple(rest))
-            rest = []
-        elif not rest:
-            break
-        else:
-            x = rest.pop(0)
-            if n not in constants:
-                walk(n.name, n.name, op, x)
+    for (n, op), x in zip(holders, eg.rw.args, strict=False):  # fewer values: the rest at their defaults
+        if n not in constants:
+            walk(n.name, n.name, op, x)
     return out
 
 

@@ -397,17 +397,11 @@ class TorchExecutor:
                 obj = _fetch_attr(eg.gm, target)
                 if isinstance(obj, torch.Tensor) and not isinstance(obj, nn.Parameter) and obj.device != self.tdevs[d]:
                     _set_attr_tensor(eg.gm, target, obj.to(self.tdevs[d]))
-        # inputs staged on their op's device; forward's *args placeholder takes the rest, as a tuple
+        # inputs staged on their op's device, one value per placeholder: capture makes each tensor of forward's
+        # *args a placeholder of its own (args_0, args_1, ...; `suite.capture.fx.CaptureTracer`), and the graph
+        # module is traced from the live module each time (`RealWorkload.gm`), never read from a stored graph
         self._staged = []
-        rest = list(self.rw.args)
-        for i, _ in eg.input_ops:
-            target = str(eg.nodes[i].target)
-            if target.startswith("*") and not target.startswith("**"):
-                x, rest = tuple(rest), []
-            elif rest:
-                x = rest.pop(0)
-            else:
-                break
+        for (i, _), x in zip(eg.input_ops, self.rw.args, strict=False):  # fewer values: the rest at defaults
             d = node_dev[i]
             self._staged.append(_map_tensors(x, lambda t, d=d: t.to(self.tdevs[d])) if d >= 0 else x)
         from suite.capture.fx import in_mode, mode_flags

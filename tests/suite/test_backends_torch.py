@@ -1489,11 +1489,13 @@ class _Extra(nn.Module):
 def test_a_forward_with_star_args_gets_the_extra_inputs_as_a_tuple(three_cpus):
     """forward(x, *extra): the *extra placeholder gets the inputs after x as a tuple, as in eager PyTorch
     (it got the second input alone, so extra[0] was its first row and extra[1] its second: a wrong result
-    without an error)."""
+    without an error). Capture makes each of them a placeholder of its own, so no placeholder is *extra (the
+    backends stage one value per placeholder)."""
     _, dmap = three_cpus
     torch.manual_seed(0)
     x, a, b = (torch.randn(2, 4) for _ in range(3))
     rw = from_module(_Extra(), (x, a, b), name="extra")
+    assert [n.target for n in rw.gm.graph.nodes if n.op == "placeholder"] == ["x", "extra_0", "extra_1"]
     ex = TorchExecutor(rw, dmap)
     ex.apply(np.arange(rw.graph.num_ops, dtype=np.int64) % 2)
     with torch.no_grad():
