@@ -35,6 +35,9 @@ class Measurement:
     status: str  # "ok", "oom", "invalid", or "error" (a real backend that failed to run it; scored as invalid)
     step_time_s: float | None  # statistic of the samples (median by default); None when invalid
     samples_s: tuple[float, ...] = ()
+    # peak bytes per cluster device name (0: a device the placement leaves unused). A device may be absent:
+    # its peak is unknown, as for the CPUs of a real backend where the OS cannot reset the process's peak
+    # resident set (macOS, Windows; `suite.backends.devices._reset_cpu_peak`), rather than a lifetime peak
     peak_memory_bytes: dict[str, int] = field(default_factory=dict)
     oom_devices: tuple[str, ...] = ()
     message: str = ""
