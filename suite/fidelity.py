@@ -57,6 +57,7 @@ from suite.evaluator import SimulatorBackend
 from suite.graph import OpGraph
 from suite.methodology import Methodology, Timing
 from suite.placement import validate
+from suite.report import md_escape
 from suite.store import atomic_write_files, atomic_write_text
 from suite.textfile import first_non_finite, load_json
 
@@ -508,7 +509,8 @@ def markdown(result: FidelityResult) -> str:
     s = result.stats()
     forward_only = _copies_forward_only(result)
     lines = [
-        f"# Simulator fidelity: {result.workload} on {result.cluster} ({result.backend})",
+        f"# Simulator fidelity: {md_escape(result.workload)} on {md_escape(result.cluster)} "
+        f"({md_escape(result.backend)})",
         "",
         f"Device map: {', '.join(f'{k} -> {v}' for k, v in result.device_map.items())}. "
         f"Timing: {result.info.get('timing')}, clock {result.info.get('clock', 'wall')}, "
@@ -527,9 +529,9 @@ def markdown(result: FidelityResult) -> str:
     ]
     for r in result.rows:
         iqr = "-" if r.measured_q25_s is None else f"{_ms(r.measured_q25_s)}-{_ms(r.measured_q75_s)}"
-        lines.append(f"| {r.label} | {_ms(r.predicted_s)} | {_ms(r.measured_s)} | {iqr} | {_pct(r.rel_error)} | "
+        lines.append(f"| {md_escape(r.label)} | {_ms(r.predicted_s)} | {_ms(r.measured_s)} | {iqr} | {_pct(r.rel_error)} | "
                      f"{_ms(r.predicted_raw_s)}, {_pct(r.rel_error_raw)} | "
-                     f"{r.bytes_transferred / 2**20:.2f} | {r.status}{': ' + r.message if r.message else ''} |")
+                     f"{r.bytes_transferred / 2**20:.2f} | {md_escape(r.status + (': ' + r.message if r.message else ''))} |")
     med = s["median_abs_rel_error"]
     rho = s["spearman"]
     lines += [
@@ -841,7 +843,8 @@ def _backend_cell(d: dict[str, Any]) -> str:
 
 def _single_rows(d: dict[str, Any], mark: str = "") -> list[str]:
     return [
-        f"| {d['workload']}{mark} | {_backend_cell(d)} | {_mode(d)} | {r['label'][7:]} | {_ms(r['predicted_s'])} | "
+        f"| {md_escape(d['workload'])}{mark} | {md_escape(_backend_cell(d))} | {md_escape(_mode(d))} | "
+        f"{md_escape(r['label'][7:])} | {_ms(r['predicted_s'])} | "
         f"{_ms(r['measured_s'])} | {_pct(r['rel_error'])} | {_ms(r.get('predicted_raw_s'))} | "
         f"{_pct(r.get('rel_error_raw'))} |"
         for r in d["rows"]
@@ -853,7 +856,8 @@ def _overall_row(d: dict[str, Any], mark: str = "") -> str:
     s = d["stats"]
     med = s["median_abs_rel_error"]
     rho = s["spearman"]
-    return (f"| {d['workload']}{mark} | {d['cluster']} | {_backend_cell(d)} | {_mode(d)} | {s['measured_ok']}/{s['placements']} | "
+    return (f"| {md_escape(d['workload'])}{mark} | {md_escape(d['cluster'])} | {md_escape(_backend_cell(d))} | "
+            f"{md_escape(_mode(d))} | {s['measured_ok']}/{s['placements']} | "
             f"{'-' if med is None else f'{med * 100:.1f}%'} | {'-' if rho is None else f'{rho:.3f}'} | "
             f"{s['within_15pct']} |")
 

@@ -200,6 +200,27 @@ def test_summary_lists_the_reports_it_cannot_read(tmp_path, capsys):
     assert err.count("warning: the fidelity summary leaves out") == 2
 
 
+def test_report_and_summary_escape_markdown_in_their_cells(tmp_path):
+    """Names and messages are escaped as in every other Markdown table (`suite.report.md_escape`): a '|' in an
+    error message split its row into one cell too many, and `my_net_x_` showed as an italic 'net'."""
+    from suite.fidelity import markdown
+
+    rows = [Row("single:cpu:0", "single", 1.0, 1.25, "ok"),
+            Row("placer:m_etf", "baseline", None, None, "error", message="shape a|b <int>")]
+    result = FidelityResult("my_net_x_", "h", "two|cpus", "torch", {}, rows)
+    report = markdown(result)
+    assert report.startswith("# Simulator fidelity: my\\_net\\_x\\_ on two\\|cpus (torch)\n")
+    row = next(line for line in report.splitlines() if line.startswith("| placer"))
+    assert row.startswith("| placer:m\\_etf | - | - | - |")
+    assert row.endswith("| error: shape a\\|b \\<int\\> |")
+    header = next(line for line in report.splitlines() if line.startswith("| placement"))
+    assert row.replace("\\|", "").count("|") == header.count("|")
+    (tmp_path / "r.json").write_text(json.dumps(result.to_dict()))
+    text = write_summary(tmp_path).read_text()
+    assert "| my\\_net\\_x\\_ | torch | wall | cpu:0 | 1000.00 | 1250.00 | -20.0% |" in text
+    assert "| my\\_net\\_x\\_ | two\\|cpus | torch | wall | 1/1 |" in text
+
+
 def test_summary_marks_reports_of_an_earlier_graph(tmp_path):
     """A report whose workload hash is not the graph's hash now (a capture change since) is marked and listed;
     one of the current graph, or of a workload this machine cannot load, is not."""
@@ -213,7 +234,7 @@ def test_summary_marks_reports_of_an_earlier_graph(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps(FidelityResult(workload, digest, "c", "torch", {}, rows).to_dict()))
     text = write_summary(tmp_path).read_text()
     assert "| resnet50-b1-infer † | torch |" in text and "| resnet50-b1-infer † | c |" in text
-    assert "| resnet50-b32+batch_size=2 | torch |" in text and "| my_module | torch |" in text
+    assert "| resnet50-b32+batch\\_size=2 | torch |" in text and "| my\\_module | torch |" in text
     stale = text.split("## † Reports of an earlier graph")[1].split("\n## ")[0]
     assert f"- old.json: measured ? on graph sha256:000000000000; resnet50-b1-infer is now graph {now[:19]}" in stale
     assert "new.json" not in stale and "mine.json" not in stale
