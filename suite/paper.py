@@ -566,7 +566,11 @@ def _wide(comp: Comparison, title: str, cell: Callable[[str, str], str]) -> Tabl
 
 
 def _pct(x: float | None) -> str:
-    return f"{x:+.1%}" if x is not None else MISSING
+    """A fraction as a signed percentage (0.235: +23.5%); from a million percent on in powers of ten
+    (+1.00e+302%), as `suite.report.format_speedup` does: a 1e300 s figure never prints 300 digits."""
+    if x is None:
+        return MISSING
+    return f"{x * 100:+.2e}%" if abs(x * 100) >= 999999.95 else f"{x:+.1%}"
 
 
 def comparison_tables(comp: Comparison) -> list[Table]:
@@ -646,8 +650,8 @@ def claim_figure(comp: Comparison, claim: Claim) -> str:
     if speedups:
         (lo, lo_row), (hi, hi_row) = min(speedups), max(speedups)
         change = 1 / (1 + hi) - 1  # of the step time: 0.0 for a tie, never -0.0 ("-0.0%")
-        text += (f"; its speedup is {hi:+.1%} at most ({hi_row}: step time {change:+.1%})" if len(speedups) == 1 else
-                 f"; its speedup ranges from {lo:+.1%} ({lo_row}) to {hi:+.1%} ({hi_row}: step time {change:+.1%})")
+        text += (f"; its speedup is {_pct(hi)} at most ({hi_row}: step time {_pct(change)})" if len(speedups) == 1 else
+                 f"; its speedup ranges from {_pct(lo)} ({lo_row}) to {_pct(hi)} ({hi_row}: step time {_pct(change)})")
     return text
 
 

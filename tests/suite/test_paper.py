@@ -219,6 +219,21 @@ def test_a_claim_whose_best_row_is_a_tie_says_plus_zero():
                                                      "is +0.0% at most (ResNet: step time +0.0%)")
 
 
+def test_huge_margins_and_claim_speedups_print_in_powers_of_ten():
+    """A 1e300 s figure against 1 s is a margin of +1.00e+302%, not a percentage of 300 digits; below a million
+    percent the usual +23.5% stays."""
+    data = _with(("rows", 0, "paper", "CPU"), 1e300)
+    t = paper.paper_from_dict(data, id="t")
+    comp = paper.Comparison.from_rows(t, _rows(("resnet50-b1-infer", "single_cpu", [1e300] * 3),
+                                               ("resnet50-b1-infer", "single_gpu", [1.0] * 3)))
+    per_row = {tb.title: tb for tb in paper.comparison_tables(comp)}["Per row"]
+    assert per_row.rows[0][-2:] == ["+1.00e+302%", "+1.00e+302%"]
+    assert paper.claim_figure(comp, t.claims[0]) == ("placebench: GPU is faster than CPU in 1 of 1 rows; its speedup "
+                                                     "is +1.00e+302% at most (ResNet: step time -100.0%)")
+    assert [paper._pct(x) for x in (9999.9994, 9999.9995, 0.235, -0.5)] == ["+999999.9%", "+1.00e+06%", "+23.5%",
+                                                                           "-50.0%"]
+
+
 def test_a_claim_naming_no_method_says_why_it_has_no_figure():
     data = _with(("claims",), [*GOOD["claims"], {"text": "better than others", "source": "abstract"}])
     comp = paper.Comparison.from_rows(paper.paper_from_dict(data, id="t"), [])
