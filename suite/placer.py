@@ -202,7 +202,7 @@ def placer_class(name: str) -> Callable[..., Placer]:
     try:
         with prints_to_stderr():
             cls = eps[name].load()
-    except Exception as exc:  # a broken plugin is reported, not fatal
+    except (Exception, SystemExit) as exc:  # a broken plugin is reported, not fatal (sys.exit() on import too)
         raise PluginError(f"placer {name!r} ({eps[name].value}) failed to load: {type(exc).__name__}: {exc}") from exc
     if not hasattr(cls, "name") or cls.name != name:
         cls.name = name

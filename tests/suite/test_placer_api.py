@@ -8,13 +8,14 @@ import time
 import numpy as np
 import pytest
 
-from suite import Op, OpGraph, load_cluster
+from suite import Op, OpGraph, load_cluster, placer
 from suite.errors import PlacebenchError, PlacementError
 from suite.methodology import Budget
 from suite.placement import validate
 from suite.placer import (
     BasePlacer,
     PlacementResult,
+    PluginError,
     Problem,
     check_parameter,
     make_placer,
@@ -114,3 +115,32 @@ def test_a_bool_device_from_search_is_invalid_as_it_is_when_returned_as_given():
     with pytest.raises(PlacementError, match=r"placement\[1\] \(op 'b'\): True is not a device index"):
         validate(PlacementResult.from_search([0, True], problem, time.perf_counter()).placement, g, cluster)
     assert PlacementResult.from_search([np.int64(1), 0], problem, time.perf_counter()).placement.tolist() == [1, 0]
+
+
+
+class _EntryPoint:
+    """An installed plugin's entry point, as `importlib.metadata` gives it: `load` imports its module."""
+
+    def __init__(self, name, load):
+        self.name, self.value, self.module, self.load = name, "mypkg.placers:Mine", "mypkg.placers", load
+
+
+def _install(monkeypatch, ep):
+    installed = placer._entry_points()
+    monkeypatch.setattr(placer, "_entry_points", lambda: {**installed, ep.name: ep})
+
+
+@pytest.mark.parametrize("raised, why", [
+    (RuntimeError("no GPU driver"), "RuntimeError: no GPU driver"),
+    (SystemExit("usage: mine --steps N"), "SystemExit: usage: mine --steps N"),  # an argparse run on import
+])
+def test_an_installed_plugin_that_fails_to_import_is_a_plugin_error(monkeypatch, raised, why):
+    """Listed as broken and its cells `error` rows (README), not the end of `placebench list placers`."""
+
+    def load():
+        raise raised
+
+    _install(monkeypatch, _EntryPoint("ep_broken", load))
+    with pytest.raises(PluginError, match=rf"^placer 'ep_broken' \(mypkg\.placers:Mine\) failed to load: {why}$"):
+        placer.placer_class("ep_broken")
+
