@@ -9,14 +9,18 @@ import numpy as np
 import pytest
 
 from suite import Op, OpGraph, load_cluster, placer
+from suite.costmodel import Profile
 from suite.errors import PlacebenchError, PlacementError
 from suite.methodology import Budget
 from suite.placement import validate
 from suite.placer import (
     BasePlacer,
+    ParameterError,
     PlacementResult,
+    PlacerFailed,
     PluginError,
     Problem,
+    check_choice,
     check_parameter,
     make_placer,
     placer_names,
@@ -28,7 +32,7 @@ from suite.placer import (
 @pytest.mark.parametrize("value, default, bounds", [
     (1, 16, (1, 4096)), (4096, 16, (1, 4096)),  # bounds are inclusive at both ends
     (0.0, 0.5, (0.0, 1.0)), (1, 0.5, (0.0, 1.0)),  # a float parameter takes an int
-    ("x", "y", None), (False, True, None), ([1, 2], None, None), (float("nan"), None, None),  # None: anything
+    ("x", "y", None), (False, True, None), ([1, 2], None, None), (float("nan"), None, None), (5, None, (0, 1)),  # None: anything
 ])
 def test_a_parameter_in_its_type_and_bounds_is_accepted(value, default, bounds):
     check_parameter("p", "k", value, default, bounds)
@@ -117,6 +121,14 @@ def test_a_bool_device_from_search_is_invalid_as_it_is_when_returned_as_given():
     assert PlacementResult.from_search([np.int64(1), 0], problem, time.perf_counter()).placement.tolist() == [1, 0]
 
 
+def test_a_second_class_cannot_take_a_registered_name_but_the_same_one_again_can(toy_placer):
+    """A stale copy of a plugin must not silently replace the one under test; reloading the same one is fine."""
+    with pytest.raises(PlacebenchError, match=r"^placer name 'toy_api_placer' is taken by .*toy_placer\.<locals>\.Toy "
+                                              r"\(registered in this process\); register .*\.Other under another name$"):
+        register_placer("toy_api_placer")(type("Other", (BasePlacer,), {}))
+    assert register_placer("toy_api_placer")(toy_placer) is toy_placer
+    assert type(make_placer("toy_api_placer")) is toy_placer
+
 
 class _EntryPoint:
     """An installed plugin's entry point, as `importlib.metadata` gives it: `load` imports its module."""
@@ -128,6 +140,15 @@ class _EntryPoint:
 def _install(monkeypatch, ep):
     installed = placer._entry_points()
     monkeypatch.setattr(placer, "_entry_points", lambda: {**installed, ep.name: ep})
+
+
+def test_an_installed_placer_class_is_named_by_its_entry_point(monkeypatch):
+    """A BasePlacer subclass without a `name` of its own: its messages name the entry point, not 'base'."""
+    mine = type("Mine", (BasePlacer,), {"defaults": {"k": 1}})
+    _install(monkeypatch, _EntryPoint("ep_named", lambda: mine))
+    assert placer.placer_class("ep_named").name == "ep_named"
+    with pytest.raises(ParameterError, match=r"^placer 'ep_named': bad parameters \{'j': 1\}"):
+        make_placer("ep_named", j=1)
 
 
 @pytest.mark.parametrize("raised, why", [
@@ -144,3 +165,50 @@ def test_an_installed_plugin_that_fails_to_import_is_a_plugin_error(monkeypatch,
     with pytest.raises(PluginError, match=rf"^placer 'ep_broken' \(mypkg\.placers:Mine\) failed to load: {why}$"):
         placer.placer_class("ep_broken")
 
+
+def test_a_constructor_that_exits_is_the_placers_failure(monkeypatch):
+    """sys.exit() in a constructor (an argparse there) gives error rows, not the end of the run."""
+
+    class Exits(BasePlacer):
+        def __init__(self, **params):
+            raise SystemExit(2)
+
+    _install(monkeypatch, _EntryPoint("ep_exits", lambda: Exits))
+    with pytest.raises(PlacerFailed, match=r"^placer 'ep_exits' \(.*Exits\) raised in its constructor: SystemExit: 2$"):
+        make_placer("ep_exits")
+
+
+def test_a_choice_parameter_must_name_one_of_its_choices():
+    check_choice("p", "grouping", "ops", ("ops", "layers"))
+    with pytest.raises(PlacebenchError, match=r"^p: grouping 'op' is not one of ops, layers$"):
+        check_choice("p", "grouping", "op", ("ops", "layers"))
+
+
+def test_what_a_plugin_prints_on_import_and_construction_goes_to_stderr(monkeypatch, capsys):
+    """stdout is the command's table or --json document."""
+
+    class Chatty(BasePlacer):
+        def __init__(self, **params):
+            print("building chatty")
+            super().__init__(**params)
+
+    def load():
+        print("importing chatty")
+        return Chatty
+
+    _install(monkeypatch, _EntryPoint("ep_chatty", load))
+    make_placer("ep_chatty")
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "importing chatty\nbuilding chatty\n")
+
+
+def test_a_problem_plans_on_the_evaluators_profiles():
+    """Its costs use the measured op times the evaluator scores with, not the cost model's alone."""
+    g = OpGraph.build("two", [Op("a", "matmul", flops=1e9), Op("b", "matmul", flops=1e9)], [("a", "b")])
+    cluster = load_cluster("haswell_2k80")
+    gpu = next(i for i, d in enumerate(cluster.devices) if d.kind == "gpu")
+    measured = Profile(workload="two", applies_to="gpu", op_times_s={"a": 0.25}, workload_hash=g.content_hash)
+    problem = Problem.make(g, cluster, Budget(5, 60.0), profiles=[measured])
+    assert problem.profiles == (measured,)
+    assert problem.costs()[0, gpu] == 0.25
+    assert Problem.make(g, cluster, Budget(5, 60.0)).costs()[0, gpu] != 0.25

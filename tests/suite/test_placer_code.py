@@ -66,6 +66,8 @@ def test_modules_named_by_literal_import_calls_are_followed(package):
     assert sorted(module_closure("pkgx.a", package["a"])) == ["pkgx", "pkgx.a"]
     package["a"].write_text('import importlib\nimportlib.import_module("json")\n')  # another package: not followed
     assert sorted(module_closure("pkgx.a", package["a"])) == ["pkgx", "pkgx.a"]
+    package["a"].write_text('import importlib\nimportlib.import_module(None)\n__import__(b"pkgx.e")\n')  # not a name
+    assert sorted(module_closure("pkgx.a", package["a"])) == ["pkgx", "pkgx.a"]
     before = fingerprint("pkgx.a", package["a"])
     package["a"].write_text('import importlib\nimportlib.import_module("pkgx.e")\n')
     with_e = fingerprint("pkgx.a", package["a"])
