@@ -763,7 +763,9 @@ def _evaluator_label(evaluator: str, profiles: Sequence[Profile]) -> str:
 
 def _check_costs(graph: OpGraph, cluster: Cluster, cluster_ref: str, profiles: Sequence[Profile] = ()) -> None:
     """The simulator's op and transfer times are finite (ClusterError naming the cluster file otherwise), and
-    profiles leave some op a time above 0 s (`profiled_serial_bound_s`)."""
+    some op takes more than 0 s on some device (`profiled_serial_bound_s`): a ProfileError when profiles make
+    every op 0 s, a GraphError when the roofline does without profiles (0 FLOPs and 0 bytes everywhere, no
+    device op_overhead_s)."""
     try:
         simulator.inputs_for(graph, cluster, profiles)
     except ClusterError as exc:
