@@ -803,13 +803,18 @@ def make_backend(cell: Cell, graph: OpGraph, cluster: Cluster) -> Any:
     return _evaluator_factory(cell.evaluator)(graph, cluster, cell.methodology)
 
 
-def _measurement_fields(m: Measurement) -> dict[str, Any]:
+def _measurement_fields(m: Measurement, used: Sequence[str] = ()) -> dict[str, Any]:
+    """The row's measurement columns. `max_peak_memory_bytes` is the largest per-device peak, None when
+    unknown: no peaks, or (an ok step) a device in `used` (the placement's devices) with no peak, as a real
+    backend leaves out a CPU whose peak this OS cannot measure; a maximum over the other devices would pass
+    for the step's largest peak (and `compare` would judge memory on it)."""
     peak = {k: int(v) for k, v in m.peak_memory_bytes.items()}
+    unknown = m.status == "ok" and any(d not in peak for d in used)
     out: dict[str, Any] = {
         "status": m.status,
         "message": m.message,
         "peak_memory_bytes": json.dumps(peak, sort_keys=True) if peak else None,
-        "max_peak_memory_bytes": max(peak.values()) if peak else None,
+        "max_peak_memory_bytes": max(peak.values()) if peak and not unknown else None,
         "oom_devices": ",".join(m.oom_devices),
         "bytes_transferred": int(m.bytes_transferred) if m.status != "invalid" else None,
     }
@@ -921,7 +926,8 @@ def run_cell(cell: Cell, on_search_start: Callable[[], None] | None = None) -> d
         return done("invalid", str(exc), **stats)
     except Exception as exc:
         return done("error", f"re-measurement failed: {type(exc).__name__}: {exc}", **stats)
-    record = {**done(m.status, m.message, **stats), **_measurement_fields(m)}
+    used = [cluster.devices[d].name for d in sorted(set(placement.tolist()))]
+    record = {**done(m.status, m.message, **stats), **_measurement_fields(m, used)}
     if m.status != "invalid":
         record["placement_hash"] = placement_hash(placement)
         record["placement"] = placement.tolist()
@@ -941,7 +947,7 @@ def check_in_runner(cell: Cell, record: dict[str, Any]) -> tuple[dict[str, Any],
     graph, cluster = _load_cached(cell)
     judge = Evaluator(graph, cluster, cell.budget, methodology=cell.methodology, backend=make_backend(cell, graph, cluster))
     m = judge.measure(np.asarray(record["placement"], dtype=np.int64))
-    ours = _measurement_fields(m)
+    ours = _measurement_fields(m, [cluster.devices[d].name for d in sorted(set(record["placement"]))])
     same = m.status == record["status"] and all(
         math.isclose(float(ours.get(k) or 0.0), float(record.get(k) or 0.0), rel_tol=1e-9)
         for k in ("step_time_s", "max_peak_memory_bytes"))

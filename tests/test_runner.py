@@ -1210,6 +1210,36 @@ def test_stored_measurement_fields_by_hand():
     assert "step_time_s" not in oom and (oom["oom_devices"], oom["bytes_transferred"]) == ("a", 7)  # no number
 
 
+def test_max_peak_is_unknown_when_a_used_device_has_no_known_peak(tiny_files, write_spec, monkeypatch):
+    """A real backend leaves out a CPU whose peak this OS cannot measure: the row's largest peak is then
+    unknown (None), not another device's peak passing for the step's largest. Here a backend that drops cpu:0's
+    peak: a CPU placement's row had its GPU's 0 B as the max before; a device left idle does not count."""
+    import dataclasses as dc
+
+    make = runner.make_backend
+
+    class NoCpuPeak:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def measure(self, p):
+            m = self.inner.measure(p)
+            return dc.replace(m, peak_memory_bytes={k: v for k, v in m.peak_memory_bytes.items() if k != "cpu:0"})
+
+        def measure_batch(self, ps):
+            return [self.measure(p) for p in ps]
+
+    monkeypatch.setattr(runner, "make_backend", lambda cell, g, c: NoCpuPeak(make(cell, g, c)))
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu", "single_gpu"])
+    cpu, gpu = (runner.run_cell(c) for c in runner.make_plan(runner.load_spec(str(spec))).cells)
+    assert cpu["status"] == "ok" and json.loads(cpu["peak_memory_bytes"]) == {"gpu:0": 0}
+    assert cpu["max_peak_memory_bytes"] is None
+    assert gpu["status"] == "ok" and gpu["max_peak_memory_bytes"] == json.loads(gpu["peak_memory_bytes"])["gpu:0"] > 0
+
 def test_long_learning_curves_are_thinned_evenly_keeping_both_ends():
     curve = [{"evaluations": i + 1, "best_score_s": 1.0 / (i + 1)} for i in range(1000)]
     thin = runner._thin_curve(curve)
