@@ -1126,7 +1126,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"placebench {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    r = sub.add_parser("run", help="run a suite spec (default: quick) and print the comparison table")
+    r = sub.add_parser("run", help="run a suite spec (default: quick) and print the comparison table",
+                       description="Run a spec's cells not yet in the store and print the comparison table. A spec "
+                                   "that no cell could run (an unknown name, a workload no placement fits on a "
+                                   "cluster, a real evaluator's cluster GPU not visible here or workload without a "
+                                   "zoo model) is refused before any cell runs, exit 2.")
     r.add_argument("spec", nargs="?", default="quick", help="built-in spec name (placebench list specs) or spec file")
     r.add_argument("--out", help="results store directory (default: runs/<spec name>)")
     r.add_argument("--jobs", "-j", type=whole_number(1),

@@ -72,7 +72,7 @@ import numpy as np
 import suite
 from suite import methodology as _methodology
 from suite import registry, simulator
-from suite.backends import check_available
+from suite.backends import REAL_BACKENDS, check_available
 from suite.cluster import Cluster
 from suite.costmodel import Profile, load_profile, profile_coverage
 from suite.errors import BudgetExhausted, ClusterError, PlacebenchError, SpecError, UnknownNameError
@@ -687,6 +687,8 @@ def make_plan(spec: Spec) -> Plan:
     for graph in workloads.values():  # a combination no placement can satisfy: a clear error now, not odd rows
         for cluster in clusters.values():
             check_placeable(graph, cluster)
+    if spec.evaluator in REAL_BACKENDS:  # configuration, the same for every cell: a clear error now, not error rows
+        _check_runnable(spec, workloads, clusters)
     profiles = _profiles_by_workload(spec.profiles, workloads, spec.source)
     if spec.evaluator == "simulator":  # op and transfer times must be finite: a clear error now, not error rows
         for wref, graph in workloads.items():
@@ -723,6 +725,24 @@ def make_plan(spec: Spec) -> Plan:
                              spec.plugins, codes[p.name], tuple(profiles[wref]))
                     )
     return Plan(spec, meth, cells, workloads, clusters, tuple(int(x) for x in seeds), timeout_s)
+
+
+def _check_runnable(spec: Spec, workloads: Mapping[str, OpGraph], clusters: Mapping[str, Cluster]) -> None:
+    """A real evaluator runs each cluster device on the torch device of its default map (a GPU on the next
+    visible CUDA device) and each workload's zoo model: a cluster naming more GPUs than this machine has, or a
+    workload without a zoo model, fails every cell the same way, so it is refused before any cell runs."""
+    from suite.backends.devices import DeviceMap
+    from suite.backends.workload import has_model
+
+    for cref, cluster in clusters.items():
+        try:
+            DeviceMap.default(cluster)
+        except ClusterError as exc:
+            raise ClusterError(f"{spec.source}: evaluator {spec.evaluator!r} cannot run cluster {cref}: {exc}") from None
+    for wref, graph in workloads.items():
+        if not has_model(graph):
+            raise SpecError(f"{spec.source}: evaluator {spec.evaluator!r} runs zoo workloads and their variants; "
+                            f"workload {wref} ({graph.name!r}) has no model in the zoo")
 
 
 def _profiles_by_workload(paths: Sequence[str], workloads: Mapping[str, OpGraph], source: str
@@ -1355,8 +1375,6 @@ def _made_with_other_kernels(record: Mapping[str, Any] | None, made: Mapping[str
 def check_jobs(spec: Spec, jobs: int) -> None:
     """Refuse parallel workers for a built-in real-execution evaluator: each cell's steps would be timed while
     the other workers run theirs on the same CPUs and GPUs (and with the CPUs' threads split between them)."""
-    from suite.backends import REAL_BACKENDS
-
     if jobs > 1 and spec.evaluator in REAL_BACKENDS:
         raise PlacebenchError(f"--jobs {jobs}: spec {spec.name!r} times real execution (evaluator "
                               f"{spec.evaluator!r}); cells run in parallel would time each other: use --jobs 1")

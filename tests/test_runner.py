@@ -1194,6 +1194,36 @@ def test_an_onnxruntime_spec_without_it_installed_is_refused_when_planned(tiny_f
         make_real_backend("onnxruntime", None, None)
 
 
+def test_a_real_evaluator_spec_this_machine_cannot_run_is_refused_before_any_cell(
+        tiny_files, write_spec, tmp_path, monkeypatch, capsys):
+    """A real evaluator on a cluster with a GPU where no CUDA device is visible, or on a workload without a zoo
+    model, failed every cell alike: one error row per cell, stored, and exit 0. Now refused when planned,
+    exit 2, with a store's cells kept."""
+    import torch
+
+    from suite.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    store = tmp_path / "store"
+    sim = write_spec("sim", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                     placers=["single_cpu"])
+    assert runner.run(str(sim), store).ran == 1
+    real = write_spec("real", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu", "single_gpu"], evaluator="torch")
+    for out in (tmp_path / "new", store):  # a new store is not made; a store's cell is kept
+        assert main(["run", str(real), "--out", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("placebench: error: ") and "Traceback" not in err
+        assert f"evaluator 'torch' cannot run cluster {tiny_files['cluster']}: device map: gpu:0: 'cuda:0' is not " \
+               "available on this machine (0 CUDA device(s) visible)" in err
+    assert not (tmp_path / "new").exists() and len(Store(store, create=False).cell_ids()) == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU here: the workload is the next error
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SpecError, match=r"evaluator 'torch' runs zoo workloads and their variants; workload "
+                                        r".*diamond.json \('diamond'\) has no model in the zoo"):
+        runner.make_plan(runner.load_spec(str(real)))
+
 def test_stored_measurement_fields_by_hand():
     """The row's spread, peak and traffic columns come from the measurement: five samples 1..5 s have
     quartiles 2 and 4 s (numpy's linear rule); the largest device peak is 9 bytes."""
