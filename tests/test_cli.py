@@ -1315,6 +1315,35 @@ def test_profile_and_fidelity_refuse_to_write_into_a_results_store(tmp_path, cap
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
+def test_fidelity_warns_of_torch_profiles_for_onnxruntime_before_profiling(tmp_path, capsys, monkeypatch, recwarn):
+    """Profiles are torch's op times: a study of onnxruntime says so before profiling (minutes), not only after
+    it, and once."""
+    import warnings
+
+    from suite import fidelity
+    from suite.backends import commands
+    from suite.errors import PlacebenchError
+
+    said = "placebench: warning: fidelity of rnnlm-2x2048-b64+batch_size=1+mode=inference: the profiles were " \
+           "measured on torch, this study measures onnxruntime"
+
+    def profiles_for(*a, **k):
+        assert said in capsys.readouterr().err  # before any profile is measured
+        return []
+
+    def run_fidelity(rw, *a, **k):
+        text = f"fidelity of {rw.graph.name}: {fidelity.backend_mismatch('onnxruntime', ['torch'])}"
+        warnings.warn(text, stacklevel=2)  # as run_fidelity does: not shown a second time
+        raise PlacebenchError("stopped here")
+
+    monkeypatch.setattr(commands, "profiles_for", profiles_for)
+    monkeypatch.setattr(fidelity, "run_fidelity", run_fidelity)
+    code, out, err = _run(capsys, "fidelity", "rnnlm-2x2048-b64", "--set", "batch_size=1", "--mode", "inference",
+                          "--backend", "onnxruntime", "--logical-cpus", "1", "--out", str(tmp_path / "f"),
+                          "--profiles", str(tmp_path / "p"))
+    assert code == 2 and "stopped here" in err
+    assert not [w for w in recwarn if "this study measures onnxruntime" in str(w.message)]
+
 def test_run_given_a_store_where_the_spec_goes_says_how_to_run_into_it(capsys, tiny_files, write_spec, tmp_path,
                                                                         monkeypatch):
     """`placebench run STORE` (or one of its files) names the store and the command that resumes it (the spec its
