@@ -209,6 +209,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.strip():
         raise UsageError("--out is empty: give a store directory, or leave --out out for runs/<spec name>")
     out = Path(args.out) if args.out is not None else Path("runs") / spec.name
+    # a store is --out's to run into; a folder inside one (its empty cells/) would become a store in a store
+    refuse_store_dir(out, "--out", "a new store", is_file=True)
     check_output_dir(out, "--out")
     from suite.backends import REAL_BACKENDS
 

@@ -1344,6 +1344,23 @@ def test_fidelity_warns_of_torch_profiles_for_onnxruntime_before_profiling(tmp_p
     assert code == 2 and "stopped here" in err
     assert not [w for w in recwarn if "this study measures onnxruntime" in str(w.message)]
 
+def test_run_refuses_an_out_inside_a_store(capsys, tiny_files, write_spec, tmp_path):
+    """`run --out STORE/cells` of a store with no cells yet made a store inside the store's cells/ folder (exit 0),
+    whose files the store then reads as damaged cells. Refused, exit 2, nothing written; --out STORE runs into it."""
+    from suite.store import Store
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    store = Store(tmp_path / "store")
+    store.write_manifest({"format": "placebench.store", "schema_version": 1, "runs": []})
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for out in (store.cells_dir, store.cells_dir / "x"):
+        _assert_usage_error(*_run(capsys, "run", str(spec), "--out", str(out), "--quiet"),
+                            f"--out {out} is inside the results store {store.root.resolve()}: write a new store "
+                            "elsewhere")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert _run(capsys, "run", str(spec), "--out", str(store.root), "--quiet")[0] == 0
+
 def test_run_given_a_store_where_the_spec_goes_says_how_to_run_into_it(capsys, tiny_files, write_spec, tmp_path,
                                                                         monkeypatch):
     """`placebench run STORE` (or one of its files) names the store and the command that resumes it (the spec its
