@@ -217,6 +217,17 @@ C = torch.tensor([0, 2, 3])  # a class per row of A
 P = torch.randn(2, 8, 4)  # 2 x 4 patches of 8 = 2 channels x a 2 x 2 kernel, for a 3 x 3 output
 
 
+def _assert_fx_and_export_count(model, inputs, kind, flops):
+    """The fx capture makes one op of `kind` with `flops`, without the fallback's warning, and the torch.export
+    capture counts the same forward FLOPs."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        op, meta = only_op(model, *inputs)
+        exported = suite.capture.capture_export(model, inputs, name="m")
+    assert (op.kind, op.flops) == (kind, flops)
+    assert exported.metadata["forward_flops"] == flops
+
+
 @pytest.mark.parametrize(("model", "inputs", "kind", "flops"), [
     (nn.SoftMarginLoss(), (A, T), "soft_margin_loss", 3 * 12),  # 3 per element, as MSE
     (Call(lambda s, x, t: F.soft_margin_loss(x, t)), (A, T), "soft_margin_loss", 3 * 12),
@@ -247,12 +258,7 @@ def test_margin_embedding_and_poisson_losses_and_fold_have_rules(model, inputs, 
     """Module and function, counted by hand on small shapes (A: 3 samples of 4), as the torch.export capture
     counts them. They took the fallback of 1 per output element (1 FLOP for a loss, 36 for a fold to [2, 2, 3,
     3]) with its warning; KL divergence with "batchmean" counted 36, 1 below torch.export's kl_div and divide."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        op, meta = only_op(model, *inputs)
-        exported = suite.capture.capture_export(model, inputs, name="m")
-    assert (op.kind, op.flops) == (kind, flops)
-    assert exported.metadata["forward_flops"] == flops
+    _assert_fx_and_export_count(model, inputs, kind, flops)
 
 
 VAR = torch.rand(3, 4) + 0.1  # a variance per element of A
@@ -276,12 +282,7 @@ ML = torch.tensor([[3, 0, -1, 1], [0, 1, 2, -1], [1, -1, 0, 0]])  # target class
 def test_multilabel_and_distance_losses_have_rules(model, inputs, kind, flops):
     """Module and function, counted by hand on A (3 rows of 4 scores), as the torch.export capture counts them
     (it decomposes the soft margin and the distance loss into ops with rules). They took the fallback: 1 FLOP."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        op, meta = only_op(model, *inputs)
-        exported = suite.capture.capture_export(model, inputs, name="m")
-    assert (op.kind, op.flops) == (kind, flops)
-    assert exported.metadata["forward_flops"] == flops
+    _assert_fx_and_export_count(model, inputs, kind, flops)
 
 
 @pytest.mark.parametrize(("model", "flops"), [
