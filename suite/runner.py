@@ -84,7 +84,7 @@ from suite.numerics import worker_env as numerics_env
 from suite.placement import check_placeable, placement_hash
 from suite.placer_code import placer_code
 from suite.store import Store, _json_safe, cpu_simd, machine_info, package_versions
-from suite.textfile import as_float, load_toml, short_repr
+from suite.textfile import MAX_SHOWN, as_float, load_toml, short_repr
 
 SPEC_DIR = Path(__file__).parent / "specs"
 DEFAULT_SPEC = "quick"
@@ -190,7 +190,7 @@ def _str_list(where: str, value: Any) -> tuple[str, ...]:
             raise SpecError(f"{where}[{i}]: expected a name, got {short_repr(v)}")
     twice = [v for i, v in enumerate(value) if v in value[:i]]
     if twice:
-        raise SpecError(f"{where}: {twice[0]!r} is listed twice")
+        raise SpecError(f"{where}: {short_repr(twice[0])} is listed twice")
     return tuple(value)
 
 
@@ -213,7 +213,8 @@ def _placer_entries(where: str, value: Any) -> tuple[PlacerEntry, ...]:
         elif isinstance(item, dict):
             unknown = set(item) - {"name", "params", "label"}
             if unknown:
-                raise SpecError(f"{where}[{i}]: unknown field(s) {sorted(unknown)}; known: label, name, params")
+                raise SpecError(f"{where}[{i}]: unknown field(s) {short_repr(sorted(unknown))}; known: label, name, "
+                                f"params")
             name, params, label = item.get("name"), item.get("params", {}), item.get("label", "")
             if not isinstance(name, str) or not name or name == "@all":
                 raise SpecError(f"{where}[{i}].name: expected a placer name, got {short_repr(name)}")
@@ -230,12 +231,20 @@ def _placer_entries(where: str, value: Any) -> tuple[PlacerEntry, ...]:
     return tuple(out)
 
 
+def _at(where: str, key: Any) -> str:
+    """`where.key`, or `where['key...']` (escaped, cut) for a key with a newline or other unprintable character
+    or a huge one: an error message is one line of bounded length, as the cluster loader shows keys."""
+    if isinstance(key, str) and key.isprintable() and len(key) <= MAX_SHOWN:
+        return f"{where}.{key}"
+    return f"{where}[{short_repr(key)}]"
+
+
 def _json_values(where: str, value: Any) -> None:
     """Parameters are stored as JSON (a row's params, its cell's identity): a TOML date or time is refused,
     naming its field, not a TypeError when the cell's key is made."""
     if isinstance(value, Mapping):
         for k, v in value.items():
-            _json_values(f"{where}.{k}", v)
+            _json_values(_at(where, k), v)
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _json_values(f"{where}[{i}]", v)
@@ -250,11 +259,11 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 def _nul_free(where: str, value: Any) -> None:
     """No string of a spec holds a NUL character (file names cannot; it is never meant)."""
     if isinstance(value, str) and "\x00" in value:
-        raise SpecError(f"{where}: {value!r} contains a NUL character")
+        raise SpecError(f"{where}: {short_repr(value)} contains a NUL character")
     if isinstance(value, Mapping):
         for k, v in value.items():
-            _nul_free(f"{where}.{k}", k)
-            _nul_free(f"{where}.{k}", v)
+            _nul_free(_at(where, k), k)
+            _nul_free(_at(where, k), v)
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _nul_free(f"{where}[{i}]", v)
@@ -264,7 +273,8 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
     """Validate a spec table; every error names the source, the field and the value."""
     unknown = set(data) - _SPEC_KEYS
     if unknown:
-        raise SpecError(f"{source}: unknown field(s) {sorted(unknown)}; known: {', '.join(sorted(_SPEC_KEYS))}")
+        raise SpecError(f"{source}: unknown field(s) {short_repr(sorted(unknown))}; known: "
+                        f"{', '.join(sorted(_SPEC_KEYS))}")
     _nul_free(source, dict(data))
     name = data.get("name")
     if name is not None and not isinstance(name, str):  # a number, a TOML date or table
@@ -272,7 +282,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
     if not name:
         raise SpecError(f"{source}: field 'name' is missing or empty")
     if not _PLAIN_NAME.fullmatch(name):
-        raise SpecError(f"{source}: name {name!r} must be a plain name (letters, digits, '.', '_', '-'): it names "
+        raise SpecError(f"{source}: name {short_repr(name)} must be a plain name (letters, digits, '.', '_', '-'): it names "
                         f"the default store, runs/<name>")
     for key in ("workloads", "clusters", "placers"):
         if key not in data:
@@ -295,7 +305,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
     if not isinstance(budget, dict) or set(budget) - {"max_evaluations", "max_seconds"}:
         got = sorted(set(budget) - {"max_evaluations", "max_seconds"}) if isinstance(budget, dict) else None
         raise SpecError(f"{source}: budget must be a table with max_evaluations and/or max_seconds, got "
-                        + (f"unknown key(s) {got}" if got else short_repr(budget)))
+                        + (f"unknown key(s) {short_repr(got)}" if got else short_repr(budget)))
     if budget:  # validate the numbers the way the methodology does
         _methodology.from_dict({"version": "check", "budget": budget}, source=f"{source}: spec")
     meth = data.get("methodology", _methodology.DEFAULT)
@@ -303,7 +313,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
         raise SpecError(f"{source}: methodology must be a name or a file, got {short_repr(meth)}")
     plugins = data.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
-        raise SpecError(f"{source}: plugins must be a list of module names or .py files, got {plugins!r}")
+        raise SpecError(f"{source}: plugins must be a list of module names or .py files, got {short_repr(plugins)}")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise SpecError(f"{source}: description must be a string, got {short_repr(description)}")
@@ -311,7 +321,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<spec>", base: Pat
     if not isinstance(profiles, list) or not all(isinstance(p, str) and p for p in profiles):
         raise SpecError(f"{source}: profiles must be a list of profile files, got {short_repr(profiles)}")
     if profiles and evaluator != "simulator":
-        raise SpecError(f"{source}: profiles are per-op times for the simulator; evaluator {evaluator!r} measures "
+        raise SpecError(f"{source}: profiles are per-op times for the simulator; evaluator {short_repr(evaluator)} measures "
                         f"its own")
     return Spec(
         name=name,

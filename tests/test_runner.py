@@ -100,6 +100,39 @@ def test_bad_specs_name_file_field_and_value(change, message):
     assert str(exc.value).startswith("t.toml")
 
 
+HUGE = "x" * 100_000
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"plugins": [HUGE, 3]}, "plugins"),
+        ({"plugins": {"a" * 50_000: 1}}, "plugins"),
+        ({"placers": [{"name": "x", "params": {"a\nb": datetime.time(7, 32)}}]}, "placers[0].params"),
+        ({"placers": [{"name": "x", "params": {HUGE: datetime.time(7, 32)}}]}, "placers[0].params"),
+        ({"placers": [{"name": "x", "params": {"k": {"c\rd": [datetime.date(1979, 5, 27)]}}}]},
+         "placers[0].params.k"),
+        ({"workloads": [HUGE, HUGE]}, "workloads"),
+        ({"name": "/" + HUGE}, "name"),
+        ({"workloads": ["ok", HUGE + "\x00"]}, "workloads[1]"),
+        ({"placers": [{"name": "x", "params": {HUGE + "\x00": 1}}]}, "placers[0].params"),
+        ({"placers": [{"name": "x", HUGE: 1}]}, "placers[0]"),
+        ({HUGE: 1}, "unknown field"),
+        ({"budget": {HUGE: 1}}, "budget"),
+        ({"profiles": ["p.json"], "evaluator": HUGE}, "evaluator"),
+    ],
+)
+def test_spec_errors_are_one_bounded_line_naming_the_field(change, field):
+    """A huge value or key is cut (textfile.short_repr) and a key with a newline or NUL is escaped: the message
+    stays one line of bounded length that names the field (the plugins error repeated 100 KB; a params key with a
+    newline split the line)."""
+    with pytest.raises(SpecError) as exc:
+        _spec(**change)
+    text = str(exc.value)
+    assert "\n" not in text and "\r" not in text and "\x00" not in text
+    assert len(text) < 1000, len(text)
+    assert text.startswith("t.toml") and field in text
+
 def test_missing_field_and_unknown_spec():
     with pytest.raises(SpecError, match="field 'placers' is missing"):
         runner.spec_from_dict({"name": "t", "workloads": ["w"], "clusters": ["c"]}, source="t.toml")
