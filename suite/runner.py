@@ -180,9 +180,20 @@ def _looks_like_path(s: str) -> bool:
     return "/" in s or s.endswith((".toml", ".json", ".gz", ".py"))
 
 
-def _str_list(where: str, value: Any) -> tuple[str, ...]:
+def _not_a_list(where: str, what: str, value: Any) -> None:
+    """A bare string or table where the spec documents a list is refused, saying how to write it: reading
+    `workloads = "mlp"` as `["mlp"]` would be silent repair (no committed spec or README example relies on it)."""
     if isinstance(value, str):
-        value = [value]
+        shown = short_repr(value)
+        hint = f"write [{shown}]" if shown == repr(value) else "put it in a list"
+        raise SpecError(f"{where}: expected a list of {what}, got the string {shown}: {hint}")
+    if isinstance(value, dict):
+        raise SpecError(f"{where}: expected a list of {what}, got a single table {short_repr(value)}: put it in a "
+                        f"list, [{{name = ...}}]")
+
+
+def _str_list(where: str, value: Any) -> tuple[str, ...]:
+    _not_a_list(where, "names", value)
     if not isinstance(value, list) or not value:
         raise SpecError(f"{where}: expected a non-empty list of names, got {short_repr(value)}")
     for i, v in enumerate(value):
@@ -202,8 +213,7 @@ def _resolve(ref: str, base: Path | None) -> str:
 
 
 def _placer_entries(where: str, value: Any) -> tuple[PlacerEntry, ...]:
-    if isinstance(value, str | dict):
-        value = [value]
+    _not_a_list(where, "placer names or tables", value)
     if not isinstance(value, list) or not value:
         raise SpecError(f"{where}: expected a non-empty list of placer names or tables, got {short_repr(value)}")
     out = []

@@ -140,6 +140,26 @@ def test_missing_field_and_unknown_spec():
         runner.load_spec("nope")
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"workloads": "mlp"}, r"^t.toml: workloads: expected a list of names, got the string 'mlp': write \['mlp'\]$"),
+        ({"clusters": "tiny"}, r"^t.toml: clusters: expected a list of names, got the string 'tiny': write \['tiny'\]$"),
+        ({"placers": "single_cpu"}, r"^t.toml: placers: expected a list of placer names or tables, got the string "
+                                    r"'single_cpu': write \['single_cpu'\]$"),
+        ({"placers": {"name": "random"}}, r"^t.toml: placers: expected a list of placer names or tables, got a "
+                                          r"single table \{'name': 'random'\}: put it in a list, \[\{name = ...\}\]$"),
+        ({"workloads": "x" * 100_000}, r"got the string 'x+\.\.\. \(a string of 100000 characters\): put it in a list$"),
+    ],
+)
+def test_a_bare_name_or_table_where_a_list_is_documented_is_refused(change, message):
+    """workloads, clusters and placers are lists (README, the built-in specs): a bare string or table was
+    silently read as a list of it; now it is refused saying how to write it (no committed spec used it)."""
+    with pytest.raises(SpecError, match=message) as exc:
+        _spec(**change)
+    assert len(str(exc.value)) < 1000
+
+
 def test_malformed_spec_file(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text("name = [unclosed")
