@@ -417,13 +417,17 @@ def _speedup_text(side: Side, ref: Side) -> str:
 
 def _margin(sides: Mapping[str, Side], headline: str, keys: Sequence[str]) -> float | None:
     """How much faster the headline method is than the fastest other method of `keys`: that one's time /
-    the headline's - 1 (0.235 = 23.5% faster). None when either time is not a positive finite number."""
+    the headline's - 1 (0.235 = 23.5% faster). None when either time is not a positive finite number, or
+    when the ratio overflows (1e300 s against 1e-10 s): shown as missing, not as +inf%."""
     h = sides[headline].time_s if headline in keys else None
     others = [sides[k].time_s for k in keys if k != headline]
     if h is None or not others:
         return None
     best = min(others)
-    return best / h - 1 if 0 < h < math.inf and 0 < best < math.inf else None
+    if not (0 < h < math.inf and 0 < best < math.inf):
+        return None
+    margin = best / h - 1
+    return margin if math.isfinite(margin) else None
 
 
 def _fastest(sides: Mapping[str, Side], keys: Sequence[str]) -> list[str]:

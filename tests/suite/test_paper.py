@@ -234,6 +234,19 @@ def test_huge_margins_and_claim_speedups_print_in_powers_of_ten():
                                                                            "-50.0%"]
 
 
+def test_a_margin_that_overflows_is_missing_not_infinite():
+    """1e300 s against 1e-10 s is a ratio past the largest float: the margin is no figure (the missing mark,
+    None in the raw table), not +inf%. A large finite one still prints in powers of ten."""
+    data = _with(("rows", 0, "paper", "CPU"), 1e300)
+    data["rows"][0]["paper"]["GPU"] = 1e-10
+    t = paper.paper_from_dict(data, id="t")
+    comp = paper.Comparison.from_rows(t, _rows(("resnet50-b1-infer", "single_cpu", [1e300] * 3),
+                                               ("resnet50-b1-infer", "single_gpu", [1e-10] * 3)))
+    assert paper._margin(comp.ours["ResNet"], "GPU", ["CPU", "GPU"]) is None
+    per_row = {tb.title: tb for tb in paper.comparison_tables(comp)}["Per row"]
+    assert per_row.rows[0][-2:] == [paper.MISSING, paper.MISSING] and per_row.raw[0][-2:] == [None, None]
+
+
 def test_a_claim_naming_no_method_says_why_it_has_no_figure():
     data = _with(("claims",), [*GOOD["claims"], {"text": "better than others", "source": "abstract"}])
     comp = paper.Comparison.from_rows(paper.paper_from_dict(data, id="t"), [])
