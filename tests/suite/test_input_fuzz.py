@@ -374,8 +374,7 @@ def test_fuzzed_placement_file_loads_as_written_or_raises_placement_error(tmp_pa
             assert got == (c.index[entry] if isinstance(entry, str) else entry), what
 
 
-# -- spec files (their checks are in suite/runner.py, which repeats a whole wrong `plugins` value: not
-# held to MAX_MESSAGE here) ------------------------------------------------------------------------------
+# -- spec files (their checks are in suite/runner.py) -------------------------------------------------------
 SPEC_DICT: dict[str, Any] = {
     "name": "fuzzspec",
     "description": "a spec to mutate",
@@ -398,7 +397,7 @@ def test_fuzzed_spec_toml_loads_as_written_or_raises_spec_error(tmp_path, case):
     data, dup, what = case
     path = tmp_path / "s.toml"
     path.write_text(_toml(data, dup), encoding="utf-8")
-    spec = _expect(lambda: load_spec(str(path)), SpecError, what, short=False)  # short: see the note below
+    spec = _expect(lambda: load_spec(str(path)), SpecError, what)
     if spec is not None:
         assert dup is None, what
         data = _drop_none(data)
@@ -406,12 +405,12 @@ def test_fuzzed_spec_toml_loads_as_written_or_raises_spec_error(tmp_path, case):
             if key in data:
                 got = getattr(spec, key)
                 assert _tagged(list(got) if isinstance(got, tuple) else got) == _tagged(data[key]), what
-        for key in ("workloads", "clusters"):  # one name may stand for a list of it; a file is made absolute
-            raw = [data[key]] if isinstance(data[key], str) else data[key]
+        for key in ("workloads", "clusters"):  # a list of names (a bare name is refused); a file is made absolute
+            assert isinstance(data[key], list), f"{what}: {key} = {data[key]!r} was accepted"
             assert [str((tmp_path / r).resolve()) if r.endswith((".json", ".toml")) or "/" in r else r
-                    for r in raw] == list(getattr(spec, key)), what
-        raw = [data["placers"]] if isinstance(data["placers"], str | dict) else data["placers"]
-        for entry, item in zip(spec.placers, raw, strict=True):
+                    for r in data[key]] == list(getattr(spec, key)), what
+        assert isinstance(data["placers"], list), f"{what}: placers = {data['placers']!r} was accepted"
+        for entry, item in zip(spec.placers, data["placers"], strict=True):
             item = {"name": item} if isinstance(item, str) else item
             assert (entry.name, _tagged(dict(entry.params)), entry.label) == (
                 item["name"], _tagged(item.get("params", {})), item.get("label", "")), what
@@ -422,7 +421,7 @@ def test_fuzzed_spec_toml_loads_as_written_or_raises_spec_error(tmp_path, case):
 def test_fuzzed_spec_text_loads_or_raises_spec_error(tmp_path, data):
     path = tmp_path / "s.toml"
     path.write_bytes(_truncated(data.draw, _toml(SPEC_DICT).encode("utf-8")))
-    _expect(lambda: load_spec(str(path)), SpecError, "damaged spec text", short=False)
+    _expect(lambda: load_spec(str(path)), SpecError, "damaged spec text")
 
 
 # -- the command line on bad files ------------------------------------------------------------------------------------
