@@ -177,3 +177,27 @@ def test_the_readme_says_which_extra_installs_tox():
     assert "placebench[test]" in extras["dev"] and any(d.startswith("tox") for d in extras["dev"])
     development = _flat(README.read_text().split("## Development", 1)[1])
     assert development.startswith('`tox` (`pip install -e ".[dev]"` installs it;')
+
+
+def test_the_readme_quotes_the_onnx_runtime_row_of_the_fidelity_summary():
+    """The opening's ONNX Runtime figure: measured / predicted step time of ResNet-50 inference at batch 1 on
+    cpu:0 (`results/fidelity/summary.md`; cpu:1's row gives 44%), predicted from PyTorch's profiles."""
+    summary = (README.parent / "results" / "fidelity" / "summary.md").read_text().split("## All placements")[0]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in summary.splitlines() if line.startswith("| ")]
+    (row,) = [r for r in rows if r[:2] == ["resnet50-b1-infer", "onnxruntime"] and r[3] == "cpu:0"]
+    share = round(100 * float(row[5]) / float(row[4]))
+    text = _flat(README.read_text().split("## Commands", 1)[0])
+    assert f"runs ResNet-50 inference at batch 1 in {share}% of the time predicted from PyTorch's profiles." in text
+
+
+def test_the_readme_quotes_the_profile_coverage_footer(tiny_files):
+    """"Reading the table" quotes the footer's coverage text as `profile_coverage` writes it for the test's
+    diamond (4 ops) on the tiny cluster (cpu:0, gpu:0) with one op's CPU time profiled."""
+    from suite.costmodel import Profile, profile_coverage
+
+    graph, cluster = graph_io.load(tiny_files["diamond"]), load_cluster(str(tiny_files["cluster"]))
+    summary = profile_coverage(graph, cluster, [Profile("diamond", "cpu", {"b": 0.5})])["summary"]
+    prefix = "op times from profiles: "
+    assert summary.startswith(prefix)
+    table = _flat(README.read_text().split("## Reading the table", 1)[1].split("\n## ", 1)[0])
+    assert f"(`{summary.removeprefix(prefix)}`)" in table
