@@ -393,13 +393,14 @@ def _theirs(row: Row, m: Method) -> Side:
 
 
 def _speedup(side: Side, ref: Side) -> float | None:
-    """ref / side; None where either has no figure, either failed (a failure is a status, never a number) or
-    either time is 0 s (undefined)."""
+    """ref / side; None where either has no figure, either failed (a failure is a status, never a number),
+    either time is 0 s or the ratio overflows (1e300 s against 1e-10 s): undefined."""
     if side.time_s is None or ref.time_s is None or not (math.isfinite(side.time_s) and math.isfinite(ref.time_s)):
         return None
     if side.time_s == 0 or ref.time_s == 0:
         return None
-    return ref.time_s / side.time_s
+    x = ref.time_s / side.time_s
+    return x if math.isfinite(x) else None
 
 
 def _speedup_text(side: Side, ref: Side) -> str:
@@ -644,7 +645,7 @@ def claim_figure(comp: Comparison, claim: Claim) -> str:
         b = min(bs)
         n += 1
         faster += a < b
-        if 0 < a < math.inf and 0 < b < math.inf:
+        if 0 < a < math.inf and 0 < b < math.inf and math.isfinite(b / a):  # an overflow has no speedup
             speedups.append((b / a - 1, r.label))
     if not n:
         absent = [m for m in comp.not_run() if m in (claim.method, *claim.over)]

@@ -245,6 +245,10 @@ def test_a_margin_that_overflows_is_missing_not_infinite():
     assert paper._margin(comp.ours["ResNet"], "GPU", ["CPU", "GPU"]) is None
     per_row = {tb.title: tb for tb in paper.comparison_tables(comp)}["Per row"]
     assert per_row.rows[0][-2:] == [paper.MISSING, paper.MISSING] and per_row.raw[0][-2:] == [None, None]
+    ours = comp.ours["ResNet"]  # the speedup and the claim's figure are no figure either, not inf
+    assert paper._speedup(ours["GPU"], ours["CPU"]) is None
+    assert paper._speedup_text(ours["GPU"], ours["CPU"]) == paper.UNDEFINED
+    assert paper.claim_figure(comp, t.claims[0]) == "placebench: GPU is faster than CPU in 1 of 1 rows"
 
 
 def test_a_claim_naming_no_method_says_why_it_has_no_figure():
