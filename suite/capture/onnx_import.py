@@ -46,7 +46,9 @@
   weight table (an embedding) is an op of 0 FLOPs.
 * Model-local functions (modules exported as functions: `export_modules_as_functions`) are inlined, their
   nodes in the scope of the module that calls them.
-* Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node; so are sequences, except
+* Control flow (If, Loop, Scan: a node with a subgraph) is refused, naming the node, but for an If whose
+  condition is computed from shapes and constants alone (the TorchScript exporter's nn.LocalResponseNorm tests
+  the rank so), which is replaced by the branch it takes; so are sequences, except
   a SplitToSequence read only by SequenceAt at known positions (torch.tensor_split), which is a Split; so is
   an op of another domain that shape inference cannot type (onnxruntime's contrib ops).
 * An output that nothing reads and whose shape inference leaves unknown (Dropout's mask before opset 10) is
@@ -84,7 +86,9 @@
   7 per element and 2 per row, against 5; GroupNorm (InstanceNormalization of the groups, then Mul and Add) 7,
   against 5; torch.var (ReduceMean, Sub, Mul, ReduceMean, Mul, Div) 4 per input element and 2 per result,
   against 1 per input element; nn.LPPool1d/2d (Pow, AveragePool, then six nodes on the pooled result) about 5
-  times fx's; F.normalize (ReduceL2, Clip, Div) 2 per element and 1 per norm, fewer than fx's 3.
+  times fx's; F.normalize (ReduceL2, Clip, Div) 2 per element and 1 per norm, fewer than fx's 3;
+  nn.LocalResponseNorm (Mul, Pad, AveragePool, Mul, Add, Pow, Div) about size + 5 per element plus the padded
+  channels (9.25 for size 3 on 8 channels), against size + 5 (a native LRN node counts size + 5).
 * Kinds are the ONNX op types in lower case ("conv", "gemm", "matmul", "relu"). Op names are the node
   names (made unique); the scope is derived from names of the form "/layer1/layer1.0/conv1/Conv" (as the
   PyTorch exporter writes them): the module path they spell ("layer1.0.conv1"), as the torch.fx capture's.
@@ -285,18 +289,22 @@ def _fix_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]], where: st
     return changed
 
 
+def _subgraph_nodes(graph: Any) -> list[tuple[int, Any, Any]]:
+    """(index, node, attribute) of each node with a graph attribute (If, Loop, Scan: control flow)."""
+    from onnx import AttributeProto
+
+    return [(i, node, a) for i, node in enumerate(graph.node) for a in node.attribute
+            if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)]
+
+
 def _refuse_subgraphs(graph: Any, where: str) -> None:
     """Control flow (If, Loop, Scan: nodes with a graph attribute) is refused: its body's ops, the parameters
     it uses and the outer values it reads are not inputs of the node, so they would be lost."""
-    from onnx import AttributeProto
-
-    for i, node in enumerate(graph.node):
-        for a in node.attribute:
-            if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
-                raise GraphError(
-                    f"{where}: node {node.name or i!r} ({node.op_type}) has a subgraph (attribute {a.name!r}): control "
-                    f"flow is not supported; export the model with it unrolled or resolved (tracing with fixed inputs)"
-                )
+    for i, node, a in _subgraph_nodes(graph)[:1]:
+        raise GraphError(
+            f"{where}: node {node.name or i!r} ({node.op_type}) has a subgraph (attribute {a.name!r}): control "
+            f"flow is not supported; export the model with it unrolled or resolved (tracing with fixed inputs)"
+        )
 
 
 def _inline_functions(proto: Any, where: str) -> Any:
@@ -417,8 +425,13 @@ def _fold_shape_data(proto: Any) -> bool:
               for k in NOT_PARAMETERS[n.op_type] if len(n.input) > k}
     values: dict[str, Any] = {"": None}  # "" = an omitted optional input
     values.update(_small_initializers(graph))
-    folded = []
-    for node in graph.node:
+    folded = []  # indices of the nodes evaluated
+    branches = {}  # If node's index -> the branch its condition, computed from shapes and constants alone, takes
+    for k, node in enumerate(graph.node):
+        if (node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input[0] in values
+                and np.asarray(values[node.input[0]]).size == 1):
+            branches[k] = _attr(node, "then_branch" if bool(values[node.input[0]]) else "else_branch")
+            continue
         try:
             if node.op_type in ("Shape", "Size") and node.input[0] in shapes:
                 shape = shapes[node.input[0]]
@@ -445,11 +458,30 @@ def _fold_shape_data(proto: Any) -> bool:
             if np.asarray(r).size <= SHAPE_DATA_LIMIT:
                 values[o] = np.asarray(r)
         if all(o in values and (values[o].dtype.kind in "iu" or o in scales) and o not in outputs for o in names):
-            folded.append(node)
-    for node in folded:
-        graph.node.remove(node)
-        graph.initializer.extend(numpy_helper.from_array(values[o], o) for o in node.output if o)
-    return bool(folded)
+            folded.append(k)
+    for k in folded:
+        graph.initializer.extend(numpy_helper.from_array(values[o], o) for o in graph.node[k].output if o)
+    if folded or branches:  # the folded nodes removed; each If replaced by its branch's nodes, in its place,
+        # and Identities to its outputs
+        nodes = []
+        for k, node in enumerate(graph.node):
+            if k not in branches:
+                if k not in folded:
+                    nodes.append(node)
+                continue
+            branch = branches[k]
+            graph.initializer.extend(branch.initializer)
+            for n in branch.node:
+                nodes.append(n)
+                n.name = n.name or f"{node.name}/{n.op_type}"
+            nodes.extend(helper.make_node("Identity", [b.name], [o], name=f"{node.name}/Identity_{j}")
+                         for j, (b, o) in enumerate(zip(branch.output, node.output, strict=True)) if o)
+        new = [type(n)() for n in nodes]  # copies: the old list is cleared below
+        for c, n in zip(new, nodes, strict=True):
+            c.CopyFrom(n)
+        del graph.node[:]
+        graph.node.extend(new)
+    return bool(folded or branches)
 
 
 def _split_sequences(proto: Any) -> bool:
@@ -744,12 +776,19 @@ def import_onnx(
     proto.CopyFrom(_load(model))
     _drop_weight_data(proto.graph)
     proto = _inline_functions(proto, where)
-    _refuse_subgraphs(proto.graph, where)
     changed = _fix_inputs(proto, input_shapes or {}, where)
     given = list(input_shapes or {})
-    proto = _infer_shapes(proto, where, changed, given)
-    while _unknown_shapes(proto) and (_fold_shape_data(proto) or _split_sequences(proto)):
+    try:
         proto = _infer_shapes(proto, where, changed, given)
+    except GraphError:
+        _refuse_subgraphs(proto.graph, where)  # the clearer reason, where there is control flow
+        raise
+    # an If whose condition is computed from shapes and constants alone (nn.LocalResponseNorm's rank test) is
+    # replaced by the branch it takes; other control flow is refused
+    while ((_unknown_shapes(proto) or _subgraph_nodes(proto.graph))
+           and (_fold_shape_data(proto) or _split_sequences(proto))):
+        proto = _infer_shapes(proto, where, changed, given)
+    _refuse_subgraphs(proto.graph, where)
     training = mode == "training"
     graph = proto.graph
     infos = _known_tensors(graph)

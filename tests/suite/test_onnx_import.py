@@ -1375,6 +1375,51 @@ def test_lrn_counts_size_plus_5_per_element_as_local_response_norm():
     assert (op.kind, op.flops) == ("lrn", 8 * 72) and "fallback_cost_kinds" not in meta
 
 
+@pytest.mark.parametrize("opset", [11, 17])
+@pytest.mark.parametrize("folding", [True, False])
+def test_local_response_norm_exported_with_an_if_on_its_rank_imports_the_branch_taken(opset, folding):
+    """The TorchScript exporter writes nn.LocalResponseNorm with an If on the rank of its pooled input
+    (Shape -> Gather -> Equal): it was refused as control flow. The condition is known from the shapes, so the
+    branch taken (here the else branch: an Identity) replaces it. By hand, 2 x 8 x 6 x 6 = 576 elements: Mul
+    (x^2) 576, Pad of the channels by 1 and 1: 2 x 10 x 6 x 6 = 720, AveragePool (3, 1, 1): 576 x 3 = 1728,
+    then Mul, Add, Pow and Div 576 each."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.LocalResponseNorm(3)).eval()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 3, 8, 8),), buf, dynamo=False, opset_version=opset,
+                          do_constant_folding=folding)
+    proto = onnx.load_from_string(buf.getvalue())
+    assert "If" in [n.op_type for n in proto.graph.node]
+    g = import_onnx(proto)
+    assert [(op.kind, op.flops) for op in g.ops[2:]] == [
+        ("mul", 576), ("pad", 720), ("averagepool", 1728), ("mul", 576), ("add", 576), ("pow", 576), ("div", 576)]
+    assert g.metadata["params"] == 8 * 3 * 3 * 3 + 8
+    assert g.ops[-1].output_bytes == 576 * 4 and g.num_edges == 9  # a chain, and the conv read by the Div too
+
+
+def test_an_if_on_shapes_takes_its_branch_with_the_weights_it_reads():
+    """A branch's nodes, the weights they read from the outer scope and their edges are imported; the
+    branch not taken (a MatMul with W2) is not. By hand: x [2, 4] @ W [4, 3]: 2 x 2 x 4 x 3 = 48 FLOPs."""
+    vi = helper.make_tensor_value_info
+    then_g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t"], name="then_mm")], "then", [],
+                               [vi("t", TensorProto.FLOAT, [2, 3])])
+    else_g = helper.make_graph([helper.make_node("MatMul", ["x", "W2"], ["e"], name="else_mm")], "else", [],
+                               [vi("e", TensorProto.FLOAT, [2, 3])])
+    m = _model([helper.make_node("Shape", ["x"], ["s"], name="shape"),
+                helper.make_node("Gather", ["s", "zero"], ["b"], name="gather", axis=0),
+                helper.make_node("Equal", ["b", "two"], ["c"], name="eq"),
+                helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g),
+                helper.make_node("Relu", ["y"], ["z"], name="relu")],
+               [vi("x", TensorProto.FLOAT, [2, 4])], [vi("z", TensorProto.FLOAT, [2, 3])],
+               [_f32((4, 3), "W"), _f32((4, 3), "W2"), numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                numpy_helper.from_array(np.array(2, np.int64), "two")])
+    g = import_onnx(m)
+    assert [(op.name, op.kind, op.flops, op.param_bytes) for op in g.ops] == [
+        ("x", "input", 0, 0), ("then_mm", "matmul", 48, 48), ("relu", "relu", 6, 0)]
+    assert g.num_edges == 2 and g.metadata["params"] == 12
+
+
 def test_a_size_that_depends_on_the_data_is_refused_saying_so():
     """y[y > 0] exports as NonZero -> GatherND, torch.unique as Unique: the error said only that shape
     inference left the size unknown."""
