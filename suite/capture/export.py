@@ -46,8 +46,10 @@ update is an op when its value comes from the inputs (`self.run.copy_(x.mean(0))
 (its later readers read it; it follows the earlier readers of the old values by 0-byte edges, and `copy_` the
 write it overwrites); one from constants only
 (`self.n += 1`, `self.n.add_(1)`) is refused naming the buffer, as in the fx capture, unless a module that
-the fx capture keeps whole makes it (BatchNorm's running statistics). torch.export does not record a
-rebinding read later in forward (`self.n = self.n + 1`, then `x * self.n`), which the fx capture refuses. A region that
+the fx capture keeps whole makes it (BatchNorm's running statistics). torch.export records a rebinding
+(`self.n = self.n + 1`) as a copy into the buffer: refused so from constants; from the inputs
+(`self.n = self.n + x.mean(0)`) an update op whose later readers (`x * self.n`) read the new value, where the
+fx capture refuses every rebinding (torch.fx does not record it). A region that
 torch.export wraps in a higher-order op, `with torch.no_grad():` or `with torch.autocast(...):`, is inlined
 (its ops are named "{scope}/{region}/{node name}"); in training graphs no gradient flows back out of a
 no_grad region, nor out of ops run under `torch.inference_mode()` (which export leaves unwrapped: known by

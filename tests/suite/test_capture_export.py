@@ -667,6 +667,37 @@ def test_export_refuses_a_buffer_update_from_constants_naming_the_buffer(how):
     assert model[0].n.item() == 3.0
 
 
+class _Rebind(nn.Module):
+    """Rebinds its buffer in forward (`self.n = self.n + ...`), then reads it."""
+
+    def __init__(self, from_inputs: bool) -> None:
+        super().__init__()
+        self.fc, self.from_inputs = nn.Linear(4, 4), from_inputs
+        self.register_buffer("n", torch.zeros(4))
+
+    def forward(self, x):
+        self.n = self.n + (x.mean(0) if self.from_inputs else 1)
+        return self.fc(x) * self.n
+
+
+def test_export_treats_a_buffer_rebinding_as_a_copy_into_it():
+    """The module docstring said torch.export does not record `self.n = self.n + 1` read later in forward; it
+    records a copy into the buffer: from constants refused naming the buffer (as the fx capture, which refuses
+    every rebinding), the buffer left as it was; from the inputs an update whose later reader, the Mul, reads
+    the new value (the Add's 16 bytes), not the old buffer."""
+    model = _Rebind(from_inputs=False)
+    with pytest.raises(GraphError, match=r"^_Rebind.forward updates its buffer 'n' from values that are not the "
+                                         r"inputs'.*self.n = self.n \+ 1"):
+        capture_export(model, (torch.randn(2, 4),), name="rebind")
+    assert model.n.tolist() == [0.0] * 4
+    model = _Rebind(from_inputs=True)
+    g = capture_export(model, (torch.randn(2, 4),), name="rebind")
+    names = [op.name for op in g.ops]
+    assert names == ["x", "mean", "add", "fc/linear", "mul", "copy__default"]
+    edges = {(names[e.src], names[e.dst]): e.bytes for e in g.edges}
+    assert edges[("add", "mul")] == edges[("add", "copy__default")] == 16 and model.n.tolist() == [0.0] * 4
+
+
 def test_export_keeps_a_buffer_update_from_the_inputs_and_batchnorms_running_statistics():
     """An update computed from the inputs is an op (as in the fx capture); BatchNorm's num_batches_tracked += 1
     (inside a module that the fx capture keeps whole) is not refused."""
