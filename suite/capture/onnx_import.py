@@ -38,6 +38,7 @@
   BatchNorm into the convolution before it, as the exporter does in eval mode) or copy them (a tied embedding
   transposed for the output layer is stored twice), and the import counts what the file holds.
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
+  Tensors of 4-bit and 2-bit types (int4 weights and activations) take half and a quarter of a byte an element.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather reads from its data input the part it takes (at most its output's bytes: one time step of a
   sequence, not all of it), as the torch.fx capture's folded indexing does. On an activation, as in the
@@ -105,6 +106,7 @@ import math
 import numbers
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -172,14 +174,32 @@ def _itemsize(elem_type: int) -> int:
     return int(helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
 
 
-def _stored_bytes(elem_type: int, numel: int) -> int:
-    """Bytes of a stored tensor: 4-bit and 2-bit types (int4 weights) pack 2 or 4 elements a byte, which
-    numpy's ml_dtypes types (1 byte each) do not."""
+def _bits(elem_type: int) -> int | None:
+    """Bits of an element of the 4-bit and 2-bit types (int4 weights and activations), which pack 2 or 4
+    elements a byte where numpy's ml_dtypes types take 1 byte each; None for the others."""
     from onnx import TensorProto
 
-    bits = {getattr(TensorProto, t, None): b for t, b in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2),
-                                                           ("UINT2", 2))}.get(elem_type)
-    return -(-numel * bits // 8) if bits else numel * _itemsize(elem_type)
+    return {getattr(TensorProto, t, None): b for t, b in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2),
+                                                          ("UINT2", 2))}.get(elem_type)
+
+
+@dataclass(frozen=True)
+class _PackedInfo(TensorInfo):
+    """A tensor of a 4-bit or 2-bit type: its bytes packed (16 int4 elements: 8 bytes, weights or activations)."""
+
+    bits: int = 8
+
+    @property
+    def nbytes(self) -> int:
+        return -(-self.numel * self.bits // 8)
+
+
+def _tensor_info(shape: tuple[int, ...], elem_type: int) -> TensorInfo:
+    """The TensorInfo of a tensor of ONNX element type `elem_type`, packed where the type is."""
+    bits = _bits(elem_type)
+    if bits:
+        return _PackedInfo(shape, _itemsize(elem_type), _is_float(elem_type), bits)
+    return TensorInfo(shape, _itemsize(elem_type), _is_float(elem_type))
 
 
 def _is_float(elem_type: int) -> bool:
@@ -360,8 +380,7 @@ def _known_tensors(graph: Any) -> dict[str, TensorInfo]:
     for vi in [*graph.input, *graph.value_info, *graph.output]:
         t = vi.type.tensor_type
         if t.elem_type and t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-            infos[vi.name] = TensorInfo(tuple(int(d.dim_value) for d in t.shape.dim), _itemsize(t.elem_type),
-                                        _is_float(t.elem_type))
+            infos[vi.name] = _tensor_info(tuple(int(d.dim_value) for d in t.shape.dim), t.elem_type)
     return infos
 
 
@@ -815,9 +834,9 @@ def import_onnx(
                 if len(n.input) > k}
 
     def stored(name: str, tensor: Any, constant_node: bool = False) -> Value:  # an initializer or a Constant's tensor
-        info = TensorInfo(tuple(int(d) for d in tensor.dims), _itemsize(tensor.data_type), _is_float(tensor.data_type))
+        info = _tensor_info(tuple(int(d) for d in tensor.dims), tensor.data_type)
         infos[name] = info
-        nbytes = _stored_bytes(tensor.data_type, info.numel)
+        nbytes = info.nbytes  # int4 weights: packed
         if info.numel <= 1:
             return b.constant()
         if (constant_node and name in identity and tensor.data_location != TensorProto.EXTERNAL

@@ -936,6 +936,20 @@ def test_int4_weights_take_half_a_byte_each():
     assert g.ops[g.index["dq"]].param_bytes == 8 and g.ops[g.index["dq"]].output_bytes == 15 * 4
 
 
+def test_int4_activations_take_half_a_byte_each():
+    """QuantizeLinear to int4 (opset 21) of x [2, 8]: 16 elements packed two to a byte, 8 bytes written and read
+    by the DequantizeLinear; before, 16 (numpy's int4 type takes a byte each)."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")]
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"), helper.make_tensor("z", TensorProto.INT4, [], [0])]
+    graph = helper.make_graph(nodes, "int4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], initializer=inits)
+    g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    q, dq = g.ops[g.index["q"]], g.ops[g.index["dq"]]
+    assert (q.output_bytes, q.bytes_read, dq.bytes_read, dq.output_bytes) == (8, 2 * 8 * 4, 8, 2 * 8 * 4)
+    assert [e.bytes for e in g.edges] == [64, 8]
+
+
 def test_batch_norm_running_statistics_are_not_parameters():
     nodes = [helper.make_node("BatchNormalization", ["x", "bs", "bb", "bm", "bv"], ["y"], name="bn")]
     inits = [numpy_helper.from_array(np.full(3, v, dtype=np.float32), n)
