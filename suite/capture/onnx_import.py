@@ -37,6 +37,9 @@
   `elementwise_affine=False`, `affine=False`). An export with constant folding may merge parameters (a
   BatchNorm into the convolution before it, as the exporter does in eval mode) or copy them (a tied embedding
   transposed for the output layer is stored twice), and the import counts what the file holds.
+  An initializer is counted once however many nodes read it; nodes computing from weights alone (W[3:7] * 2,
+  weight normalization) are per-step ops as in the torch.fx capture, though ONNX Runtime folds them for
+  inference (a Slice is folded, a Gather of rows is a lookup of 0 FLOPs).
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
   Tensors of 4-bit and 2-bit types (int4 weights and activations) take half and a quarter of a byte an element.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.

@@ -808,6 +808,29 @@ def test_a_slice_of_a_weight_reads_only_its_part():
     assert (mm.bytes_read, mm.param_bytes) == (2 * 4 * 4 + 4 * 4 * 4, 10 * 4 * 4)
 
 
+def test_a_weight_sliced_gathered_and_scaled_counts_its_parameters_once_and_the_scaling_per_step():
+    """E [10, 4] read by a Gather of rows 1:5, and by a Slice of rows 3:7 scaled by 2 (a constant subexpression
+    of weights): its 40 parameters are counted once, on a variable op both read; the Slice is folded, the Gather
+    a lookup of 0 FLOPs, and the Mul 16 FLOPs a step, as the torch.fx capture counts `x @ (self.E[3:7] * 2)`."""
+    nodes = [helper.make_node("Gather", ["E", "idx"], ["g"], name="gather"),
+             helper.make_node("Slice", ["E", "starts", "ends"], ["s"], name="slice"),
+             helper.make_node("Mul", ["s", "two"], ["s2"], name="scale"),
+             helper.make_node("MatMul", ["x", "g"], ["h"], name="mm1"),
+             helper.make_node("MatMul", ["h", "s2"], ["y"], name="mm2")]
+    inits = [numpy_helper.from_array(np.ones((10, 4), dtype=np.float32), "E"),
+             numpy_helper.from_array(np.arange(1, 5, dtype=np.int64), "idx"),
+             numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two"),
+             numpy_helper.from_array(np.array([3], dtype=np.int64), "starts"),
+             numpy_helper.from_array(np.array([7], dtype=np.int64), "ends")]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], inits)
+    g = import_onnx(proto)
+    assert [(op.name, op.kind, op.flops, op.param_bytes) for op in g.ops] == [
+        ("x", "input", 0, 0), ("E/variable", "variable", 0, 160), ("gather", "gather", 0, 0),
+        ("scale", "mul", 16, 0), ("mm1", "matmul", 64, 0), ("mm2", "matmul", 64, 0)]
+    assert (g.metadata["params"], g.metadata["param_bytes"]) == (40, 160)
+
+
 class _Gates(nn.Module):
     """An LSTM-style cell: one Linear, its output chunked into four gates."""
 
