@@ -41,6 +41,7 @@
   weight normalization) are per-step ops as in the torch.fx capture, though ONNX Runtime folds them for
   inference (a Slice is folded, a Gather of rows is a lookup of 0 FLOPs).
 * Weights stored as external data (every model over 2 GB is) are not read: their sizes are in the model.
+  Sparse initializers are refused, naming one.
   Tensors of 4-bit and 2-bit types (int4 weights and activations) take half and a quarter of a byte an element.
   The data of small tensors (a Reshape's shape) is read from the model file's folder; one missing is an error.
 * Gather reads from its data input the part it takes (at most its output's bytes: one time step of a
@@ -233,6 +234,10 @@ def _load(model: Any) -> Any:
         raise GraphError(f"import_onnx needs a path or an onnx.ModelProto, got {type(model).__name__}")
     if not proto.HasField("graph") or not proto.graph.node:
         raise GraphError(f"{where}: not an ONNX model with a graph (no nodes; an empty or truncated file?)")
+    if proto.graph.sparse_initializer:  # ONNX's shape inference reads them as rank 0: a misleading error
+        sparse = proto.graph.sparse_initializer[0]
+        raise GraphError(f"{where}: initializer {(sparse.values.name or '?')!r} is sparse (graph.sparse_initializer): "
+                         f"sparse initializers are not supported; store it dense")
     if isinstance(model, str | Path):
         _read_small_data(proto, Path(model).parent, where)
     return proto

@@ -374,6 +374,20 @@ def test_bad_files(tmp_path):
             import_onnx(not_a_model)
 
 
+def test_a_sparse_initializer_is_refused_naming_it():
+    """A weight stored as a sparse initializer failed in shape inference with "Input tensors of wrong rank (0)"
+    of the MatMul reading it."""
+    values = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "W")
+    sparse = helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([0, 5], np.int64), "W_idx"), [4, 4])
+    proto = _model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [])
+    proto.graph.sparse_initializer.append(sparse)
+    with pytest.raises(GraphError, match=r"^ONNX model 'hand': initializer 'W' is sparse \(graph.sparse_initializer\): "
+                                         r"sparse initializers are not supported; store it dense$"):
+        import_onnx(proto)
+
+
 def test_external_data_weights_are_not_read(tmp_path, monkeypatch):
     """A model saved with external data (every model over 2 GB is) had all its weights read into memory, then
     shape inference serialized the model: beyond 2 GB that fails ('Failed to serialize proto'). Weights' sizes
