@@ -1426,6 +1426,23 @@ def test_lrn_counts_size_plus_5_per_element_as_local_response_norm():
     assert (op.kind, op.flops) == ("lrn", 8 * 72) and "fallback_cost_kinds" not in meta
 
 
+def test_control_flow_that_shape_inference_fails_on_is_refused_as_control_flow():
+    """An If on the data whose branch not taken is ill-typed (MatMul of [2, 4] by [3, 3]) fails ONNX's shape
+    inference, which now runs before control flow is refused: the error is still the control flow's, naming
+    the node, not the inference's."""
+    vi = helper.make_tensor_value_info
+    then_g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t"])], "then", [], [vi("t", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Relu", ["x"], ["e"])], "else", [], [vi("e", TensorProto.FLOAT, None)])
+    m = _model([helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+                helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+                helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
+               [vi("x", TensorProto.FLOAT, [2, 4])], [vi("y", TensorProto.FLOAT, [2, 4])],
+               [_f32((3, 3), "W"), numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    with pytest.raises(GraphError, match=r"^ONNX model 'hand': node 'if' \(If\) has a subgraph \(attribute "
+                                         r"'(then|else)_branch'\): control flow is not supported"):
+        import_onnx(m)
+
+
 @pytest.mark.parametrize("opset", [11, 17])
 @pytest.mark.parametrize("folding", [True, False])
 def test_local_response_norm_exported_with_an_if_on_its_rank_imports_the_branch_taken(opset, folding):
