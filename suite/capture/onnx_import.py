@@ -500,7 +500,7 @@ def _fold_shape_data(proto: Any) -> bool:
             graph.initializer.extend(branch.initializer)
             for n in branch.node:
                 nodes.append(n)
-                n.name = n.name or f"{node.name}/{n.op_type}"
+                n.name = n.name or f"{node.name.rpartition('/')[0]}/{n.op_type}"  # in the If's module
             nodes.extend(helper.make_node("Identity", [b.name], [o], name=f"{node.name}/Identity_{j}")
                          for j, (b, o) in enumerate(zip(branch.output, node.output, strict=True)) if o)
         new = [type(n)() for n in nodes]  # copies: the old list is cleared below

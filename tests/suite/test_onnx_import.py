@@ -1467,25 +1467,25 @@ def test_local_response_norm_exported_with_an_if_on_its_rank_imports_the_branch_
 
 
 def test_an_if_on_shapes_takes_its_branch_with_the_weights_it_reads():
-    """A branch's nodes, the weights they read from the outer scope and their edges are imported; the
-    branch not taken (a MatMul with W2) is not. By hand: x [2, 4] @ W [4, 3]: 2 x 2 x 4 x 3 = 48 FLOPs."""
+    """A branch's nodes, the weights they read from the outer scope and their edges are imported (an unnamed
+    node named in the If's module); the branch not taken (a MatMul with W2) is not. By hand: x [2, 4] @ W [4, 3]: 2 x 2 x 4 x 3 = 48 FLOPs."""
     vi = helper.make_tensor_value_info
-    then_g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t"], name="then_mm")], "then", [],
+    then_g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t"])], "then", [],
                                [vi("t", TensorProto.FLOAT, [2, 3])])
     else_g = helper.make_graph([helper.make_node("MatMul", ["x", "W2"], ["e"], name="else_mm")], "else", [],
                                [vi("e", TensorProto.FLOAT, [2, 3])])
     m = _model([helper.make_node("Shape", ["x"], ["s"], name="shape"),
                 helper.make_node("Gather", ["s", "zero"], ["b"], name="gather", axis=0),
                 helper.make_node("Equal", ["b", "two"], ["c"], name="eq"),
-                helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g),
+                helper.make_node("If", ["c"], ["y"], name="/block/If", then_branch=then_g, else_branch=else_g),
                 helper.make_node("Relu", ["y"], ["z"], name="relu")],
                [vi("x", TensorProto.FLOAT, [2, 4])], [vi("z", TensorProto.FLOAT, [2, 3])],
                [_f32((4, 3), "W"), _f32((4, 3), "W2"), numpy_helper.from_array(np.array(0, np.int64), "zero"),
                 numpy_helper.from_array(np.array(2, np.int64), "two")])
     g = import_onnx(m)
     assert [(op.name, op.kind, op.flops, op.param_bytes) for op in g.ops] == [
-        ("x", "input", 0, 0), ("then_mm", "matmul", 48, 48), ("relu", "relu", 6, 0)]
-    assert g.num_edges == 2 and g.metadata["params"] == 12
+        ("x", "input", 0, 0), ("/block/MatMul", "matmul", 48, 48), ("relu", "relu", 6, 0)]
+    assert g.num_edges == 2 and g.metadata["params"] == 12 and g.ops[1].scope == "block"  # the If's module
 
 
 def test_a_size_that_depends_on_the_data_is_refused_saying_so():
