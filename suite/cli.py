@@ -209,8 +209,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.strip():
         raise UsageError("--out is empty: give a store directory, or leave --out out for runs/<spec name>")
     out = Path(args.out) if args.out is not None else Path("runs") / spec.name
-    # a store is --out's to run into; a folder inside one (its empty cells/) would become a store in a store
-    refuse_store_dir(out, "--out", "a new store", is_file=True)
+    # a store is --out's to run into, whatever its name (one named cells has a cells/ of its own, which makes
+    # its parent look like a store); a folder inside one (its empty cells/) would become a store in a store
+    from suite.store import is_store_dir
+
+    if not is_store_dir(out):
+        refuse_store_dir(out, "--out", "a new store", is_file=True)
     check_output_dir(out, "--out")
     from suite.backends import REAL_BACKENDS
 
