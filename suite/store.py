@@ -344,13 +344,16 @@ def _csv_bad_value(data: pa.BufferReader, arrow_message: str) -> str | None:
     index, kind, value = int(match[1]), match[2], match[3]
     data.seek(0)
     reader = csv.reader(io.StringIO(data.read().decode("utf-8", "replace"), newline=""))
-    header = next(reader, [])
-    for fields in reader:
-        if index < len(header) and index < len(fields) and fields[index] == value:
-            row = dict(zip(header, fields, strict=False))
-            empty = "" if header[index] == "seed" else " or empty"  # the one number of a row's key
-            return (f"line {reader.line_num} ({row_where(row)}): {header[index]} must be "
-                    f"{_CSV_KINDS.get(kind, kind)}{empty}, got {_shown(value)}")
+    try:
+        header = next(reader, [])
+        for fields in reader:
+            if index < len(header) and index < len(fields) and fields[index] == value:
+                row = dict(zip(header, fields, strict=False))
+                empty = "" if header[index] == "seed" else " or empty"  # the one number of a row's key
+                return (f"line {reader.line_num} ({row_where(row)}): {header[index]} must be "
+                        f"{_CSV_KINDS.get(kind, kind)}{empty}, got {_shown(value)}")
+    except csv.Error:  # a field Arrow read but csv will not (over its 131072-character limit): Arrow's message
+        return None
     return None
 
 
