@@ -211,9 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out is not None else Path("runs") / spec.name
     # a store is --out's to run into, whatever its name (one named cells has a cells/ of its own, which makes
     # its parent look like a store); a folder inside one (its empty cells/) would become a store in a store
-    from suite.store import is_store_dir
-
-    if not is_store_dir(out):
+    if not _is_store(out):
         refuse_store_dir(out, "--out", "a new store", is_file=True)
     check_output_dir(out, "--out")
     from suite.backends import REAL_BACKENDS
@@ -388,17 +386,26 @@ def check_output_dir(path: str | Path, flag: str) -> None:
         raise UsageError(f"{flag}: {exc.strerror}") from None
 
 
+def _is_store(path: Path) -> bool:
+    """`is_store_dir`; False where the path cannot be looked at (a name too long, a folder not readable): the
+    output checks then say so, naming the flag, not `<path>/cells`."""
+    from suite.store import is_store_dir
+
+    try:
+        return path.is_dir() and is_store_dir(path)
+    except OSError:
+        return False
+
+
 def refuse_store_dir(path: str | Path, flag: str, what: str, *, is_file: bool = False) -> None:
     """A results store (or its cells/ folder) holds only the store's own files: a profile, placement or report
     written there would be read as a damaged cell, which stops the store's tables, replace its manifest, or
     be mixed with its data. Refused like the other commands' outputs (`_refuse_inside_store`), before any
     work. `path` is a directory, or with `is_file` a file to write."""
-    from suite.store import is_store_dir
-
     target = Path(path).resolve()
     folder = target.parent if is_file else target
     for root in (folder, folder.parent):
-        if root.is_dir() and is_store_dir(root):
+        if _is_store(root):
             where = "" if root == target else "inside "
             raise UsageError(f"{flag} {path} is {where}the results store {root}: write {what} elsewhere")
 
