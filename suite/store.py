@@ -312,7 +312,7 @@ def read_table(path: Path) -> list[dict[str, Any]]:
                          f"(byte 0x{exc.object[exc.start]:02x})") from None
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         first_line = str(exc).partition("\n")[0]  # Arrow may add a dump of the schema
-        where = _csv_bad_value(data, first_line) if path.suffix == ".csv" else None
+        where = _csv_bad_value(data, str(exc)) if path.suffix == ".csv" else None
         raise StoreError(f"{path}: {where or f'not a placebench results table: {first_line}'}") from None
     missing = [c for c in ("cell_id", "workload", "cluster", "placer", "seed", "status", "step_time_s") if c not in columns]
     if missing:
@@ -337,7 +337,9 @@ _CSV_KINDS = {"int64": "a 64-bit whole number", "double": "a number"}
 
 def _csv_bad_value(data: pa.BufferReader, arrow_message: str) -> str | None:
     """'line N (cluster / workload / placer / seed S): COLUMN must be ..., got VALUE' for Arrow's message on a CSV
-    value it could not convert, which names the column by its index and not the row; None for another error."""
+    value it could not convert, which names the column by its index and not the row; None for another error.
+    `arrow_message` is the whole message: a value holding a newline (a quoted field) runs over its first line.
+    N is the line the row starts on, as an editor numbers it."""
     match = _CSV_CONVERSION.match(arrow_message)
     if not match:
         return None
@@ -346,12 +348,14 @@ def _csv_bad_value(data: pa.BufferReader, arrow_message: str) -> str | None:
     reader = csv.reader(io.StringIO(data.read().decode("utf-8", "replace"), newline=""))
     try:
         header = next(reader, [])
+        start = reader.line_num + 1
         for fields in reader:
             if index < len(header) and index < len(fields) and fields[index] == value:
                 row = dict(zip(header, fields, strict=False))
                 empty = "" if header[index] == "seed" else " or empty"  # the one number of a row's key
-                return (f"line {reader.line_num} ({row_where(row)}): {header[index]} must be "
+                return (f"line {start} ({row_where(row)}): {header[index]} must be "
                         f"{_CSV_KINDS.get(kind, kind)}{empty}, got {_shown(value)}")
+            start = reader.line_num + 1
     except csv.Error:  # a field Arrow read but csv will not (over its 131072-character limit): Arrow's message
         return None
     return None

@@ -29,3 +29,19 @@ def test_a_bad_number_beside_a_long_message_is_a_store_error(tmp_path):
     path.write_text(text.replace("0.125", "abc"))
     with pytest.raises(StoreError, match=r"results\.csv: .*'abc'"):
         st.read_table(path)
+
+
+def test_a_bad_number_holding_a_newline_is_named_with_its_row(tmp_path):
+    """A bad number that holds a newline (a quoted CSV field) was reported from the first line of Arrow's message
+    only, "not a placebench results table: ... invalid value 'x", without its row. Now as any other bad value:
+    the line its row starts on (after a row whose message spans two lines), the row and the value."""
+    s = Store(tmp_path / "store")
+    s.write_cell(_record("a1", status="error", step_time_s=None, message="boom\nline 2"))
+    s.write_cell(_record("a2", seed=1))
+    _, path = s.compact()
+    text = path.read_text()
+    assert text.count("0.125") == 1 and len(text.splitlines()) == 4  # header, a1 on two lines, a2
+    path.write_text(text.replace("0.125", '"x\ny"'))
+    with pytest.raises(StoreError) as err:
+        st.read_table(path)
+    assert str(err.value) == f'{path}: line 4 (c / w / p / seed 1): step_time_s must be a number or empty, got "x\\ny"'
