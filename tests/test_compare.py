@@ -518,9 +518,9 @@ def test_a_csv_row_with_no_seed_is_bad_input_not_a_regression(capsys, tmp_path):
     # only an empty field is null: "nan" is a NaN (refused), "NA" not a number (refused), neither a silent null
     ("a,w,c,p,0,ok,nan,", "step_time_s must be null or a finite number >= 0, got NaN"),
     ("a,w,c,p,0,ok,1.0,nan", "step_time_q25_s must be null or a finite number >= 0, got NaN"),
-    ("a,w,c,p,0,ok,NA,", "not a placebench results table"),
+    ("a,w,c,p,0,ok,NA,", 'line 2 (c / w / p / seed 0): step_time_s must be a number or empty, got "NA"'),
     ("a,w,c,p,0,ok,1.0,,0", "samples must be null or a whole number at least 1 for status ok (64-bit), got 0"),
-    ("a,w,c,p,0,ok,1.0,,2.5", "not a placebench results table"),
+    ("a,w,c,p,0,ok,1.0,,2.5", 'line 2 (c / w / p / seed 0): samples must be a 64-bit whole number or empty, got "2.5"'),
     ("a,w,c,p,0,oom,,,-1", "samples must be null or a whole number >= 0 (64-bit), got -1"),
 ])
 def test_a_hand_made_csv_with_an_unusable_number_is_bad_input(cells, message, capsys, tmp_path):
