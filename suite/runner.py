@@ -707,8 +707,6 @@ def make_plan(spec: Spec) -> Plan:
     for graph in workloads.values():  # a combination no placement can satisfy: a clear error now, not odd rows
         for cluster in clusters.values():
             check_placeable(graph, cluster)
-    if spec.evaluator in REAL_BACKENDS:  # configuration, the same for every cell: a clear error now, not error rows
-        _check_runnable(spec, workloads, clusters)
     profiles = _profiles_by_workload(spec.profiles, workloads, spec.source)
     if spec.evaluator == "simulator":  # op and transfer times must be finite: a clear error now, not error rows
         for wref, graph in workloads.items():
@@ -747,13 +745,20 @@ def make_plan(spec: Spec) -> Plan:
     return Plan(spec, meth, cells, workloads, clusters, tuple(int(x) for x in seeds), timeout_s)
 
 
-def _check_runnable(spec: Spec, workloads: Mapping[str, OpGraph], clusters: Mapping[str, Cluster]) -> None:
+def _check_runnable(plan: Plan, cells: Sequence[Cell]) -> None:
     """A real evaluator runs each cluster device on the torch device of its default map (a GPU on the next
     visible CUDA device) and each workload's zoo model: a cluster naming more GPUs than this machine has, or a
-    workload without a zoo model, fails every cell the same way, so it is refused before any cell runs."""
+    workload without a zoo model, fails every cell the same way, so it is refused before any cell runs. Only the
+    `cells` that would run are checked: a store measured on a GPU machine still resumes (or prints) on a CPU one
+    when it has nothing left to run."""
     from suite.backends.devices import DeviceMap
     from suite.backends.workload import has_model
 
+    spec = plan.spec
+    if spec.evaluator not in REAL_BACKENDS:
+        return
+    clusters = {c.cluster_ref: plan.clusters[c.cluster_ref] for c in cells}
+    workloads = {c.workload_ref: plan.workloads[c.workload_ref] for c in cells}
     for cref, cluster in clusters.items():
         try:
             DeviceMap.default(cluster)
@@ -1425,6 +1430,8 @@ def run(
     plan = make_plan(spec)
     if select is not None:
         plan.cells = [c for c in plan.cells if select(c)]
+    if not Path(out).exists():  # a new store runs every cell: refused before the store is made
+        _check_runnable(plan, plan.cells)
     store = Store(out)
     store.check_writable()  # before any placer runs, and before the store is changed
     with store.writing():  # one run at a time per store
@@ -1447,6 +1454,7 @@ def run(
         else:
             todo = [c for c in plan.cells if c.cell_id not in by_id or c.cell_id in stale
                     or (retry_failed and by_id[c.cell_id]["status"] in FAILED_STATUSES)]
+        _check_runnable(plan, todo)  # before the run is recorded in the manifest
         run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
         entry = {
             "run_id": run_id,

@@ -19,7 +19,7 @@ import pytest
 
 import suite
 from suite import graph_io, methodology, numerics, report, runner
-from suite.errors import SpecError, UnknownNameError
+from suite.errors import ClusterError, SpecError, UnknownNameError
 from suite.graph import Op, OpGraph
 from suite.store import Store, cpu_simd, read_table
 
@@ -1268,14 +1268,38 @@ def test_a_real_evaluator_spec_this_machine_cannot_run_is_refused_before_any_cel
         assert main(["run", str(real), "--out", str(out), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("placebench: error: ") and "Traceback" not in err
-        assert f"evaluator 'torch' cannot run cluster {tiny_files['cluster']}: device map: gpu:0: 'cuda:0' is not " \
-               "available on this machine (0 CUDA device(s) visible)" in err
+        assert (f"evaluator 'torch' cannot run cluster {tiny_files['cluster']}: device map: gpu:0: 'cuda:0' is not "
+                "available on this machine (0 CUDA device(s) visible)" in err) if out != store else \
+            "tables would mix them" in err  # the simulator's store: that refusal comes first
     assert not (tmp_path / "new").exists() and len(Store(store, create=False).cell_ids()) == 1
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU here: the workload is the next error
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(SpecError, match=r"evaluator 'torch' runs zoo workloads and their variants; workload "
                                         r".*diamond.json \('diamond'\) has no model in the zoo"):
-        runner.make_plan(runner.load_spec(str(real)))
+        runner.run(str(real), tmp_path / "new2")
+    assert not (tmp_path / "new2").exists()
+
+
+def test_a_real_evaluator_store_with_nothing_left_to_run_resumes_on_a_machine_that_cannot_run_it(
+        tiny_files, write_spec, tmp_path, monkeypatch):
+    """The plan check looks only at the cells that would run: a store whose cells are all stored (here error
+    rows, made with the check switched off) reruns with nothing to do on a machine without the GPU; it was
+    refused (exit 2) although no cell would run. With --retry-failed its cells would run: refused."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    real = write_spec("real", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_gpu"], evaluator="torch")
+    store = tmp_path / "store"
+    with monkeypatch.context() as m:
+        m.setattr(runner, "_check_runnable", lambda plan, cells: None)
+        assert runner.run(str(real), store).ran == 1
+    assert [r["status"] for r in Store(store, create=False).rows()] == ["error"]
+    assert runner.run(str(real), store).ran == 0
+    with pytest.raises(ClusterError, match=r"evaluator 'torch' cannot run cluster .*'cuda:0' is not available"):
+        runner.run(str(real), store, retry_failed=True)
+    assert len(Store(store, create=False).cell_ids()) == 1
 
 def test_stored_measurement_fields_by_hand():
     """The row's spread, peak and traffic columns come from the measurement: five samples 1..5 s have
