@@ -161,3 +161,29 @@ def test_a_trace_with_profiles_says_which_op_times_are_measured(uniform_cluster)
     plain = chrome_trace(g, c, [0, 0, 0])  # without profiles, as before: no such argument
     assert "profiles" not in plain["otherData"]
     assert all("time" not in e["args"] for e in plain["traceEvents"] if e["ph"] == "X")
+
+
+def test_a_peak_equal_to_the_capacity_fits_and_each_device_keeps_its_own_busy_time(uniform_cluster):
+    """The chain's d0 peaks at 1570 bytes on one device: with exactly 1570 bytes the trace says "ok", as
+    `simulate` does (only a peak above the capacity is OOM). Across two devices (latency 0.5 s) d0 computes
+    a and c (2 + 1 s), d1 b (4 s): busy times stay with their device, and the devices keep their order."""
+    g = _chain()
+    fits = uniform_cluster(2, memory_bytes=1570)
+    doc = chrome_trace(g, fits, [0, 0, 0])
+    assert doc["otherData"]["peak_memory_bytes"]["d0"] == 1570
+    assert doc["otherData"]["status"] == "ok" == simulate(g, fits, [0, 0, 0]).status
+    doc = chrome_trace(g, uniform_cluster(2, latency_s=0.5), [0, 1, 0])
+    assert doc["otherData"]["busy_s"] == {"d0": 3.0, "d1": 4.0}
+    order = [(e["pid"], e["args"]["sort_index"]) for e in doc["traceEvents"] if e["name"] == "process_sort_index"]
+    assert order == [(0, 0), (1, 1)]
+
+
+def test_a_profile_given_twice_is_listed_once(uniform_cluster):
+    """As in the cost model, a profile given twice counts once: one file in otherData, 1 of 3 ops measured."""
+    from suite.costmodel import Profile
+
+    g, c = _chain(), uniform_cluster(2)
+    b = Profile("chain", "gpu", {"b": 3.0})
+    doc = chrome_trace(g, c, [0, 0, 0], profiles=[b, b])
+    assert doc["otherData"]["profiles"] == {"files": ["(not from a file)"], "ops": 1, "of_ops": 3,
+                                            "compute_s": 3.0, "of_compute_s": 6.0}
