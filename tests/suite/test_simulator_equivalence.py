@@ -215,6 +215,7 @@ def test_a_burst_of_transfers_queued_on_one_channel():
         ref = simulate(g, c, p, engine="reference")
         _same(ref, simulate(g, c, p, engine="fast"))
         _same(ref, rb)
+        assert _engine(g, c, p, "fast") == _raw(ref)  # the fast engine itself, not its fallback: within its limit
     # c_i runs for 1 s once its tensor arrives (one every 10 s), while the next transfer, which started as
     # this one ended, already holds its copy on d1: two copies at most
     assert simulate(g, c, placements[0]).peak_memory_bytes[1] == 2000
