@@ -387,14 +387,32 @@ def check_output_dir(path: str | Path, flag: str) -> None:
 
 
 def _is_store(path: Path) -> bool:
-    """`is_store_dir`; False where the path cannot be looked at (a name too long, a folder not readable): the
-    output checks then say so, naming the flag, not `<path>/cells`."""
-    from suite.store import is_store_dir
+    """Whether `path` is a results store: it has the store's manifest.json, or a cells/ folder with a `.lock`
+    beside it (a run held it, maybe stopping before its manifest) or holding a cell file. A cells/ folder
+    alone is not enough (`is_store_dir` takes one): `profile --out X/cells` makes X one of plain profiles, and
+    the same command again is not "inside a store". False where the path cannot be looked at (a name too long,
+    a folder not readable): the output checks then say so, naming the flag, not `<path>/cells`."""
+    from suite.store import CELL_FORMAT, STORE_FORMAT
 
     try:
-        return path.is_dir() and is_store_dir(path)
+        if not path.is_dir():
+            return False
+        if _json_format(path / "manifest.json") == STORE_FORMAT:
+            return True
+        cells = path / "cells"
+        return cells.is_dir() and ((path / ".lock").exists()
+                                   or any(_json_format(f) == CELL_FORMAT for f in cells.glob("*.json")))
     except OSError:
         return False
+
+
+def _json_format(path: Path) -> Any:
+    """The "format" field of a JSON object file; None for any other file, or one that cannot be read."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data.get("format") if isinstance(data, dict) else None
 
 
 def refuse_store_dir(path: str | Path, flag: str, what: str, *, is_file: bool = False) -> None:

@@ -367,6 +367,45 @@ def test_cli_profile_and_fidelity(tmp_path, capsys, monkeypatch):
     assert stored.name in capsys.readouterr().err and stored.read_text() == damaged  # reported, not measured over
 
 
+def test_profiles_written_into_a_folder_named_cells_can_be_written_there_again(tmp_path, capsys, monkeypatch,
+                                                                                 tiny_files, write_spec):
+    """`profile --out X/cells` made X look like a results store (a folder with cells/), so the same command
+    again was refused, exit 2, "--out X/cells is inside the results store X". A store is known by its manifest,
+    or by the `.lock` a run leaves or a cell file in its cells/: its cells/ is still refused, also before
+    its first manifest."""
+    from suite import runner
+    from suite.backends import workload
+    from suite.store import Store
+
+    args = ["profile", "rnnlm-2x2048-b64", "--mode", "inference", *_shape_args("rnnlm"), "--clock", "cpu",
+            "--out", str(tmp_path / "x" / "cells")]
+    assert main([*args, "--json"]) == 0
+    path = Path(json.loads(capsys.readouterr().out)["path"])
+    assert path.parent == tmp_path / "x" / "cells"
+    assert main(args) == 2  # the same command: refused by the stored profile, not as a store
+    assert "exists (a stored profile); pass --force" in capsys.readouterr().err
+    assert main([*args, "--force", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == str(path)
+
+    spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
+                      placers=["single_cpu"])
+    runner.run(str(spec), tmp_path / "store")
+    unrun = Store(tmp_path / "unrun")  # a run stopped before it wrote its manifest
+    with unrun.writing():
+        pass
+    no_manifest = Store(tmp_path / "api")  # cells written through the API alone
+    no_manifest.write_cell(Store(tmp_path / "store", create=False).records()[0])
+    monkeypatch.setattr(workload, "real_workload", lambda *a, **k: pytest.fail("measured before checking"))
+    for store in (tmp_path / "store", unrun.root, no_manifest.root):
+        before = sorted(store.rglob("*"))
+        out = store / "cells"
+        assert main(["profile", "rnnlm-2x2048-b64", "--out", str(out)]) == 2
+        assert capsys.readouterr().err == (f"placebench: error: --out {out} is inside the results store "
+                                           f"{store.resolve()}: write profiles elsewhere\n")
+        assert sorted(store.rglob("*")) == before
+
+
+
 def test_output_directories_are_checked_before_any_measurement(tmp_path, capsys, monkeypatch):
     """A file where a directory goes is refused up front, naming the flag: profiling and measuring take
     minutes, and their results would be lost to a late mkdir."""
