@@ -1344,6 +1344,49 @@ def test_fidelity_warns_of_torch_profiles_for_onnxruntime_before_profiling(tmp_p
     assert code == 2 and "stopped here" in err
     assert not [w for w in recwarn if "this study measures onnxruntime" in str(w.message)]
 
+
+def test_fidelity_warns_of_the_stored_profiles_own_backend_before_profiling(tmp_path, capsys, monkeypatch):
+    """The early warning took every profile for torch's: a hand-written one given with --profiles (no
+    metadata.backend) was said to be "measured on torch". Stored profiles are read for their recorded backend:
+    one of none is unknown (also to a torch study); one of the study's own backend gives no warning."""
+    import platform
+
+    from suite import fidelity, profiling
+    from suite.backends.workload import real_workload
+    from suite.costmodel import Profile
+    from suite.errors import PlacebenchError
+    from suite.profiling import profile_path
+
+    graph = real_workload("rnnlm-2x2048-b64", batch_size=1, mode="inference").graph
+    meta = {"device": "cpu", "threads": 1, "clock": "wall", "machine": platform.node()}
+    path = profile_path(tmp_path / "p", graph.name, "cpu")
+
+    def fidelity_of(study, **metadata):
+        Profile(graph.name, "cpu", {op.name: 1e-4 for op in graph.ops}, graph.content_hash,
+                {**meta, **metadata}).save(path)
+        return _run(capsys, "fidelity", "rnnlm-2x2048-b64", "--set", "batch_size=1", "--mode", "inference",
+                    "--backend", study, "--logical-cpus", "1", "--out", str(tmp_path / "f"),
+                    "--profiles", str(tmp_path / "p"))
+
+    def stop(rw, cluster, dmap, profiles, **k):
+        assert [p.source for p in profiles] == [str(path)]  # the stored profile is used, not measured
+        raise PlacebenchError("stopped here")
+
+    monkeypatch.setattr(profiling, "profile_workload", lambda *a, **k: pytest.fail("profiled"))
+    monkeypatch.setattr(fidelity, "run_fidelity", stop)
+    head = f"placebench: warning: fidelity of {graph.name}: "
+    unknown = "1 of 1 profile(s) record no backend (metadata.backend; written by hand?): the backend they were " \
+              "measured on is unknown, maybe not"
+    for backend in ("onnxruntime", "torch"):
+        code, _, err = fidelity_of(backend)
+        assert code == 2 and err.startswith(f"{head}{unknown} {backend}\n"), err
+        assert "measured on torch" not in err
+    code, _, err = fidelity_of("onnxruntime", backend="onnxruntime")
+    assert code == 2 and "warning" not in err, err
+    code, _, err = fidelity_of("onnxruntime", backend="torch")
+    assert code == 2 and err.startswith(f"{head}the profiles were measured on torch, this study measures "
+                                        "onnxruntime"), err
+
 def test_run_refuses_an_out_inside_a_store(capsys, tiny_files, write_spec, tmp_path):
     """`run --out STORE/cells` of a store with no cells yet made a store inside the store's cells/ folder (exit 0),
     whose files the store then reads as damaged cells. Refused, exit 2, nothing written; --out STORE runs into it."""

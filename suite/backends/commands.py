@@ -173,6 +173,41 @@ def _profile_differences(prof: Any, graph: Any, device: str, threads: int, clock
     return out
 
 
+def _profile_backends(rw: Any, dmap: Any, directory: Path, reprofile: bool) -> list[str | None]:
+    """The backend of each profile `profiles_for` will give, read before it profiles: a stored one's recorded
+    backend (`measured_backend`: None where unknown, a profile written by hand), "torch" for one it will
+    measure (`profile_workload`). A stored profile that cannot be read is left to `profiles_for` to report."""
+    from suite.costmodel import load_profile
+    from suite.errors import ProfileError
+    from suite.profiling import measured_backend, profile_path
+
+    out: list[str | None] = []
+    for tdev in dict.fromkeys(dmap.torch_devices):
+        path = profile_path(directory, rw.graph.name, tdev)
+        if reprofile or not path.exists():
+            out.append("torch")
+            continue
+        try:
+            out.append(measured_backend(load_profile(path)))
+        except ProfileError:
+            continue
+    return out
+
+
+def _backend_warning(backend: str, backends: list[str | None]) -> str:
+    """What the study is told before profiling of its profiles' backends (`_profile_backends`): those of
+    another backend (`fidelity.backend_mismatch`), and how many record none ("" when all are `backend`'s)."""
+    from suite.fidelity import backend_mismatch
+
+    known = backend_mismatch(backend, backends)
+    unknown = sum(b is None for b in backends)
+    if not unknown:
+        return known
+    note = (f"{unknown} of {len(backends)} profile(s) record no backend (metadata.backend; written by hand?): "
+            f"the backend they were measured on is unknown, maybe not {backend}")
+    return f"{known}; {note}" if known else note
+
+
 def cmd_fidelity(args: argparse.Namespace) -> int:
     import torch
 
@@ -222,10 +257,12 @@ def _fidelity(args: argparse.Namespace) -> int:
         fidelity.check_replace(Path(args.out or fidelity.DEFAULT_DIR) / f"{stem}.json", settings, names)
     # progress through the CLI's _write: a reader that left (`| head`) does not stop the measurements and report
     log = (lambda *a: None) if args.json else (lambda text: _write(sys.stdout, text + "\n"))
-    # profiles are torch's op times (`profile_workload`): said before profiling, which takes minutes, not after
-    mismatch = fidelity.backend_mismatch(args.backend, ["torch"])
-    if mismatch:
-        _write(sys.stderr, f"placebench: warning: fidelity of {rw.graph.name}: {mismatch}\n")
+    # profiles of another backend than the study's: said before profiling, which takes minutes, not after
+    backends = _profile_backends(rw, dmap, profiles, args.reprofile)
+    mismatch = fidelity.backend_mismatch(args.backend, backends)  # as run_fidelity will warn it
+    early = _backend_warning(args.backend, backends)
+    if early:
+        _write(sys.stderr, f"placebench: warning: fidelity of {rw.graph.name}: {early}\n")
     profs = profiles_for(rw, cluster, dmap, profiles, threads=threads, methodology=meth,
                          clock=args.clock, log=log, reprofile=args.reprofile)
 
