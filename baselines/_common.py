@@ -36,7 +36,8 @@ def library_seed(seed: int) -> int:
 
     Seeds are non-negative: the suite accepts only [0, 2**32) (`suite.methodology.check_seeds`, the CLI's
     --seed), as numpy's generators do. A negative seed is refused (ValueError) rather than folded onto
-    another (abs() gave -s the partition of s)."""
+    another (abs() gave -s the partition of s). The 2**32 accepted seeds map onto 2**31 library seeds, so
+    some pairs of seeds give one partition (kept: a wider map would change committed results)."""
     seed = int(seed)
     if seed < 0:
         raise ValueError(f"seed {seed} is negative: placer seeds are integers in [0, 2**32)")
