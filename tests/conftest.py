@@ -106,6 +106,7 @@ HARNESS_PLACERS = (
     "harness_invalid",
     "harness_dies",
     "harness_sleepy",
+    "harness_gated",
     "harness_search",
     "harness_not_applicable",
     "harness_over_budget",

@@ -68,6 +68,22 @@ class Sleepy(BasePlacer):
         return PlacementResult.from_search(_all_on(problem, 0), problem, started)
 
 
+@register_placer("harness_gated")
+class Gated(BasePlacer):
+    """Waits (up to an hour) until the file `gate` exists, then puts everything on the CPU (device 0); a seed
+    below `free_below` does not wait. A test stops a run at a known point with it, however loaded the machine."""
+
+    defaults = {"gate": "", "free_below": 0}
+
+    def place(self, problem, budget, seed):
+        started = time.perf_counter()
+        deadline = time.monotonic() + 3600
+        while (seed >= self.params["free_below"] and not os.path.exists(self.params["gate"])
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        return PlacementResult.from_search(_all_on(problem, 0), problem, started)
+
+
 @register_placer("harness_search")
 class Search(BasePlacer):
     """Random search over whole-device placements: uses exactly `evaluations` evaluations."""

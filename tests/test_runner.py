@@ -876,13 +876,19 @@ def _workers_of(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the runner's workers in /proc")
-def test_ctrl_c_while_the_first_worker_starts_stops_cleanly(tiny_files, write_spec, tmp_path):
+def test_ctrl_c_while_the_first_worker_starts_stops_cleanly(tiny_files, write_spec, harness_plugin, tmp_path):
     """Ctrl-C (to the process group, as a terminal sends it) while the run's first worker is still importing:
-    exit 130 with the interrupt message, no traceback from the runner or the worker, the stored cells kept."""
+    exit 130 with the interrupt message, no traceback from the runner or the worker, the stored cells kept.
+    The cells left wait for a gate that never opens: on a loaded machine this test may send its Ctrl-C late,
+    and fast cells had then finished (exit 0, or every cell stored) before it came."""
+    gate = tmp_path / "gate"
     spec = write_spec("early", workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
-                      placers=["single_cpu"], seeds=[0, 1, 2])
+                      placers=[{"name": "harness_gated", "params": {"gate": str(gate)}}], plugins=[harness_plugin],
+                      seeds=[0, 1, 2])
     out = tmp_path / "store"
+    gate.touch()
     runner.run(str(spec), out, select=lambda c: c.seed == 0)
+    gate.unlink()
     proc = subprocess.Popen(
         [sys.executable, "-m", "suite.cli", "run", str(spec), "--out", str(out), "--jobs", "1", "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
