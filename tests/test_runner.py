@@ -759,11 +759,14 @@ def test_a_stored_cell_whose_placer_code_changed_is_run_again(tiny_files, write_
 
 # -- a killed run ---------------------------------------------------------------------------------------------
 def test_sigkill_mid_run_then_resume_loses_and_duplicates_nothing(tiny_files, write_spec, harness_plugin, tmp_path):
+    """Seeds 0-2 of the first workload finish, the next cell waits for a gate opened only for the resume: the
+    kill comes mid-run however late a loaded machine lets this test send it."""
+    gate = tmp_path / "gate"
     spec = write_spec(
         "killed",
         workloads=[str(tiny_files["diamond"]), str(tiny_files["chain"])],
         clusters=[str(tiny_files["cluster"])],
-        placers=[{"name": "harness_sleepy", "params": {"sleep_s": 0.25}}],
+        placers=[{"name": "harness_gated", "params": {"gate": str(gate), "free_below": 3}}],
         plugins=[harness_plugin],
         seeds=list(range(8)),
     )
@@ -784,6 +787,7 @@ def test_sigkill_mid_run_then_resume_loses_and_duplicates_nothing(tiny_files, wr
     stored = len(list(cells.glob("*.json")))
     assert 3 <= stored < total, "the run was not killed mid-way"
 
+    gate.touch()
     resumed = runner.run(str(spec), out, jobs=2)
     assert resumed.reused == stored and resumed.ran == total - stored
     rows = Store(out).rows()
@@ -806,14 +810,16 @@ def _default_stop_signals() -> None:
 def test_sigterm_sigint_or_sighup_to_the_group_stops_like_ctrl_c(sig, code, tiny_files, write_spec, harness_plugin, tmp_path):
     """A scheduler's SIGTERM (to the whole process group), or a closed terminal's SIGHUP, stops the run as Ctrl-C
     does: the finished cells, the results tables and the manifest (with the run's cell count) are written, no
-    worker reports a bogus error, and it resumes."""
+    worker reports a bogus error, and it resumes. Seeds 0-2 finish, the others wait for a gate opened only for
+    the resume: the signal comes mid-run however late a loaded machine lets this test send it."""
+    gate = tmp_path / "gate"
     spec = write_spec(
         "termed",
         workloads=[str(tiny_files["diamond"])],
         clusters=[str(tiny_files["cluster"])],
-        placers=[{"name": "harness_sleepy", "params": {"sleep_s": 0.25}}],
+        placers=[{"name": "harness_gated", "params": {"gate": str(gate), "free_below": 3}}],
         plugins=[harness_plugin],
-        seeds=list(range(24)),  # 21 cells (2.6 s of sleep) left at the signal
+        seeds=list(range(24)),
     )
     out = tmp_path / "store"
     proc = subprocess.Popen(
@@ -834,6 +840,7 @@ def test_sigterm_sigint_or_sighup_to_the_group_stops_like_ctrl_c(sig, code, tiny
     assert (out / "results.csv").exists() and (out / "results.parquet").exists()
     run = json.loads((out / "manifest.json").read_text())["runs"][-1]
     assert run["finished_at"] is not None and run["complete"] is False and run["cells_run"] == len(rows)
+    gate.touch()
     assert runner.run(str(spec), out, jobs=2).ran == 24 - len(rows)
 
 
