@@ -203,15 +203,14 @@ class _Progress:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from suite import report, runner
-    from suite.store import usable_cpus
+    from suite.store import is_store_dir, usable_cpus
 
     spec = runner.load_spec(args.spec)
     if args.out is not None and not args.out.strip():
         raise UsageError("--out is empty: give a store directory, or leave --out out for runs/<spec name>")
     out = Path(args.out) if args.out is not None else Path("runs") / spec.name
-    # a store is --out's to run into, whatever its name (one named cells has a cells/ of its own, which makes
-    # its parent look like a store); a folder inside one (its empty cells/) would become a store in a store
-    if not _is_store(out):
+    # a store is --out's to run into, whatever its name; a folder inside one would become a store in a store
+    if not is_store_dir(out):
         refuse_store_dir(out, "--out", "a new store", is_file=True)
     check_output_dir(out, "--out")
     from suite.backends import REAL_BACKENDS
@@ -386,44 +385,17 @@ def check_output_dir(path: str | Path, flag: str) -> None:
         raise UsageError(f"{flag}: {exc.strerror}") from None
 
 
-def _is_store(path: Path) -> bool:
-    """Whether `path` is a results store: it has the store's manifest.json, or a cells/ folder with a `.lock`
-    beside it (a run held it, maybe stopping before its manifest) or holding a cell file. A cells/ folder
-    alone is not enough (`is_store_dir` takes one): `profile --out X/cells` makes X one of plain profiles, and
-    the same command again is not "inside a store". False where the path cannot be looked at (a name too long,
-    a folder not readable): the output checks then say so, naming the flag, not `<path>/cells`."""
-    from suite.store import CELL_FORMAT, STORE_FORMAT
-
-    try:
-        if not path.is_dir():
-            return False
-        if _json_format(path / "manifest.json") == STORE_FORMAT:
-            return True
-        cells = path / "cells"
-        return cells.is_dir() and ((path / ".lock").exists()
-                                   or any(_json_format(f) == CELL_FORMAT for f in cells.glob("*.json")))
-    except OSError:
-        return False
-
-
-def _json_format(path: Path) -> Any:
-    """The "format" field of a JSON object file; None for any other file, or one that cannot be read."""
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return data.get("format") if isinstance(data, dict) else None
-
-
 def refuse_store_dir(path: str | Path, flag: str, what: str, *, is_file: bool = False) -> None:
     """A results store (or its cells/ folder) holds only the store's own files: a profile, placement or report
     written there would be read as a damaged cell, which stops the store's tables, replace its manifest, or
     be mixed with its data. Refused like the other commands' outputs (`_refuse_inside_store`), before any
     work. `path` is a directory, or with `is_file` a file to write."""
+    from suite.store import is_store_dir
+
     target = Path(path).resolve()
     folder = target.parent if is_file else target
     for root in (folder, folder.parent):
-        if _is_store(root):
+        if is_store_dir(root):
             where = "" if root == target else "inside "
             raise UsageError(f"{flag} {path} is {where}the results store {root}: write {what} elsewhere")
 

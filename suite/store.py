@@ -518,17 +518,33 @@ def in_use(root: str | Path) -> bool:
 
 
 def is_store_dir(root: str | Path) -> bool:
-    """Whether a directory is a store: it has a cells/ directory or a manifest.json of the store format."""
+    """Whether a directory is a store: it has the store's manifest.json, or a cells/ folder that is empty (a
+    store just made), holds a cell file, or has a `.lock` beside it (a run held it, maybe stopping before its
+    manifest). A cells/ folder of other files is not one: `profile --out X/cells` makes X a folder of plain
+    profiles, and a store named cells does not make its parent one. False where the path cannot be looked at
+    (a name too long, a folder not readable): the caller's own check of the path then says so."""
     root = Path(root)
-    if (root / "cells").is_dir():
-        return True
-    if not (root / "manifest.json").is_file():
-        return False
     try:
-        data = load_json(root / "manifest.json", StoreError, "store manifest")
-    except StoreError:
+        if not root.is_dir():
+            return False
+        if _json_format(root / "manifest.json") == STORE_FORMAT:
+            return True
+        cells = root / "cells"
+        if not cells.is_dir():
+            return False
+        return ((root / ".lock").exists() or not any(cells.iterdir())
+                or any(_json_format(f) == CELL_FORMAT for f in cells.glob("*.json")))
+    except OSError:
         return False
-    return isinstance(data, dict) and data.get("format") == STORE_FORMAT
+
+
+def _json_format(path: Path) -> Any:
+    """The "format" field of a JSON object file; None for any other file, or one that cannot be read."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data.get("format") if isinstance(data, dict) else None
 
 
 class Store:

@@ -1528,7 +1528,7 @@ def test_a_run_stopped_by_a_hangup_exits_129_when_its_terminal_is_gone(monkeypat
 
 def test_run_resumes_a_store_whose_folder_is_named_cells(capsys, tiny_files, write_spec, tmp_path):
     """A store named `cells` (`--out runs/cells`) has a cells/ folder of its own, so its parent looked like a store
-    (`is_store_dir`: a folder with cells/) and the second `run` into it, a resume, was refused as "inside the
+    (any folder with a cells/ counted as one) and the second `run` into it, a resume, was refused as "inside the
     results store runs" (exit 2). A store is --out's to run into, whatever its name."""
     spec = write_spec(workloads=[str(tiny_files["diamond"])], clusters=[str(tiny_files["cluster"])],
                       placers=["single_cpu"])

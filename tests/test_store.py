@@ -717,3 +717,24 @@ def test_a_bad_number_holding_a_newline_is_named_with_its_row(tmp_path):
     with pytest.raises(StoreError) as err:
         st.read_table(path)
     assert str(err.value) == f'{path}: line 4 (c / w / p / seed 1): step_time_s must be a number or empty, got "x\\ny"'
+
+
+def test_a_folder_of_plain_files_under_cells_is_not_a_store(tmp_path):
+    """A cells/ folder alone made any folder a store: `profile --out X/cells` left X looking like one, so a run
+    into X was let in, failed on the first profile as "a damaged cell" and left X/.lock behind. One rule
+    (`is_store_dir`) for every command: the store's manifest, or a cells/ folder that is empty (a store just
+    made), holds a cell file, or has a run's .lock beside it."""
+    x = tmp_path / "x"
+    (x / "cells").mkdir(parents=True)
+    assert st.is_store_dir(x)  # empty cells/: a store just made
+    (x / "cells" / "rnnlm__cpu.json").write_text(json.dumps({"format": "placebench.profile"}))
+    assert not st.is_store_dir(x)
+    with pytest.raises(StoreError, match="not empty and not a placebench store"):
+        Store(x)
+    assert not (x / ".lock").exists()
+    (x / ".lock").touch()  # a run held it
+    assert st.is_store_dir(x)
+    s = Store(tmp_path / "s")
+    s.write_cell(_record("a1"))
+    assert st.is_store_dir(s.root) and not st.is_store_dir(s.root / "cells")
+    assert not st.is_store_dir(tmp_path / ("y" * 300))  # a name too long: not a store, no OSError
