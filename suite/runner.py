@@ -1123,17 +1123,12 @@ def _stop_signals_held() -> Iterator[None]:
     """Hold Ctrl-C, SIGTERM and SIGHUP (pending, not lost) while a worker starts; they arrive when it has started. The
     worker inherits the held signals, so a Ctrl-C while it imports Python, numpy and the suite does not kill it
     with a traceback on the run's stderr; it lets them in once it ignores them (`_worker_main`)."""
-    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
-        yield
-        return
-    from multiprocessing import resource_tracker
+    if hasattr(signal, "pthread_sigmask"):
+        from multiprocessing import resource_tracker
 
-    resource_tracker.ensure_running()  # a start of its process unblocks them: done before they are held
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
+        resource_tracker.ensure_running()  # a start of its process unblocks them: done before they are held
+    with _stop_signals_deferred():
         yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager
@@ -1430,7 +1425,8 @@ def run(
     plan = make_plan(spec)
     if select is not None:
         plan.cells = [c for c in plan.cells if select(c)]
-    if not Path(out).exists():  # a new store runs every cell: refused before the store is made
+    new = not Path(out).exists()
+    if new:  # it runs every cell: refused before the store is made
         _check_runnable(plan, plan.cells)
     store = Store(out)
     store.check_writable()  # before any placer runs, and before the store is changed
@@ -1454,7 +1450,8 @@ def run(
         else:
             todo = [c for c in plan.cells if c.cell_id not in by_id or c.cell_id in stale
                     or (retry_failed and by_id[c.cell_id]["status"] in FAILED_STATUSES)]
-        _check_runnable(plan, todo)  # before the run is recorded in the manifest
+        if not new:
+            _check_runnable(plan, todo)  # only the cells left to run; before the run is recorded in the manifest
         run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
         entry = {
             "run_id": run_id,
