@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from suite.report import ReportError, Table, _check_row, format_seconds
+from suite.report import ReportError, Table, _check_row, format_ratio, format_seconds
 
 MATCH = ("cluster", "workload", "placer", "seed")
 SAME_SETUP = ("workload_hash", "cluster_hash", "placer_name", "params_hash", "methodology", "budget_evaluations",
@@ -282,16 +282,10 @@ def _shown(row: Mapping[str, Any] | None) -> str:
 
 
 def _ratio_text(x: float | None) -> str:
-    """Three decimals (1.200x); a ratio above 0 that they would show as 0.000x, two significant digits (0.00025x);
-    from a million on, in powers of ten (1.235e+08x), as `report.format_speedup` does."""
+    """`report.format_ratio` with three decimals (1.200x, 0.00025x, 1.235e+08x)."""
     if x is None:
         return ""
-    if math.isinf(x):
-        return "inf"
-    if x >= 999999.9995:
-        return f"{x:.3e}x"
-    text = f"{x:.3f}"
-    return f"{x:#.2g}x" if text == "0.000" and x > 0 else f"{text}x"
+    return "inf" if math.isinf(x) else format_ratio(x, 3)
 
 
 def _verdict_text(p: Pair, b_status: str | None, n_status: str | None) -> str:

@@ -65,14 +65,20 @@ def format_seconds(t: float) -> str:
     raise AssertionError("unreachable")
 
 
+def format_ratio(x: float, decimals: int = 2) -> str:
+    """A ratio with `decimals` decimals (1.25x, 0.09x); one that they would show as 0 (a placer more than 200
+    times slower than the reference, at two) with two significant digits (0.0042x): a placer that ran is never
+    shown as 0x. From a million on (as rounded), in powers of ten (1.23e+08x), as `format_seconds` does: never
+    a 300-digit number."""
+    if x >= 1e6 - 0.5 * 10.0**-decimals:
+        return f"{x:.{decimals}e}x"
+    text = f"{x:.{decimals}f}"
+    return f"{x:#.2g}x" if x > 0 and float(text) == 0 else f"{text}x"
+
+
 def format_speedup(x: float) -> str:
-    """Two decimals (1.25x, 0.09x); a speedup that two decimals would show as 0.00x, a placer more than 200 times
-    slower than the reference, two significant digits (0.0042x): a placer that ran is never shown as 0x. From a
-    million on, in powers of ten (1.23e+08x), as `format_seconds` does: never a 300-digit number."""
-    if x >= 999999.995:
-        return f"{x:.2e}x"
-    text = f"{x:.2f}"
-    return f"{x:#.2g}x" if text == "0.00" and x > 0 else f"{text}x"
+    """A speedup as reports show it: `format_ratio` with two decimals."""
+    return format_ratio(x, 2)
 
 
 def geomean(xs: Sequence[float]) -> float:
