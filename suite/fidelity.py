@@ -346,9 +346,12 @@ def run_fidelity(
     concurrent: bool | str = "auto",
     engine: str | None = None,
     progress: Any = None,
+    warn_backend: bool = True,
 ) -> FidelityResult:
     """Predict and measure the fidelity set of `rw` on `cluster` (see the module docstring). Unknown placer
-    names and bad counts are refused, and every placement predicted, before anything is measured."""
+    names and bad counts are refused, and every placement predicted, before anything is measured. Profiles of
+    another backend than `backend` are warned of first (`backend_mismatch`), unless `warn_backend` is False (a
+    caller that said so already, before profiling); the report says so either way."""
     from suite import methodology as _m
     from suite.backends.torch_exec import check_concurrent
     from suite.profiling import measured_backend, uncalibrated
@@ -359,7 +362,7 @@ def run_fidelity(
             raise PlacebenchError(f"fidelity: {what} = {value!r} must be a whole number >= {low}")
     check_placers(placers)
     check_clock(clock, cluster, device_map, backend=backend, concurrent=concurrent)
-    mismatch = backend_mismatch(backend, [measured_backend(p) for p in profiles])
+    mismatch = backend_mismatch(backend, [measured_backend(p) for p in profiles]) if warn_backend else ""
     if mismatch:  # before the placers search and anything is measured
         warnings.warn(f"fidelity of {rw.graph.name}: {mismatch}", stacklevel=2)
     timing = timing or (methodology or _m.load()).timing
@@ -456,11 +459,16 @@ def run_fidelity(
                           prof_meta, info)
 
 
+def _other_backends(backend: str, profile_backends: Sequence[Any]) -> list[str]:
+    """The profiles' backends, where known, other than `backend`."""
+    return sorted({b for b in profile_backends if isinstance(b, str) and b and b != backend})
+
+
 def backend_mismatch(backend: str, profile_backends: Sequence[str | None]) -> str:
     """Why predictions from profiles measured on another backend do not predict `backend`'s steps ("" when
     every profile's backend, where known, is `backend`): the simulator then predicts the other runtime's op
     times, and the errors measure the difference between the two runtimes as much as the simulator's."""
-    other = sorted({b for b in profile_backends if b and b != backend})
+    other = _other_backends(backend, profile_backends)
     if not other:
         return ""
     return (f"the profiles were measured on {', '.join(other)}, this study measures {backend}: the predictions "
@@ -836,8 +844,7 @@ def _current_hash(workload: str) -> str | None:
 
 def _backend_cell(d: dict[str, Any]) -> str:
     """The report's backend, and the profiles' where they were measured on another (`backend_mismatch`)."""
-    known = [p.get("backend") for p in d.get("profiles", []) if isinstance(p, dict)]
-    other = sorted({b for b in known if isinstance(b, str) and b and b != d["backend"]})
+    other = _other_backends(d["backend"], [p.get("backend") for p in d.get("profiles", []) if isinstance(p, dict)])
     return d["backend"] + (f" ({', '.join(other)} profiles)" if other else "")
 
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -258,9 +256,7 @@ def _fidelity(args: argparse.Namespace) -> int:
     # progress through the CLI's _write: a reader that left (`| head`) does not stop the measurements and report
     log = (lambda *a: None) if args.json else (lambda text: _write(sys.stdout, text + "\n"))
     # profiles of another backend than the study's: said before profiling, which takes minutes, not after
-    backends = _profile_backends(rw, dmap, profiles, args.reprofile)
-    mismatch = fidelity.backend_mismatch(args.backend, backends)  # as run_fidelity will warn it
-    early = _backend_warning(args.backend, backends)
+    early = _backend_warning(args.backend, _profile_backends(rw, dmap, profiles, args.reprofile))
     if early:
         _write(sys.stderr, f"placebench: warning: fidelity of {rw.graph.name}: {early}\n")
     profs = profiles_for(rw, cluster, dmap, profiles, threads=threads, methodology=meth,
@@ -276,14 +272,10 @@ def _fidelity(args: argparse.Namespace) -> int:
     placers = args.placer or list(DEFAULT_PLACERS) + (["ort_gpu"] if cluster.device_indices("gpu") else [])
     if placers == ["none"]:
         placers = []
-    with warnings.catch_warnings():  # not the same warning again; another one (a stored profile's backend) is shown
-        if mismatch:
-            warnings.filterwarnings("ignore", message=re.escape(f"fidelity of {rw.graph.name}: {mismatch}") + "$")
-        result = fidelity.run_fidelity(rw, cluster, dmap, profs, backend=args.backend, methodology=meth,
-                                       n_split=args.splits, n_random=args.random, seed=args.seed, placers=placers,
-                                       rounds=args.rounds, clock=args.clock,
-                                       concurrent=concurrent,
-                                       progress=progress)
+    result = fidelity.run_fidelity(rw, cluster, dmap, profs, backend=args.backend, methodology=meth,
+                                   n_split=args.splits, n_random=args.random, seed=args.seed, placers=placers,
+                                   rounds=args.rounds, clock=args.clock, concurrent=concurrent, progress=progress,
+                                   warn_backend=False)  # said above, before profiling
     paths = fidelity.write_report(result, args.out or fidelity.DEFAULT_DIR, png=not args.no_png, force=args.force)
     if args.json:
         print(json.dumps({**result.to_dict(), "paths": {k: str(v) for k, v in paths.items()}}, indent=1))
